@@ -1,0 +1,22 @@
+// The subcommands of eagle-train. Each runs on resolved, validated options and throws eagle::Error
+// on failure; each lives in its own src/cli/cmd_<name>.cpp.
+#pragma once
+
+#include "eagle/config/options.h"
+
+namespace eagle::cli {
+
+// Entry point used by apps/eagle_train.cpp: parses, resolves, dispatches, maps errors to exit codes.
+int main(int argc, char** argv);
+
+void run_train(const config::Options& opts);
+void run_prepare(const config::Options& opts);
+void run_data_stats(const config::Options& opts);
+void run_inspect(const config::Options& opts);
+void run_export(const config::Options& opts);
+void run_eval(const config::Options& opts);
+
+// "eagle-train 0.1.0, LibTorch 2.11.0, CUDA compiled in: yes, CUDA available: no"
+std::string version_text();
+
+}  // namespace eagle::cli

@@ -1,0 +1,58 @@
+// The one option table: each option is declared once (option_table.cpp) and that declaration gives
+// the command-line flag, the JSON config key, the help text, the range check and docs/options.md.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "eagle/config/options.h"
+
+namespace CLI {
+class App;
+class Option;
+}  // namespace CLI
+
+namespace eagle::config {
+
+enum class Command : unsigned {
+  train = 1u << 0,
+  prepare = 1u << 1,
+  data_stats = 1u << 2,
+  inspect = 1u << 3,
+  export_ = 1u << 4,
+  eval = 1u << 5,
+};
+using CommandMask = unsigned;
+constexpr CommandMask mask(Command c) { return static_cast<CommandMask>(c); }
+std::string_view command_name(Command c);
+const std::vector<Command>& all_commands();
+
+// Groups only organise help and docs; the JSON config is flat.
+enum class Group { data, model, draft, train, optim, eval, log, checkpoint, runtime, distributed };
+std::string_view group_name(Group g);
+
+struct OptionEntry {
+  std::string name;          // flag --name and JSON key "name"
+  Group group;
+  CommandMask commands;      // the subcommands that take it
+  std::string help;          // unit and meaning of 0/empty included
+  std::string type;          // for docs: "int", "float", "bool", "string", "list of int", "a|b|c"
+  std::string default_text;  // the default as JSON text
+  bool in_config = true;     // false for "config" itself: not written by --dump-config
+  std::function<nlohmann::json(const Options&)> to_json;
+  // Reads a JSON value into opts; throws Error naming source (file) and key on a type mismatch.
+  std::function<void(Options&, const nlohmann::json&, const std::string& source)> from_json;
+  std::function<CLI::Option*(CLI::App&, Options&)> add_flag;
+  std::function<void(Options& dst, const Options& src)> copy;
+  // Returns "" when the value is in range, else what was expected ("an integer >= 0").
+  std::function<std::string(const Options&)> check;
+};
+
+const std::vector<OptionEntry>& option_table();
+const OptionEntry* find_option(std::string_view name);
+
+}  // namespace eagle::config

@@ -1,0 +1,94 @@
+// The resolved options of one eagle-train run: a plain struct, filled by the option table
+// (option_table.h) from defaults, a JSON config file and command-line flags, in that order.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace eagle::config {
+
+enum class LrScheduler { cosine, linear, constant };
+enum class BadSamplePolicy { error, skip };
+enum class OverlongPolicy { truncate, drop };
+enum class NanPolicy { error, skip };
+enum class TargetDtype { auto_, float32, bfloat16, float16 };
+enum class ExportFormat { sglang, speculators, vllm_eagle1 };
+
+// Field comments give units; the help text in option_table.cpp is the user-facing description.
+struct Options {
+  // data
+  std::string data_path;                      // dataset: prepared folder, .jsonl/.json(.gz), folder
+  std::string eval_data_path;                 // held-out dataset; empty: the prepared split
+  std::int64_t training_seq_len = 2048;       // tokens per sample, longer ones truncated/dropped
+  std::int64_t bucket_granularity = 128;      // tokens; 0: pad every batch to training_seq_len
+  std::vector<std::int64_t> bucket_boundaries;  // tokens, increasing; empty: use granularity
+  bool group_by_length = true;
+  bool padding_free = false;
+  std::int64_t max_tokens_per_batch = 0;      // padded tokens per batch; 0: fixed rows
+  BadSamplePolicy bad_sample_policy = BadSamplePolicy::error;
+  OverlongPolicy overlong_policy = OverlongPolicy::truncate;
+  double validation_fraction = 0.0;           // fraction of samples held out by prepare
+  std::vector<std::string> input;             // prepare: input files or folders
+  std::string output;                         // prepare/export: output folder
+  bool json = false;                          // data-stats/inspect/eval: print JSON
+
+  // model
+  std::string model_name_or_path;             // target model folder (Hugging Face layout)
+  TargetDtype target_dtype = TargetDtype::auto_;
+  std::vector<std::int64_t> aux_hidden_state_layer_ids;  // input-of-layer ids; empty: [2, L/2, L-3]
+
+  // draft
+  std::int64_t eagle_version = 3;
+  std::int64_t ttt_steps = 7;
+  double ttt_loss_decay = 0.8;
+  std::int64_t draft_vocab_size = 32000;
+
+  // train
+  std::int64_t per_device_train_batch_size = 4;  // rows per micro-batch
+  std::int64_t gradient_accumulation_steps = 1;
+  std::int64_t max_steps = 0;                 // optimizer steps; 0: use num_train_epochs
+  double num_train_epochs = 1.0;
+  bool bf16 = false;
+  NanPolicy nan_policy = NanPolicy::error;
+  std::int64_t max_cuda_graphs = 8;           // shapes captured as CUDA graphs; 0: none
+  std::int64_t seed = 42;
+
+  // optim
+  double learning_rate = 1e-4;
+  LrScheduler lr_scheduler_type = LrScheduler::cosine;
+  std::int64_t warmup_steps = 0;              // optimizer steps
+  double weight_decay = 0.0;
+  double adam_beta1 = 0.9;
+  double adam_beta2 = 0.95;
+  double adam_epsilon = 1e-8;
+  double max_grad_norm = 0.5;                 // 0: no clipping
+
+  // eval
+  std::int64_t eval_steps = 0;                // optimizer steps; 0: only at the end
+  std::int64_t eval_num_prompts = 16;
+  std::int64_t eval_max_new_tokens = 64;
+  std::int64_t eval_draft_len = 0;            // tokens drafted per round; 0: ttt_steps
+  double min_ar = 0.0;                        // gate; 0: none
+  double max_final_loss = 0.0;                // gate; 0: none
+
+  // log
+  std::int64_t logging_steps = 10;            // optimizer steps
+  std::string log_level = "info";
+
+  // checkpoint
+  std::string output_dir = "output";
+  bool overwrite_output_dir = false;
+  std::int64_t save_steps = 0;                // optimizer steps; 0: only at the end
+  std::int64_t save_total_limit = 2;          // checkpoints kept; 0: all
+  std::string resume_from_checkpoint;         // "auto", a path, or empty
+  std::string checkpoint;                     // export/eval: a checkpoint or head folder
+  ExportFormat format = ExportFormat::sglang;
+
+  // runtime
+  std::string device = "auto";                // auto, cpu, cuda, cuda:N
+  std::int64_t num_threads = 0;               // intra-op threads; 0: the machine's cores
+  std::string config;                         // the JSON config file read (not itself dumped)
+};
+
+}  // namespace eagle::config

@@ -1,0 +1,18 @@
+// The logging sink: plain strings in, spdlog out. This header and log_sink.cpp are the only place
+// spdlog (built on Debian's fmt 9) is seen; see log.h for the formatting front end.
+#pragma once
+
+#include <string_view>
+
+namespace eagle::io {
+
+enum class LogLevel { trace, debug, info, warn, error, off };
+
+// Parses "trace|debug|info|warn|error|off"; returns false for anything else.
+bool parse_log_level(std::string_view name, LogLevel& out);
+void set_log_level(LogLevel level);
+LogLevel log_level();
+// Writes "[time] [level] [area] message" to stderr when level is enabled.
+void log_line(LogLevel level, std::string_view area, std::string_view message);
+
+}  // namespace eagle::io

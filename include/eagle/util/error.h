@@ -1,0 +1,62 @@
+// The one error type of eagle-train: what went wrong, in which file and place, what was expected
+// and found, and the fix when there is one. Thrown anywhere, caught once in main.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace eagle {
+
+// Process exit codes (documented in docs/usage.md).
+enum class ExitCode : int {
+  ok = 0,
+  internal = 1,        // a bug or an unexpected library failure
+  usage = 2,           // bad flag, bad config, subcommand not built yet
+  input = 3,           // a file the tool reads is missing, malformed or inconsistent
+  output = 4,          // a file or folder could not be written
+  training = 5,        // training failed (non-finite loss under nan_policy error)
+  gate = 6,            // a CI gate (min_ar, max_final_loss) was missed
+  interrupted = 130,   // stopped by SIGINT/SIGTERM after writing a checkpoint
+};
+
+enum class ErrorKind { usage, config, input, output, training, gate, not_built, internal };
+
+ExitCode exit_code_of(ErrorKind kind);
+
+class Error : public std::exception {
+ public:
+  Error(ErrorKind kind, std::string message) : kind_(kind), message_(std::move(message)) {}
+
+  // Chainable context: throw Error(ErrorKind::input, "bad loss_mask").file(p).place("line 3").
+  Error& file(std::string v) { file_ = std::move(v); return *this; }
+  Error& place(std::string v) { place_ = std::move(v); return *this; }
+  Error& expected(std::string v) { expected_ = std::move(v); return *this; }
+  Error& found(std::string v) { found_ = std::move(v); return *this; }
+  Error& hint(std::string v) { hint_ = std::move(v); return *this; }
+
+  ErrorKind kind() const { return kind_; }
+  ExitCode exit_code() const { return exit_code_of(kind_); }
+  const std::string& message() const { return message_; }
+  const std::string& file() const { return file_; }
+  const std::string& place() const { return place_; }
+  const std::string& expected() const { return expected_; }
+  const std::string& found() const { return found_; }
+  const std::string& hint() const { return hint_; }
+
+  // "FILE: PLACE: MESSAGE: expected E, found F (hint: H)", omitting empty parts.
+  std::string format() const;
+  const char* what() const noexcept override;
+
+ private:
+  ErrorKind kind_;
+  std::string message_, file_, place_, expected_, found_, hint_;
+  mutable std::string what_;
+};
+
+// The one check macro: EAGLE_CHECK(cond, Error(...).file(...)) throws the error when cond is false.
+#define EAGLE_CHECK(cond, ...)   \
+  do {                           \
+    if (!(cond)) throw __VA_ARGS__; \
+  } while (0)
+
+}  // namespace eagle

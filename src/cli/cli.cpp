@@ -1,0 +1,111 @@
+// Command-line front end: subcommands, --version, --dump-config, and the one place errors become
+// exit codes.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <iostream>
+#include <map>
+
+#include "eagle/cli/commands.h"
+#include "eagle/config/resolve.h"
+#include "eagle/io/log.h"
+#include "eagle/util/error.h"
+
+namespace eagle::cli {
+namespace {
+
+using config::Command;
+
+struct CommandInfo {
+  Command command;
+  const char* description;
+  void (*run)(const config::Options&);
+};
+
+const CommandInfo kCommands[] = {
+    {Command::train, "Train a draft head on a target model (the main job)", run_train},
+    {Command::prepare, "Convert JSONL/JSON token data into a memory-mapped dataset with statistics",
+     run_prepare},
+    {Command::data_stats, "Length histogram and padding efficiency per bucket granularity", run_data_stats},
+    {Command::inspect, "Check a target model folder and print its architecture", run_inspect},
+    {Command::export_, "Export a trained head for SGLang, vLLM or speculators", run_export},
+    {Command::eval, "Measure the acceptance rate of a trained or imported head", run_eval},
+};
+
+int run_parsed(CLI::App& app, std::vector<config::BoundFlags>& bound, const std::map<CLI::App*, std::size_t>& index,
+               bool dump_config) {
+  for (CLI::App* sub : app.get_subcommands()) {
+    config::BoundFlags& b = bound[index.at(sub)];
+    config::Options opts = config::resolve(b);
+    config::validate(opts, b.command);
+    io::LogLevel level = io::LogLevel::info;
+    io::parse_log_level(opts.log_level, level);
+    io::set_log_level(level);
+    if (dump_config) {
+      std::cout << config::to_json(opts, b.command).dump(2) << "\n";
+      return 0;
+    }
+    for (const auto& c : kCommands)
+      if (c.command == b.command) c.run(opts);
+    return 0;
+  }
+  std::cerr << app.help();
+  return static_cast<int>(ExitCode::usage);
+}
+
+}  // namespace
+
+std::string version_text() {
+#ifdef EAGLE_WITH_CUDA
+  const char* compiled = "yes";
+#else
+  const char* compiled = "no";
+#endif
+  return fmt::format("eagle-train {}, LibTorch {}, CUDA compiled in: {}, CUDA available: {}", EAGLE_VERSION,
+                     EAGLE_TORCH_VERSION, compiled, torch::cuda::is_available() ? "yes" : "no");
+}
+
+int main(int argc, char** argv) {
+  CLI::App app{"eagle-train: trains EAGLE-3 and EAGLE-1 speculative-decoding draft heads", "eagle-train"};
+  app.require_subcommand(0, 1);
+  bool show_version = false, options_md = false, dump_config = false;
+  app.add_flag("--version", show_version, "Print the version, the LibTorch version and CUDA support");
+  app.add_flag("--options-markdown", options_md, "Print docs/options.md (generated from the option table)")
+      ->group("");
+  std::vector<config::BoundFlags> bound;
+  bound.reserve(std::size(kCommands));
+  std::map<CLI::App*, std::size_t> index;
+  for (const auto& c : kCommands) {
+    CLI::App* sub = app.add_subcommand(std::string(config::command_name(c.command)), c.description);
+    bound.push_back(config::BoundFlags{c.command, {}, {}});
+    config::add_flags(*sub, bound.back());
+    sub->add_flag("--dump-config", dump_config, "Print the resolved options as JSON and exit");
+    index[sub] = bound.size() - 1;
+  }
+  try {
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      int code = app.exit(e);
+      return code == 0 ? 0 : static_cast<int>(ExitCode::usage);
+    }
+    if (show_version) {
+      std::cout << version_text() << "\n";
+      return 0;
+    }
+    if (options_md) {
+      std::cout << config::options_markdown();
+      return 0;
+    }
+    return run_parsed(app, bound, index, dump_config);
+  } catch (const Error& e) {
+    log::error("main", "{}", e.format());
+    return static_cast<int>(e.exit_code());
+  } catch (const std::exception& e) {
+    log::error("main", "internal error: {}", e.what());
+    return static_cast<int>(ExitCode::internal);
+  }
+}
+
+}  // namespace eagle::cli

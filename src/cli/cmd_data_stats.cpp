@@ -1,0 +1,11 @@
+// eagle-train data-stats: not built yet (see the issue that builds it).
+#include "eagle/cli/commands.h"
+#include "eagle/util/error.h"
+
+namespace eagle::cli {
+
+void run_data_stats(const config::Options&) {
+  throw Error(ErrorKind::not_built, "the data-stats subcommand is not built yet in this version");
+}
+
+}  // namespace eagle::cli

@@ -1,0 +1,11 @@
+// eagle-train export: not built yet (see the issue that builds it).
+#include "eagle/cli/commands.h"
+#include "eagle/util/error.h"
+
+namespace eagle::cli {
+
+void run_export(const config::Options&) {
+  throw Error(ErrorKind::not_built, "the export subcommand is not built yet in this version");
+}
+
+}  // namespace eagle::cli

@@ -1,0 +1,482 @@
+// The option table: every eagle-train option, declared once (see declare_options at the bottom).
+#include "eagle/config/option_table.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <limits>
+#include <optional>
+
+#include "eagle/util/error.h"
+
+namespace eagle::config {
+namespace {
+
+using json = nlohmann::json;
+
+// ----- names of enum values, as written in flags and JSON -----
+template <typename E>
+struct EnumNames;
+template <>
+struct EnumNames<LrScheduler> {
+  static constexpr std::array<std::pair<const char*, LrScheduler>, 3> v{
+      {{"cosine", LrScheduler::cosine}, {"linear", LrScheduler::linear}, {"constant", LrScheduler::constant}}};
+};
+template <>
+struct EnumNames<BadSamplePolicy> {
+  static constexpr std::array<std::pair<const char*, BadSamplePolicy>, 2> v{
+      {{"error", BadSamplePolicy::error}, {"skip", BadSamplePolicy::skip}}};
+};
+template <>
+struct EnumNames<OverlongPolicy> {
+  static constexpr std::array<std::pair<const char*, OverlongPolicy>, 2> v{
+      {{"truncate", OverlongPolicy::truncate}, {"drop", OverlongPolicy::drop}}};
+};
+template <>
+struct EnumNames<NanPolicy> {
+  static constexpr std::array<std::pair<const char*, NanPolicy>, 2> v{
+      {{"error", NanPolicy::error}, {"skip", NanPolicy::skip}}};
+};
+template <>
+struct EnumNames<TargetDtype> {
+  static constexpr std::array<std::pair<const char*, TargetDtype>, 4> v{{{"auto", TargetDtype::auto_},
+                                                                         {"float32", TargetDtype::float32},
+                                                                         {"bfloat16", TargetDtype::bfloat16},
+                                                                         {"float16", TargetDtype::float16}}};
+};
+template <>
+struct EnumNames<ExportFormat> {
+  static constexpr std::array<std::pair<const char*, ExportFormat>, 3> v{
+      {{"sglang", ExportFormat::sglang},
+       {"speculators", ExportFormat::speculators},
+       {"vllm-eagle1", ExportFormat::vllm_eagle1}}};
+};
+
+template <typename E>
+std::string enum_choices() {
+  std::string out;
+  for (const auto& [name, value] : EnumNames<E>::v) out += (out.empty() ? "" : "|") + std::string(name);
+  return out;
+}
+template <typename E>
+std::optional<E> enum_parse(std::string_view s) {
+  for (const auto& [name, value] : EnumNames<E>::v)
+    if (s == name) return value;
+  return std::nullopt;
+}
+template <typename E>
+std::string enum_name(E e) {
+  for (const auto& [name, value] : EnumNames<E>::v)
+    if (value == e) return name;
+  return "?";
+}
+
+// ----- codecs: JSON <-> field, CLI11 binding, type name for docs -----
+Error type_error(const std::string& source, const std::string& key, const std::string& expected,
+                 const json& found) {
+  return Error(ErrorKind::config, "wrong type").file(source).place(fmt::format("key \"{}\"", key))
+      .expected(expected).found(found.dump());
+}
+
+template <typename T, typename = void>
+struct Codec;
+
+template <>
+struct Codec<bool> {
+  static std::string type() { return "bool"; }
+  static json to(bool v) { return v; }
+  static bool from(const json& j, const std::string& src, const std::string& key) {
+    if (!j.is_boolean()) throw type_error(src, key, "true or false", j);
+    return j.get<bool>();
+  }
+  static CLI::Option* bind(CLI::App& app, const std::string& flag, bool& v) {
+    return app.add_flag(flag, v);
+  }
+};
+
+template <>
+struct Codec<std::int64_t> {
+  static std::string type() { return "int"; }
+  static json to(std::int64_t v) { return v; }
+  static std::int64_t from(const json& j, const std::string& src, const std::string& key) {
+    if (!j.is_number_integer()) throw type_error(src, key, "an integer", j);
+    return j.get<std::int64_t>();
+  }
+  static CLI::Option* bind(CLI::App& app, const std::string& flag, std::int64_t& v) {
+    return app.add_option(flag, v);
+  }
+};
+
+template <>
+struct Codec<double> {
+  static std::string type() { return "float"; }
+  static json to(double v) { return v; }
+  static double from(const json& j, const std::string& src, const std::string& key) {
+    if (!j.is_number() || j.is_boolean()) throw type_error(src, key, "a number", j);
+    return j.get<double>();
+  }
+  static CLI::Option* bind(CLI::App& app, const std::string& flag, double& v) {
+    return app.add_option(flag, v);
+  }
+};
+
+template <>
+struct Codec<std::string> {
+  static std::string type() { return "string"; }
+  static json to(const std::string& v) { return v; }
+  static std::string from(const json& j, const std::string& src, const std::string& key) {
+    if (!j.is_string()) throw type_error(src, key, "a string", j);
+    return j.get<std::string>();
+  }
+  static CLI::Option* bind(CLI::App& app, const std::string& flag, std::string& v) {
+    return app.add_option(flag, v);
+  }
+};
+
+template <typename T>
+struct Codec<std::vector<T>> {
+  static std::string type() { return "list of " + Codec<T>::type(); }
+  static json to(const std::vector<T>& v) {
+    json out = json::array();
+    for (const auto& x : v) out.push_back(Codec<T>::to(x));
+    return out;
+  }
+  static std::vector<T> from(const json& j, const std::string& src, const std::string& key) {
+    if (!j.is_array()) throw type_error(src, key, "a list of " + Codec<T>::type(), j);
+    std::vector<T> out;
+    for (std::size_t i = 0; i < j.size(); ++i)
+      out.push_back(Codec<T>::from(j[i], src, fmt::format("{}[{}]", key, i)));
+    return out;
+  }
+  static CLI::Option* bind(CLI::App& app, const std::string& flag, std::vector<T>& v) {
+    return app.add_option(flag, v)->delimiter(',');
+  }
+};
+
+template <typename E>
+struct Codec<E, std::enable_if_t<std::is_enum_v<E>>> {
+  static std::string type() { return enum_choices<E>(); }
+  static json to(E v) { return enum_name(v); }
+  static E from(const json& j, const std::string& src, const std::string& key) {
+    if (!j.is_string()) throw type_error(src, key, "one of " + enum_choices<E>(), j);
+    auto v = enum_parse<E>(j.get<std::string>());
+    if (!v) throw type_error(src, key, "one of " + enum_choices<E>(), j);
+    return *v;
+  }
+  static CLI::Option* bind(CLI::App& app, const std::string& flag, E& v) {
+    return app.add_option_function<std::string>(flag, [&v, flag](const std::string& s) {
+      auto parsed = enum_parse<E>(s);
+      if (!parsed) throw CLI::ValidationError(flag, "expected one of " + enum_choices<E>() + ", found \"" + s + "\"");
+      v = *parsed;
+    });
+  }
+};
+
+// ----- the builder used by declare_options -----
+class Table {
+ public:
+  template <typename T>
+  Table& add(T Options::*field, std::string name, Group group, CommandMask commands, std::string help) {
+    OptionEntry e;
+    e.name = std::move(name);
+    e.group = group;
+    e.commands = commands;
+    e.help = std::move(help);
+    e.type = Codec<T>::type();
+    e.default_text = Codec<T>::to(Options{}.*field).dump();
+    e.to_json = [field](const Options& o) { return Codec<T>::to(o.*field); };
+    e.from_json = [field, key = e.name](Options& o, const json& j, const std::string& src) {
+      o.*field = Codec<T>::from(j, src, key);
+    };
+    e.add_flag = [field, flag = "--" + e.name, help = e.help](CLI::App& app, Options& o) {
+      return Codec<T>::bind(app, flag, o.*field)->description(help);
+    };
+    e.copy = [field](Options& dst, const Options& src) { dst.*field = src.*field; };
+    e.check = [](const Options&) { return std::string(); };
+    entries_.push_back(std::move(e));
+    return *this;
+  }
+
+  // Numeric range, inclusive; applies to each element of a list.
+  template <typename T>
+  Table& range(T Options::*field, double lo, double hi = std::numeric_limits<double>::infinity()) {
+    std::string what = describe_range<T>(lo, hi);
+    entries_.back().check = [field, lo, hi, what](const Options& o) {
+      return in_range(o.*field, lo, hi) ? std::string() : what;
+    };
+    return *this;
+  }
+  // A custom check: returns "" or what is expected.
+  Table& check(std::function<std::string(const Options&)> f) {
+    entries_.back().check = std::move(f);
+    return *this;
+  }
+  Table& not_in_config() {
+    entries_.back().in_config = false;
+    return *this;
+  }
+  std::vector<OptionEntry> take() { return std::move(entries_); }
+
+ private:
+  template <typename T>
+  static std::string describe_range(double lo, double hi) {
+    constexpr bool is_int = std::is_same_v<T, std::int64_t> || std::is_same_v<T, std::vector<std::int64_t>>;
+    std::string kind = is_int ? "an integer" : "a number";
+    if constexpr (!std::is_arithmetic_v<T>) kind = "a list of " + std::string(is_int ? "integers" : "numbers");
+    auto num = [](double x) { return fmt::format("{}", x); };
+    if (hi == std::numeric_limits<double>::infinity()) return fmt::format("{} >= {}", kind, num(lo));
+    return fmt::format("{} in [{}, {}]", kind, num(lo), num(hi));
+  }
+  template <typename T>
+  static bool in_range(const T& v, double lo, double hi) {
+    if constexpr (std::is_arithmetic_v<T>) {
+      return static_cast<double>(v) >= lo && static_cast<double>(v) <= hi;
+    } else {
+      for (const auto& x : v)
+        if (!in_range(x, lo, hi)) return false;
+      return true;
+    }
+  }
+  std::vector<OptionEntry> entries_;
+};
+
+constexpr CommandMask kTrain = mask(Command::train);
+constexpr CommandMask kPrepare = mask(Command::prepare);
+constexpr CommandMask kStats = mask(Command::data_stats);
+constexpr CommandMask kInspect = mask(Command::inspect);
+constexpr CommandMask kExport = mask(Command::export_);
+constexpr CommandMask kEval = mask(Command::eval);
+constexpr CommandMask kAll = kTrain | kPrepare | kStats | kInspect | kExport | kEval;
+
+std::string check_increasing(const std::vector<std::int64_t>& v) {
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (v[i] < 1) return "positive lengths";
+    if (i > 0 && v[i] <= v[i - 1]) return "strictly increasing lengths";
+  }
+  return "";
+}
+
+std::vector<OptionEntry> declare_options() {
+  Table t;
+  using G = Group;
+  // data
+  t.add(&Options::data_path, "data_path", G::data, kTrain | kStats | kEval,
+        "Training data: a prepared dataset folder (eagle-train prepare), a .jsonl/.json file "
+        "(optionally .gz), or a folder of them");
+  t.add(&Options::eval_data_path, "eval_data_path", G::data, kTrain | kEval,
+        "Held-out data for evaluation, same formats as data_path; empty: the validation split of a "
+        "prepared data_path");
+  t.add(&Options::training_seq_len, "training_seq_len", G::data, kTrain | kPrepare | kStats | kEval,
+        "Maximum tokens per sample; longer samples follow overlong_policy")
+      .range(&Options::training_seq_len, 4, 1 << 20);
+  t.add(&Options::bucket_granularity, "bucket_granularity", G::data, kTrain | kStats,
+        "Each batch is padded to its longest sample rounded up to a multiple of this many tokens "
+        "(capped at training_seq_len); 0: pad every batch to training_seq_len")
+      .range(&Options::bucket_granularity, 0);
+  t.add(&Options::bucket_boundaries, "bucket_boundaries", G::data, kTrain | kStats,
+        "Explicit bucket lengths in tokens, strictly increasing (a batch is padded to the smallest "
+        "one that fits); empty: use bucket_granularity")
+      .check([](const Options& o) { return check_increasing(o.bucket_boundaries); });
+  t.add(&Options::group_by_length, "group_by_length", G::data, kTrain,
+        "Group samples of similar length into batches (seeded shuffle, then sort within a window of "
+        "batches); false: plain random order");
+  t.add(&Options::padding_free, "padding_free", G::data, kTrain | kStats,
+        "Pack samples into rows without padding; attention and TTT chains never cross samples");
+  t.add(&Options::max_tokens_per_batch, "max_tokens_per_batch", G::data, kTrain,
+        "Fill each micro-batch up to this many tokens, padding counted; 0: a fixed "
+        "per_device_train_batch_size rows")
+      .range(&Options::max_tokens_per_batch, 0);
+  t.add(&Options::bad_sample_policy, "bad_sample_policy", G::data, kTrain | kPrepare | kStats | kEval,
+        "A malformed sample: error stops at the first, skip counts them and logs the first few");
+  t.add(&Options::overlong_policy, "overlong_policy", G::data, kTrain | kPrepare | kStats | kEval,
+        "A sample longer than training_seq_len: truncate it, or drop it (counted and logged)");
+  t.add(&Options::validation_fraction, "validation_fraction", G::data, kTrain | kPrepare,
+        "Fraction of samples held out as the validation split (seeded by seed); 0: none")
+      .range(&Options::validation_fraction, 0.0, 0.5);
+  t.add(&Options::input, "input", G::data, kPrepare,
+        "prepare: input .jsonl/.json files (optionally .gz) or folders of them");
+  t.add(&Options::output, "output", G::data, kPrepare | kExport,
+        "prepare: the dataset folder to write; export: the head folder to write");
+  t.add(&Options::json, "json", G::log, kStats | kInspect | kEval, "Print the result as JSON");
+  // model
+  t.add(&Options::model_name_or_path, "model_name_or_path", G::model, kTrain | kInspect | kEval,
+        "Target model folder in the Hugging Face layout (config.json, *.safetensors)");
+  t.add(&Options::target_dtype, "target_dtype", G::model, kTrain | kInspect | kEval,
+        "Dtype of the frozen target's weights and forward; auto: the checkpoint's dtype");
+  t.add(&Options::aux_hidden_state_layer_ids, "aux_hidden_state_layer_ids", G::model,
+        kTrain | kInspect | kEval,
+        "EAGLE-3 target layers whose inputs are fused, input-of-layer convention "
+        "(hidden_states[id]); empty: [2, L/2, L-3]")
+      .range(&Options::aux_hidden_state_layer_ids, 0);
+  // draft
+  t.add(&Options::eagle_version, "eagle_version", G::draft, kTrain | kEval | kExport,
+        "Draft head: 3 (EAGLE-3, three fused layers, training-time test) or 1 (EAGLE-1)")
+      .check([](const Options& o) { return o.eagle_version == 1 || o.eagle_version == 3 ? "" : "1 or 3"; });
+  t.add(&Options::ttt_steps, "ttt_steps", G::draft, kTrain | kEval,
+        "Training-time test steps: how far the head is unrolled on its own outputs")
+      .range(&Options::ttt_steps, 1, 32);
+  t.add(&Options::ttt_loss_decay, "ttt_loss_decay", G::draft, kTrain,
+        "Weight of TTT step k's loss is ttt_loss_decay^k")
+      .range(&Options::ttt_loss_decay, 0.0, 1.0);
+  t.add(&Options::draft_vocab_size, "draft_vocab_size", G::draft, kTrain,
+        "Tokens in the draft vocabulary, the most frequent trained tokens; capped at the target's "
+        "vocabulary")
+      .range(&Options::draft_vocab_size, 2);
+  // train
+  t.add(&Options::per_device_train_batch_size, "per_device_train_batch_size", G::train, kTrain | kStats,
+        "Rows per micro-batch (when max_tokens_per_batch is 0)")
+      .range(&Options::per_device_train_batch_size, 1);
+  t.add(&Options::gradient_accumulation_steps, "gradient_accumulation_steps", G::train, kTrain,
+        "Micro-batches per optimizer step")
+      .range(&Options::gradient_accumulation_steps, 1);
+  t.add(&Options::max_steps, "max_steps", G::train, kTrain,
+        "Optimizer steps to train; 0: num_train_epochs decides")
+      .range(&Options::max_steps, 0);
+  t.add(&Options::num_train_epochs, "num_train_epochs", G::train, kTrain,
+        "Passes over the training data (fractions allowed), used when max_steps is 0")
+      .range(&Options::num_train_epochs, 0.0);
+  t.add(&Options::bf16, "bf16", G::train, kTrain | kEval,
+        "Run the head's forward and backward under bf16 autocast (weights and optimizer stay fp32)");
+  t.add(&Options::nan_policy, "nan_policy", G::train, kTrain,
+        "A non-finite loss or gradient: error stops the run naming the step; skip skips the update "
+        "and goes on");
+  t.add(&Options::max_cuda_graphs, "max_cuda_graphs", G::train, kTrain,
+        "Batch shapes captured as CUDA graphs on GPU; others run eagerly; 0: none")
+      .range(&Options::max_cuda_graphs, 0);
+  t.add(&Options::seed, "seed", G::train, kAll, "Seed of every random choice (data order, splits, init)")
+      .range(&Options::seed, 0);
+  // optim
+  t.add(&Options::learning_rate, "learning_rate", G::optim, kTrain, "Peak AdamW learning rate")
+      .range(&Options::learning_rate, 0.0);
+  t.add(&Options::lr_scheduler_type, "lr_scheduler_type", G::optim, kTrain,
+        "Learning-rate schedule after the linear warmup");
+  t.add(&Options::warmup_steps, "warmup_steps", G::optim, kTrain,
+        "Optimizer steps of linear warmup from 0 to learning_rate")
+      .range(&Options::warmup_steps, 0);
+  t.add(&Options::weight_decay, "weight_decay", G::optim, kTrain, "AdamW decoupled weight decay")
+      .range(&Options::weight_decay, 0.0);
+  t.add(&Options::adam_beta1, "adam_beta1", G::optim, kTrain, "AdamW beta1").range(&Options::adam_beta1, 0.0, 1.0);
+  t.add(&Options::adam_beta2, "adam_beta2", G::optim, kTrain, "AdamW beta2").range(&Options::adam_beta2, 0.0, 1.0);
+  t.add(&Options::adam_epsilon, "adam_epsilon", G::optim, kTrain, "AdamW epsilon")
+      .range(&Options::adam_epsilon, 0.0);
+  t.add(&Options::max_grad_norm, "max_grad_norm", G::optim, kTrain,
+        "Clip the global gradient L2 norm to this; 0: no clipping")
+      .range(&Options::max_grad_norm, 0.0);
+  // eval
+  t.add(&Options::eval_steps, "eval_steps", G::eval, kTrain,
+        "Evaluate every this many optimizer steps; 0: only at the end")
+      .range(&Options::eval_steps, 0);
+  t.add(&Options::eval_num_prompts, "eval_num_prompts", G::eval, kTrain | kEval,
+        "Held-out prompts decoded speculatively to measure the acceptance rate; 0: skip it")
+      .range(&Options::eval_num_prompts, 0);
+  t.add(&Options::eval_max_new_tokens, "eval_max_new_tokens", G::eval, kTrain | kEval,
+        "Tokens generated per evaluation prompt (stops earlier at the target's eos)")
+      .range(&Options::eval_max_new_tokens, 1);
+  t.add(&Options::eval_draft_len, "eval_draft_len", G::eval, kTrain | kEval,
+        "Tokens the head drafts per round in the acceptance evaluation; 0: ttt_steps")
+      .range(&Options::eval_draft_len, 0, 32);
+  t.add(&Options::min_ar, "min_ar", G::eval, kTrain | kEval,
+        "CI gate: exit non-zero when the final acceptance rate is below this; 0: no gate")
+      .range(&Options::min_ar, 0.0);
+  t.add(&Options::max_final_loss, "max_final_loss", G::eval, kTrain,
+        "CI gate: exit non-zero when the final training loss is above this; 0: no gate")
+      .range(&Options::max_final_loss, 0.0);
+  // log
+  t.add(&Options::logging_steps, "logging_steps", G::log, kTrain,
+        "Log a step line and metrics every this many optimizer steps")
+      .range(&Options::logging_steps, 1);
+  t.add(&Options::log_level, "log_level", G::log, kAll, "Console log level: trace|debug|info|warn|error|off")
+      .check([](const Options& o) {
+        for (const char* l : {"trace", "debug", "info", "warn", "error", "off"})
+          if (o.log_level == l) return std::string();
+        return std::string("one of trace|debug|info|warn|error|off");
+      });
+  // checkpoint
+  t.add(&Options::output_dir, "output_dir", G::checkpoint, kTrain,
+        "Run folder: checkpoints, metrics.jsonl, TensorBoard events, summary.json, resolved config");
+  t.add(&Options::overwrite_output_dir, "overwrite_output_dir", G::checkpoint, kTrain,
+        "Allow training into an output_dir that holds another run's checkpoints");
+  t.add(&Options::save_steps, "save_steps", G::checkpoint, kTrain,
+        "Save a checkpoint every this many optimizer steps; 0: only at the end")
+      .range(&Options::save_steps, 0);
+  t.add(&Options::save_total_limit, "save_total_limit", G::checkpoint, kTrain,
+        "Keep only the newest this many checkpoints (the best by AR is kept apart); 0: keep all")
+      .range(&Options::save_total_limit, 0);
+  t.add(&Options::resume_from_checkpoint, "resume_from_checkpoint", G::checkpoint, kTrain,
+        "Resume from a checkpoint folder, or auto: the newest complete one in output_dir; empty: "
+        "start fresh");
+  t.add(&Options::checkpoint, "checkpoint", G::checkpoint, kExport | kEval,
+        "A checkpoint folder or an exported head folder to export or evaluate");
+  t.add(&Options::format, "format", G::checkpoint, kExport,
+        "Export layout: sglang (also loaded by vLLM), speculators, vllm-eagle1");
+  // runtime
+  t.add(&Options::device, "device", G::runtime, kTrain | kInspect | kEval,
+        "auto (cuda when available, else cpu), cpu, cuda or cuda:N")
+      .check([](const Options& o) {
+        const std::string& d = o.device;
+        if (d == "auto" || d == "cpu" || d == "cuda") return std::string();
+        if (d.rfind("cuda:", 0) == 0 && d.size() > 5 &&
+            d.find_first_not_of("0123456789", 5) == std::string::npos)
+          return std::string();
+        return std::string("auto, cpu, cuda or cuda:N");
+      });
+  t.add(&Options::num_threads, "num_threads", G::runtime, kAll,
+        "CPU threads for tensor math; fixed so a resumed run computes the same; 0: the machine's "
+        "cores")
+      .range(&Options::num_threads, 0, 1024);
+  t.add(&Options::config, "config", G::runtime, kAll,
+        "A JSON config file (flat, keys = flag names); flags given on the command line override it")
+      .not_in_config();
+  return t.take();
+}
+
+}  // namespace
+
+std::string_view command_name(Command c) {
+  switch (c) {
+    case Command::train: return "train";
+    case Command::prepare: return "prepare";
+    case Command::data_stats: return "data-stats";
+    case Command::inspect: return "inspect";
+    case Command::export_: return "export";
+    case Command::eval: return "eval";
+  }
+  return "?";
+}
+
+const std::vector<Command>& all_commands() {
+  static const std::vector<Command> v{Command::train,   Command::prepare, Command::data_stats,
+                                      Command::inspect, Command::export_, Command::eval};
+  return v;
+}
+
+std::string_view group_name(Group g) {
+  switch (g) {
+    case Group::data: return "data";
+    case Group::model: return "model";
+    case Group::draft: return "draft";
+    case Group::train: return "train";
+    case Group::optim: return "optim";
+    case Group::eval: return "eval";
+    case Group::log: return "log";
+    case Group::checkpoint: return "checkpoint";
+    case Group::runtime: return "runtime";
+    case Group::distributed: return "distributed";
+  }
+  return "?";
+}
+
+const std::vector<OptionEntry>& option_table() {
+  static const std::vector<OptionEntry> table = declare_options();
+  return table;
+}
+
+const OptionEntry* find_option(std::string_view name) {
+  for (const auto& e : option_table())
+    if (e.name == name) return &e;
+  return nullptr;
+}
+
+}  // namespace eagle::config

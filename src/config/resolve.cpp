@@ -1,0 +1,157 @@
+// Resolving options from defaults, a JSON config file and flags; validation, dump and docs.
+#include "eagle/config/resolve.h"
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+
+#include "eagle/util/error.h"
+
+namespace eagle::config {
+
+using json = nlohmann::json;
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      std::size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+namespace {
+
+std::string did_you_mean(const std::string& key) {
+  const OptionEntry* best = nullptr;
+  std::size_t best_d = std::string::npos;
+  for (const auto& e : option_table()) {
+    std::size_t d = edit_distance(key, e.name);
+    if (d < best_d) {
+      best_d = d;
+      best = &e;
+    }
+  }
+  std::size_t allowed = std::max<std::size_t>(2, key.size() / 4);
+  if (best && best_d <= allowed) return fmt::format(" (did you mean \"{}\"?)", best->name);
+  return "";
+}
+
+}  // namespace
+
+void add_flags(CLI::App& sub, BoundFlags& bound) {
+  for (const auto& e : option_table()) {
+    if (!(e.commands & mask(bound.command))) continue;
+    CLI::Option* opt = e.add_flag(sub, bound.parsed);
+    std::string group(group_name(e.group));
+    group[0] = static_cast<char>(std::toupper(group[0]));
+    opt->group(group + " options");
+    if (e.in_config) opt->description(fmt::format("{} (default {})", e.help, e.default_text));
+    bound.flags.emplace_back(&e, opt);
+  }
+}
+
+void apply_json(Options& opts, const json& doc, const std::string& source) {
+  if (!doc.is_object())
+    throw Error(ErrorKind::config, "a config file must hold one JSON object").file(source)
+        .expected("{\"key\": value, ...}").found(std::string(doc.type_name()));
+  std::vector<std::string> unknown;
+  for (const auto& [key, value] : doc.items()) {
+    const OptionEntry* e = find_option(key);
+    if (!e || !e->in_config) unknown.push_back(key);
+  }
+  if (!unknown.empty()) {
+    std::string list;
+    for (const auto& k : unknown) list += fmt::format("{}\"{}\"{}", list.empty() ? "" : ", ", k, did_you_mean(k));
+    throw Error(ErrorKind::config, fmt::format("{} unknown key{}: {}", unknown.size(),
+                                               unknown.size() == 1 ? "" : "s", list))
+        .file(source).hint("eagle-train <command> --help lists every key");
+  }
+  for (const auto& [key, value] : doc.items()) find_option(key)->from_json(opts, value, source);
+}
+
+void apply_json_file(Options& opts, const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(ErrorKind::config, "cannot open the config file").file(path);
+  json doc;
+  try {
+    doc = json::parse(in);
+  } catch (const json::parse_error& e) {
+    throw Error(ErrorKind::config, "malformed JSON").file(path)
+        .place(fmt::format("byte {}", e.byte)).found(e.what());
+  }
+  apply_json(opts, doc, path);
+}
+
+Options resolve(const BoundFlags& bound) {
+  Options out;  // defaults
+  if (!bound.parsed.config.empty()) {
+    apply_json_file(out, bound.parsed.config);
+    out.config = bound.parsed.config;
+  }
+  for (const auto& [entry, flag] : bound.flags)
+    if (flag->count() > 0) entry->copy(out, bound.parsed);
+  return out;
+}
+
+void validate(const Options& opts, Command command) {
+  std::vector<std::string> failures;
+  for (const auto& e : option_table()) {
+    if (!(e.commands & mask(command))) continue;
+    std::string expected = e.check(opts);
+    if (!expected.empty())
+      failures.push_back(fmt::format("--{} (\"{}\"): expected {}, found {}", e.name, e.name, expected,
+                                     e.to_json(opts).dump()));
+  }
+  if (failures.empty()) return;
+  std::string msg = "invalid option value";
+  if (failures.size() > 1) msg = fmt::format("{} invalid option values", failures.size());
+  std::string detail;
+  for (const auto& f : failures) detail += "\n  " + f;
+  throw Error(ErrorKind::config, msg + ":" + detail);
+}
+
+json to_json(const Options& opts, Command command) {
+  json out = json::object();
+  for (const auto& e : option_table())
+    if ((e.commands & mask(command)) && e.in_config) out[e.name] = e.to_json(opts);
+  return out;
+}
+
+std::string options_markdown() {
+  std::string out =
+      "# eagle-train options\n\n"
+      "Generated from the option table (src/config/option_table.cpp) by "
+      "`eagle-train --options-markdown`; a test fails when this file is stale.\n\n"
+      "Every option is both a command-line flag (`--name value`) and a key of the flat JSON "
+      "config file (`\"name\": value`). Precedence: defaults < `--config file.json` < flags. "
+      "Unknown keys in a config file are an error. `eagle-train <command> --dump-config` prints "
+      "the resolved JSON, which `--config` accepts back. Lists are given as `--name 1,2,3` or "
+      "`--name 1 2 3`; booleans as `--name` or `--name=false`.\n";
+  std::map<int, std::vector<const OptionEntry*>> by_group;
+  for (const auto& e : option_table()) by_group[static_cast<int>(e.group)].push_back(&e);
+  for (const auto& [g, entries] : by_group) {
+    out += fmt::format("\n## {}\n\n| option | type | default | commands | meaning |\n|---|---|---|---|---|\n",
+                       group_name(static_cast<Group>(g)));
+    for (const OptionEntry* e : entries) {
+      std::string cmds;
+      for (Command c : all_commands())
+        if (e->commands & mask(c)) cmds += (cmds.empty() ? "" : ", ") + std::string(command_name(c));
+      std::string def = e->in_config ? "`" + e->default_text + "`" : "(not in config files)";
+      std::string type = e->type;
+      std::replace(type.begin(), type.end(), '|', '/');
+      out += fmt::format("| `{}` | {} | {} | {} | {} |\n", e->name, type, def, cmds, e->help);
+    }
+  }
+  return out;
+}
+
+}  // namespace eagle::config

@@ -1,0 +1,36 @@
+// Shared test helpers: running eagle-train as a subprocess, temporary folders.
+#pragma once
+
+#include <filesystem>
+#include <string>
+
+#include "eagle_test_paths.h"
+
+namespace eagle::test {
+
+struct ProcessResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+// Runs `eagle-train ARGS` through the shell (args are passed verbatim) and captures its output.
+ProcessResult run_cli(const std::string& args);
+
+// A fresh empty folder under the system temporary folder, removed when the object dies.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::filesystem::path& path() const { return path_; }
+  std::filesystem::path operator/(const std::string& name) const { return path_ / name; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+void write_file(const std::filesystem::path& p, const std::string& content);
+std::string read_file(const std::filesystem::path& p);
+
+}  // namespace eagle::test
