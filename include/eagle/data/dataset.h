@@ -1,0 +1,75 @@
+// A pretokenized dataset: samples of token ids with a per-token loss mask, stored flat (tokens as
+// uint16 or uint32, mask bits, sample offsets) either in memory or in a memory-mapped file. Plain
+// C++: no tensors.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace eagle::data {
+
+using TokenId = std::uint32_t;
+
+struct Sample {
+  std::vector<TokenId> input_ids;
+  std::vector<std::uint8_t> loss_mask;  // 1: the head is trained to predict this token
+};
+
+// Statistics over the samples kept (see docs/data.md).
+struct TokenStats {
+  std::vector<std::uint64_t> trained_token_counts;  // index = token id; counts under the loss mask
+  std::vector<std::uint64_t> length_histogram;      // index = length bucket (see data.md)
+  std::uint64_t samples = 0, tokens = 0, trained_tokens = 0;
+  std::uint64_t truncated = 0, dropped = 0, skipped = 0;
+};
+
+// Flat storage; `owner` keeps the memory (vectors or a mapping) alive.
+struct DatasetStorage {
+  std::shared_ptr<const void> owner;
+  const void* tokens = nullptr;        // token_bytes per token, all samples back to back
+  int token_bytes = 4;                 // 2 (uint16) or 4 (uint32)
+  const std::uint8_t* mask_bits = nullptr;  // bit i (LSB first) = loss mask of token i
+  const std::uint64_t* offsets = nullptr;   // size()+1 entries, token index of each sample start
+  std::size_t num_samples = 0;
+};
+
+class Dataset {
+ public:
+  Dataset() = default;
+  Dataset(DatasetStorage storage, TokenStats stats, std::string source);
+  // In-memory dataset (tests, on-the-fly JSONL). Stats are computed from the samples.
+  static Dataset from_samples(const std::vector<Sample>& samples, std::string source = "<memory>");
+
+  std::size_t size() const { return storage_.num_samples; }
+  std::int64_t length(std::size_t i) const {
+    return static_cast<std::int64_t>(storage_.offsets[i + 1] - storage_.offsets[i]);
+  }
+  std::vector<std::int64_t> lengths() const;
+  std::uint64_t total_tokens() const { return size() ? storage_.offsets[size()] : 0; }
+  TokenId token(std::size_t sample, std::int64_t pos) const;
+  bool trained(std::size_t sample, std::int64_t pos) const;
+  // Copies sample i into ids/mask (at most max_len tokens); returns the tokens copied.
+  std::int64_t copy_sample(std::size_t i, std::int32_t* ids, std::uint8_t* mask, std::int64_t max_len) const;
+  Sample sample(std::size_t i) const;
+  // A dataset of the given samples of this one (for splits), in memory.
+  Dataset subset(const std::vector<std::size_t>& indices) const;
+  TokenId max_token_id() const;
+
+  const TokenStats& stats() const { return stats_; }
+  const std::string& source() const { return source_; }
+  const DatasetStorage& storage() const { return storage_; }
+
+ private:
+  DatasetStorage storage_;
+  TokenStats stats_;
+  std::string source_;
+};
+
+// Computes TokenStats of samples (truncated/dropped/skipped counts left at 0).
+TokenStats compute_stats(const std::vector<Sample>& samples);
+// The length-histogram bucket of a sample length (powers of two: bucket b holds [2^b, 2^(b+1))).
+std::size_t length_bucket(std::int64_t length);
+
+}  // namespace eagle::data

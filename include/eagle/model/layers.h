@@ -1,0 +1,43 @@
+// Llama-family building blocks shared by the target model and the draft heads: RMSNorm, rotary
+// position embeddings (default, linear, dynamic, llama3 scaling), grouped-query helpers, SwiGLU.
+#pragma once
+
+#include <string>
+
+#include <torch/torch.h>
+
+namespace eagle::model {
+
+// Hugging Face LlamaRMSNorm: normalise in fp32, cast back to the input dtype, then scale.
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+
+struct RopeConfig {
+  std::int64_t head_dim = 64;
+  double theta = 10000.0;
+  std::string type = "default";  // default | linear | dynamic | llama3
+  double factor = 1.0;           // linear, dynamic, llama3
+  double low_freq_factor = 1.0;  // llama3
+  double high_freq_factor = 4.0; // llama3
+  std::int64_t original_max_position_embeddings = 0;  // llama3, dynamic
+  std::int64_t max_position_embeddings = 2048;
+};
+
+// Inverse frequencies [head_dim/2] in fp32. For dynamic scaling, seq_len is the longest position+1
+// in the batch (Hugging Face recomputes the base when it exceeds max_position_embeddings).
+torch::Tensor rope_inv_freq(const RopeConfig& cfg, std::int64_t seq_len = 0);
+
+// cos and sin [B, T, head_dim] for integer position_ids [B, T], in dtype.
+std::pair<torch::Tensor, torch::Tensor> rope_cos_sin(const torch::Tensor& inv_freq, const torch::Tensor& position_ids,
+                                                     torch::ScalarType dtype);
+
+// x [B, heads, T, head_dim]; cos/sin [B, T, head_dim] (rotate-half convention).
+torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+
+// [B, kv_heads, T, D] -> [B, kv_heads * n_rep, T, D]
+torch::Tensor repeat_kv(const torch::Tensor& x, std::int64_t n_rep);
+
+// down(silu(gate(x)) * up(x)); weights in nn.Linear layout [out, in].
+torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& gate_w, const torch::Tensor& up_w,
+                     const torch::Tensor& down_w);
+
+}  // namespace eagle::model

@@ -1,0 +1,80 @@
+// Llama-family building blocks (see layers.h); formulas follow transformers' modeling_llama and
+// modeling_rope_utils.
+#include "eagle/model/layers.h"
+
+#include <cmath>
+
+namespace eagle::model {
+
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  auto h = x.to(torch::kFloat32);
+  auto var = h.pow(2).mean(-1, /*keepdim=*/true);
+  h = h * torch::rsqrt(var + eps);
+  return weight * h.to(x.scalar_type());
+}
+
+torch::Tensor rope_inv_freq(const RopeConfig& cfg, std::int64_t seq_len) {
+  const auto opts = torch::TensorOptions().dtype(torch::kFloat32);
+  double base = cfg.theta;
+  if (cfg.type == "dynamic") {
+    std::int64_t max_pos = cfg.original_max_position_embeddings > 0 ? cfg.original_max_position_embeddings
+                                                                     : cfg.max_position_embeddings;
+    if (seq_len > max_pos) {
+      double d = static_cast<double>(cfg.head_dim);
+      base = cfg.theta * std::pow(cfg.factor * static_cast<double>(seq_len) / static_cast<double>(max_pos) -
+                                      (cfg.factor - 1.0),
+                                  d / (d - 2.0));
+    }
+  }
+  auto idx = torch::arange(0, cfg.head_dim, 2, torch::TensorOptions().dtype(torch::kInt64)).to(torch::kFloat32);
+  auto inv = 1.0 / torch::pow(torch::tensor(base, opts), idx / static_cast<double>(cfg.head_dim));
+  if (cfg.type == "linear") return inv / cfg.factor;
+  if (cfg.type == "llama3") {
+    const double old_ctx = static_cast<double>(cfg.original_max_position_embeddings);
+    const double low_wavelen = old_ctx / cfg.low_freq_factor;
+    const double high_wavelen = old_ctx / cfg.high_freq_factor;
+    auto wavelen = 2.0 * M_PI / inv;
+    auto scaled = torch::where(wavelen > low_wavelen, inv / cfg.factor, inv);
+    auto smooth = (old_ctx / wavelen - cfg.low_freq_factor) / (cfg.high_freq_factor - cfg.low_freq_factor);
+    auto smoothed = (1.0 - smooth) * scaled / cfg.factor + smooth * scaled;
+    auto is_medium = (wavelen >= high_wavelen) & (wavelen <= low_wavelen);
+    return torch::where(is_medium, smoothed, scaled);
+  }
+  return inv;
+}
+
+std::pair<torch::Tensor, torch::Tensor> rope_cos_sin(const torch::Tensor& inv_freq, const torch::Tensor& position_ids,
+                                                     torch::ScalarType dtype) {
+  auto inv = inv_freq.to(position_ids.device(), torch::kFloat32);
+  auto freqs = position_ids.to(torch::kFloat32).unsqueeze(-1) * inv.view({1, 1, -1});  // [B, T, D/2]
+  auto emb = torch::cat({freqs, freqs}, -1);
+  return {emb.cos().to(dtype), emb.sin().to(dtype)};
+}
+
+namespace {
+torch::Tensor rotate_half(const torch::Tensor& x) {
+  auto half = x.size(-1) / 2;
+  auto x1 = x.narrow(-1, 0, half);
+  auto x2 = x.narrow(-1, half, half);
+  return torch::cat({-x2, x1}, -1);
+}
+}  // namespace
+
+torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  auto c = cos.unsqueeze(1);
+  auto s = sin.unsqueeze(1);
+  return x * c + rotate_half(x) * s;
+}
+
+torch::Tensor repeat_kv(const torch::Tensor& x, std::int64_t n_rep) {
+  if (n_rep == 1) return x;
+  auto b = x.size(0), h = x.size(1), t = x.size(2), d = x.size(3);
+  return x.unsqueeze(2).expand({b, h, n_rep, t, d}).reshape({b, h * n_rep, t, d});
+}
+
+torch::Tensor swiglu(const torch::Tensor& x, const torch::Tensor& gate_w, const torch::Tensor& up_w,
+                     const torch::Tensor& down_w) {
+  return torch::linear(torch::silu(torch::linear(x, gate_w)) * torch::linear(x, up_w), down_w);
+}
+
+}  // namespace eagle::model
