@@ -1,0 +1,102 @@
+// The frozen target model: Llama-family decoders (Llama 2/3/3.x, Mistral, Qwen2, Qwen3) read from
+// a Hugging Face checkpoint folder, run without gradients for training features and teacher
+// outputs, and incrementally with a KV cache for acceptance evaluation.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "eagle/model/layers.h"
+
+namespace eagle::model {
+
+struct TargetConfig {
+  std::string architecture;  // config.json "architectures"[0], e.g. LlamaForCausalLM
+  std::string model_type;    // llama | mistral | qwen2 | qwen3
+  std::int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0;
+  std::int64_t num_attention_heads = 0, num_key_value_heads = 0, head_dim = 0;
+  std::int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  RopeConfig rope;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v bias (Qwen2)
+  bool qk_norm = false;         // q_norm/k_norm (Qwen3)
+  std::string hidden_act = "silu";
+  std::string dtype = "float32";  // torch_dtype (4.x) or dtype (5.x)
+  std::vector<std::int64_t> eos_token_ids;
+  std::int64_t bos_token_id = -1;
+
+  // Reads config.json (transformers 4.x and 5.x spellings); refuses unsupported architectures and
+  // fields that change the math, by name.
+  static TargetConfig from_json_file(const std::string& path);
+};
+
+// One batch for the training forward (all [B, T], on the model's device).
+struct TargetBatch {
+  torch::Tensor input_ids;     // int64
+  torch::Tensor position_ids;  // int64, position within its own sample
+  torch::Tensor document_ids;  // int64; -1 padding; token i attends j iff same id >= 0 and j <= i
+};
+
+struct TeacherSpec {
+  torch::Tensor draft_ids;          // [Vd] int64 target ids of the draft vocabulary; undefined: none
+  std::int64_t chunk_tokens = 1024; // tokens per chunk of the LM-head computation (bounds memory)
+};
+
+struct TargetOutput {
+  torch::Tensor aux_hidden;      // [B, T, n_aux * H]: hidden_states[id] for the aux ids, low -> high
+  torch::Tensor final_hidden;    // [B, T, H]: after the final norm
+  torch::Tensor teacher_logits;  // [B, T, Vd] fp32 logits over draft_ids (undefined without draft_ids)
+  torch::Tensor target_argmax;   // [B, T] int64 argmax over the full vocabulary
+};
+
+// Per-layer key/value cache of one sequence batch, for incremental decoding.
+struct KvCache {
+  std::vector<torch::Tensor> keys, values;  // per layer [B, kv_heads, capacity, head_dim]
+  std::int64_t length = 0;                  // tokens currently cached
+};
+
+struct TargetStepOutput {
+  torch::Tensor aux_hidden;    // [B, n, n_aux * H]
+  torch::Tensor final_hidden;  // [B, n, H]
+  torch::Tensor logits;        // [B, n, V] fp32
+};
+
+class TargetModel {
+ public:
+  // Loads dir/config.json and model.safetensors or the sharded files of
+  // model.safetensors.index.json; checks every tensor's presence and shape. dtype Undefined: the
+  // checkpoint's dtype.
+  static TargetModel load(const std::string& dir, torch::ScalarType dtype, torch::Device device);
+
+  const TargetConfig& config() const;
+  torch::Device device() const;
+  torch::ScalarType dtype() const;
+  std::int64_t parameter_count() const;
+  // Input-of-layer ids (hidden_states[id]); default EAGLE-3 [2, L/2, L-3] (see EAGLE.md).
+  const std::vector<std::int64_t>& aux_layer_ids() const;
+  void set_aux_layer_ids(std::vector<std::int64_t> ids);  // validated: each in [0, L]
+
+  // Training forward under NoGradGuard (not inference mode).
+  TargetOutput forward(const TargetBatch& batch, const TeacherSpec& teacher) const;
+
+  torch::Tensor embed(const torch::Tensor& ids) const;           // [.., H]
+  torch::Tensor lm_head_weight() const;                           // [V, H]
+  torch::Tensor embedding_weight() const;                         // [V, H]
+
+  // Incremental decoding: appends ids [B, n] at positions cache.length.. and returns their outputs.
+  KvCache new_cache(std::int64_t batch, std::int64_t capacity) const;
+  TargetStepOutput forward_cached(KvCache& cache, const torch::Tensor& ids) const;
+  void truncate(KvCache& cache, std::int64_t length) const;  // roll back to the accepted length
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace eagle::model
