@@ -25,6 +25,7 @@ TEST_CASE("error kinds map to documented exit codes", "[unit][error]") {
   CHECK(static_cast<int>(exit_code_of(ErrorKind::output)) == 4);
   CHECK(static_cast<int>(exit_code_of(ErrorKind::training)) == 5);
   CHECK(static_cast<int>(exit_code_of(ErrorKind::gate)) == 6);
+  CHECK(static_cast<int>(exit_code_of(ErrorKind::interrupted)) == 130);
   CHECK(static_cast<int>(exit_code_of(ErrorKind::internal)) == 1);
 }
 

@@ -12,6 +12,7 @@ ExitCode exit_code_of(ErrorKind kind) {
     case ErrorKind::output: return ExitCode::output;
     case ErrorKind::training: return ExitCode::training;
     case ErrorKind::gate: return ExitCode::gate;
+    case ErrorKind::interrupted: return ExitCode::interrupted;
     case ErrorKind::internal: return ExitCode::internal;
   }
   return ExitCode::internal;

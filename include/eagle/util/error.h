@@ -19,7 +19,7 @@ enum class ExitCode : int {
   interrupted = 130,   // stopped by SIGINT/SIGTERM after writing a checkpoint
 };
 
-enum class ErrorKind { usage, config, input, output, training, gate, not_built, internal };
+enum class ErrorKind { usage, config, input, output, training, gate, not_built, interrupted, internal };
 
 ExitCode exit_code_of(ErrorKind kind);
 
