@@ -46,6 +46,7 @@ void write_json(const fs::path& path, const nlohmann::json& j) {
 
 void run_prepare(const config::Options& opts) {
   EAGLE_CHECK(!opts.input.empty(), Error(ErrorKind::usage, "no input given").hint("set --input FILE_OR_FOLDER ..."));
+  std::uint64_t rss_at_start = data::resident_bytes();  // mostly LibTorch's libraries
   check_output(opts.output);
   auto files = data::list_sample_files(opts.input);
   std::uint64_t total = 0;
@@ -115,6 +116,8 @@ void run_prepare(const config::Options& opts) {
   log::info("data", "wrote {}: {} train + {} validation samples, {} tokens; read {:.1f} MB/s, {:.2f} s in all",
             opts.output, train.size(), val.size(), all.total_tokens(),
             static_cast<double>(rc.input_bytes) / 1e6 / std::max(read_s, 1e-9), total_s);
+  log::info("data", "memory: peak resident {:.0f} MB, {:.0f} MB of it resident before reading",
+            static_cast<double>(data::peak_resident_bytes()) / 1e6, static_cast<double>(rss_at_start) / 1e6);
 }
 
 }  // namespace eagle::cli

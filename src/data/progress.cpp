@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 
 #include "eagle/io/log.h"
 
@@ -15,7 +16,24 @@ std::string clock_text(double s) {
   return fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60);
 }
 
+std::uint64_t status_kb(const char* key) {
+  std::ifstream f("/proc/self/status");
+  std::string k;
+  while (f >> k) {
+    if (k == key) {
+      std::uint64_t kb = 0;
+      f >> kb;
+      return kb * 1024;
+    }
+    f.ignore(1 << 12, '\n');
+  }
+  return 0;
+}
+
 }  // namespace
+
+std::uint64_t resident_bytes() { return status_kb("VmRSS:"); }
+std::uint64_t peak_resident_bytes() { return status_kb("VmHWM:"); }
 
 ByteProgress::ByteProgress(std::string label, std::uint64_t total_bytes)
     : label_(std::move(label)), total_(total_bytes), terminal_(isatty(STDERR_FILENO) == 1),

@@ -26,4 +26,8 @@ class ByteProgress {
   std::chrono::steady_clock::time_point start_, last_;
 };
 
+// Resident memory of this process from /proc/self/status (VmRSS, VmHWM = peak), bytes; 0 if unknown.
+std::uint64_t resident_bytes();
+std::uint64_t peak_resident_bytes();
+
 }  // namespace eagle::data
