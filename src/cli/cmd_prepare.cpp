@@ -1,11 +1,120 @@
-// eagle-train prepare: not built yet (see the issue that builds it).
+// eagle-train prepare: JSON sample files -> a prepared dataset folder (train.bin, optional
+// validation.bin, stats.json), written under a temporary name and renamed at the end.
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include "eagle/cli/commands.h"
+#include "eagle/data/binary_format.h"
+#include "eagle/data/flat_builder.h"
+#include "eagle/data/json_reader.h"
+#include "eagle/data/loader.h"
+#include "eagle/data/progress.h"
+#include "eagle/data/stats_file.h"
+#include "eagle/io/log.h"
 #include "eagle/util/error.h"
 
 namespace eagle::cli {
+namespace {
 
-void run_prepare(const config::Options&) {
-  throw Error(ErrorKind::not_built, "the prepare subcommand is not built yet in this version");
+namespace fs = std::filesystem;
+
+const char* policy_name(config::BadSamplePolicy p) { return p == config::BadSamplePolicy::error ? "error" : "skip"; }
+const char* policy_name(config::OverlongPolicy p) { return p == config::OverlongPolicy::truncate ? "truncate" : "drop"; }
+
+// The output folder must be new (or an empty folder): prepare never replaces what the user has.
+void check_output(const std::string& out) {
+  EAGLE_CHECK(!out.empty(), Error(ErrorKind::usage, "no output folder given").hint("set --output DIR"));
+  std::error_code ec;
+  if (!fs::exists(out, ec)) return;
+  bool empty_dir = fs::is_directory(out, ec) && fs::is_empty(out, ec);
+  EAGLE_CHECK(empty_dir, Error(ErrorKind::output, "the output already exists")
+                             .file(out)
+                             .expected("a new or empty folder")
+                             .hint("choose another --output or remove the old one"));
+}
+
+void write_json(const fs::path& path, const nlohmann::json& j) {
+  std::ofstream f(path);
+  f << j.dump(1) << "\n";
+  f.close();
+  EAGLE_CHECK(f.good(), Error(ErrorKind::output, "cannot write the file").file(path.string()));
+}
+
+}  // namespace
+
+void run_prepare(const config::Options& opts) {
+  EAGLE_CHECK(!opts.input.empty(), Error(ErrorKind::usage, "no input given").hint("set --input FILE_OR_FOLDER ..."));
+  check_output(opts.output);
+  auto files = data::list_sample_files(opts.input);
+  std::uint64_t total = 0;
+  for (const auto& f : files) total += fs::file_size(f);
+  log::info("data", "prepare: {} file(s), {:.1f} MB -> {}", files.size(), static_cast<double>(total) / 1e6, opts.output);
+
+  data::FlatBuilder builder;
+  data::ReadOptions ro{opts.training_seq_len, opts.bad_sample_policy, opts.overlong_policy};
+  data::ByteProgress progress("prepare", total);
+  data::ReadCounts rc = data::read_sample_files(files, ro, builder, [&](std::uint64_t b, std::uint64_t n) { progress.update(b, n); });
+  progress.finish(rc.input_bytes, rc.kept);
+  double read_s = progress.elapsed_s();
+  EAGLE_CHECK(rc.kept > 0, Error(ErrorKind::input, "no samples left to write")
+                               .file(files.front())
+                               .found(std::to_string(rc.records) + " samples read, none kept"));
+  if (rc.truncated) log::info("data", "{} samples longer than {} tokens truncated", rc.truncated, opts.training_seq_len);
+  if (rc.dropped) log::info("data", "{} samples dropped (overlong or no trained token left)", rc.dropped);
+  if (rc.skipped) log::warn("data", "{} bad samples skipped", rc.skipped);
+
+  data::TokenStats counts;
+  counts.truncated = rc.truncated;
+  counts.dropped = rc.dropped;
+  counts.skipped = rc.skipped;
+  data::Dataset all = builder.finish(opts.output, counts);
+  auto val = data::validation_indices(all.size(), opts.validation_fraction, static_cast<std::uint64_t>(opts.seed));
+  auto train = data::complement_indices(all.size(), val);
+
+  fs::path out(opts.output);
+  fs::path tmp = out.string() + ".tmp-" + std::to_string(getpid());
+  std::error_code ec;
+  fs::remove_all(tmp, ec);
+  fs::create_directories(tmp, ec);
+  EAGLE_CHECK(!ec, Error(ErrorKind::output, "cannot create the folder").file(tmp.string()).found(ec.message()));
+  try {
+    nlohmann::json j;
+    j["format"] = "eagle-train dataset statistics";
+    j["version"] = data::kStatsFormatVersion;
+    j["inputs"] = files;
+    j["input_bytes"] = rc.input_bytes;
+    j["training_seq_len"] = opts.training_seq_len;
+    j["overlong_policy"] = policy_name(opts.overlong_policy);
+    j["bad_sample_policy"] = policy_name(opts.bad_sample_policy);
+    j["validation_fraction"] = opts.validation_fraction;
+    j["seed"] = opts.seed;
+    j["records"] = rc.records;
+    j["kept"] = rc.kept;
+    j["truncated"] = rc.truncated;
+    j["dropped"] = rc.dropped;
+    j["skipped"] = rc.skipped;
+    auto ts = data::write_dataset_file((tmp / data::kTrainFile).string(), all, train, counts, opts.training_seq_len);
+    j["splits"]["train"] = data::stats_to_json(ts);
+    j["splits"]["train"]["file"] = data::kTrainFile;
+    if (!val.empty()) {
+      auto vs = data::write_dataset_file((tmp / data::kValidationFile).string(), all, val, data::TokenStats{},
+                                         opts.training_seq_len);
+      j["splits"]["validation"] = data::stats_to_json(vs);
+      j["splits"]["validation"]["file"] = data::kValidationFile;
+    }
+    write_json(tmp / data::kStatsFile, j);
+    if (fs::exists(out)) fs::remove(out);  // an empty folder (check_output)
+    fs::rename(tmp, out);
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  double total_s = progress.elapsed_s();
+  log::info("data", "wrote {}: {} train + {} validation samples, {} tokens; read {:.1f} MB/s, {:.2f} s in all",
+            opts.output, train.size(), val.size(), all.total_tokens(),
+            static_cast<double>(rc.input_bytes) / 1e6 / std::max(read_s, 1e-9), total_s);
 }
 
 }  // namespace eagle::cli

@@ -28,7 +28,9 @@ TokenStats compute_stats(const std::vector<Sample>& samples) {
     std::size_t b = length_bucket(static_cast<std::int64_t>(sm.input_ids.size()));
     if (s.length_histogram.size() <= b) s.length_histogram.resize(b + 1, 0);
     ++s.length_histogram[b];
+    s.max_length = std::max(s.max_length, static_cast<std::int64_t>(sm.input_ids.size()));
     for (std::size_t i = 0; i < sm.input_ids.size(); ++i) {
+      s.max_token_id = std::max(s.max_token_id, sm.input_ids[i]);
       if (!sm.loss_mask[i]) continue;
       ++s.trained_tokens;
       TokenId t = sm.input_ids[i];
@@ -39,8 +41,60 @@ TokenStats compute_stats(const std::vector<Sample>& samples) {
   return s;
 }
 
+namespace {
+
+template <typename T>
+void add_flat_stats(const T* tokens, const DatasetStorage& st, const std::vector<std::size_t>* indices, TokenStats& s) {
+  std::uint32_t max_id = 0;
+  std::size_t n = indices ? indices->size() : st.num_samples;
+  for (std::size_t j = 0; j < n; ++j) {
+    std::size_t i = indices ? (*indices)[j] : j;
+    std::uint64_t begin = st.offsets[i], end = st.offsets[i + 1];
+    auto len = static_cast<std::int64_t>(end - begin);
+    ++s.samples;
+    s.tokens += end - begin;
+    s.max_length = std::max(s.max_length, len);
+    std::size_t b = length_bucket(len);
+    if (s.length_histogram.size() <= b) s.length_histogram.resize(b + 1, 0);
+    ++s.length_histogram[b];
+    for (std::uint64_t k = begin; k < end; ++k) {
+      std::uint32_t t = tokens[k];
+      max_id = std::max(max_id, t);
+      if (!((st.mask_bits[k / 8] >> (k % 8)) & 1u)) continue;
+      ++s.trained_tokens;
+      if (s.trained_token_counts.size() <= t) s.trained_token_counts.resize(std::size_t{t} + 1, 0);
+      ++s.trained_token_counts[t];
+    }
+  }
+  s.max_token_id = max_id;
+}
+
+TokenStats compute_stats_of(const DatasetStorage& storage, const std::vector<std::size_t>* indices) {
+  TokenStats s;
+  if (storage.token_bytes == 2)
+    add_flat_stats(static_cast<const std::uint16_t*>(storage.tokens), storage, indices, s);
+  else
+    add_flat_stats(static_cast<const std::uint32_t*>(storage.tokens), storage, indices, s);
+  return s;
+}
+
+}  // namespace
+
+TokenStats compute_stats(const DatasetStorage& storage) { return compute_stats_of(storage, nullptr); }
+TokenStats compute_stats(const DatasetStorage& storage, const std::vector<std::size_t>& indices) {
+  return compute_stats_of(storage, &indices);
+}
+
 Dataset::Dataset(DatasetStorage storage, TokenStats stats, std::string source)
-    : storage_(std::move(storage)), stats_(std::move(stats)), source_(std::move(source)) {}
+    : storage_(std::move(storage)), stats_(std::move(stats)), source_(std::move(source)) {
+  if (stats_.samples != size() || stats_.tokens != total_tokens()) {
+    TokenStats computed = compute_stats(storage_);
+    computed.truncated = stats_.truncated;
+    computed.dropped = stats_.dropped;
+    computed.skipped = stats_.skipped;
+    stats_ = std::move(computed);
+  }
+}
 
 Dataset Dataset::from_samples(const std::vector<Sample>& samples, std::string source) {
   auto mem = std::make_shared<MemoryStorage>();
@@ -112,16 +166,6 @@ Dataset Dataset::subset(const std::vector<std::size_t>& indices) const {
   samples.reserve(indices.size());
   for (std::size_t i : indices) samples.push_back(sample(i));
   return from_samples(samples, source_);
-}
-
-TokenId Dataset::max_token_id() const {
-  TokenId m = 0;
-  for (std::uint64_t k = 0; k < total_tokens(); ++k) {
-    TokenId t = storage_.token_bytes == 2 ? static_cast<const std::uint16_t*>(storage_.tokens)[k]
-                                          : static_cast<const std::uint32_t*>(storage_.tokens)[k];
-    m = std::max(m, t);
-  }
-  return m;
 }
 
 }  // namespace eagle::data

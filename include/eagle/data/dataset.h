@@ -23,6 +23,8 @@ struct TokenStats {
   std::vector<std::uint64_t> length_histogram;      // index = length bucket (see data.md)
   std::uint64_t samples = 0, tokens = 0, trained_tokens = 0;
   std::uint64_t truncated = 0, dropped = 0, skipped = 0;
+  TokenId max_token_id = 0;   // largest id of any kept token, trained or not (0 when empty)
+  std::int64_t max_length = 0;  // longest kept sample, tokens
 };
 
 // Flat storage; `owner` keeps the memory (vectors or a mapping) alive.
@@ -38,6 +40,8 @@ struct DatasetStorage {
 class Dataset {
  public:
   Dataset() = default;
+  // `stats` must describe `storage`; when its sample or token count does not match (e.g. default
+  // stats), they are computed from the storage (one pass).
   Dataset(DatasetStorage storage, TokenStats stats, std::string source);
   // In-memory dataset (tests, on-the-fly JSONL). Stats are computed from the samples.
   static Dataset from_samples(const std::vector<Sample>& samples, std::string source = "<memory>");
@@ -55,7 +59,7 @@ class Dataset {
   Sample sample(std::size_t i) const;
   // A dataset of the given samples of this one (for splits), in memory.
   Dataset subset(const std::vector<std::size_t>& indices) const;
-  TokenId max_token_id() const;
+  TokenId max_token_id() const { return stats_.max_token_id; }  // O(1): kept in the stats
 
   const TokenStats& stats() const { return stats_; }
   const std::string& source() const { return source_; }
@@ -69,6 +73,9 @@ class Dataset {
 
 // Computes TokenStats of samples (truncated/dropped/skipped counts left at 0).
 TokenStats compute_stats(const std::vector<Sample>& samples);
+// The same over flat storage: all samples, or the samples at `indices`.
+TokenStats compute_stats(const DatasetStorage& storage);
+TokenStats compute_stats(const DatasetStorage& storage, const std::vector<std::size_t>& indices);
 // The length-histogram bucket of a sample length (powers of two: bucket b holds [2^b, 2^(b+1))).
 std::size_t length_bucket(std::int64_t length);
 

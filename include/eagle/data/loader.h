@@ -1,0 +1,41 @@
+// Loading training data for the trainer and data-stats: a prepared dataset folder (memory-mapped,
+// with its stored validation split) or JSON sample files parsed on the fly into the same layout.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "eagle/config/options.h"
+#include "eagle/data/dataset.h"
+
+namespace eagle::data {
+
+// The files of a prepared dataset folder (docs/data.md).
+inline constexpr const char* kTrainFile = "train.bin";
+inline constexpr const char* kValidationFile = "validation.bin";
+inline constexpr const char* kStatsFile = "stats.json";
+
+struct LoadOptions {
+  std::int64_t training_seq_len;
+  config::BadSamplePolicy bad_sample_policy;
+  config::OverlongPolicy overlong_policy;
+  double validation_fraction = 0;  // JSON input, or a prepared folder without a stored split
+  std::uint64_t seed = 42;
+};
+
+struct LoadedData {
+  Dataset train;
+  std::optional<Dataset> validation;
+};
+
+// True when path is a folder written by eagle-train prepare (it holds train.bin).
+bool is_prepared_dataset(const std::string& path);
+
+// path: a prepared dataset folder (its validation split is used when present), a single prepared
+// .bin file, a .jsonl/.json(.gz) file, or a folder of such files. Samples longer than
+// training_seq_len are truncated or dropped (a prepared dataset written with a larger limit is
+// then copied into memory). Throws eagle::Error (ErrorKind::input) naming file, place and field.
+LoadedData load_dataset(const std::string& path, const LoadOptions& opts);
+
+}  // namespace eagle::data

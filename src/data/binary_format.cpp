@@ -1,0 +1,271 @@
+// Writing and memory-mapping prepared dataset files (layout in binary_format.h and docs/data.md).
+#include "eagle/data/binary_format.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <bit>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "eagle/util/error.h"
+
+namespace eagle::data {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "the dataset format is little-endian");
+
+std::uint64_t align_up(std::uint64_t x) { return (x + kSectionAlign - 1) / kSectionAlign * kSectionAlign; }
+
+std::uint64_t fnv1a(const void* data, std::size_t n) {
+  const auto* p = static_cast<const std::uint8_t*>(data);
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
+  return h;
+}
+
+std::uint64_t header_checksum(DatasetHeader h) {
+  h.checksum = 0;
+  return fnv1a(&h, sizeof h);
+}
+
+class Writer {
+ public:
+  explicit Writer(const std::string& path) : path_(path), f_(std::fopen(path.c_str(), "wb")) {
+    if (!f_) throw fail("cannot create the file");
+    std::setvbuf(f_, nullptr, _IOFBF, 4u << 20);
+  }
+  ~Writer() {
+    if (f_) std::fclose(f_);
+  }
+  void write(const void* p, std::size_t n) {
+    if (n && std::fwrite(p, 1, n, f_) != n) throw fail("cannot write the file");
+    pos_ += n;
+  }
+  void pad() {
+    static const char zeros[kSectionAlign] = {};
+    write(zeros, align_up(pos_) - pos_);
+  }
+  std::uint64_t pos() const { return pos_; }
+  void rewrite_start(const void* p, std::size_t n) {
+    if (std::fseek(f_, 0, SEEK_SET) != 0) throw fail("cannot write the file");
+    write(p, n);
+  }
+  void close() {
+    bool ok = std::fflush(f_) == 0 && fsync(fileno(f_)) == 0;
+    ok = std::fclose(f_) == 0 && ok;
+    f_ = nullptr;
+    if (!ok) throw fail("cannot write the file");
+  }
+
+ private:
+  Error fail(const char* what) const {
+    return std::move(Error(ErrorKind::output, what).file(path_).found(std::strerror(errno)));
+  }
+  std::string path_;
+  std::FILE* f_;
+  std::uint64_t pos_ = 0;
+};
+
+// Token ids of the selected samples, converted to the output width.
+template <typename Out>
+void write_tokens(Writer& w, const Dataset& src, const std::vector<std::size_t>& indices) {
+  const DatasetStorage& st = src.storage();
+  std::vector<Out> buf;
+  for (std::size_t i : indices) {
+    std::uint64_t b = st.offsets[i], e = st.offsets[i + 1];
+    if (st.token_bytes == static_cast<int>(sizeof(Out))) {
+      w.write(static_cast<const Out*>(st.tokens) + b, (e - b) * sizeof(Out));
+      continue;
+    }
+    buf.resize(e - b);
+    for (std::uint64_t k = b; k < e; ++k) {
+      buf[k - b] = st.token_bytes == 2 ? static_cast<Out>(static_cast<const std::uint16_t*>(st.tokens)[k])
+                                       : static_cast<Out>(static_cast<const std::uint32_t*>(st.tokens)[k]);
+    }
+    w.write(buf.data(), buf.size() * sizeof(Out));
+  }
+}
+
+void write_mask(Writer& w, const Dataset& src, const std::vector<std::size_t>& indices) {
+  const DatasetStorage& st = src.storage();
+  bool identity = indices.size() == src.size();
+  for (std::size_t j = 0; identity && j < indices.size(); ++j) identity = indices[j] == j;
+  if (identity) {
+    w.write(st.mask_bits, (src.total_tokens() + 7) / 8);
+    return;
+  }
+  std::vector<std::uint8_t> out;
+  std::uint8_t cur = 0;
+  unsigned nbits = 0;
+  for (std::size_t i : indices) {
+    for (std::uint64_t k = st.offsets[i]; k < st.offsets[i + 1]; ++k) {
+      cur |= static_cast<std::uint8_t>(((st.mask_bits[k / 8] >> (k % 8)) & 1u) << nbits);
+      if (++nbits == 8) {
+        out.push_back(cur);
+        cur = 0;
+        nbits = 0;
+        if (out.size() == (1u << 20)) {
+          w.write(out.data(), out.size());
+          out.clear();
+        }
+      }
+    }
+  }
+  if (nbits) out.push_back(cur);
+  w.write(out.data(), out.size());
+}
+
+Error bad_file(const std::string& path, std::string what) {
+  return std::move(Error(ErrorKind::input, std::move(what)).file(path));
+}
+
+}  // namespace
+
+TokenStats write_dataset_file(const std::string& path, const Dataset& src, const std::vector<std::size_t>& indices,
+                              const TokenStats& counts, std::int64_t training_seq_len) {
+  TokenStats stats = compute_stats(src.storage(), indices);
+  stats.truncated = counts.truncated;
+  stats.dropped = counts.dropped;
+  stats.skipped = counts.skipped;
+
+  DatasetHeader h{};
+  std::memcpy(h.magic, kDatasetMagic, sizeof h.magic);
+  h.version = kDatasetVersion;
+  h.header_bytes = sizeof(DatasetHeader);
+  h.token_bytes = stats.max_token_id > 0xFFFF ? 4 : 2;
+  h.max_token_id = stats.max_token_id;
+  h.num_samples = stats.samples;
+  h.num_tokens = stats.tokens;
+  h.max_length = static_cast<std::uint64_t>(stats.max_length);
+  h.training_seq_len = static_cast<std::uint64_t>(training_seq_len);
+  h.histogram_entries = stats.length_histogram.size();
+  h.counts_entries = stats.trained_token_counts.size();
+  h.trained_tokens = stats.trained_tokens;
+  h.truncated = stats.truncated;
+  h.dropped = stats.dropped;
+  h.skipped = stats.skipped;
+
+  Writer w(path);
+  w.write(&h, sizeof h);
+  w.pad();
+  h.tokens_offset = w.pos();
+  if (h.token_bytes == 2)
+    write_tokens<std::uint16_t>(w, src, indices);
+  else
+    write_tokens<std::uint32_t>(w, src, indices);
+  w.pad();
+  h.mask_offset = w.pos();
+  write_mask(w, src, indices);
+  w.pad();
+  h.offsets_offset = w.pos();
+  std::vector<std::uint64_t> offsets;
+  offsets.reserve(indices.size() + 1);
+  offsets.push_back(0);
+  for (std::size_t i : indices) offsets.push_back(offsets.back() + static_cast<std::uint64_t>(src.length(i)));
+  w.write(offsets.data(), offsets.size() * 8);
+  w.pad();
+  h.histogram_offset = w.pos();
+  w.write(stats.length_histogram.data(), stats.length_histogram.size() * 8);
+  w.pad();
+  h.counts_offset = w.pos();
+  w.write(stats.trained_token_counts.data(), stats.trained_token_counts.size() * 8);
+  w.pad();
+  h.file_bytes = w.pos();
+  h.checksum = header_checksum(h);
+  w.rewrite_start(&h, sizeof h);
+  w.close();
+  return stats;
+}
+
+DatasetHeader read_dataset_header(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::move(bad_file(path, "cannot open the dataset file").found(std::strerror(errno)));
+  struct stat sb {};
+  fstat(fd, &sb);
+  DatasetHeader h{};
+  ssize_t got = ::pread(fd, &h, sizeof h, 0);
+  ::close(fd);
+  auto size = static_cast<std::uint64_t>(sb.st_size);
+  if (got < 8 || std::memcmp(h.magic, kDatasetMagic, sizeof h.magic) != 0)
+    throw std::move(bad_file(path, "not an eagle-train dataset file")
+                        .place("header")
+                        .expected("the magic bytes EAGLEDS1")
+                        .hint("create it with eagle-train prepare"));
+  if (got < static_cast<ssize_t>(sizeof h))
+    throw std::move(bad_file(path, "dataset file is truncated").place("header").expected("256 header bytes").found(std::to_string(size) + " bytes"));
+  if (h.version != kDatasetVersion)
+    throw std::move(bad_file(path, "unsupported dataset format version")
+                        .place("header")
+                        .expected(std::to_string(kDatasetVersion))
+                        .found(std::to_string(h.version))
+                        .hint("prepare the dataset again with this eagle-train"));
+  if (h.checksum != header_checksum(h))
+    throw std::move(bad_file(path, "dataset header is corrupt").place("header").expected("a matching header checksum"));
+  if (h.file_bytes != size)
+    throw std::move(bad_file(path, size < h.file_bytes ? "dataset file is truncated" : "dataset file has extra bytes")
+                        .expected(std::to_string(h.file_bytes) + " bytes (from the header)")
+                        .found(std::to_string(size) + " bytes")
+                        .hint("prepare the dataset again"));
+  auto section = [&](const char* name, std::uint64_t offset, std::uint64_t bytes) {
+    if (offset % kSectionAlign != 0 || offset < sizeof h || offset > size || bytes > size - offset)
+      throw std::move(bad_file(path, "dataset section lies outside the file")
+                          .place(std::string("section ") + name)
+                          .expected("an aligned range within " + std::to_string(size) + " bytes")
+                          .found("offset " + std::to_string(offset) + ", " + std::to_string(bytes) + " bytes"));
+  };
+  if (h.header_bytes != sizeof h || (h.token_bytes != 2 && h.token_bytes != 4) || h.num_samples > size ||
+      h.num_tokens > size || h.histogram_entries > size || h.counts_entries > size)
+    throw std::move(bad_file(path, "dataset header holds impossible values").place("header"));
+  section("tokens", h.tokens_offset, h.num_tokens * h.token_bytes);
+  section("mask", h.mask_offset, (h.num_tokens + 7) / 8);
+  section("offsets", h.offsets_offset, (h.num_samples + 1) * 8);
+  section("histogram", h.histogram_offset, h.histogram_entries * 8);
+  section("counts", h.counts_offset, h.counts_entries * 8);
+  return h;
+}
+
+Dataset open_dataset_file(const std::string& path) {
+  DatasetHeader h = read_dataset_header(path);
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::move(bad_file(path, "cannot open the dataset file").found(std::strerror(errno)));
+  void* base = mmap(nullptr, h.file_bytes, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (base == MAP_FAILED) throw std::move(bad_file(path, "cannot map the dataset file").found(std::strerror(errno)));
+  std::size_t len = h.file_bytes;
+  std::shared_ptr<const void> owner(base, [len](const void* p) { munmap(const_cast<void*>(p), len); });
+  const auto* bytes = static_cast<const std::uint8_t*>(base);
+
+  DatasetStorage st;
+  st.owner = owner;
+  st.tokens = bytes + h.tokens_offset;
+  st.token_bytes = static_cast<int>(h.token_bytes);
+  st.mask_bits = bytes + h.mask_offset;
+  st.offsets = reinterpret_cast<const std::uint64_t*>(bytes + h.offsets_offset);
+  st.num_samples = h.num_samples;
+  if (st.offsets[0] != 0 || st.offsets[h.num_samples] != h.num_tokens)
+    throw std::move(bad_file(path, "dataset offsets do not match the token count")
+                        .place("section offsets")
+                        .expected("0 .. " + std::to_string(h.num_tokens))
+                        .found(std::to_string(st.offsets[0]) + " .. " + std::to_string(st.offsets[h.num_samples])));
+
+  TokenStats stats;
+  const auto* hist = reinterpret_cast<const std::uint64_t*>(bytes + h.histogram_offset);
+  const auto* counts = reinterpret_cast<const std::uint64_t*>(bytes + h.counts_offset);
+  stats.length_histogram.assign(hist, hist + h.histogram_entries);
+  stats.trained_token_counts.assign(counts, counts + h.counts_entries);
+  stats.samples = h.num_samples;
+  stats.tokens = h.num_tokens;
+  stats.trained_tokens = h.trained_tokens;
+  stats.truncated = h.truncated;
+  stats.dropped = h.dropped;
+  stats.skipped = h.skipped;
+  stats.max_token_id = h.max_token_id;
+  stats.max_length = static_cast<std::int64_t>(h.max_length);
+  return Dataset(std::move(st), std::move(stats), path);
+}
+
+}  // namespace eagle::data

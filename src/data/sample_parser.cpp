@@ -1,0 +1,269 @@
+// Parses and validates one pretokenized sample object with simdjson's On-Demand API, then applies
+// the overlong and bad-sample policies (see docs/data.md for the rules).
+#include "sample_parser.h"
+
+#include <simdjson.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "eagle/io/log.h"
+#include "eagle/util/error.h"
+
+namespace eagle::data {
+namespace {
+
+namespace od = simdjson::ondemand;
+using config::BadSamplePolicy;
+using config::OverlongPolicy;
+
+constexpr std::int64_t kIgnoreLabel = -100;  // Hugging Face's ignore index
+constexpr std::uint64_t kMaxTokenId = 0xFFFFFFFFull;
+constexpr int kLoggedSkips = 5;
+
+Error bad(std::string message, std::string place) {
+  return std::move(Error(ErrorKind::input, std::move(message)).place(std::move(place)));
+}
+
+Error malformed(simdjson::error_code code, std::string place) {
+  return std::move(bad("malformed JSON", std::move(place)).found(simdjson::error_message(code)));
+}
+
+std::string element(const char* field, std::size_t i) { return std::string("field ") + field + "[" + std::to_string(i) + "]"; }
+
+std::string token_text(od::value& v) {
+  std::string_view raw = v.raw_json_token();
+  while (!raw.empty() && (raw.back() == ' ' || raw.back() == '\n' || raw.back() == '\r' || raw.back() == '\t'))
+    raw.remove_suffix(1);
+  if (raw.size() > 40) return std::string(raw.substr(0, 40)) + "...";
+  return std::string(raw);
+}
+
+bool is_type_error(simdjson::error_code e) {
+  return e == simdjson::INCORRECT_TYPE || e == simdjson::NUMBER_ERROR || e == simdjson::NUMBER_OUT_OF_RANGE;
+}
+
+// Reads an array of integers of field `name` into out; `what` names the entries in messages.
+void read_int_array(od::value& field_value, const char* name, std::vector<std::int64_t>* out_wide,
+                    std::vector<TokenId>* out_ids, std::vector<std::uint8_t>* out_mask) {
+  od::array arr;
+  if (auto e = field_value.get_array().get(arr)) {
+    if (!is_type_error(e)) throw malformed(e, std::string("field ") + name);
+    throw std::move(bad(std::string("field ") + name + " is not an array", std::string("field ") + name)
+                        .expected("an array of integers")
+                        .found(token_text(field_value)));
+  }
+  std::size_t i = 0;
+  for (auto item : arr) {
+    od::value v;
+    if (auto e = item.get(v)) throw malformed(e, element(name, i));
+    std::int64_t x = 0;
+    if (auto e = v.get_int64().get(x)) {
+      std::string text = token_text(v);
+      // A JSON value starts with one of these; anything else (a stray '}' or ',') is broken JSON.
+      bool value_start = !text.empty() && std::string_view("\"-0123456789tfn[{").find(text[0]) != std::string_view::npos;
+      if (!is_type_error(e) || !value_start) throw std::move(malformed(e, element(name, i)).found("'" + text + "'"));
+      const char* what = out_ids ? "token id is not an integer" : "entry is not an integer";
+      throw std::move(bad(what, element(name, i)).expected("an integer").found(text));
+    }
+    if (out_ids) {
+      if (x < 0 || static_cast<std::uint64_t>(x) > kMaxTokenId)
+        throw std::move(bad(x < 0 ? "token id is negative" : "token id is too large", element(name, i))
+                            .expected("an id in [0, 4294967295]")
+                            .found(std::to_string(x)));
+      out_ids->push_back(static_cast<TokenId>(x));
+    } else if (out_mask) {
+      if (x != 0 && x != 1)
+        throw std::move(bad("loss_mask value is not 0 or 1", element(name, i)).expected("0 or 1").found(std::to_string(x)));
+      out_mask->push_back(static_cast<std::uint8_t>(x));
+    } else {
+      out_wide->push_back(x);
+    }
+    ++i;
+  }
+}
+
+}  // namespace
+
+// simdjson 3.0 has no document::at_end(): past the last token current_location() fails.
+bool at_end(od::document& doc) {
+  const char* at = nullptr;
+  return doc.current_location().get(at) != simdjson::SUCCESS;
+}
+
+struct SampleParser::Impl {
+  Impl(const ReadOptions& o, FlatBuilder& b, ReadCounts& c) : opts(o), out(&b), counts(&c) {}
+  ReadOptions opts;
+  FlatBuilder* out;
+  ReadCounts* counts;
+  od::parser parser;
+  std::vector<TokenId> ids;
+  std::vector<std::uint8_t> mask;
+  std::vector<std::int64_t> labels;
+
+  // Validates the object and fills ids/mask; throws Error with the place relative to the sample.
+  void read_object(od::object& obj) {
+    ids.clear();
+    mask.clear();
+    labels.clear();
+    bool has_ids = false, has_mask = false, has_labels = false;
+    for (auto f : obj) {
+      od::field field;
+      if (auto e = std::move(f).get(field)) throw malformed(e, "a field name");
+      std::string_view key;
+      if (auto e = field.unescaped_key().get(key)) throw malformed(e, "a field name");
+      bool* seen = key == "input_ids" ? &has_ids : key == "loss_mask" ? &has_mask : key == "labels" ? &has_labels : nullptr;
+      if (!seen) continue;  // other fields (id, conversations, ...) are ignored
+      if (*seen) throw bad("field given twice", "field " + std::string(key));
+      *seen = true;
+      if (key == "input_ids")
+        read_int_array(field.value(), "input_ids", nullptr, &ids, nullptr);
+      else if (key == "loss_mask")
+        read_int_array(field.value(), "loss_mask", nullptr, nullptr, &mask);
+      else
+        read_int_array(field.value(), "labels", &labels, nullptr, nullptr);
+    }
+    if (!has_ids)
+      throw std::move(bad("field input_ids is missing", "field input_ids").expected("an array of token ids").found("no such field"));
+    if (has_mask && has_labels)
+      throw std::move(bad("both labels and loss_mask are given", "fields labels, loss_mask")
+                          .hint("give one: loss_mask (0/1 per token) or labels (-100 for masked tokens)"));
+    if (ids.empty()) throw std::move(bad("empty sample", "field input_ids").expected("at least one token").found("[]"));
+    if (has_mask && mask.size() != ids.size())
+      throw std::move(bad("loss_mask length differs from input_ids", "field loss_mask")
+                          .expected(std::to_string(ids.size()) + " entries")
+                          .found(std::to_string(mask.size())));
+    if (has_labels) {
+      if (labels.size() != ids.size())
+        throw std::move(bad("labels length differs from input_ids", "field labels")
+                            .expected(std::to_string(ids.size()) + " entries")
+                            .found(std::to_string(labels.size())));
+      mask.resize(ids.size());
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        if (labels[i] == kIgnoreLabel) {
+          mask[i] = 0;
+        } else if (labels[i] == static_cast<std::int64_t>(ids[i])) {
+          mask[i] = 1;
+        } else {
+          throw std::move(bad("labels differ from input_ids", element("labels", i))
+                              .expected("input_ids[" + std::to_string(i) + "] = " + std::to_string(ids[i]) + " or -100")
+                              .found(std::to_string(labels[i]))
+                              .hint("labels must be unshifted (labels[i] = input_ids[i]); shifted labels are not accepted"));
+        }
+      }
+    }
+    if (!has_mask && !has_labels) mask.assign(ids.size(), 1);
+    if (std::find(mask.begin(), mask.end(), 1) == mask.end())
+      throw bad("sample has no trained token (every loss_mask entry is 0)", has_labels ? "field labels" : "field loss_mask");
+  }
+
+  // Applies the overlong policy to the validated sample and appends it.
+  void keep() {
+    std::size_t n = ids.size();
+    auto limit = static_cast<std::size_t>(opts.training_seq_len);
+    if (n > limit) {
+      if (opts.overlong_policy == OverlongPolicy::drop) {
+        ++counts->dropped;
+        return;
+      }
+      n = limit;
+      if (std::find(mask.begin(), mask.begin() + static_cast<std::ptrdiff_t>(n), 1) == mask.begin() + static_cast<std::ptrdiff_t>(n)) {
+        ++counts->dropped;  // every trained token lay beyond the cut
+        return;
+      }
+      ++counts->truncated;
+    }
+    out->add(ids.data(), mask.data(), n);
+    ++counts->kept;
+  }
+
+  void skip_or_throw(Error& e) {
+    if (opts.bad_sample_policy == BadSamplePolicy::error) throw e;
+    if (counts->skipped < kLoggedSkips) log::warn("data", "skipping a bad sample: {}", e.format());
+    ++counts->skipped;
+  }
+};
+
+SampleParser::SampleParser(const ReadOptions& opts, FlatBuilder& out, ReadCounts& counts)
+    : impl_(std::make_unique<Impl>(opts, out, counts)) {}
+SampleParser::~SampleParser() = default;
+
+void SampleParser::parse_line(const std::string& file, std::uint64_t line, const char* data, std::size_t len) {
+  Impl& m = *impl_;
+  ++m.counts->records;
+  try {
+    od::document doc;
+    if (auto e = m.parser.iterate(data, len, len + simdjson::SIMDJSON_PADDING).get(doc)) throw malformed(e, "");
+    od::object obj;
+    if (auto e = doc.get_object().get(obj)) {
+      if (!is_type_error(e)) throw malformed(e, "");
+      throw std::move(bad("a line is not a JSON object", "").expected("{\"input_ids\": [...], ...}"));
+    }
+    m.read_object(obj);
+    if (!at_end(doc)) throw std::move(bad("malformed JSON", "").found("content after the object"));
+  } catch (Error& e) {
+    e.file(file);
+    e.place(e.place().empty() ? "line " + std::to_string(line) : "line " + std::to_string(line) + ", " + e.place());
+    m.skip_or_throw(e);
+    return;
+  }
+  m.keep();
+}
+
+void SampleParser::parse_array(const std::string& file, const char* data, std::size_t len,
+                               const std::function<void(std::uint64_t)>& on_sample) {
+  Impl& m = *impl_;
+  od::document doc;
+  std::size_t index = 0;
+  auto line_of = [&]() {
+    const char* at = nullptr;
+    if (doc.current_location().get(at)) return std::string();
+    return " (line " + std::to_string(1 + std::count(data, at, '\n')) + ")";
+  };
+  auto fail = [&](Error& e, bool recoverable) {
+    e.file(file);
+    std::string where = "array index " + std::to_string(index) + line_of();
+    e.place(e.place().empty() ? where : where + ", " + e.place());
+    if (recoverable) {
+      m.skip_or_throw(e);
+    } else {
+      throw e;
+    }
+  };
+  if (auto e = m.parser.iterate(data, len, len + simdjson::SIMDJSON_PADDING).get(doc)) {
+    Error err = malformed(e, "");
+    fail(err, false);
+  }
+  od::array arr;
+  if (auto e = doc.get_array().get(arr)) {
+    Error err = std::move(bad("the file is not a JSON array of samples", "").expected("[{\"input_ids\": [...]}, ...]"));
+    if (!is_type_error(e)) err = malformed(e, "");
+    throw std::move(err.file(file));
+  }
+  for (auto item : arr) {
+    ++m.counts->records;
+    try {
+      od::object obj;
+      if (auto e = item.get_object().get(obj)) {
+        if (!is_type_error(e)) throw malformed(e, "");
+        throw std::move(bad("an array element is not a JSON object", "").expected("{\"input_ids\": [...], ...}"));
+      }
+      m.read_object(obj);
+    } catch (Error& e) {
+      // Only errors found after the whole element was read leave the parser where it can go on.
+      fail(e, e.message() != "malformed JSON");
+      ++index;
+      continue;
+    }
+    m.keep();
+    ++index;
+    const char* at = nullptr;
+    if (on_sample && !doc.current_location().get(at)) on_sample(static_cast<std::uint64_t>(at - data));
+  }
+  if (!at_end(doc)) {
+    Error err = std::move(bad("malformed JSON", "").found("content after the array"));
+    throw std::move(err.file(file));
+  }
+}
+
+}  // namespace eagle::data

@@ -1,0 +1,226 @@
+// Reading pretokenized samples: JSONL, JSON arrays, folders, gzip, labels/loss_mask conventions,
+// the prepared binary format (round trip, refusal of truncated or foreign files), splits.
+#include <zlib.h>
+
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <random>
+
+#include "eagle/data/binary_format.h"
+#include "eagle/data/flat_builder.h"
+#include "eagle/data/loader.h"
+#include "eagle/util/error.h"
+#include "helpers.h"
+
+using eagle::data::Sample;
+using eagle::test::TempDir;
+using eagle::test::write_file;
+
+namespace {
+
+eagle::data::LoadOptions opts(std::int64_t seq_len = 2048, double val = 0) {
+  return {seq_len, eagle::config::BadSamplePolicy::error, eagle::config::OverlongPolicy::truncate, val, 42};
+}
+
+std::vector<Sample> all_samples(const eagle::data::Dataset& ds) {
+  std::vector<Sample> out;
+  for (std::size_t i = 0; i < ds.size(); ++i) out.push_back(ds.sample(i));
+  return out;
+}
+
+std::string jsonl_line(const Sample& s) {
+  std::string ids, mask;
+  for (std::size_t i = 0; i < s.input_ids.size(); ++i) {
+    ids += (i ? "," : "") + std::to_string(s.input_ids[i]);
+    mask += (i ? "," : "") + std::to_string(s.loss_mask[i]);
+  }
+  return "{\"input_ids\": [" + ids + "], \"loss_mask\": [" + mask + "]}";
+}
+
+void write_gz(const std::filesystem::path& p, const std::string& content) {
+  gzFile f = gzopen(p.c_str(), "wb");
+  REQUIRE(f);
+  REQUIRE(gzwrite(f, content.data(), static_cast<unsigned>(content.size())) == static_cast<int>(content.size()));
+  gzclose(f);
+}
+
+std::vector<Sample> random_samples(std::size_t n, std::uint32_t max_id, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<Sample> out(n);
+  for (auto& s : out) {
+    std::size_t len = 1 + rng() % 40;
+    for (std::size_t i = 0; i < len; ++i) {
+      s.input_ids.push_back(rng() % (max_id + 1));
+      s.loss_mask.push_back(static_cast<std::uint8_t>(rng() % 3 != 0));
+    }
+    s.loss_mask.back() = 1;  // at least one trained token
+  }
+  return out;
+}
+
+bool same(const std::vector<Sample>& a, const std::vector<Sample>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a[i].input_ids != b[i].input_ids || a[i].loss_mask != b[i].loss_mask) return false;
+  return true;
+}
+
+const std::vector<Sample> kThree = {{{5, 6, 7}, {0, 1, 1}}, {{8, 9}, {1, 1}}, {{10, 11, 12, 13}, {0, 0, 1, 0}}};
+
+}  // namespace
+
+TEST_CASE("JSONL: loss_mask, labels and no mask give exact samples; extra fields ignored", "[data]") {
+  TempDir dir;
+  write_file(dir / "a.jsonl",
+             "{\"id\": \"x\", \"input_ids\": [5, 6, 7], \"loss_mask\": [0, 1, 1], \"conversations\": [{\"from\": \"human\", \"value\": \"[1,2]\"}]}\n"
+             "\n"
+             "{\"labels\": [8, 9], \"input_ids\": [8, 9]}\r\n"
+             "{\"input_ids\": [10, 11, 12, 13], \"labels\": [-100, -100, 12, -100]}");  // no final newline
+  auto d = eagle::data::load_dataset((dir / "a.jsonl").string(), opts());
+  CHECK(same(all_samples(d.train), kThree));
+  CHECK_FALSE(d.validation);
+
+  write_file(dir / "b.jsonl", "{\"input_ids\": [3, 4]}\n");
+  auto all = eagle::data::load_dataset((dir / "b.jsonl").string(), opts());
+  CHECK(same(all_samples(all.train), {{{3, 4}, {1, 1}}}));
+}
+
+TEST_CASE("a JSON array file, gzip files and a folder of them read the same samples", "[data]") {
+  TempDir dir;
+  std::string array = "[\n";
+  for (std::size_t i = 0; i < kThree.size(); ++i) array += (i ? ",\n  " : "  ") + jsonl_line(kThree[i]);
+  array += "\n]\n";
+  write_file(dir / "arr.json", array);
+  CHECK(same(all_samples(eagle::data::load_dataset((dir / "arr.json").string(), opts()).train), kThree));
+
+  std::string jsonl;
+  for (const auto& s : kThree) jsonl += jsonl_line(s) + "\n";
+  write_gz(dir / "x.jsonl.gz", jsonl);
+  write_gz(dir / "y.json.gz", array);
+  CHECK(same(all_samples(eagle::data::load_dataset((dir / "x.jsonl.gz").string(), opts()).train), kThree));
+  CHECK(same(all_samples(eagle::data::load_dataset((dir / "y.json.gz").string(), opts()).train), kThree));
+
+  // A folder: sample files in path order (sub-folders included), other files ignored.
+  std::filesystem::create_directories(dir / "f" / "sub");
+  write_file(dir / "f" / "b.jsonl", jsonl_line(kThree[1]) + "\n");
+  write_gz(dir / "f" / "a.json.gz", "[" + jsonl_line(kThree[0]) + "]");
+  write_file(dir / "f" / "sub" / "c.jsonl", jsonl_line(kThree[2]) + "\n");
+  write_file(dir / "f" / "README.md", "not data");
+  auto f = eagle::data::load_dataset((dir / "f").string(), opts());
+  CHECK(same(all_samples(f.train), kThree));
+  CHECK(f.train.stats().samples == 3);
+  CHECK(f.train.stats().trained_tokens == 5);
+  CHECK(f.train.max_token_id() == 13);
+}
+
+TEST_CASE("statistics of a JSONL load: trained-token counts, histogram, lengths", "[data]") {
+  TempDir dir;
+  write_file(dir / "s.jsonl",
+             "{\"input_ids\": [2, 2, 3], \"loss_mask\": [1, 1, 0]}\n{\"input_ids\": [3, 9], \"loss_mask\": [1, 0]}\n"
+             "{\"input_ids\": [1, 1, 1, 1, 1], \"loss_mask\": [0, 0, 0, 1, 1]}\n");
+  auto s = eagle::data::load_dataset((dir / "s.jsonl").string(), opts()).train.stats();
+  CHECK(s.trained_token_counts == std::vector<std::uint64_t>{0, 2, 2, 1});
+  CHECK(s.length_histogram == std::vector<std::uint64_t>{0, 2, 1});  // lengths 3, 2 -> [2,4); 5 -> [4,8)
+  CHECK(s.tokens == 10);
+  CHECK(s.trained_tokens == 5);
+  CHECK(s.max_token_id == 9);
+  CHECK(s.max_length == 5);
+}
+
+TEST_CASE("prepared file round trip: samples, stats and mapping, uint16 and uint32 tokens", "[data]") {
+  TempDir dir;
+  for (std::uint32_t max_id : {1000u, 200000u}) {
+    auto samples = random_samples(300, max_id, max_id);
+    auto ds = eagle::data::Dataset::from_samples(samples);
+    std::vector<std::size_t> all(samples.size());
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+    std::string path = (dir / ("d" + std::to_string(max_id) + ".bin")).string();
+    eagle::data::write_dataset_file(path, ds, all, {}, 2048);
+    auto h = eagle::data::read_dataset_header(path);
+    CHECK(h.token_bytes == (max_id > 65535 ? 4u : 2u));
+    CHECK(h.tokens_offset % 64 == 0);
+    CHECK(h.offsets_offset % 64 == 0);
+    auto back = eagle::data::open_dataset_file(path);
+    CHECK(same(all_samples(back), samples));
+    CHECK(back.storage().owner != nullptr);
+    CHECK(back.max_token_id() == ds.max_token_id());
+    CHECK(back.stats().trained_token_counts == ds.stats().trained_token_counts);
+    CHECK(back.stats().length_histogram == ds.stats().length_histogram);
+
+    // A subset in another order, re-packed mask bits included.
+    std::vector<std::size_t> pick{7, 3, 299, 0, 150};
+    eagle::data::write_dataset_file(path + ".sub", ds, pick, {}, 2048);
+    auto sub = eagle::data::open_dataset_file(path + ".sub");
+    std::vector<Sample> want;
+    for (auto i : pick) want.push_back(samples[i]);
+    CHECK(same(all_samples(sub), want));
+  }
+}
+
+TEST_CASE("truncated, extended, corrupt and foreign dataset files are refused", "[data]") {
+  TempDir dir;
+  auto ds = eagle::data::Dataset::from_samples(kThree);
+  std::string path = (dir / "d.bin").string();
+  eagle::data::write_dataset_file(path, ds, {0, 1, 2}, {}, 2048);
+  std::string bytes = eagle::test::read_file(path);
+  auto refused = [&](const std::string& content, const char* what) {
+    write_file(dir / "bad.bin", content);
+    try {
+      eagle::data::open_dataset_file((dir / "bad.bin").string());
+      FAIL("accepted a bad file: " << what);
+    } catch (const eagle::Error& e) {
+      CHECK(e.exit_code() == eagle::ExitCode::input);
+      CHECK_THAT(e.format(), Catch::Contains("bad.bin") && Catch::Contains(what));
+    }
+  };
+  refused(bytes.substr(0, bytes.size() - 64), "truncated");
+  refused(bytes.substr(0, 100), "truncated");
+  refused(bytes + "x", "extra bytes");
+  std::string flipped = bytes;
+  flipped[40] ^= 1;
+  refused(flipped, "corrupt");
+  refused("{\"input_ids\": [1, 2]}\n" + std::string(300, ' '), "not an eagle-train dataset");
+  refused("", "not an eagle-train dataset");
+}
+
+TEST_CASE("validation split: seeded, exact size, disjoint, deterministic", "[data]") {
+  auto a = eagle::data::validation_indices(1000, 0.1, 7);
+  CHECK(a.size() == 100);
+  CHECK(a == eagle::data::validation_indices(1000, 0.1, 7));
+  CHECK(a != eagle::data::validation_indices(1000, 0.1, 8));
+  CHECK(std::is_sorted(a.begin(), a.end()));
+  auto rest = eagle::data::complement_indices(1000, a);
+  CHECK(rest.size() == 900);
+  std::vector<std::size_t> merged;
+  std::merge(a.begin(), a.end(), rest.begin(), rest.end(), std::back_inserter(merged));
+  for (std::size_t i = 0; i < merged.size(); ++i) REQUIRE(merged[i] == i);
+  CHECK(eagle::data::validation_indices(3, 0.01, 1).size() == 1);  // at least one
+  CHECK(eagle::data::validation_indices(2, 0.9, 1).size() == 1);   // never all
+  CHECK(eagle::data::validation_indices(1000, 0, 1).empty());
+
+  // load_dataset on JSONL holds out exactly those samples.
+  TempDir dir;
+  auto samples = random_samples(50, 500, 3);
+  std::string text;
+  for (const auto& s : samples) text += jsonl_line(s) + "\n";
+  write_file(dir / "v.jsonl", text);
+  auto d = eagle::data::load_dataset((dir / "v.jsonl").string(), opts(2048, 0.2));
+  REQUIRE(d.validation);
+  auto vi = eagle::data::validation_indices(50, 0.2, 42);
+  std::vector<Sample> want_val, want_train;
+  for (auto i : vi) want_val.push_back(samples[i]);
+  for (auto i : eagle::data::complement_indices(50, vi)) want_train.push_back(samples[i]);
+  CHECK(same(all_samples(*d.validation), want_val));
+  CHECK(same(all_samples(d.train), want_train));
+}
+
+TEST_CASE("max_token_id is kept in the stats (O(1)) and correct for in-memory data", "[data]") {
+  auto ds = eagle::data::Dataset::from_samples({{{4, 70000, 2}, {1, 0, 1}}, {{9}, {1}}});
+  CHECK(ds.max_token_id() == 70000);
+  CHECK(ds.stats().max_token_id == 70000);
+  // Storage given with default stats: they are computed.
+  eagle::data::Dataset copy(ds.storage(), {}, "x");
+  CHECK(copy.max_token_id() == 70000);
+  CHECK(copy.stats().trained_tokens == 3);
+  CHECK(eagle::data::Dataset().max_token_id() == 0);
+}
