@@ -23,7 +23,8 @@ struct TargetConfig {
   double rms_norm_eps = 1e-6;
   RopeConfig rope;
   bool tie_word_embeddings = false;
-  bool attention_bias = false;  // q/k/v bias (Qwen2)
+  bool attention_bias = false;  // q/k/v bias (Qwen2; Llama/Qwen3 with attention_bias)
+  bool o_bias = false;          // o_proj bias (Llama/Qwen3 with attention_bias; never Qwen2)
   bool qk_norm = false;         // q_norm/k_norm (Qwen3)
   std::string hidden_act = "silu";
   std::string dtype = "float32";  // torch_dtype (4.x) or dtype (5.x)
@@ -65,6 +66,10 @@ struct TargetStepOutput {
   torch::Tensor final_hidden;  // [B, n, H]
   torch::Tensor logits;        // [B, n, V] fp32
 };
+
+// Default EAGLE-3 input-of-layer ids for L layers: [2, L/2, L-3] for L >= 7; smaller models get
+// [1, L/2, L-1] clamped to [0, L-1] (docs/models.md).
+std::vector<std::int64_t> default_aux_layer_ids(std::int64_t num_layers);
 
 class TargetModel {
  public:

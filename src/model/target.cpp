@@ -1,0 +1,260 @@
+// TargetModel loading: config.json plus model.safetensors or the shards of
+// model.safetensors.index.json, every tensor checked for presence and shape before any use.
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "eagle/io/log.h"
+#include "eagle/model/safetensors.h"
+#include "eagle/util/error.h"
+#include "target_impl.h"
+
+namespace eagle::model {
+
+namespace fs = std::filesystem;
+
+std::vector<std::int64_t> default_aux_layer_ids(std::int64_t L) {
+  // EAGLE-3's [2, L/2, L-3] is strictly increasing from L = 7 on. Smaller (test) models get evenly
+  // spread layer inputs [1, L/2, L-1] instead, clamped to [0, L-1], so the ids stay low -> high and
+  // never select the final normed output (hidden_states[L]).
+  if (L >= 7) return {2, L / 2, L - 3};
+  auto clamp = [L](std::int64_t v) { return std::max<std::int64_t>(0, std::min(v, L - 1)); };
+  return {clamp(1), clamp(L / 2), clamp(L - 1)};
+}
+
+namespace {
+
+// Where each tensor of the checkpoint lives.
+struct Checkpoint {
+  std::vector<SafetensorsFile> files;
+  std::map<std::string, std::size_t> where;  // tensor name -> index into files
+};
+
+Checkpoint open_checkpoint(const fs::path& dir) {
+  Checkpoint ck;
+  const auto single = dir / "model.safetensors";
+  const auto index = dir / "model.safetensors.index.json";
+  if (fs::exists(single)) {
+    ck.files.push_back(SafetensorsFile::open(single.string()));
+    for (const auto& n : ck.files[0].names()) ck.where[n] = 0;
+    return ck;
+  }
+  if (!fs::exists(index)) {
+    const bool pickle = fs::exists(dir / "pytorch_model.bin") || fs::exists(dir / "pytorch_model.bin.index.json");
+    throw Error(ErrorKind::input, "no safetensors weights in the model folder")
+        .file(dir.string())
+        .expected("model.safetensors or model.safetensors.index.json")
+        .found(pickle ? "pickle weights (pytorch_model.bin), which are never read" : "neither")
+        .hint(pickle ? "convert the checkpoint to safetensors (save_pretrained(..., safe_serialization=True))"
+                     : "point --model_name_or_path at a Hugging Face model folder");
+  }
+  nlohmann::json j;
+  try {
+    std::ifstream in(index);
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ErrorKind::input, "index is not valid JSON").file(index.string()).found(e.what());
+  }
+  EAGLE_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
+              Error(ErrorKind::input, "index has no weight_map object").file(index.string()).place("weight_map"));
+  std::map<std::string, std::size_t> shard_of_file;
+  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
+    EAGLE_CHECK(it.value().is_string(), Error(ErrorKind::input, "weight_map value is not a file name")
+                                            .file(index.string()).place(fmt::format("weight_map \"{}\"", it.key())));
+    const auto shard = it.value().get<std::string>();
+    EAGLE_CHECK(shard.find('/') == std::string::npos && shard.find("..") == std::string::npos,
+                Error(ErrorKind::input, "shard name must be a plain file name in the model folder")
+                    .file(index.string()).place(fmt::format("weight_map \"{}\"", it.key())).found(shard));
+    auto [pos, fresh] = shard_of_file.emplace(shard, ck.files.size());
+    if (fresh) ck.files.push_back(SafetensorsFile::open((dir / shard).string()));
+    const auto& f = ck.files[pos->second];
+    EAGLE_CHECK(f.contains(it.key()), Error(ErrorKind::input, "the index names a tensor its shard lacks")
+                                          .file(f.path()).place(fmt::format("tensor \"{}\"", it.key()))
+                                          .hint("the shard may be from another checkpoint or truncated"));
+    ck.where[it.key()] = pos->second;
+  }
+  // Tensors present in a shard but absent from the map count as unexpected, caught by the caller.
+  for (std::size_t i = 0; i < ck.files.size(); ++i)
+    for (const auto& n : ck.files[i].names()) ck.where.emplace(n, i);
+  return ck;
+}
+
+// Every tensor the config implies, with its shape.
+std::map<std::string, std::vector<std::int64_t>> expected_tensors(const TargetConfig& c) {
+  const auto H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
+  const auto q = c.num_attention_heads * D, kv = c.num_key_value_heads * D;
+  std::map<std::string, std::vector<std::int64_t>> e;
+  e["model.embed_tokens.weight"] = {c.vocab_size, H};
+  e["model.norm.weight"] = {H};
+  if (!c.tie_word_embeddings) e["lm_head.weight"] = {c.vocab_size, H};
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const auto p = fmt::format("model.layers.{}.", l);
+    e[p + "input_layernorm.weight"] = {H};
+    e[p + "post_attention_layernorm.weight"] = {H};
+    e[p + "self_attn.q_proj.weight"] = {q, H};
+    e[p + "self_attn.k_proj.weight"] = {kv, H};
+    e[p + "self_attn.v_proj.weight"] = {kv, H};
+    e[p + "self_attn.o_proj.weight"] = {H, q};
+    if (c.attention_bias) {
+      e[p + "self_attn.q_proj.bias"] = {q};
+      e[p + "self_attn.k_proj.bias"] = {kv};
+      e[p + "self_attn.v_proj.bias"] = {kv};
+    }
+    if (c.o_bias) e[p + "self_attn.o_proj.bias"] = {H};
+    if (c.qk_norm) {
+      e[p + "self_attn.q_norm.weight"] = {D};
+      e[p + "self_attn.k_norm.weight"] = {D};
+    }
+    e[p + "mlp.gate_proj.weight"] = {I, H};
+    e[p + "mlp.up_proj.weight"] = {I, H};
+    e[p + "mlp.down_proj.weight"] = {H, I};
+  }
+  return e;
+}
+
+std::string list_some(const std::vector<std::string>& v) {
+  constexpr std::size_t kShown = 8;
+  std::string s;
+  for (std::size_t i = 0; i < v.size() && i < kShown; ++i) s += (i ? ", " : "") + v[i];
+  if (v.size() > kShown) s += fmt::format(" and {} more", v.size() - kShown);
+  return s;
+}
+
+// Checks names and shapes against the config and throws one error naming every problem.
+void check_tensors(const fs::path& dir, const Checkpoint& ck,
+                   const std::map<std::string, std::vector<std::int64_t>>& expected, const TargetConfig& c) {
+  std::vector<std::string> missing, unexpected, wrong;
+  for (const auto& [name, shape] : expected) {
+    auto it = ck.where.find(name);
+    if (it == ck.where.end()) {
+      missing.push_back(name);
+      continue;
+    }
+    auto got = ck.files[it->second].shape(name);
+    if (got != shape) wrong.push_back(fmt::format("{} {} (expected {})", name, got, shape));
+  }
+  for (const auto& [name, file] : ck.where) {
+    if (expected.count(name)) continue;
+    // Harmless extras: a tied checkpoint that still stores lm_head, and the RoPE buffers of old exports.
+    if (c.tie_word_embeddings && name == "lm_head.weight") continue;
+    if (name.size() > 20 && name.ends_with("rotary_emb.inv_freq")) continue;
+    unexpected.push_back(name);
+  }
+  if (missing.empty() && unexpected.empty() && wrong.empty()) return;
+  std::vector<std::string> parts;
+  if (!missing.empty()) parts.push_back(fmt::format("{} missing: {}", missing.size(), list_some(missing)));
+  if (!wrong.empty()) parts.push_back(fmt::format("{} with a wrong shape: {}", wrong.size(), list_some(wrong)));
+  if (!unexpected.empty())
+    parts.push_back(fmt::format("{} unexpected: {}", unexpected.size(), list_some(unexpected)));
+  throw Error(ErrorKind::input, "checkpoint tensors do not match config.json")
+      .file(dir.string())
+      .found(fmt::format("{}", fmt::join(parts, "; ")))
+      .hint(fmt::format("the checkpoint must be a complete {} with the sizes of its config.json", c.architecture));
+}
+
+torch::ScalarType dtype_of_name(const std::string& s) {
+  if (s == "bfloat16") return torch::kBFloat16;
+  if (s == "float16") return torch::kFloat16;
+  return torch::kFloat32;
+}
+
+}  // namespace
+
+TargetModel TargetModel::load(const std::string& dir_name, torch::ScalarType dtype, torch::Device device) {
+  const fs::path dir(dir_name);
+  EAGLE_CHECK(fs::is_directory(dir), Error(ErrorKind::input, "model folder not found").file(dir_name)
+                                         .hint("--model_name_or_path must be a local Hugging Face model folder"));
+  auto impl = std::make_shared<Impl>();
+  impl->cfg = TargetConfig::from_json_file((dir / "config.json").string());
+  const auto& c = impl->cfg;
+  const auto ck = open_checkpoint(dir);
+  const auto expected = expected_tensors(c);
+  check_tensors(dir, ck, expected, c);
+
+  auto raw = [&](const std::string& name) { return ck.files[ck.where.at(name)].get(name); };
+  const auto stored = raw("model.embed_tokens.weight").scalar_type();
+  if (dtype == torch::ScalarType::Undefined)
+    dtype = (stored == torch::kFloat32 || stored == torch::kBFloat16 || stored == torch::kFloat16)
+                ? stored : dtype_of_name(c.dtype);
+  EAGLE_CHECK(dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kFloat16,
+              Error(ErrorKind::usage, "the target dtype must be float32, bfloat16 or float16")
+                  .found(std::string(c10::toString(dtype))));
+  for (const auto& [name, shape] : expected) {
+    const auto t = ck.files[ck.where.at(name)].dtype(name);
+    EAGLE_CHECK(t == torch::kFloat32 || t == torch::kBFloat16 || t == torch::kFloat16,
+                Error(ErrorKind::input, "weights must be floating point (quantized checkpoints are not read)")
+                    .file(ck.files[ck.where.at(name)].path()).place(fmt::format("tensor \"{}\"", name))
+                    .found(std::string(c10::toString(t))));
+  }
+  impl->device = device;
+  impl->dtype = dtype;
+  // On CPU in the stored dtype, to() returns the mapping's view itself: no copy.
+  auto get = [&](const std::string& name) { return raw(name).to(device, dtype); };
+
+  impl->embed = get("model.embed_tokens.weight");
+  impl->final_norm = get("model.norm.weight");
+  impl->lm_head = c.tie_word_embeddings ? impl->embed : get("lm_head.weight");
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const auto p = fmt::format("model.layers.{}.", l);
+    TargetLayerWeights w;
+    w.input_norm = get(p + "input_layernorm.weight");
+    w.post_norm = get(p + "post_attention_layernorm.weight");
+    w.qkv_w = torch::cat({get(p + "self_attn.q_proj.weight"), get(p + "self_attn.k_proj.weight"),
+                          get(p + "self_attn.v_proj.weight")});
+    if (c.attention_bias)
+      w.qkv_b = torch::cat({get(p + "self_attn.q_proj.bias"), get(p + "self_attn.k_proj.bias"),
+                            get(p + "self_attn.v_proj.bias")});
+    w.o_w = get(p + "self_attn.o_proj.weight");
+    if (c.o_bias) w.o_b = get(p + "self_attn.o_proj.bias");
+    if (c.qk_norm) {
+      w.q_norm = get(p + "self_attn.q_norm.weight");
+      w.k_norm = get(p + "self_attn.k_norm.weight");
+    }
+    w.gate_up_w = torch::cat({get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")});
+    w.down_w = get(p + "mlp.down_proj.weight");
+    impl->layers.push_back(std::move(w));
+  }
+  for (const auto& [name, shape] : expected) {
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    impl->parameter_count += n;
+  }
+  impl->inv_freq = rope_inv_freq(c.rope).to(device);
+  impl->aux_ids = default_aux_layer_ids(c.num_hidden_layers);
+  log::info("model", "loaded {} ({} layers, hidden {}, vocab {}, {} parameters) as {} on {}", c.architecture,
+            c.num_hidden_layers, c.hidden_size, c.vocab_size, impl->parameter_count, c10::toString(dtype),
+            device.str());
+  TargetModel m;
+  m.impl_ = std::move(impl);
+  return m;
+}
+
+const TargetConfig& TargetModel::config() const { return impl_->cfg; }
+torch::Device TargetModel::device() const { return impl_->device; }
+torch::ScalarType TargetModel::dtype() const { return impl_->dtype; }
+std::int64_t TargetModel::parameter_count() const { return impl_->parameter_count; }
+const std::vector<std::int64_t>& TargetModel::aux_layer_ids() const { return impl_->aux_ids; }
+torch::Tensor TargetModel::lm_head_weight() const { return impl_->lm_head; }
+torch::Tensor TargetModel::embedding_weight() const { return impl_->embed; }
+
+void TargetModel::set_aux_layer_ids(std::vector<std::int64_t> ids) {
+  const auto L = impl_->cfg.num_hidden_layers;
+  EAGLE_CHECK(!ids.empty(), Error(ErrorKind::usage, "aux hidden-state layer ids must not be empty")
+                                .place("aux_hidden_state_layer_ids"));
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    EAGLE_CHECK(ids[i] >= 0 && ids[i] <= L,
+                Error(ErrorKind::usage, "aux hidden-state layer id out of range")
+                    .place("aux_hidden_state_layer_ids").expected(fmt::format("0..{} (input-of-layer ids)", L))
+                    .found(std::to_string(ids[i])));
+    EAGLE_CHECK(i == 0 || ids[i] >= ids[i - 1],
+                Error(ErrorKind::usage, "aux hidden-state layer ids must be listed low -> high")
+                    .place("aux_hidden_state_layer_ids").found(fmt::format("{}", ids)));
+  }
+  impl_->aux_ids = std::move(ids);
+}
+
+}  // namespace eagle::model

@@ -1,0 +1,192 @@
+// TargetModel forward passes: the training forward over padded or packed batches (aux hidden
+// states, final hidden, chunked teacher) and the incremental forward over a KV cache.
+#include <fmt/format.h>
+
+#include "eagle/util/error.h"
+#include "target_impl.h"
+
+namespace eagle::model {
+
+std::pair<torch::Tensor, torch::Tensor> TargetModel::Impl::rope(const torch::Tensor& position_ids,
+                                                                std::int64_t max_len) const {
+  // Dynamic NTK scaling depends on the longest position, so only it recomputes the frequencies.
+  const auto inv = cfg.rope.type == "dynamic" ? rope_inv_freq(cfg.rope, max_len).to(device) : inv_freq;
+  return rope_cos_sin(inv, position_ids, dtype);
+}
+
+torch::Tensor TargetModel::Impl::layer(std::size_t l, const torch::Tensor& x, const torch::Tensor& cos,
+                                       const torch::Tensor& sin, const torch::Tensor& mask, KvCache* cache) const {
+  const auto& w = layers[l];
+  const auto B = x.size(0), T = x.size(1);
+  const auto nh = cfg.num_attention_heads, kvh = cfg.num_key_value_heads, hd = cfg.head_dim;
+  const double eps = cfg.rms_norm_eps;
+
+  auto h = rms_norm(x, w.input_norm, eps);
+  auto qkv = torch::linear(h, w.qkv_w, w.qkv_b);
+  auto q = qkv.narrow(-1, 0, nh * hd).view({B, T, nh, hd});
+  auto k = qkv.narrow(-1, nh * hd, kvh * hd).view({B, T, kvh, hd});
+  auto v = qkv.narrow(-1, (nh + kvh) * hd, kvh * hd).view({B, T, kvh, hd}).transpose(1, 2);
+  if (cfg.qk_norm) {
+    q = rms_norm(q, w.q_norm, eps);
+    k = rms_norm(k, w.k_norm, eps);
+  }
+  q = apply_rope(q.transpose(1, 2), cos, sin);
+  k = apply_rope(k.transpose(1, 2), cos, sin);
+  if (cache != nullptr) {
+    const auto start = cache->length, end = start + T;
+    cache->keys[l].narrow(2, start, T).copy_(k);
+    cache->values[l].narrow(2, start, T).copy_(v);
+    k = cache->keys[l].narrow(2, 0, end);
+    v = cache->values[l].narrow(2, 0, end);
+  }
+  k = repeat_kv(k, nh / kvh);
+  v = repeat_kv(v, nh / kvh);
+  auto o = at::scaled_dot_product_attention(q, k, v, mask);
+  o = o.transpose(1, 2).reshape({B, T, nh * hd});
+  auto r = x + torch::linear(o, w.o_w, w.o_b);
+
+  const auto I = cfg.intermediate_size;
+  auto gu = torch::linear(rms_norm(r, w.post_norm, eps), w.gate_up_w);
+  return r + torch::linear(torch::silu(gu.narrow(-1, 0, I)) * gu.narrow(-1, I, I), w.down_w);
+}
+
+namespace {
+
+// Block-diagonal causal mask [B, 1, T, T] from document ids: i attends j iff doc[i] == doc[j] >= 0
+// and j <= i. Padding rows (-1) attend only themselves, which keeps their (unused) outputs finite.
+torch::Tensor document_mask(const torch::Tensor& doc) {
+  const auto T = doc.size(1);
+  const auto opts = torch::TensorOptions().dtype(torch::kBool).device(doc.device());
+  auto same = doc.unsqueeze(2) == doc.unsqueeze(1);
+  auto valid_key = (doc >= 0).unsqueeze(1);
+  auto causal = torch::ones({T, T}, opts).tril();
+  return ((same & valid_key & causal) | torch::eye(T, opts)).unsqueeze(1);
+}
+
+void check_batch_tensor(const torch::Tensor& t, const char* name, const torch::Tensor& ids, torch::Device device) {
+  EAGLE_CHECK(t.defined() && t.dim() == 2 && t.sizes() == ids.sizes() && t.scalar_type() == torch::kInt64 &&
+                  t.device() == device,
+              Error(ErrorKind::internal, "malformed target batch").place(name)
+                  .expected(fmt::format("int64 [{}, {}] on {}", ids.size(0), ids.size(1), device.str()))
+                  .found(t.defined() ? fmt::format("{} {} on {}", c10::toString(t.scalar_type()), c10::str(t.sizes()),
+                                                   t.device().str())
+                                     : "undefined"));
+}
+
+}  // namespace
+
+TargetOutput TargetModel::forward(const TargetBatch& batch, const TeacherSpec& teacher) const {
+  torch::NoGradGuard no_grad;  // not InferenceMode: the head's backward saves these tensors
+  const auto& m = *impl_;
+  EAGLE_CHECK(batch.input_ids.defined() && batch.input_ids.dim() == 2,
+              Error(ErrorKind::internal, "target batch input_ids must be [B, T]"));
+  check_batch_tensor(batch.input_ids, "input_ids", batch.input_ids, m.device);
+  check_batch_tensor(batch.position_ids, "position_ids", batch.input_ids, m.device);
+  check_batch_tensor(batch.document_ids, "document_ids", batch.input_ids, m.device);
+  EAGLE_CHECK(teacher.chunk_tokens > 0, Error(ErrorKind::usage, "chunk_tokens must be positive"));
+  const auto B = batch.input_ids.size(0), T = batch.input_ids.size(1), L = m.cfg.num_hidden_layers;
+
+  // Dynamic RoPE needs the longest position (one host sync); the other RoPE types need none.
+  const std::int64_t max_len = m.cfg.rope.type == "dynamic" ? batch.position_ids.max().item<std::int64_t>() + 1 : T;
+  auto [cos, sin] = m.rope(batch.position_ids, max_len);
+  const auto mask = document_mask(batch.document_ids);
+
+  std::vector<torch::Tensor> aux;
+  auto keep = [&](std::int64_t id, const torch::Tensor& h) {
+    for (auto a : m.aux_ids)
+      if (a == id) aux.push_back(h);
+  };
+  auto x = torch::embedding(m.embed, batch.input_ids);
+  keep(0, x);
+  for (std::int64_t l = 0; l < L; ++l) {
+    x = m.layer(static_cast<std::size_t>(l), x, cos, sin, mask, nullptr);
+    if (l + 1 < L) keep(l + 1, x);
+  }
+  TargetOutput out;
+  out.final_hidden = rms_norm(x, m.final_norm, m.cfg.rms_norm_eps);
+  keep(L, out.final_hidden);
+  out.aux_hidden = aux.size() == 1 ? aux[0] : torch::cat(aux, -1);
+
+  // The LM head in chunks of rows: [chunk, V] at a time instead of [B, T, V].
+  const bool with_draft = teacher.draft_ids.defined();
+  const auto draft_ids = with_draft ? teacher.draft_ids.to(m.device, torch::kInt64) : torch::Tensor();
+  const auto flat = out.final_hidden.reshape({B * T, -1});
+  std::vector<torch::Tensor> argmax, draft_logits;
+  for (std::int64_t s = 0; s < B * T; s += teacher.chunk_tokens) {
+    const auto n = std::min(teacher.chunk_tokens, B * T - s);
+    auto logits = torch::linear(flat.narrow(0, s, n), m.lm_head);
+    argmax.push_back(logits.argmax(-1));
+    if (with_draft) draft_logits.push_back(logits.index_select(1, draft_ids).to(torch::kFloat32));
+  }
+  out.target_argmax = torch::cat(argmax).view({B, T});
+  if (with_draft) out.teacher_logits = torch::cat(draft_logits).view({B, T, draft_ids.size(0)});
+  return out;
+}
+
+torch::Tensor TargetModel::embed(const torch::Tensor& ids) const {
+  torch::NoGradGuard no_grad;
+  return torch::embedding(impl_->embed, ids.to(impl_->device));
+}
+
+KvCache TargetModel::new_cache(std::int64_t batch, std::int64_t capacity) const {
+  const auto& c = impl_->cfg;
+  EAGLE_CHECK(batch > 0 && capacity > 0, Error(ErrorKind::internal, "KV cache batch and capacity must be positive"));
+  KvCache cache;
+  const auto opts = torch::TensorOptions().dtype(impl_->dtype).device(impl_->device);
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    cache.keys.push_back(torch::zeros({batch, c.num_key_value_heads, capacity, c.head_dim}, opts));
+    cache.values.push_back(torch::zeros({batch, c.num_key_value_heads, capacity, c.head_dim}, opts));
+  }
+  return cache;
+}
+
+TargetStepOutput TargetModel::forward_cached(KvCache& cache, const torch::Tensor& ids_in) const {
+  torch::NoGradGuard no_grad;
+  const auto& m = *impl_;
+  const auto L = m.cfg.num_hidden_layers;
+  EAGLE_CHECK(static_cast<std::int64_t>(cache.keys.size()) == L,
+              Error(ErrorKind::internal, "KV cache was not made by this model's new_cache"));
+  const auto ids = ids_in.to(m.device, torch::kInt64);
+  const auto capacity = cache.keys[0].size(2);
+  EAGLE_CHECK(ids.dim() == 2 && ids.size(0) == cache.keys[0].size(0) && ids.size(1) > 0,
+              Error(ErrorKind::internal, "forward_cached ids must be [B, n] with the cache's batch size")
+                  .found(c10::str(ids.sizes())));
+  const auto B = ids.size(0), n = ids.size(1), start = cache.length;
+  EAGLE_CHECK(start + n <= capacity, Error(ErrorKind::internal, "KV cache capacity exceeded")
+                                         .expected(fmt::format("at most {} tokens", capacity))
+                                         .found(fmt::format("{} + {}", start, n)));
+  const auto iopts = torch::TensorOptions().dtype(torch::kInt64).device(m.device);
+  const auto positions = torch::arange(start, start + n, iopts).unsqueeze(0).expand({B, n});
+  auto [cos, sin] = m.rope(positions, start + n);
+  // New token i (absolute position start + i) attends cached and new keys j <= start + i.
+  const auto mask = (torch::arange(start + n, iopts).unsqueeze(0) <= positions[0].unsqueeze(1)).view({1, 1, n, start + n});
+
+  std::vector<torch::Tensor> aux;
+  auto keep = [&](std::int64_t id, const torch::Tensor& h) {
+    for (auto a : m.aux_ids)
+      if (a == id) aux.push_back(h);
+  };
+  auto x = torch::embedding(m.embed, ids);
+  keep(0, x);
+  for (std::int64_t l = 0; l < L; ++l) {
+    x = m.layer(static_cast<std::size_t>(l), x, cos, sin, mask, &cache);
+    if (l + 1 < L) keep(l + 1, x);
+  }
+  cache.length = start + n;
+  TargetStepOutput out;
+  out.final_hidden = rms_norm(x, m.final_norm, m.cfg.rms_norm_eps);
+  keep(L, out.final_hidden);
+  out.aux_hidden = aux.size() == 1 ? aux[0] : torch::cat(aux, -1);
+  out.logits = torch::linear(out.final_hidden, m.lm_head).to(torch::kFloat32);
+  return out;
+}
+
+void TargetModel::truncate(KvCache& cache, std::int64_t length) const {
+  EAGLE_CHECK(length >= 0 && length <= cache.length,
+              Error(ErrorKind::internal, "KV cache can only be rolled back")
+                  .expected(fmt::format("0..{}", cache.length)).found(std::to_string(length)));
+  // Entries past the new length are overwritten by the next forward_cached and never attended.
+  cache.length = length;
+}
+
+}  // namespace eagle::model

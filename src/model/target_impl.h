@@ -1,0 +1,40 @@
+// Private state of TargetModel shared by its loader (target.cpp) and its forward passes
+// (target_forward.cpp): device-resident weights, fused where that makes fewer, larger matmuls.
+#pragma once
+
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "eagle/model/target.h"
+
+namespace eagle::model {
+
+struct TargetLayerWeights {
+  torch::Tensor input_norm, post_norm;  // [H]
+  torch::Tensor qkv_w, qkv_b;           // [(heads + 2 kv_heads) * head_dim, H]; bias undefined unless attention_bias
+  torch::Tensor o_w, o_b;               // [H, heads * head_dim]; bias undefined unless o_bias
+  torch::Tensor q_norm, k_norm;         // [head_dim] (Qwen3) or undefined
+  torch::Tensor gate_up_w;              // [2 I, H]: gate rows then up rows
+  torch::Tensor down_w;                 // [H, I]
+};
+
+struct TargetModel::Impl {
+  TargetConfig cfg;
+  torch::Device device{torch::kCPU};
+  torch::ScalarType dtype = torch::kFloat32;
+  torch::Tensor embed, final_norm, lm_head;  // lm_head aliases embed when tied
+  std::vector<TargetLayerWeights> layers;
+  torch::Tensor inv_freq;  // [head_dim / 2] fp32 on device (recomputed per call for dynamic RoPE)
+  std::vector<std::int64_t> aux_ids;
+  std::int64_t parameter_count = 0;
+
+  // One decoder layer. mask: bool, broadcastable to [B, heads, T, keys]. With a cache, the new keys
+  // and values are written at [cache->length, cache->length + T) and attention covers [0, length + T).
+  torch::Tensor layer(std::size_t l, const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                      const torch::Tensor& mask, KvCache* cache) const;
+  // cos, sin [B, T, head_dim] in the model dtype for position_ids [B, T]; max_len bounds dynamic RoPE.
+  std::pair<torch::Tensor, torch::Tensor> rope(const torch::Tensor& position_ids, std::int64_t max_len) const;
+};
+
+}  // namespace eagle::model
