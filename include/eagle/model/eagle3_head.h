@@ -1,0 +1,53 @@
+// The EAGLE-3 draft head (EAGLE.md "EAGLE-3"): FC over three target features, one decoder layer on
+// [norm(embedding); norm(hidden)], final norm and an LM head over the draft vocabulary, trained
+// with training-time test. Parameter names are the SGLang export names.
+#pragma once
+
+#include "eagle/model/draft_vocab.h"
+#include "eagle/model/head.h"
+#include "eagle/model/head_layer.h"
+
+namespace eagle::model {
+
+class Eagle3Head : public torch::nn::Module, public DraftHead {
+ public:
+  // vocab gives d2t/t2d; lm_head starts from the target LM-head rows of its ids once
+  // set_target_weights is called with init_lm_head (see init_lm_head_from_target).
+  Eagle3Head(HeadConfig cfg, const DraftVocab& vocab);
+
+  const HeadConfig& config() const override { return cfg_; }
+  torch::nn::Module& module() override { return *this; }
+  HeadStepOutput train_step_forward(const HeadInputs& in, const torch::Tensor& denominators) override;
+  DraftCache new_cache(std::int64_t batch, std::int64_t capacity) const override;
+  torch::Tensor draft(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids,
+                      std::int64_t draft_len) override;
+  void set_target_weights(const torch::Tensor& embedding, const torch::Tensor& lm_head) override;
+  // Copies the target LM-head rows of the draft ids into lm_head (a good start, EAGLE.md).
+  void init_lm_head_from_target(const torch::Tensor& target_lm_head);
+
+  // One step of the layer for inspection and tests: the draft logits [B, T, V_d] of every TTT step.
+  std::vector<torch::Tensor> ttt_logits(const HeadInputs& in);
+
+  DraftVocab vocab() const;
+
+  torch::nn::Linear fc{nullptr};
+  HeadLayer midlayer{nullptr};
+  RmsNorm norm{nullptr};
+  torch::nn::Linear lm_head{nullptr};
+  torch::Tensor d2t, t2d, draft_ids;  // buffers (d2t, t2d exported; draft_ids = arange + d2t)
+
+ private:
+  struct StepResult {
+    torch::Tensor hidden, logits;  // recurrent hidden (pre-norm) [B, T, H], draft logits [B, T, V_d]
+  };
+  // Runs the TTT unroll, calling visit(k, result) after each step.
+  template <typename Visit>
+  void unroll(const HeadInputs& in, Visit&& visit);
+  torch::Tensor embed(const torch::Tensor& ids) const;
+
+  HeadConfig cfg_;
+  torch::Tensor embedding_;  // the target's, frozen, not registered
+  torch::Tensor inv_freq_;
+};
+
+}  // namespace eagle::model

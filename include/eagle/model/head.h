@@ -1,0 +1,100 @@
+// What the EAGLE-3 and EAGLE-1 draft heads share: their configuration (the fields the export
+// formats carry), the inputs of one training step, its outputs, the drafting cache, and the small
+// interface the trainer and the evaluator call.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "eagle/model/layers.h"
+#include "eagle/model/ttt_attention.h"
+
+namespace eagle::model {
+
+struct TargetConfig;
+
+struct HeadConfig {
+  std::int64_t eagle_version = 3;       // 3 or 1
+  std::int64_t hidden_size = 0;         // H of the head (= the target's, it shares the embedding)
+  std::int64_t intermediate_size = 0;
+  std::int64_t num_attention_heads = 0, num_key_value_heads = 0, head_dim = 0;
+  double rms_norm_eps = 1e-6;
+  std::string hidden_act = "silu";
+  std::int64_t max_position_embeddings = 2048;
+  RopeConfig rope;                      // the RoPE the head is trained with (default: the target's)
+  std::int64_t vocab_size = 0;          // V, the target's vocabulary
+  std::int64_t draft_vocab_size = 0;    // V_d (EAGLE-1: = V)
+  std::int64_t target_hidden_size = 0;
+  std::int64_t target_num_hidden_layers = 0;
+  std::vector<std::int64_t> aux_layer_ids;  // input-of-layer ids (hidden_states[id]), low -> high
+  bool fc_bias = false;                 // EAGLE-1 only
+  std::int64_t ttt_steps = 7;           // EAGLE-3 TTT steps (and the speculative tokens exported)
+  double ttt_loss_decay = 0.8;          // weight of step k is decay^k
+  double eagle1_feature_weight = 1.0;   // EAGLE-1: weight of SmoothL1 on the next feature
+  double eagle1_token_weight = 0.1;     // EAGLE-1: weight of the soft cross-entropy
+  std::string target_name_or_path;      // named in the exports
+  std::string target_architecture;      // e.g. LlamaForCausalLM
+  TttAttentionImpl attention = TttAttentionImpl::efficient;
+
+  // The head shaped after its target: H, heads, head_dim, intermediate size, eps, RoPE.
+  static HeadConfig from_target(const TargetConfig& target, std::int64_t eagle_version,
+                                std::vector<std::int64_t> aux_layer_ids, std::int64_t draft_vocab_size);
+  std::int64_t steps() const { return eagle_version == 3 ? ttt_steps : 1; }
+};
+
+// One micro-batch for the head's training forward; every tensor [B, T, ...] on the head's device.
+struct HeadInputs {
+  torch::Tensor input_ids;       // [B, T] int64
+  torch::Tensor loss_mask;       // [B, T] bool/uint8: 1 where the token is trained
+  torch::Tensor position_ids;    // [B, T] int64, position within the token's own sample
+  torch::Tensor document_ids;    // [B, T] int64, sample of the row; -1 padding
+  torch::Tensor aux_hidden;      // EAGLE-3: [B, T, 3 * H_target] target features (TargetOutput)
+  torch::Tensor final_hidden;    // EAGLE-1: [B, T, H] final normed hidden (TargetOutput)
+  torch::Tensor teacher_logits;  // EAGLE-3: [B, T, V_d] fp32 over the draft ids (TargetOutput)
+  torch::Tensor target_argmax;   // [B, T] int64 target argmax over the full vocabulary
+};
+
+struct HeadStepOutput {
+  torch::Tensor loss;         // scalar fp32 with autograd: sum_k w_k * sum_valid loss / denominator_k
+  torch::Tensor metric_sums;  // [K, train::kMetricColumns] fp32, detached (see loss_metrics.h)
+};
+
+// Key/value cache of the head's one layer for drafting; slots [0, length) hold the accepted
+// prefix, drafted tokens are written after it and forgotten at the next call.
+struct DraftCache {
+  torch::Tensor keys, values;  // [B, kv_heads, capacity, head_dim]
+  std::int64_t length = 0;
+};
+
+class DraftHead {
+ public:
+  virtual ~DraftHead() = default;
+  virtual const HeadConfig& config() const = 0;
+  virtual torch::nn::Module& module() = 0;  // parameters() for the optimizer; to(device)
+
+  // The training forward of one micro-batch: denominators [K] (fp32, on the head's device) are
+  // the valid-position counts of the whole optimizer step (train::count_loss_positions summed);
+  // counts below 1 are treated as 1. No host synchronisation.
+  virtual HeadStepOutput train_step_forward(const HeadInputs& in, const torch::Tensor& denominators) = 0;
+
+  // Incremental drafting. features [B, n, F] are the target's features (EAGLE-3: aux_hidden,
+  // EAGLE-1: final_hidden) of positions cache.length .. cache.length+n-1 and next_ids [B, n] the
+  // tokens at the following positions (x_{t+1}; the last is the target's newest token). Appends
+  // them to the cache, then drafts draft_len tokens chained on the head's own recurrent hidden.
+  // Returns [B, draft_len] int64 target ids.
+  virtual DraftCache new_cache(std::int64_t batch, std::int64_t capacity) const = 0;
+  virtual torch::Tensor draft(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids,
+                              std::int64_t draft_len) = 0;
+  // Rolls the cache back to the first `length` prefix positions (after a rejection).
+  void truncate(DraftCache& cache, std::int64_t length) const { cache.length = std::min(cache.length, length); }
+
+  // The frozen target tensors the head uses but does not train: the embedding [V, H] (both) and
+  // the LM head [V, H] (EAGLE-1's output layer). Kept by reference, never registered.
+  virtual void set_target_weights(const torch::Tensor& embedding, const torch::Tensor& lm_head) = 0;
+};
+
+}  // namespace eagle::model

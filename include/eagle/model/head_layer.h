@@ -1,0 +1,68 @@
+// The modules of a head's one decoder layer, registered under the names the export formats use
+// (input_layernorm, hidden_norm, self_attn.{q,k,v,o}_proj, post_attention_layernorm,
+// mlp.{gate,up,down}_proj), plus the attention helpers the heads share.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "eagle/model/head.h"
+
+namespace eagle::model {
+
+// RMSNorm with one registered parameter "weight" (ones at start).
+struct RmsNormImpl : torch::nn::Module {
+  RmsNormImpl(std::int64_t size, double eps);
+  torch::Tensor forward(const torch::Tensor& x) { return rms_norm(x, weight, eps); }
+  torch::Tensor weight;
+  double eps;
+};
+TORCH_MODULE(RmsNorm);
+
+struct HeadAttentionImpl : torch::nn::Module {
+  HeadAttentionImpl(const HeadConfig& cfg, std::int64_t input_size);
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+};
+TORCH_MODULE(HeadAttention);
+
+struct HeadMlpImpl : torch::nn::Module {
+  explicit HeadMlpImpl(const HeadConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& x) { return swiglu(x, gate_proj->weight, up_proj->weight, down_proj->weight); }
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(HeadMlp);
+
+// EAGLE-3 (input 2H, input_layernorm and hidden_norm) or EAGLE-1 (input H, no input norm).
+struct HeadLayerImpl : torch::nn::Module {
+  HeadLayerImpl(const HeadConfig& cfg, bool eagle3);
+  RmsNorm input_layernorm{nullptr}, hidden_norm{nullptr}, post_attention_layernorm{nullptr};
+  HeadAttention self_attn{nullptr};
+  HeadMlp mlp{nullptr};
+};
+TORCH_MODULE(HeadLayer);
+
+// q, k, v of x [B, T, in] as [B, heads, T, d] with RoPE at positions [B, T]; k and v repeated to
+// the query heads.
+struct Qkv {
+  torch::Tensor q, k, v;
+};
+Qkv project_qkv(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& x,
+                const torch::Tensor& inv_freq, const torch::Tensor& positions);
+// [B, h, T, d] -> o_proj([B, T, h*d])
+torch::Tensor attention_output(const HeadAttentionImpl& attn, const torch::Tensor& a);
+
+// Drafting attention: queries q [B, h, n, d] at cache slots [start, start+n) over the cache's first
+// start+n slots, causally; writes k, v [B, kv_heads, n, d] (not repeated) into the cache first.
+torch::Tensor cached_attention(DraftCache& cache, const HeadConfig& cfg, std::int64_t start, const torch::Tensor& q,
+                               const torch::Tensor& k, const torch::Tensor& v);
+
+// k or v [B, kv_heads, T, d] before repeat, for caching.
+struct KvRaw {
+  torch::Tensor q, k, v;  // q [B, h, T, d]; k, v [B, kv_heads, T, d]
+};
+KvRaw project_qkv_raw(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& x,
+                      const torch::Tensor& inv_freq, const torch::Tensor& positions);
+
+DraftCache make_draft_cache(const HeadConfig& cfg, std::int64_t batch, std::int64_t capacity,
+                            torch::TensorOptions options);
+
+}  // namespace eagle::model

@@ -1,0 +1,110 @@
+// EAGLE-1 head: feature regression plus token loss, and incremental drafting.
+#include "eagle/model/eagle1_head.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "eagle/train/loss_metrics.h"
+#include "eagle/util/error.h"
+
+namespace eagle::model {
+
+Eagle1Head::Eagle1Head(HeadConfig cfg) : cfg_(std::move(cfg)) {
+  fc = register_module("fc", torch::nn::Linear(torch::nn::LinearOptions(2 * cfg_.hidden_size, cfg_.hidden_size)
+                                                   .bias(cfg_.fc_bias)));
+  layer = HeadLayer(cfg_, /*eagle3=*/false);
+  layers = register_module("layers", torch::nn::ModuleList(layer));
+  inv_freq_ = rope_inv_freq(cfg_.rope);
+}
+
+void Eagle1Head::set_target_weights(const torch::Tensor& embedding, const torch::Tensor& lm_head) {
+  for (const auto* t : {&embedding, &lm_head}) {
+    EAGLE_CHECK(t->dim() == 2 && t->size(0) == cfg_.vocab_size && t->size(1) == cfg_.hidden_size,
+                Error(ErrorKind::input, "target embedding or LM head does not fit the head")
+                    .expected(fmt::format("[{}, {}]", cfg_.vocab_size, cfg_.hidden_size))
+                    .found(fmt::format("{} dimensions, first {}", t->dim(), t->dim() ? t->size(0) : 0)));
+  }
+  embedding_ = embedding.detach();
+  lm_head_ = lm_head.detach();
+}
+
+torch::Tensor Eagle1Head::embed(const torch::Tensor& ids) const {
+  EAGLE_CHECK(embedding_.defined(), Error(ErrorKind::internal, "the head has no target embedding")
+                                        .hint("call set_target_weights first"));
+  torch::NoGradGuard ng;
+  return torch::embedding(embedding_, ids.to(embedding_.device())).to(fc->weight.scalar_type());
+}
+
+torch::Tensor Eagle1Head::logits(const torch::Tensor& features) const {
+  // The LM head is frozen: gradients flow to the features, never into the weight.
+  return torch::linear(features, lm_head_.to(features.scalar_type())).to(torch::kFloat32);
+}
+
+torch::Tensor Eagle1Head::predict_features(const HeadInputs& in) {
+  const auto dev = fc->weight.device();
+  if (inv_freq_.device() != dev) inv_freq_ = inv_freq_.to(dev);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(cfg_.head_dim));
+  auto f = in.final_hidden.to(fc->weight.scalar_type());
+  auto x = fc->forward(torch::cat({embed(train::shift_left(in.input_ids, 1, 0.0)), f}, -1));
+  auto qkv = project_qkv(*layer->self_attn, cfg_, x, inv_freq_, in.position_ids);
+  auto a = ttt_attention(cfg_.attention, qkv.q, qkv.k, qkv.v, torch::Tensor(), torch::Tensor(), in.document_ids, scale);
+  auto h = x + attention_output(*layer->self_attn, a);
+  return h + layer->mlp->forward(layer->post_attention_layernorm->forward(h));
+}
+
+HeadStepOutput Eagle1Head::train_step_forward(const HeadInputs& in, const torch::Tensor& denominators) {
+  auto den = denominators.to(fc->weight.device(), torch::kFloat32).clamp_min(1.0);
+  auto pred = predict_features(in);
+  auto next = train::shift_left(in.final_hidden, 1, 0.0).to(torch::kFloat32);
+  auto feature_loss = torch::smooth_l1_loss(pred.to(torch::kFloat32), next, at::Reduction::None).mean(-1);
+  auto draft_logits = logits(pred);
+  torch::Tensor teacher;
+  {
+    torch::NoGradGuard ng;
+    teacher = torch::softmax(logits(next), -1);
+  }
+  auto token_loss = train::soft_cross_entropy(draft_logits, teacher);
+  auto pos_loss = cfg_.eagle1_feature_weight * feature_loss + cfg_.eagle1_token_weight * token_loss;
+  auto target_next = train::shift_left(in.target_argmax, 1, 0.0);
+  auto valid = train::in_document_mask(in.loss_mask, in.document_ids, 0);
+  auto loss = torch::where(valid, pos_loss, torch::zeros_like(pos_loss)).sum() / den[0];
+  auto correct = draft_logits.argmax(-1) == target_next;
+  auto row = train::metric_row(valid, correct, torch::ones_like(valid), pos_loss);
+  return {loss, row.unsqueeze(0).detach()};
+}
+
+DraftCache Eagle1Head::new_cache(std::int64_t batch, std::int64_t capacity) const {
+  return make_draft_cache(cfg_, batch, capacity, fc->weight.options());
+}
+
+torch::Tensor Eagle1Head::draft(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids,
+                                std::int64_t draft_len) {
+  torch::NoGradGuard ng;
+  const auto dev = fc->weight.device();
+  if (inv_freq_.device() != dev) inv_freq_ = inv_freq_.to(dev);
+  const auto b = features.size(0), n = features.size(1);
+  auto opts = torch::TensorOptions().dtype(torch::kInt64).device(dev);
+  auto run = [&](const torch::Tensor& f, const torch::Tensor& ids, std::int64_t start) {
+    const auto len = ids.size(1);
+    auto x = fc->forward(torch::cat({embed(ids), f}, -1));
+    auto positions = torch::arange(start, start + len, opts).unsqueeze(0).expand({b, len});
+    auto raw = project_qkv_raw(*layer->self_attn, cfg_, x, inv_freq_, positions);
+    auto h = x + attention_output(*layer->self_attn, cached_attention(cache, cfg_, start, raw.q, raw.k, raw.v));
+    return h + layer->mlp->forward(layer->post_attention_layernorm->forward(h));
+  };
+  const auto start = cache.length;
+  auto h = run(features.to(dev, fc->weight.scalar_type()), next_ids.to(dev), start);
+  cache.length = start + n;
+  std::vector<torch::Tensor> drafted;
+  auto last = h.narrow(1, n - 1, 1);
+  for (std::int64_t j = 0; j < draft_len; ++j) {
+    auto token = logits(last).argmax(-1);
+    drafted.push_back(token);
+    if (j + 1 == draft_len) break;
+    last = run(last, token, cache.length + j);
+  }
+  return torch::cat(drafted, 1);
+}
+
+}  // namespace eagle::model

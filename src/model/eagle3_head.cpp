@@ -1,0 +1,151 @@
+// EAGLE-3 head: training-time-test forward, loss and metrics, and incremental drafting.
+#include "eagle/model/eagle3_head.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "eagle/train/loss_metrics.h"
+#include "eagle/util/error.h"
+
+namespace eagle::model {
+
+Eagle3Head::Eagle3Head(HeadConfig cfg, const DraftVocab& vocab) : cfg_(std::move(cfg)) {
+  EAGLE_CHECK(vocab.size() == cfg_.draft_vocab_size && vocab.target_vocab_size == cfg_.vocab_size,
+              Error(ErrorKind::internal, "draft vocabulary does not match the head config")
+                  .expected(fmt::format("{} of {}", cfg_.draft_vocab_size, cfg_.vocab_size))
+                  .found(fmt::format("{} of {}", vocab.size(), vocab.target_vocab_size)));
+  const auto n_aux = static_cast<std::int64_t>(cfg_.aux_layer_ids.size());
+  fc = register_module("fc", torch::nn::Linear(torch::nn::LinearOptions(n_aux * cfg_.target_hidden_size,
+                                                                         cfg_.hidden_size).bias(false)));
+  midlayer = register_module("midlayer", HeadLayer(cfg_, /*eagle3=*/true));
+  norm = register_module("norm", RmsNorm(cfg_.hidden_size, cfg_.rms_norm_eps));
+  lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(cfg_.hidden_size,
+                                                                                  cfg_.draft_vocab_size).bias(false)));
+  d2t = register_buffer("d2t", vocab.d2t());
+  t2d = register_buffer("t2d", vocab.t2d());
+  draft_ids = register_buffer("draft_ids", vocab.ids());
+  inv_freq_ = rope_inv_freq(cfg_.rope);
+}
+
+DraftVocab Eagle3Head::vocab() const { return DraftVocab::from_d2t(d2t, cfg_.vocab_size); }
+
+void Eagle3Head::set_target_weights(const torch::Tensor& embedding, const torch::Tensor& lm_head_weight) {
+  EAGLE_CHECK(embedding.dim() == 2 && embedding.size(0) == cfg_.vocab_size && embedding.size(1) == cfg_.hidden_size,
+              Error(ErrorKind::input, "target embedding does not fit the head")
+                  .place("embed_tokens.weight")
+                  .expected(fmt::format("[{}, {}]", cfg_.vocab_size, cfg_.hidden_size))
+                  .found(fmt::format("[{}, {}]", embedding.size(0), embedding.dim() > 1 ? embedding.size(1) : 0)));
+  embedding_ = embedding.detach();
+}
+
+void Eagle3Head::init_lm_head_from_target(const torch::Tensor& target_lm_head) {
+  torch::NoGradGuard ng;
+  auto rows = target_lm_head.index_select(0, draft_ids.to(target_lm_head.device()));
+  lm_head->weight.copy_(rows.to(lm_head->weight.device(), lm_head->weight.scalar_type()));
+}
+
+torch::Tensor Eagle3Head::embed(const torch::Tensor& ids) const {
+  EAGLE_CHECK(embedding_.defined(), Error(ErrorKind::internal, "the head has no target embedding")
+                                        .hint("call set_target_weights first"));
+  torch::NoGradGuard ng;
+  return torch::embedding(embedding_, ids.to(embedding_.device())).to(fc->weight.scalar_type());
+}
+
+template <typename Visit>
+void Eagle3Head::unroll(const HeadInputs& in, Visit&& visit) {
+  const auto dev = fc->weight.device();
+  if (inv_freq_.device() != dev) inv_freq_ = inv_freq_.to(dev);
+  auto& layer = *midlayer;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(cfg_.head_dim));
+  auto hidden = fc->forward(in.aux_hidden.to(fc->weight.scalar_type()));
+  torch::Tensor k0, v0;
+  std::vector<torch::Tensor> kds, vds;
+  for (std::int64_t k = 0; k < cfg_.ttt_steps; ++k) {
+    // Step k at position t: token x_{t+1+k}, the previous step's hidden, RoPE position + k.
+    auto emb = embed(train::shift_left(in.input_ids, k + 1, 0.0));
+    auto x = torch::cat({layer.input_layernorm->forward(emb), layer.hidden_norm->forward(hidden)}, -1);
+    auto qkv = project_qkv(*layer.self_attn, cfg_, x, inv_freq_, in.position_ids + k);
+    torch::Tensor kd, vd;
+    if (k == 0) {
+      k0 = qkv.k;
+      v0 = qkv.v;
+    } else {
+      kds.push_back(qkv.k);
+      vds.push_back(qkv.v);
+      kd = torch::stack(kds, 3);
+      vd = torch::stack(vds, 3);
+    }
+    auto a = ttt_attention(cfg_.attention, qkv.q, k0, v0, kd, vd, in.document_ids, scale);
+    auto h = hidden + attention_output(*layer.self_attn, a);
+    h = h + layer.mlp->forward(layer.post_attention_layernorm->forward(h));
+    auto logits = lm_head->forward(norm->forward(h));
+    visit(k, StepResult{h, logits});
+    hidden = h;
+  }
+}
+
+std::vector<torch::Tensor> Eagle3Head::ttt_logits(const HeadInputs& in) {
+  std::vector<torch::Tensor> out;
+  unroll(in, [&](std::int64_t, const StepResult& r) { out.push_back(r.logits); });
+  return out;
+}
+
+HeadStepOutput Eagle3Head::train_step_forward(const HeadInputs& in, const torch::Tensor& denominators) {
+  auto den = denominators.to(fc->weight.device(), torch::kFloat32).clamp_min(1.0);
+  auto loss = torch::zeros({}, den.options());
+  std::vector<torch::Tensor> rows;
+  auto prefix_ok = torch::ones_like(in.input_ids, torch::TensorOptions().dtype(torch::kBool));
+  unroll(in, [&](std::int64_t k, const StepResult& r) {
+    // Teacher of step k at t: the target's distribution at t+1+k (restricted to the draft ids).
+    auto teacher = torch::softmax(train::shift_left(in.teacher_logits, k + 1, 0.0).to(torch::kFloat32), -1);
+    auto target_next = train::shift_left(in.target_argmax, k + 1, 0.0);
+    auto valid = train::in_document_mask(in.loss_mask, in.document_ids, k) & t2d.index({target_next});
+    auto pos_loss = train::soft_cross_entropy(r.logits, teacher);
+    auto step_sum = torch::where(valid, pos_loss, torch::zeros_like(pos_loss)).sum();
+    loss = loss + std::pow(cfg_.ttt_loss_decay, static_cast<double>(k)) * step_sum / den[k];
+    auto correct = draft_ids.index({r.logits.argmax(-1)}) == target_next;
+    rows.push_back(train::metric_row(valid, correct, prefix_ok, pos_loss));
+    prefix_ok = prefix_ok & valid & correct;
+  });
+  return {loss, torch::stack(rows).detach()};
+}
+
+DraftCache Eagle3Head::new_cache(std::int64_t batch, std::int64_t capacity) const {
+  return make_draft_cache(cfg_, batch, capacity, fc->weight.options());
+}
+
+torch::Tensor Eagle3Head::draft(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids,
+                                std::int64_t draft_len) {
+  torch::NoGradGuard ng;
+  const auto dev = fc->weight.device();
+  if (inv_freq_.device() != dev) inv_freq_ = inv_freq_.to(dev);
+  auto& layer = *midlayer;
+  const auto b = features.size(0), n = features.size(1);
+  auto opts = torch::TensorOptions().dtype(torch::kInt64).device(dev);
+  // One layer pass over the new prefix positions (hidden from FC), then draft_len - 1 chained passes.
+  auto run = [&](const torch::Tensor& hidden, const torch::Tensor& ids, std::int64_t start, std::int64_t pos0) {
+    const auto len = ids.size(1);
+    auto x = torch::cat({layer.input_layernorm->forward(embed(ids)), layer.hidden_norm->forward(hidden)}, -1);
+    auto positions = (torch::arange(pos0, pos0 + len, opts)).unsqueeze(0).expand({b, len});
+    auto raw = project_qkv_raw(*layer.self_attn, cfg_, x, inv_freq_, positions);
+    auto a = cached_attention(cache, cfg_, start, raw.q, raw.k, raw.v);
+    auto h = hidden + attention_output(*layer.self_attn, a);
+    return h + layer.mlp->forward(layer.post_attention_layernorm->forward(h));
+  };
+  const auto start = cache.length;
+  auto h = run(fc->forward(features.to(dev, fc->weight.scalar_type())), next_ids.to(dev), start, start);
+  cache.length = start + n;
+  std::vector<torch::Tensor> drafted;
+  auto last = h.narrow(1, n - 1, 1);
+  for (std::int64_t j = 0; j < draft_len; ++j) {
+    auto token = draft_ids.index({lm_head->forward(norm->forward(last)).argmax(-1)});  // [B, 1] target ids
+    drafted.push_back(token);
+    if (j + 1 == draft_len) break;
+    // Chained step j+1: the slot after the prefix's last position, RoPE position last + j + 1.
+    last = run(last, token, cache.length + j, cache.length - 1 + j + 1);
+  }
+  return torch::cat(drafted, 1);
+}
+
+}  // namespace eagle::model

@@ -1,0 +1,39 @@
+// HeadConfig from the target's config (see head.h).
+#include "eagle/model/head.h"
+
+#include <fmt/format.h>
+
+#include "eagle/model/target.h"
+#include "eagle/util/error.h"
+
+namespace eagle::model {
+
+HeadConfig HeadConfig::from_target(const TargetConfig& target, std::int64_t eagle_version,
+                                   std::vector<std::int64_t> aux_layer_ids, std::int64_t draft_vocab_size) {
+  EAGLE_CHECK(eagle_version == 1 || eagle_version == 3,
+              Error(ErrorKind::config, "unknown EAGLE version").place("eagle_version").expected("1 or 3")
+                  .found(fmt::format("{}", eagle_version)));
+  HeadConfig c;
+  c.eagle_version = eagle_version;
+  c.hidden_size = target.hidden_size;
+  c.intermediate_size = target.intermediate_size;
+  c.num_attention_heads = target.num_attention_heads;
+  c.num_key_value_heads = target.num_key_value_heads > 0 ? target.num_key_value_heads : target.num_attention_heads;
+  c.head_dim = target.head_dim > 0 ? target.head_dim : target.hidden_size / target.num_attention_heads;
+  c.rms_norm_eps = target.rms_norm_eps;
+  c.hidden_act = target.hidden_act;
+  c.max_position_embeddings = target.max_position_embeddings;
+  c.rope = target.rope;
+  c.rope.head_dim = c.head_dim;
+  c.vocab_size = target.vocab_size;
+  c.draft_vocab_size = eagle_version == 3 ? std::min(draft_vocab_size, target.vocab_size) : target.vocab_size;
+  c.target_hidden_size = target.hidden_size;
+  c.target_num_hidden_layers = target.num_hidden_layers;
+  const auto l = target.num_hidden_layers;
+  if (aux_layer_ids.empty() && eagle_version == 3) aux_layer_ids = {2, l / 2, l - 3};
+  c.aux_layer_ids = std::move(aux_layer_ids);
+  c.target_architecture = target.architecture;
+  return c;
+}
+
+}  // namespace eagle::model

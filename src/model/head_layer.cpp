@@ -1,0 +1,95 @@
+// The decoder layer modules of the draft heads and their attention helpers (see head_layer.h).
+#include "eagle/model/head_layer.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "eagle/util/error.h"
+
+namespace eagle::model {
+
+RmsNormImpl::RmsNormImpl(std::int64_t size, double eps_) : eps(eps_) {
+  weight = register_parameter("weight", torch::ones({size}));
+}
+
+namespace {
+torch::nn::Linear linear(std::int64_t in, std::int64_t out, bool bias = false) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+}
+}  // namespace
+
+HeadAttentionImpl::HeadAttentionImpl(const HeadConfig& cfg, std::int64_t input_size) {
+  q_proj = register_module("q_proj", linear(input_size, cfg.num_attention_heads * cfg.head_dim));
+  k_proj = register_module("k_proj", linear(input_size, cfg.num_key_value_heads * cfg.head_dim));
+  v_proj = register_module("v_proj", linear(input_size, cfg.num_key_value_heads * cfg.head_dim));
+  o_proj = register_module("o_proj", linear(cfg.num_attention_heads * cfg.head_dim, cfg.hidden_size));
+}
+
+HeadMlpImpl::HeadMlpImpl(const HeadConfig& cfg) {
+  EAGLE_CHECK(cfg.hidden_act == "silu", Error(ErrorKind::config, "unsupported hidden_act for the draft head")
+                                            .place("hidden_act").expected("silu").found(cfg.hidden_act));
+  gate_proj = register_module("gate_proj", linear(cfg.hidden_size, cfg.intermediate_size));
+  up_proj = register_module("up_proj", linear(cfg.hidden_size, cfg.intermediate_size));
+  down_proj = register_module("down_proj", linear(cfg.intermediate_size, cfg.hidden_size));
+}
+
+HeadLayerImpl::HeadLayerImpl(const HeadConfig& cfg, bool eagle3) {
+  if (eagle3) {
+    input_layernorm = register_module("input_layernorm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
+    hidden_norm = register_module("hidden_norm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
+  }
+  self_attn = register_module("self_attn", HeadAttention(cfg, eagle3 ? 2 * cfg.hidden_size : cfg.hidden_size));
+  post_attention_layernorm = register_module("post_attention_layernorm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
+  mlp = register_module("mlp", HeadMlp(cfg));
+}
+
+KvRaw project_qkv_raw(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& x,
+                      const torch::Tensor& inv_freq, const torch::Tensor& positions) {
+  const auto b = x.size(0), t = x.size(1), d = cfg.head_dim;
+  auto q = torch::linear(x, attn.q_proj->weight).view({b, t, cfg.num_attention_heads, d}).transpose(1, 2);
+  auto k = torch::linear(x, attn.k_proj->weight).view({b, t, cfg.num_key_value_heads, d}).transpose(1, 2);
+  auto v = torch::linear(x, attn.v_proj->weight).view({b, t, cfg.num_key_value_heads, d}).transpose(1, 2);
+  auto [cos, sin] = rope_cos_sin(inv_freq, positions, q.scalar_type());
+  return {apply_rope(q, cos, sin), apply_rope(k, cos, sin), v};
+}
+
+Qkv project_qkv(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& x,
+                const torch::Tensor& inv_freq, const torch::Tensor& positions) {
+  auto raw = project_qkv_raw(attn, cfg, x, inv_freq, positions);
+  const auto rep = cfg.num_attention_heads / cfg.num_key_value_heads;
+  return {raw.q, repeat_kv(raw.k, rep), repeat_kv(raw.v, rep)};
+}
+
+torch::Tensor attention_output(const HeadAttentionImpl& attn, const torch::Tensor& a) {
+  const auto b = a.size(0), t = a.size(2);
+  return torch::linear(a.transpose(1, 2).reshape({b, t, -1}), attn.o_proj->weight);
+}
+
+DraftCache make_draft_cache(const HeadConfig& cfg, std::int64_t batch, std::int64_t capacity,
+                            torch::TensorOptions options) {
+  DraftCache c;
+  c.keys = torch::zeros({batch, cfg.num_key_value_heads, capacity, cfg.head_dim}, options);
+  c.values = torch::zeros_like(c.keys);
+  return c;
+}
+
+torch::Tensor cached_attention(DraftCache& cache, const HeadConfig& cfg, std::int64_t start, const torch::Tensor& q,
+                               const torch::Tensor& k, const torch::Tensor& v) {
+  const auto n = q.size(2), end = start + n;
+  EAGLE_CHECK(end <= cache.keys.size(2), Error(ErrorKind::internal, "the draft cache is too small")
+                                             .expected(fmt::format("capacity >= {}", end))
+                                             .found(fmt::format("{}", cache.keys.size(2))));
+  cache.keys.narrow(2, start, n).copy_(k);
+  cache.values.narrow(2, start, n).copy_(v);
+  const auto rep = cfg.num_attention_heads / cfg.num_key_value_heads;
+  auto keys = repeat_kv(cache.keys.narrow(2, 0, end), rep);
+  auto values = repeat_kv(cache.values.narrow(2, 0, end), rep);
+  auto opts = torch::TensorOptions().dtype(torch::kInt64).device(q.device());
+  auto mask = torch::arange(0, end, opts).view({1, end}) <= torch::arange(start, end, opts).view({n, 1});
+  auto s = torch::matmul(q, keys.transpose(-1, -2)).to(torch::kFloat32) / std::sqrt(static_cast<double>(cfg.head_dim));
+  s = s.masked_fill(mask.logical_not(), -std::numeric_limits<double>::infinity());
+  return torch::matmul(torch::softmax(s, -1).to(values.scalar_type()), values);
+}
+
+}  // namespace eagle::model
