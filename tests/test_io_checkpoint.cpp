@@ -161,12 +161,22 @@ TEST_CASE("leftovers of interrupted writes are cleaned or restored", "[io][check
   fs::rename(tmp / "checkpoint-best", tmp / ".tmp-old-checkpoint-best");
   fs::create_directories(tmp / ".tmp-checkpoint-best");
   fs::rename(tmp / "checkpoint-2", tmp / ".tmp-old-checkpoint-2");
+  // ... and after the new checkpoint-1 was renamed into place but before its COMPLETE marker.
+  fs::rename(tmp / "checkpoint-1", tmp / ".tmp-old-checkpoint-1");
+  fs::create_directories(tmp / "checkpoint-1");
+  write_file(tmp / "checkpoint-1" / "state.json", "new, unmarked");
   CHECK(dir.clean_temporaries() == 3);
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(tmp.path())) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
   CHECK(names == std::vector<std::string>{"checkpoint-1", "checkpoint-2", "checkpoint-best"});
   CHECK(dir.best()->step == 1);
+  CHECK(read_file(tmp / "checkpoint-1" / "state.json") == "{\"step\": 1}");
+  CHECK(read_file(tmp / "checkpoint-2" / "state.json") == "{\"step\": 2}");
+  // A newer complete replacement wins over the moved-aside old one, which is removed.
+  fs::create_directories(tmp / ".tmp-old-checkpoint-2");
+  write_file(tmp / ".tmp-old-checkpoint-2" / "COMPLETE", "");
+  CHECK(dir.clean_temporaries() == 1);
   CHECK(read_file(tmp / "checkpoint-2" / "state.json") == "{\"step\": 2}");
 }
 

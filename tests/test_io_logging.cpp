@@ -99,6 +99,7 @@ TEST_CASE("the bar is redrawn in place and log lines print above it", "[io][prog
     Progress p(10, 0, ProgressMode::bar, out);
     CHECK(p.is_bar());
     CHECK(p.update(1, 2.0));
+    CHECK_FALSE(p.update(2, 2.1));  // too soon after the last redraw
     CHECK(p.update(2, 4.0));
     // A log line (any area) clears the bar, prints, and the bar comes back; the line itself goes
     // to stderr through spdlog, so only the bar's own bytes are in `out`.

@@ -190,8 +190,12 @@ TEST_CASE("config.json and command_line.txt of the run", "[io][summary]") {
   eagle::config::Options back;
   eagle::config::apply_json_file(back, (tmp / "config.json").string());
   CHECK(eagle::config::to_json(back, eagle::config::Command::train) == cfg);
+  std::string first = "eagle-train train --max_steps 20 --output_dir " + tmp.path().string() + "\n";
+  CHECK(eagle::test::read_file(tmp / "command_line.txt") == first);
+  // A resumed start adds its own line below.
+  write_run_files(tmp.path(), o, {"eagle-train", "train", "--resume_from_checkpoint", "auto"});
   CHECK(eagle::test::read_file(tmp / "command_line.txt") ==
-        "eagle-train train --max_steps 20 --output_dir " + tmp.path().string() + "\n");
+        first + "eagle-train train --resume_from_checkpoint auto\n");
 }
 
 TEST_CASE("atomic writes replace the file whole and leave no temporary", "[io][summary]") {

@@ -109,6 +109,9 @@ void Progress::draw_bar() {
 bool Progress::update(std::int64_t step, double elapsed_s) {
   switch (mode_) {
     case ProgressMode::bar:
+      // Fast steps would redraw thousands of times a second; a few times a second is enough.
+      if (step < total_ && last_draw_s_ >= 0 && elapsed_s - last_draw_s_ < kMinRedrawS) return false;
+      last_draw_s_ = elapsed_s;
       bar_ = format_progress_bar(step, total_, elapsed_s, start_);
       bar_visible_ = false;  // overdrawn in place
       draw_bar();

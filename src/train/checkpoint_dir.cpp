@@ -204,13 +204,16 @@ std::size_t CheckpointDir::clean_temporaries() {
     rename_or_throw(old_best, best_dir);
     log::warn("ckpt", "restored {} from an interrupted update", best_dir.string());
   }
-  // A crash between the renames of save() replacing an existing checkpoint-<step>: put it back.
-  for (const auto& entry : fs::directory_iterator(dir_)) {
-    std::string name = entry.path().filename().string();
-    if (name.rfind(".tmp-old-", 0) != 0) continue;
-    fs::path original = dir_ / name.substr(std::string_view(".tmp-old-").size());
-    if (step_of_name(original.filename().string()) && !fs::exists(original, ec) && is_complete(entry.path())) {
-      rename_or_throw(entry.path(), original);
+  // A crash while save() replaced an existing checkpoint-<step> (a resumed run saving a step
+  // again): when the new one did not get its COMPLETE marker, the old complete one comes back.
+  std::vector<fs::path> moved_aside;
+  for (const auto& entry : fs::directory_iterator(dir_))
+    if (entry.path().filename().string().rfind(".tmp-old-", 0) == 0) moved_aside.push_back(entry.path());
+  for (const auto& old : moved_aside) {
+    fs::path original = dir_ / old.filename().string().substr(std::string_view(".tmp-old-").size());
+    if (step_of_name(original.filename().string()) && !is_complete(original) && is_complete(old)) {
+      remove_tree(original);
+      rename_or_throw(old, original);
       log::warn("ckpt", "restored {} from an interrupted replacement", original.string());
     }
   }

@@ -1,6 +1,9 @@
 // config.json and command_line.txt of a run.
 #include "eagle/train/run_files.h"
 
+#include <fstream>
+#include <iterator>
+
 #include "eagle/config/resolve.h"
 #include "eagle/util/fs_sync.h"
 
@@ -27,7 +30,15 @@ void write_run_files(const std::filesystem::path& output_dir, const config::Opti
                      const std::vector<std::string>& args) {
   util::write_file_atomic(output_dir / "config.json",
                           config::to_json(opts, config::Command::train).dump(2) + "\n");
-  util::write_file_atomic(output_dir / "command_line.txt", shell_quote(args) + "\n");
+  // One line per process start: a resumed run's command follows the original one.
+  std::filesystem::path cmd_path = output_dir / "command_line.txt";
+  std::string history;
+  if (std::filesystem::exists(cmd_path)) {
+    std::ifstream in(cmd_path, std::ios::binary);
+    history.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    if (!history.empty() && history.back() != '\n') history += '\n';
+  }
+  util::write_file_atomic(cmd_path, history + shell_quote(args) + "\n");
 }
 
 }  // namespace eagle::train

@@ -28,7 +28,8 @@ std::string format_progress_line(std::int64_t step, std::int64_t total, double e
 
 enum class ProgressMode {
   auto_,  // bar when stderr is a terminal (isatty), plain lines otherwise
-  bar,    // redrawn in place with "\r" + ESC[K; every log line clears and redraws it
+  bar,    // redrawn in place with "\r" + ESC[K (at most 5 times a second, and at the last step);
+          // every log line clears and redraws it
   plain,  // a progress line through the log every plain_interval_s seconds and at the end
   off,
 };
@@ -65,7 +66,9 @@ class Progress {
   ProgressMode mode_;
   std::FILE* out_;
   double interval_s_;
+  static constexpr double kMinRedrawS = 0.2;
   double last_plain_s_ = 0.0;   // elapsed_s of the last plain line
+  double last_draw_s_ = -1.0;   // elapsed_s of the last bar drawn; < 0: none yet
   std::string bar_;          // the bar as last drawn; empty: nothing on screen
   bool bar_visible_ = false;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
