@@ -66,7 +66,14 @@ std::string version_text() {
                      EAGLE_TORCH_VERSION, compiled, torch::cuda::is_available() ? "yes" : "no");
 }
 
+namespace {
+std::vector<std::string> g_invocation;
+}  // namespace
+
+const std::vector<std::string>& invocation_args() { return g_invocation; }
+
 int main(int argc, char** argv) {
+  g_invocation.assign(argv, argv + argc);
   CLI::App app{"eagle-train: trains EAGLE-3 and EAGLE-1 speculative-decoding draft heads", "eagle-train"};
   app.require_subcommand(0, 1);
   bool show_version = false, options_md = false, dump_config = false;

@@ -397,7 +397,8 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::output_dir, "output_dir", G::checkpoint, kTrain,
         "Run folder: checkpoints, metrics.jsonl, TensorBoard events, summary.json, resolved config");
   t.add(&Options::overwrite_output_dir, "overwrite_output_dir", G::checkpoint, kTrain,
-        "Allow training into an output_dir that holds another run's checkpoints");
+        "Allow training into an output_dir that holds another run's files (checkpoints, logs, "
+        "summary); they are deleted at the start");
   t.add(&Options::save_steps, "save_steps", G::checkpoint, kTrain,
         "Save a checkpoint every this many optimizer steps; 0: only at the end")
       .range(&Options::save_steps, 0);

@@ -10,6 +10,7 @@ namespace eagle::io {
 namespace {
 
 LogLevel g_level = LogLevel::info;
+std::function<void()> g_before, g_after;
 
 spdlog::logger& logger() {
   static std::shared_ptr<spdlog::logger> instance = [] {
@@ -48,13 +49,21 @@ bool parse_log_level(std::string_view name, LogLevel& out) {
   return false;
 }
 
+void set_console_hooks(std::function<void()> before, std::function<void()> after) {
+  g_before = std::move(before);
+  g_after = std::move(after);
+}
+
 void set_log_level(LogLevel level) { g_level = level; }
 LogLevel log_level() { return g_level; }
 
 void log_line(LogLevel level, std::string_view area, std::string_view message) {
   if (level == LogLevel::off || static_cast<int>(level) < static_cast<int>(g_level)) return;
+  if (g_before) g_before();
   logger().log(to_spdlog(level), "[{}] {}", area, message);
-  if (level >= LogLevel::warn) logger().flush();
+  // A bar is redrawn right after the line, so the line must be out first.
+  if (level >= LogLevel::warn || g_after) logger().flush();
+  if (g_after) g_after();
 }
 
 }  // namespace eagle::io

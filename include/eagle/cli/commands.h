@@ -2,12 +2,17 @@
 // on failure; each lives in its own src/cli/cmd_<name>.cpp.
 #pragma once
 
+#include <string>
+#include <vector>
+
 #include "eagle/config/options.h"
 
 namespace eagle::cli {
 
 // Entry point used by apps/eagle_train.cpp: parses, resolves, dispatches, maps errors to exit codes.
 int main(int argc, char** argv);
+// The command line of this process as main received it (argv[0] first), for command_line.txt.
+const std::vector<std::string>& invocation_args();
 
 void run_train(const config::Options& opts);
 void run_prepare(const config::Options& opts);

@@ -1,0 +1,52 @@
+// The numbers logged for one training step window and one evaluation: plain structs the trainer
+// fills, turned into metrics.jsonl objects and TensorBoard scalars here so every sink logs the
+// same names.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace eagle::io {
+
+// Averages over the steps since the previous log line (the logging window).
+struct StepStats {
+  std::int64_t step = 0;              // optimizer steps done (1-based: the step just finished)
+  std::int64_t total_steps = 0;       // optimizer steps of the whole run
+  double loss = 0.0;                  // training loss (TTT-step-weighted sum, as optimised)
+  std::vector<double> acc;            // acc_k per TTT step k = 0..K-1, in [0, 1]
+  double tau = 0.0;                   // estimated acceptance length, in [1, K+1]
+  double lr = 0.0;                    // learning rate used by the step just finished
+  double grad_norm = 0.0;             // total gradient norm before clipping
+  double tokens_per_s = 0.0;          // real (non-pad, non-masked-out input) tokens per second
+  double padding_efficiency = 0.0;    // real tokens / padded tokens processed, in (0, 1]
+  double ms_per_step = 0.0;           // wall milliseconds per optimizer step
+  std::int64_t nonfinite_steps = 0;   // steps skipped for a non-finite loss/gradient, whole run
+};
+
+// One acceptance evaluation on the held-out split.
+struct EvalStats {
+  std::int64_t step = 0;              // optimizer steps done when evaluated
+  double loss = 0.0;                  // held-out loss
+  std::vector<double> acc;            // held-out acc_k per TTT step
+  double tau = 0.0;                   // held-out estimated acceptance length
+  std::optional<double> ar;           // real acceptance rate (mean 1 + accepted per round)
+};
+
+// metrics.jsonl fields: step, loss, acc, tau, lr, grad_norm, tokens_per_s, padding_efficiency,
+// ms_per_step, nonfinite_steps. Non-finite numbers become null (JSON has no NaN).
+nlohmann::json to_json(const StepStats& s);
+// step, eval_loss, eval_acc, eval_tau, ar (absent when not measured).
+nlohmann::json to_json(const EvalStats& e);
+
+// TensorBoard tags: train/loss, train/acc_<k>, train/tau, train/lr, train/grad_norm,
+// train/tokens_per_s, train/padding_efficiency, train/ms_per_step.
+std::vector<std::pair<std::string, float>> tensorboard_scalars(const StepStats& s);
+// eval/loss, eval/acc_<k>, eval/tau, eval/ar.
+std::vector<std::pair<std::string, float>> tensorboard_scalars(const EvalStats& e);
+
+}  // namespace eagle::io

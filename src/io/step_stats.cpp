@@ -1,0 +1,73 @@
+// Step and evaluation statistics as metrics.jsonl objects and TensorBoard scalars.
+#include "eagle/io/step_stats.h"
+
+#include <cmath>
+
+namespace eagle::io {
+using json = nlohmann::json;
+
+namespace {
+
+json number(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+
+json numbers(const std::vector<double>& v) {
+  json out = json::array();
+  for (double x : v) out.push_back(number(x));
+  return out;
+}
+
+void add_acc(std::vector<std::pair<std::string, float>>& out, const std::string& prefix, const std::vector<double>& acc) {
+  for (std::size_t k = 0; k < acc.size(); ++k)
+    out.emplace_back(prefix + "acc_" + std::to_string(k), static_cast<float>(acc[k]));
+}
+
+}  // namespace
+
+json to_json(const StepStats& s) {
+  json out = json::object();
+  out["step"] = s.step;
+  out["loss"] = number(s.loss);
+  out["acc"] = numbers(s.acc);
+  out["tau"] = number(s.tau);
+  out["lr"] = number(s.lr);
+  out["grad_norm"] = number(s.grad_norm);
+  out["tokens_per_s"] = number(s.tokens_per_s);
+  out["padding_efficiency"] = number(s.padding_efficiency);
+  out["ms_per_step"] = number(s.ms_per_step);
+  out["nonfinite_steps"] = s.nonfinite_steps;
+  return out;
+}
+
+json to_json(const EvalStats& e) {
+  json out = json::object();
+  out["step"] = e.step;
+  out["eval_loss"] = number(e.loss);
+  out["eval_acc"] = numbers(e.acc);
+  out["eval_tau"] = number(e.tau);
+  if (e.ar) out["ar"] = number(*e.ar);
+  return out;
+}
+
+std::vector<std::pair<std::string, float>> tensorboard_scalars(const StepStats& s) {
+  std::vector<std::pair<std::string, float>> out;
+  out.emplace_back("train/loss", static_cast<float>(s.loss));
+  add_acc(out, "train/", s.acc);
+  out.emplace_back("train/tau", static_cast<float>(s.tau));
+  out.emplace_back("train/lr", static_cast<float>(s.lr));
+  out.emplace_back("train/grad_norm", static_cast<float>(s.grad_norm));
+  out.emplace_back("train/tokens_per_s", static_cast<float>(s.tokens_per_s));
+  out.emplace_back("train/padding_efficiency", static_cast<float>(s.padding_efficiency));
+  out.emplace_back("train/ms_per_step", static_cast<float>(s.ms_per_step));
+  return out;
+}
+
+std::vector<std::pair<std::string, float>> tensorboard_scalars(const EvalStats& e) {
+  std::vector<std::pair<std::string, float>> out;
+  out.emplace_back("eval/loss", static_cast<float>(e.loss));
+  add_acc(out, "eval/", e.acc);
+  out.emplace_back("eval/tau", static_cast<float>(e.tau));
+  if (e.ar) out.emplace_back("eval/ar", static_cast<float>(*e.ar));
+  return out;
+}
+
+}  // namespace eagle::io
