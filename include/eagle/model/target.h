@@ -89,6 +89,9 @@ class TargetModel {
   // Training forward under NoGradGuard (not inference mode).
   TargetOutput forward(const TargetBatch& batch, const TeacherSpec& teacher) const;
 
+  // Weights holding NaN or Inf, by checkpoint name (reads every weight: for inspect, not hot paths).
+  std::vector<std::string> non_finite_weights() const;
+
   torch::Tensor embed(const torch::Tensor& ids) const;           // [.., H]
   torch::Tensor lm_head_weight() const;                           // [V, H]
   torch::Tensor embedding_weight() const;                         // [V, H]
