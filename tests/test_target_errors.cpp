@@ -223,7 +223,8 @@ TEST_CASE("eagle-train inspect prints and checks a target folder", "[model][insp
   auto parsed = nlohmann::json::parse(j.output.substr(j.output.find('{')));
   CHECK(parsed["architecture"] == "LlamaForCausalLM");
   CHECK(parsed["parameters"] == 188992);
-  CHECK(parsed["dtype"] == "BFloat16");
+  CHECK(parsed["dtype"] == "bfloat16");
+  CHECK(parsed["checkpoint_dtype"] == "float32");
   CHECK(parsed["aux_hidden_state_layer_ids"] == nlohmann::json::array({0, 2, 4}));
 
   test::TempDir dir;

@@ -25,6 +25,12 @@ torch::ScalarType dtype_of(config::TargetDtype d) {
   return torch::ScalarType::Undefined;
 }
 
+std::string dtype_name(torch::ScalarType t) {
+  if (t == torch::kBFloat16) return "bfloat16";
+  if (t == torch::kFloat16) return "float16";
+  return "float32";
+}
+
 }  // namespace
 
 void run_inspect(const config::Options& opts) {
@@ -47,7 +53,7 @@ void run_inspect(const config::Options& opts) {
               Error(ErrorKind::input, "the model computes non-finite hidden states")
                   .file(opts.model_name_or_path).hint("the weights may be corrupt"));
 
-  const std::string dtype = c10::toString(m.dtype());
+  const std::string dtype = dtype_name(m.dtype());
   if (opts.json) {
     nlohmann::ordered_json j = {
         {"model", opts.model_name_or_path},
