@@ -44,7 +44,8 @@ struct TargetBatch {
 };
 
 struct TeacherSpec {
-  torch::Tensor draft_ids;          // [Vd] int64 target ids of the draft vocabulary; undefined: none
+  torch::Tensor draft_ids;          // [Vd] int64 target ids of the draft vocabulary (keep it on the
+                                    // model's device, else it is copied every call); undefined: none
   std::int64_t chunk_tokens = 1024; // tokens per chunk of the LM-head computation (bounds memory)
 };
 
