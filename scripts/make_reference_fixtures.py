@@ -4,7 +4,9 @@
 For each supported family a tiny random model is built with transformers (pinned below), saved with
 save_pretrained into tests/fixtures/models/<name>/, and run on fixed inputs; the reference outputs
 (hidden states of every layer, logits, greedy continuation) go to
-tests/fixtures/reference/<name>.safetensors. The C++ parity tests compare against them.
+tests/fixtures/reference/<name>.safetensors. The C++ parity tests compare against them. Reruns give
+the same tensors; only the order of the __metadata__ keys may change (safetensors writes them from a
+hash map).
 
 Run with the project venv:  ~/.cache/eagle-train/venv/bin/python scripts/make_reference_fixtures.py
 """

@@ -118,6 +118,10 @@ TEST_CASE("target teacher: draft-vocabulary columns, chunking and default aux la
   CHECK(torch::equal(big.target_argmax, small.target_argmax));
   CHECK(max_err(big.teacher_logits, ref.at("a.logits").index_select(2, draft)) <= 1e-4);
   CHECK(big.aux_hidden.size(2) == 3 * m.config().hidden_size);
+  const auto H = m.config().hidden_size;
+  CHECK(max_err(big.aux_hidden.narrow(2, 0, H), ref.at("a.hidden_states")[1]) <= 1e-4);
+  CHECK(max_err(big.aux_hidden.narrow(2, 2 * H, H), ref.at("a.hidden_states")[3]) <= 1e-4);
+  CHECK(max_err(m.embed(ref.at("a.input_ids")), ref.at("a.hidden_states")[0]) == 0.0);
   auto no_teacher = m.forward(batch, {});
   CHECK_FALSE(no_teacher.teacher_logits.defined());
   CHECK(torch::equal(no_teacher.target_argmax, big.target_argmax));
