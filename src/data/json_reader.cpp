@@ -144,6 +144,10 @@ std::vector<std::string> list_sample_files(const std::vector<std::string>& input
     if (ec || !fs::exists(st))
       throw std::move(Error(ErrorKind::input, "input not found").file(in).expected("a .jsonl/.json(.gz) file or a folder of them"));
     if (fs::is_directory(st)) {
+      EAGLE_CHECK(!fs::exists(fs::path(in) / "train.bin"),
+                  Error(ErrorKind::input, "the folder is a prepared dataset, not sample files")
+                      .file(in)
+                      .hint("give it to train as --data_path, or give prepare the files it was made from"));
       std::vector<std::string> found;
       for (const auto& entry : fs::recursive_directory_iterator(in, fs::directory_options::follow_directory_symlink)) {
         std::string p = entry.path().string();
