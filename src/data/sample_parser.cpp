@@ -78,7 +78,8 @@ bool fast_int_array(const char* p, const char* end, Push&& push) {
   }
 }
 
-// Reads an array of integers of field `name` into out; `what` names the entries in messages.
+// Reads the integer array of field `name` into the one output given: token ids, 0/1 mask values, or
+// raw labels. Errors name the field and element.
 void read_int_array(od::value& field_value, const char* name, std::vector<std::int64_t>* out_wide,
                     std::vector<TokenId>* out_ids, std::vector<std::uint8_t>* out_mask, const char* doc_end) {
   const char* text = field_value.raw_json_token().data();
