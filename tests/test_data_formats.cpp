@@ -31,8 +31,12 @@ std::vector<Sample> all_samples(const eagle::data::Dataset& ds) {
 std::string jsonl_line(const Sample& s) {
   std::string ids, mask;
   for (std::size_t i = 0; i < s.input_ids.size(); ++i) {
-    ids += (i ? "," : "") + std::to_string(s.input_ids[i]);
-    mask += (i ? "," : "") + std::to_string(s.loss_mask[i]);
+    if (i) {
+      ids += ',';
+      mask += ',';
+    }
+    ids += std::to_string(s.input_ids[i]);
+    mask += std::to_string(s.loss_mask[i]);
   }
   return "{\"input_ids\": [" + ids + "], \"loss_mask\": [" + mask + "]}";
 }
@@ -80,7 +84,7 @@ TEST_CASE("JSONL: loss_mask, labels and no mask give exact samples; extra fields
   CHECK(same(all_samples(d.train), kThree));
   CHECK_FALSE(d.validation);
 
-  write_file(dir / "b.jsonl", "{\"input_ids\": [3, 4]}\n");
+  write_file(dir / "b.jsonl", "\xEF\xBB\xBF{\"input_ids\": [3, 4]}\n");  // with a UTF-8 byte-order mark
   auto all = eagle::data::load_dataset((dir / "b.jsonl").string(), opts());
   CHECK(same(all_samples(all.train), {{{3, 4}, {1, 1}}}));
 }
@@ -90,7 +94,7 @@ TEST_CASE("a JSON array file, gzip files and a folder of them read the same samp
   std::string array = "[\n";
   for (std::size_t i = 0; i < kThree.size(); ++i) array += (i ? ",\n  " : "  ") + jsonl_line(kThree[i]);
   array += "\n]\n";
-  write_file(dir / "arr.json", array);
+  write_file(dir / "arr.json", "\xEF\xBB\xBF" + array);
   CHECK(same(all_samples(eagle::data::load_dataset((dir / "arr.json").string(), opts()).train), kThree));
 
   std::string jsonl;
@@ -103,7 +107,10 @@ TEST_CASE("a JSON array file, gzip files and a folder of them read the same samp
   // A folder: sample files in path order (sub-folders included), other files ignored.
   std::filesystem::create_directories(dir / "f" / "sub");
   write_file(dir / "f" / "b.jsonl", jsonl_line(kThree[1]) + "\n");
-  write_gz(dir / "f" / "a.json.gz", "[" + jsonl_line(kThree[0]) + "]");
+  std::string one = "[";
+  one += jsonl_line(kThree[0]);
+  one += "]";
+  write_gz(dir / "f" / "a.json.gz", one);
   write_file(dir / "f" / "sub" / "c.jsonl", jsonl_line(kThree[2]) + "\n");
   write_file(dir / "f" / "README.md", "not data");
   auto f = eagle::data::load_dataset((dir / "f").string(), opts());
@@ -134,7 +141,8 @@ TEST_CASE("prepared file round trip: samples, stats and mapping, uint16 and uint
     auto ds = eagle::data::Dataset::from_samples(samples);
     std::vector<std::size_t> all(samples.size());
     for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
-    std::string path = (dir / ("d" + std::to_string(max_id) + ".bin")).string();
+    std::string path = (dir / std::to_string(max_id)).string();
+    path += ".bin";
     eagle::data::write_dataset_file(path, ds, all, {}, 2048);
     auto h = eagle::data::read_dataset_header(path);
     CHECK(h.token_bytes == (max_id > 65535 ? 4u : 2u));
@@ -179,7 +187,9 @@ TEST_CASE("truncated, extended, corrupt and foreign dataset files are refused", 
   std::string flipped = bytes;
   flipped[40] ^= 1;
   refused(flipped, "corrupt");
-  refused("{\"input_ids\": [1, 2]}\n" + std::string(300, ' '), "not an eagle-train dataset");
+  std::string jsonl(300, ' ');
+  jsonl.replace(0, 22, "{\"input_ids\": [1, 2]}\n");
+  refused(jsonl, "not an eagle-train dataset");
   refused("", "not an eagle-train dataset");
 }
 

@@ -1,0 +1,162 @@
+// eagle-train prepare as a subprocess: exact round trip JSONL -> prepared -> samples, stats.json,
+// the stored validation split, refusing to overwrite, usage errors.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "eagle/data/flat_builder.h"
+#include "eagle/data/loader.h"
+#include "helpers.h"
+
+using eagle::data::Sample;
+using eagle::test::run_cli;
+using eagle::test::TempDir;
+using eagle::test::write_file;
+
+namespace {
+
+eagle::data::LoadOptions opts(std::int64_t seq_len = 2048, double val = 0) {
+  return {seq_len, eagle::config::BadSamplePolicy::error, eagle::config::OverlongPolicy::truncate, val, 42};
+}
+
+std::vector<Sample> make_samples(std::size_t n, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<Sample> out(n);
+  for (auto& s : out) {
+    std::size_t len = 1 + rng() % 30;
+    for (std::size_t i = 0; i < len; ++i) {
+      s.input_ids.push_back(rng() % 3000);
+      s.loss_mask.push_back(static_cast<std::uint8_t>(rng() % 2));
+    }
+    s.loss_mask[len - 1] = 1;
+  }
+  return out;
+}
+
+std::string to_jsonl(const std::vector<Sample>& samples) {
+  std::string text;
+  for (const auto& s : samples) {
+    nlohmann::json j;
+    j["input_ids"] = s.input_ids;
+    j["loss_mask"] = s.loss_mask;
+    text += j.dump() + "\n";
+  }
+  return text;
+}
+
+std::vector<Sample> samples_of(const eagle::data::Dataset& ds) {
+  std::vector<Sample> out;
+  for (std::size_t i = 0; i < ds.size(); ++i) out.push_back(ds.sample(i));
+  return out;
+}
+
+bool same(const std::vector<Sample>& a, const std::vector<Sample>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a[i].input_ids != b[i].input_ids || a[i].loss_mask != b[i].loss_mask) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("prepare round trip: JSONL -> prepared -> the same samples, mapped", "[data]") {
+  TempDir dir;
+  auto samples = make_samples(200, 1);
+  write_file(dir / "in.jsonl", to_jsonl(samples));
+  auto r = run_cli("prepare --input " + (dir / "in.jsonl").string() + " --output " + (dir / "ds").string());
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(eagle::data::is_prepared_dataset((dir / "ds").string()));
+  CHECK_FALSE(std::filesystem::exists(dir / "ds" / eagle::data::kValidationFile));
+  auto d = eagle::data::load_dataset((dir / "ds").string(), opts());
+  CHECK(same(samples_of(d.train), samples));
+  CHECK_FALSE(d.validation);
+  CHECK(d.train.storage().token_bytes == 2);
+  CHECK(d.train.source() == (dir / "ds" / "train.bin").string());
+
+  // stats.json agrees with the in-memory statistics of the same input.
+  auto direct = eagle::data::load_dataset((dir / "in.jsonl").string(), opts()).train.stats();
+  auto j = nlohmann::json::parse(eagle::test::read_file(dir / "ds" / "stats.json"));
+  CHECK(j["records"] == 200);
+  CHECK(j["kept"] == 200);
+  const auto& t = j["splits"]["train"];
+  CHECK(t["samples"] == 200);
+  CHECK(t["tokens"] == direct.tokens);
+  CHECK(t["trained_tokens"] == direct.trained_tokens);
+  CHECK(t["trained_token_counts"].get<std::vector<std::uint64_t>>() == direct.trained_token_counts);
+  CHECK(t["length_histogram"].size() == direct.length_histogram.size());
+  CHECK(t["length_histogram"][1]["min_length"] == 2);
+  CHECK(t["length_histogram"][1]["samples"] == direct.length_histogram[1]);
+  CHECK(d.train.stats().trained_token_counts == direct.trained_token_counts);
+
+  // The output exists now: a second prepare refuses to overwrite it (exit 4) and leaves it intact.
+  auto again = run_cli("prepare --input " + (dir / "in.jsonl").string() + " --output " + (dir / "ds").string());
+  CHECK(again.exit_code == 4);
+  CHECK_THAT(again.output, Catch::Contains("already exists"));
+  CHECK(eagle::data::is_prepared_dataset((dir / "ds").string()));
+
+  // A prepared folder is not an input of prepare.
+  auto nested = run_cli("prepare --input " + (dir / "ds").string() + " --output " + (dir / "ds2").string());
+  CHECK(nested.exit_code == 3);
+  CHECK_THAT(nested.output, Catch::Contains("is a prepared dataset"));
+}
+
+TEST_CASE("prepare stores a seeded validation split that load_dataset returns", "[data]") {
+  TempDir dir;
+  auto samples = make_samples(100, 2);
+  // Two inputs (a file and a gzip-free folder) are read in the order given.
+  std::filesystem::create_directories(dir / "more");
+  std::vector<Sample> first(samples.begin(), samples.begin() + 60), rest(samples.begin() + 60, samples.end());
+  write_file(dir / "a.jsonl", to_jsonl(first));
+  write_file(dir / "more" / "b.jsonl", to_jsonl(rest));
+  auto cmd = "prepare --input " + (dir / "a.jsonl").string() + " " + (dir / "more").string() +
+             " --validation_fraction 0.1 --seed 5 --training_seq_len 16 --output ";
+  auto r = run_cli(cmd + (dir / "ds").string());
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  auto d = eagle::data::load_dataset((dir / "ds").string(), opts(16));
+  REQUIRE(d.validation);
+
+  for (auto& s : samples) {  // what truncation to 16 tokens leaves
+    if (s.input_ids.size() > 16) {
+      s.input_ids.resize(16);
+      s.loss_mask.resize(16);
+    }
+  }
+  std::vector<Sample> kept;
+  for (const auto& s : samples)
+    if (std::find(s.loss_mask.begin(), s.loss_mask.end(), 1) != s.loss_mask.end()) kept.push_back(s);
+  auto vi = eagle::data::validation_indices(kept.size(), 0.1, 5);
+  std::vector<Sample> want_val, want_train;
+  for (auto i : vi) want_val.push_back(kept[i]);
+  for (auto i : eagle::data::complement_indices(kept.size(), vi)) want_train.push_back(kept[i]);
+  CHECK(same(samples_of(*d.validation), want_val));
+  CHECK(same(samples_of(d.train), want_train));
+
+  // Same seed, same split; the stats file names both splits.
+  auto r2 = run_cli(cmd + (dir / "ds2").string());
+  REQUIRE(r2.exit_code == 0);
+  CHECK(eagle::test::read_file(dir / "ds" / "validation.bin") == eagle::test::read_file(dir / "ds2" / "validation.bin"));
+  auto j = nlohmann::json::parse(eagle::test::read_file(dir / "ds" / "stats.json"));
+  CHECK(j["splits"]["validation"]["samples"] == want_val.size());
+  CHECK(j["truncated"].get<std::uint64_t>() > 0);
+
+  // A run with a shorter training_seq_len cuts the mapped samples in memory.
+  auto short_run = eagle::data::load_dataset((dir / "ds").string(), opts(8));
+  for (std::size_t i = 0; i < short_run.train.size(); ++i) REQUIRE(short_run.train.length(i) <= 8);
+}
+
+TEST_CASE("prepare usage and input errors", "[data]") {
+  TempDir dir;
+  auto no_input = run_cli("prepare --output " + (dir / "x").string());
+  CHECK(no_input.exit_code == 2);
+  CHECK_THAT(no_input.output, Catch::Contains("--input"));
+  auto missing = run_cli("prepare --input " + (dir / "nope.jsonl").string() + " --output " + (dir / "x").string());
+  CHECK(missing.exit_code == 3);
+  CHECK_THAT(missing.output, Catch::Contains("nope.jsonl") && Catch::Contains("not found"));
+  write_file(dir / "data.txt", "x");
+  auto ext = run_cli("prepare --input " + (dir / "data.txt").string() + " --output " + (dir / "x").string());
+  CHECK(ext.exit_code == 3);
+  CHECK_THAT(ext.output, Catch::Contains("unknown input file type"));
+  CHECK_FALSE(std::filesystem::exists(dir / "x"));
+}
