@@ -12,7 +12,7 @@ BENCH="$BUILD/eagle_bench_batching"
 ALPACA="${EAGLE_ALPACA:-}"
 if [[ -z "$ALPACA" ]]; then
   for d in "$ROOT/../shared/data" "$ROOT/../../shared/data"; do
-    [[ -f "$d/alpaca_5000.json" ]] && ALPACA="$d/alpaca_5000.json" && break
+    [[ -f "$d/alpaca_5000.json" ]] && ALPACA="$(realpath "$d/alpaca_5000.json")" && break
   done
 fi
 TMP="$(mktemp -d)"
