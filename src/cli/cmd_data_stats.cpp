@@ -57,10 +57,10 @@ void print_text(const data::Dataset& ds, const data::LengthSummary& s, const std
 void run_data_stats(const config::Options& opts) {
   data::LoadOptions lo{opts.training_seq_len, opts.bad_sample_policy, opts.overlong_policy, 0.0,
                        static_cast<std::uint64_t>(opts.seed)};
+  const data::SamplerOptions o = data::SamplerOptions::from(opts);  // checked before the data is read
   data::LoadedData loaded = data::load_dataset(opts.data_path, lo);
   const data::Dataset& ds = loaded.train;
   const std::vector<std::int64_t> lengths = ds.lengths();
-  const data::SamplerOptions o = data::SamplerOptions::from(opts);
   const data::LengthSummary summary = data::summarize_lengths(lengths);
   const std::vector<data::ModeReport> modes = data::evaluate_grid(lengths, o);
   const std::vector<std::int64_t> suggested = data::suggest_boundaries(lengths, o.training_seq_len);

@@ -287,7 +287,12 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::max_tokens_per_batch, "max_tokens_per_batch", G::data, kTrain | kStats,
         "Fill each micro-batch up to this many tokens, padding counted; 0: a fixed "
         "per_device_train_batch_size rows")
-      .range(&Options::max_tokens_per_batch, 0);
+      .check([](const Options& o) {
+        // A batch must hold one sample of training_seq_len tokens.
+        return o.max_tokens_per_batch == 0 || o.max_tokens_per_batch >= o.training_seq_len
+                   ? std::string()
+                   : fmt::format("0 or an integer >= training_seq_len ({})", o.training_seq_len);
+      });
   t.add(&Options::bad_sample_policy, "bad_sample_policy", G::data, kTrain | kPrepare | kStats | kEval,
         "A malformed sample: error stops at the first, skip counts them and logs the first few");
   t.add(&Options::overlong_policy, "overlong_policy", G::data, kTrain | kPrepare | kStats | kEval,
