@@ -169,6 +169,7 @@ TEST_CASE("token-budget batches are exact and within budget", "[batching]") {
   std::vector<BatchPlan> want{{2, 256, {{5}, {1}}}, {2, 192, {{3}, {6}}}, {8, 64, {{4}, {2}, {7}, {0}, {}, {}, {}, {}}}};
   EpochPlan plan = plan_epoch(lengths, o, 0);
   CHECK(sorted_rank0(plan) == sorted(want));
+  CHECK(plan[0][0] == want[0]);  // 512 computed tokens like the 8x64 batch, but longer rows
   for (const auto& step : plan) CHECK(step[0].computed_tokens() <= 512);
 }
 

@@ -84,7 +84,7 @@ TEST_CASE("JSONL: loss_mask, labels and no mask give exact samples; extra fields
   CHECK(same(all_samples(d.train), kThree));
   CHECK_FALSE(d.validation);
 
-  write_file(dir / "b.jsonl", "{\"input_ids\": [3, 4]}\n");
+  write_file(dir / "b.jsonl", "\xEF\xBB\xBF{\"input_ids\": [3, 4]}\n");  // with a UTF-8 byte-order mark
   auto all = eagle::data::load_dataset((dir / "b.jsonl").string(), opts());
   CHECK(same(all_samples(all.train), {{{3, 4}, {1, 1}}}));
 }
@@ -94,7 +94,7 @@ TEST_CASE("a JSON array file, gzip files and a folder of them read the same samp
   std::string array = "[\n";
   for (std::size_t i = 0; i < kThree.size(); ++i) array += (i ? ",\n  " : "  ") + jsonl_line(kThree[i]);
   array += "\n]\n";
-  write_file(dir / "arr.json", array);
+  write_file(dir / "arr.json", "\xEF\xBB\xBF" + array);
   CHECK(same(all_samples(eagle::data::load_dataset((dir / "arr.json").string(), opts()).train), kThree));
 
   std::string jsonl;

@@ -94,6 +94,11 @@ TEST_CASE("prepare round trip: JSONL -> prepared -> the same samples, mapped", "
   CHECK(again.exit_code == 4);
   CHECK_THAT(again.output, Catch::Contains("already exists"));
   CHECK(eagle::data::is_prepared_dataset((dir / "ds").string()));
+
+  // A prepared folder is not an input of prepare.
+  auto nested = run_cli("prepare --input " + (dir / "ds").string() + " --output " + (dir / "ds2").string());
+  CHECK(nested.exit_code == 3);
+  CHECK_THAT(nested.output, Catch::Contains("is a prepared dataset"));
 }
 
 TEST_CASE("prepare stores a seeded validation split that load_dataset returns", "[data]") {

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Benchmark of `eagle-train prepare`: JSONL MB/s (one process) and peak memory (max RSS), on a
+# Benchmark of `eagle-train prepare`: JSONL MB/s of the read phase (wall clock, and per CPU second of
+# the one reading thread, which is what a shared machine cannot disturb) and peak memory (max RSS), on a
 # synthetic file of about 220 MB written to /tmp (override with BENCH_MB, BENCH_DIR).
 # Usage: scripts/bench/bench_prepare.sh [path/to/eagle-train]
 set -euo pipefail

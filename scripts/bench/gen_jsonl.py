@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Writes a synthetic pretokenized JSONL file for the prepare benchmark (not committed data).
 
-Samples look like chat data tokenized with a Llama-3-sized vocabulary: lengths 64..2048, ids drawn
-Zipf-like below 128256 (so the prepared file needs uint32 tokens), a loss_mask that is 0 on a
+Samples look like chat data tokenized with a Llama-3-sized vocabulary: lengths 64..2048, ids below
+128256, half Zipf-like and half uniform (so the prepared file needs uint32 tokens), a loss_mask that is 0 on a
 prompt prefix and 1 on the answer, and an extra "id" field the reader must skip.
 """
 import argparse
@@ -25,7 +25,9 @@ def main():
     with open(args.output, "w") as f:
         while written < target:
             length = int(rng.integers(64, 2049))
-            ids = np.minimum(rng.zipf(1.2, length) - 1, 128255)
+            # Half Zipf-like frequent ids, half spread over the vocabulary (4-6 digit numbers).
+            ids = np.where(rng.random(length) < 0.5, np.minimum(rng.zipf(1.2, length) - 1, 128255),
+                           rng.integers(0, 128256, length))
             prompt = int(rng.integers(1, length))
             mask = ["0"] * prompt + ["1"] * (length - prompt)
             line = '{"id": "s%d", "input_ids": [%s], "loss_mask": [%s]}\n' % (

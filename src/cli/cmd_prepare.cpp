@@ -58,7 +58,7 @@ void run_prepare(const config::Options& opts) {
   data::ByteProgress progress("prepare", total);
   data::ReadCounts rc = data::read_sample_files(files, ro, builder, [&](std::uint64_t b, std::uint64_t n) { progress.update(b, n); });
   progress.finish(rc.input_bytes, rc.kept);
-  double read_s = progress.elapsed_s();
+  double read_s = progress.elapsed_s(), read_cpu_s = progress.cpu_s();
   EAGLE_CHECK(rc.kept > 0, Error(ErrorKind::input, "no samples left to write")
                                .file(files.front())
                                .found(std::to_string(rc.records) + " samples read, none kept"));
@@ -113,9 +113,10 @@ void run_prepare(const config::Options& opts) {
     throw;
   }
   double total_s = progress.elapsed_s();
-  log::info("data", "wrote {}: {} train + {} validation samples, {} tokens; read {:.1f} MB/s, {:.2f} s in all",
-            opts.output, train.size(), val.size(), all.total_tokens(),
-            static_cast<double>(rc.input_bytes) / 1e6 / std::max(read_s, 1e-9), total_s);
+  double mb = static_cast<double>(rc.input_bytes) / 1e6;
+  log::info("data", "wrote {}: {} train + {} validation samples, {} tokens; read {:.1f} MB/s ({:.1f} MB per CPU "
+            "second), {:.2f} s in all", opts.output, train.size(), val.size(), all.total_tokens(),
+            mb / std::max(read_s, 1e-9), mb / std::max(read_cpu_s, 1e-9), total_s);
   log::info("data", "memory: peak resident {:.0f} MB, {:.0f} MB of it resident before reading",
             static_cast<double>(data::peak_resident_bytes()) / 1e6, static_cast<double>(rss_at_start) / 1e6);
 }

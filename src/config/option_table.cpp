@@ -279,15 +279,20 @@ std::vector<OptionEntry> declare_options() {
         "Explicit bucket lengths in tokens, strictly increasing (a batch is padded to the smallest "
         "one that fits); empty: use bucket_granularity")
       .check([](const Options& o) { return check_increasing(o.bucket_boundaries); });
-  t.add(&Options::group_by_length, "group_by_length", G::data, kTrain,
+  t.add(&Options::group_by_length, "group_by_length", G::data, kTrain | kStats,
         "Group samples of similar length into batches (seeded shuffle, then sort within a window of "
         "batches); false: plain random order");
   t.add(&Options::padding_free, "padding_free", G::data, kTrain | kStats,
         "Pack samples into rows without padding; attention and TTT chains never cross samples");
-  t.add(&Options::max_tokens_per_batch, "max_tokens_per_batch", G::data, kTrain,
+  t.add(&Options::max_tokens_per_batch, "max_tokens_per_batch", G::data, kTrain | kStats,
         "Fill each micro-batch up to this many tokens, padding counted; 0: a fixed "
         "per_device_train_batch_size rows")
-      .range(&Options::max_tokens_per_batch, 0);
+      .check([](const Options& o) {
+        // A batch must hold one sample of training_seq_len tokens.
+        return o.max_tokens_per_batch == 0 || o.max_tokens_per_batch >= o.training_seq_len
+                   ? std::string()
+                   : fmt::format("0 or an integer >= training_seq_len ({})", o.training_seq_len);
+      });
   t.add(&Options::bad_sample_policy, "bad_sample_policy", G::data, kTrain | kPrepare | kStats | kEval,
         "A malformed sample: error stops at the first, skip counts them and logs the first few");
   t.add(&Options::overlong_policy, "overlong_policy", G::data, kTrain | kPrepare | kStats | kEval,

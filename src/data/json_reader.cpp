@@ -26,6 +26,11 @@ bool ends_with(const std::string& s, std::string_view suffix) {
 }
 
 bool is_gz(const std::string& p) { return ends_with(p, ".gz"); }
+
+// Editors on Windows write a UTF-8 byte-order mark; it becomes three spaces (JSON whitespace).
+void blank_bom(char* p, std::size_t n) {
+  if (n >= 3 && std::memcmp(p, "\xEF\xBB\xBF", 3) == 0) std::memset(p, ' ', 3);
+}
 bool is_array_ext(const std::string& p) { return ends_with(p, ".json") || ends_with(p, ".json.gz"); }
 
 // Bytes of a file, plain or gzip; raw_offset() is the position in the file itself (for progress).
@@ -81,12 +86,14 @@ void read_jsonl(const std::string& path, SampleParser& parser, const std::functi
   std::vector<char> buf(kChunk + kPadding);
   std::size_t have = 0;  // bytes in buf not yet parsed
   std::uint64_t line = 0;
-  bool eof = false;
+  bool eof = false, first = true;
   while (!eof) {
     if (buf.size() - kPadding - have < kChunk / 2) buf.resize(buf.size() * 2);  // a line longer than the chunk
     std::size_t got = src.read(buf.data() + have, buf.size() - kPadding - have);
     eof = got == 0;
     have += got;
+    if (first) blank_bom(buf.data(), have);
+    first = false;
     if (eof && have > 0 && buf[have - 1] != '\n') buf[have++] = '\n';  // last line without a newline
     char* p = buf.data();
     char* end = buf.data() + have;
@@ -120,6 +127,7 @@ void read_array(const std::string& path, SampleParser& parser, const std::functi
     have += got;
   }
   std::memset(buf.data() + have, ' ', kPadding);
+  blank_bom(buf.data(), have);
   std::uint64_t raw = src.raw_offset();
   // For .gz the parsed offset is scaled to the compressed size.
   double scale = have ? static_cast<double>(raw) / static_cast<double>(have) : 1.0;
@@ -144,6 +152,10 @@ std::vector<std::string> list_sample_files(const std::vector<std::string>& input
     if (ec || !fs::exists(st))
       throw std::move(Error(ErrorKind::input, "input not found").file(in).expected("a .jsonl/.json(.gz) file or a folder of them"));
     if (fs::is_directory(st)) {
+      EAGLE_CHECK(!fs::exists(fs::path(in) / "train.bin"),
+                  Error(ErrorKind::input, "the folder is a prepared dataset, not sample files")
+                      .file(in)
+                      .hint("give it to train as --data_path, or give prepare the files it was made from"));
       std::vector<std::string> found;
       for (const auto& entry : fs::recursive_directory_iterator(in, fs::directory_options::follow_directory_symlink)) {
         std::string p = entry.path().string();
@@ -182,7 +194,8 @@ ReadCounts read_sample_files(const std::vector<std::string>& files, const ReadOp
     if (is_array_ext(f)) {
       ByteSource probe(f);
       char c = ' ';
-      while (probe.read(&c, 1) == 1 && (c == ' ' || c == '\n' || c == '\r' || c == '\t')) {
+      auto skipped = [](char ch) { return ch == ' ' || ch == '\n' || ch == '\r' || ch == '\t' || (ch & 0x80); };  // BOM
+      while (probe.read(&c, 1) == 1 && skipped(c)) {
       }
       array = c == '[';
     }

@@ -155,6 +155,23 @@ class Planner {
     close();
   }
 
+  // Cuts rows sorted longest first bucket by bucket, so no batch straddles two bucket lengths (its
+  // rows would be padded to the longer one); each bucket's unfilled batch is carried (returned).
+  std::vector<Row> cut_by_bucket(const std::vector<Row>& rows, std::vector<GlobalBatch>& out) const {
+    std::vector<Row> carried;
+    for (std::size_t begin = 0; begin < rows.size();) {
+      std::size_t end = begin;
+      const std::int64_t len = bucket(rows[begin].tokens);
+      while (end < rows.size() && bucket(rows[end].tokens) == len) ++end;
+      std::vector<Row> run(rows.begin() + static_cast<std::ptrdiff_t>(begin), rows.begin() + static_cast<std::ptrdiff_t>(end));
+      std::vector<Row> rest;
+      cut(run, out, &rest);
+      carried.insert(carried.end(), rest.begin(), rest.end());
+      begin = end;
+    }
+    return carried;
+  }
+
   // Length grouping: the shuffled samples are taken a window (window_batches global batches'
   // worth) at a time, sorted longest first (or packed first-fit-decreasing) and cut into batches;
   // a window's last, unfilled batch is carried into the next window.
@@ -179,6 +196,7 @@ class Planner {
       }
       if (window.empty()) return;
       const bool last = pos >= order.size();
+      const std::size_t emitted_before = out.size();
       std::vector<Row> rows;
       if (o_.padding_free) {
         for (auto& bin : pack_first_fit_decreasing(window, lengths_, o_.training_seq_len)) {
@@ -190,17 +208,29 @@ class Planner {
         rows = single_rows(window);
       }
       std::stable_sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.tokens > b.tokens; });
-      std::vector<Row> carried;
-      cut(rows, out, last ? nullptr : &carried);
+      if (last) {
+        cut(rows, out, nullptr);
+        return;
+      }
+      std::vector<Row> carried = o_.padding_free ? std::vector<Row>{} : cut_by_bucket(rows, out);
+      std::int64_t carried_measure = 0;
+      for (const Row& r : carried) carried_measure += by_tokens ? r.tokens : 1;
+      // Buckets too fine for the window would carry most of it: cut it as one run instead, which
+      // carries less than one batch, so every window makes progress.
+      if (o_.padding_free || 2 * carried_measure > (by_tokens ? tokens : static_cast<std::int64_t>(window.size()))) {
+        out.resize(emitted_before);
+        carried.clear();
+        cut(rows, out, &carried);
+      }
       for (const Row& r : carried) pending.insert(pending.end(), r.samples.begin(), r.samples.end());
-      if (last) return;
     }
   }
 
-  // The batch with the most computed tokens goes first, so an out-of-memory shows at step 1.
+  // The batch with the most computed tokens (ties: the longest rows, whose attention is largest)
+  // goes first, so an out-of-memory shows at step 1.
   static void largest_first(std::vector<GlobalBatch>& batches) {
     if (batches.empty()) return;
-    auto size = [](const GlobalBatch& b) { return b.rows_per_rank * b.length; };
+    auto size = [](const GlobalBatch& b) { return std::pair(b.rows_per_rank * b.length, b.length); };
     auto it = std::max_element(batches.begin(), batches.end(),
                                [&](const GlobalBatch& a, const GlobalBatch& b) { return size(a) < size(b); });
     std::rotate(batches.begin(), it, it + 1);

@@ -1,6 +1,7 @@
 // Progress bar (terminal) or periodic lines (log) for prepare.
 #include "eagle/data/progress.h"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -30,6 +31,12 @@ std::uint64_t status_kb(const char* key) {
   return 0;
 }
 
+double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
 }  // namespace
 
 std::uint64_t resident_bytes() { return status_kb("VmRSS:"); }
@@ -37,7 +44,9 @@ std::uint64_t peak_resident_bytes() { return status_kb("VmHWM:"); }
 
 ByteProgress::ByteProgress(std::string label, std::uint64_t total_bytes)
     : label_(std::move(label)), total_(total_bytes), terminal_(isatty(STDERR_FILENO) == 1),
-      start_(std::chrono::steady_clock::now()), last_(start_) {}
+      start_(std::chrono::steady_clock::now()), last_(start_), cpu_start_(thread_cpu_s()) {}
+
+double ByteProgress::cpu_s() const { return thread_cpu_s() - cpu_start_; }
 
 double ByteProgress::elapsed_s() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();

@@ -5,6 +5,7 @@
 #include <simdjson.h>
 
 #include <algorithm>
+#include <cctype>
 #include <vector>
 
 #include "eagle/io/log.h"
@@ -25,8 +26,13 @@ Error bad(std::string message, std::string place) {
   return std::move(Error(ErrorKind::input, std::move(message)).place(std::move(place)));
 }
 
+// "malformed JSON (the JSON document has an improper structure: ...)": simdjson's reason, lower-cased.
 Error malformed(simdjson::error_code code, std::string place) {
-  return std::move(bad("malformed JSON", std::move(place)).found(simdjson::error_message(code)));
+  std::string why = simdjson::error_message(code);
+  if (why.size() > 1 && !std::isupper(static_cast<unsigned char>(why[1])))  // keep "JSON"
+    why[0] = static_cast<char>(std::tolower(static_cast<unsigned char>(why[0])));
+  while (!why.empty() && why.back() == '.') why.pop_back();
+  return bad("malformed JSON (" + why + ")", std::move(place));
 }
 
 std::string element(const char* field, std::size_t i) { return std::string("field ") + field + "[" + std::to_string(i) + "]"; }
@@ -45,23 +51,25 @@ bool is_type_error(simdjson::error_code e) {
 
 bool is_space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
-// The hot path: an array of small non-negative integers parsed straight from the text (On-Demand's
-// per-element calls cost more than the parsing). Appends through push (which may refuse a value);
-// returns false on anything unusual, and the exact On-Demand path below then reads it again and
-// names the problem. `end` bounds the document.
+// The hot path: an array of integers parsed straight from the text (On-Demand's per-element calls
+// cost more than the parsing). Appends through push (which may refuse a value); returns false on
+// anything unusual, and the exact On-Demand path below then reads it again and names the problem.
+// `end` bounds the document.
 template <typename Push>
-bool fast_uint_array(const char* p, const char* end, Push&& push) {
+bool fast_int_array(const char* p, const char* end, Push&& push) {
   if (p >= end || *p != '[') return false;
   ++p;
   while (p < end && is_space(*p)) ++p;
   if (p < end && *p == ']') return true;
   for (;;) {
     while (p < end && is_space(*p)) ++p;
+    bool negative = p < end && *p == '-';
+    p += negative;
     const char* start = p;
-    std::uint64_t x = 0;
-    while (p < end && static_cast<unsigned>(*p - '0') < 10u) x = x * 10 + static_cast<unsigned>(*p++ - '0');
+    std::int64_t x = 0;
+    while (p < end && static_cast<unsigned>(*p - '0') < 10u) x = x * 10 + (*p++ - '0');
     auto digits = p - start;
-    if (digits == 0 || digits > 10 || (digits > 1 && *start == '0') || !push(x)) return false;
+    if (digits == 0 || digits > 10 || (digits > 1 && *start == '0') || !push(negative ? -x : x)) return false;
     while (p < end && is_space(*p)) ++p;
     if (p >= end) return false;
     if (*p == ']') return true;
@@ -70,26 +78,35 @@ bool fast_uint_array(const char* p, const char* end, Push&& push) {
   }
 }
 
-// Reads an array of integers of field `name` into out; `what` names the entries in messages.
+// Reads the integer array of field `name` into the one output given: token ids, 0/1 mask values, or
+// raw labels. Errors name the field and element.
 void read_int_array(od::value& field_value, const char* name, std::vector<std::int64_t>* out_wide,
                     std::vector<TokenId>* out_ids, std::vector<std::uint8_t>* out_mask, const char* doc_end) {
   const char* text = field_value.raw_json_token().data();
   if (out_ids) {
     std::size_t n0 = out_ids->size();
-    if (fast_uint_array(text, doc_end, [&](std::uint64_t x) {
+    if (fast_int_array(text, doc_end, [&](std::int64_t x) {
           out_ids->push_back(static_cast<TokenId>(x));
-          return x <= kMaxTokenId;
+          return x >= 0 && static_cast<std::uint64_t>(x) <= kMaxTokenId;
         }))
       return;
     out_ids->resize(n0);
   } else if (out_mask) {
     std::size_t n0 = out_mask->size();
-    if (fast_uint_array(text, doc_end, [&](std::uint64_t x) {
+    if (fast_int_array(text, doc_end, [&](std::int64_t x) {
           out_mask->push_back(static_cast<std::uint8_t>(x));
-          return x <= 1;
+          return x == 0 || x == 1;
         }))
       return;
     out_mask->resize(n0);
+  } else {
+    std::size_t n0 = out_wide->size();
+    if (fast_int_array(text, doc_end, [&](std::int64_t x) {
+          out_wide->push_back(x);
+          return true;
+        }))
+      return;
+    out_wide->resize(n0);
   }
   od::array arr;
   if (auto e = field_value.get_array().get(arr)) {
@@ -299,7 +316,7 @@ void SampleParser::parse_array(const std::string& file, const char* data, std::s
       m.read_object(obj);
     } catch (Error& e) {
       // Only errors found after the whole element was read leave the parser where it can go on.
-      fail(e, e.message() != "malformed JSON");
+      fail(e, e.message().rfind("malformed JSON", 0) != 0);
       ++index;
       continue;
     }

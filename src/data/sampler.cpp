@@ -4,6 +4,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <set>
+
+#include "eagle/io/log.h"
 #include "eagle/util/error.h"
 
 namespace eagle::data {
@@ -63,6 +66,18 @@ const std::vector<BatchPlan>& Sampler::plans_of(std::int64_t e) {
     cached_.reserve(all.size());
     for (auto& step : all) cached_.push_back(std::move(step[static_cast<std::size_t>(options_.rank)]));
     cached_epoch_ = e;
+    std::int64_t real = 0, computed = 0;
+    std::set<Shape> used;
+    for (const BatchPlan& p : cached_) {
+      real += p.real_tokens(lengths_);
+      computed += p.computed_tokens();
+      used.insert(Shape{p.rows, p.length});
+    }
+    log::info("data", "epoch {}: {} batches on rank {}, {} ({} real of {} computed tokens), {} of {} shapes", e,
+              cached_.size(), options_.rank,
+              fmt::format("{} {:.3f}", options_.padding_free ? "fill ratio" : "padding efficiency",
+                          computed ? static_cast<double>(real) / static_cast<double>(computed) : 0.0),
+              real, computed, used.size(), possible_shapes(options_).size());
   }
   return cached_;
 }

@@ -17,6 +17,8 @@ class ByteProgress {
   // Draws the final state and ends the bar's line.
   void finish(std::uint64_t bytes, std::uint64_t samples);
   double elapsed_s() const;
+  // CPU seconds this thread spent since construction (the read runs on one thread).
+  double cpu_s() const;
 
  private:
   void draw(std::uint64_t bytes, std::uint64_t samples, bool final);
@@ -24,6 +26,7 @@ class ByteProgress {
   std::uint64_t total_;
   bool terminal_;
   std::chrono::steady_clock::time_point start_, last_;
+  double cpu_start_;
 };
 
 // Resident memory of this process from /proc/self/status (VmRSS, VmHWM = peak), bytes; 0 if unknown.
