@@ -229,12 +229,13 @@ TEST_CASE("the output_dir guard protects another run's files", "[io][checkpoint]
                                 "checkpoint-3, events.out.tfevents.1.host, metrics.jsonl (hint: "
                                 "--resume_from_checkpoint auto continues that run; --overwrite_output_dir replaces it)");
   CHECK(fs::exists(out / "checkpoint-3"));
-  CHECK_FALSE(fs::exists(out / ".tmp-checkpoint-4"));  // leftovers are cleaned in any case
+  CHECK(fs::exists(out / ".tmp-checkpoint-4"));  // a refused start touches nothing
 
-  // auto continues it; auto together with overwrite is a contradiction.
+  // auto continues it (cleaning the leftovers); auto together with overwrite is a contradiction.
   auto resume = prepare_output_dir(out, "auto", false);
   REQUIRE(resume);
   CHECK(resume->step == 3);
+  CHECK_FALSE(fs::exists(out / ".tmp-checkpoint-4"));
   CHECK(error_of([&] { prepare_output_dir(out, "auto", true); }).kind() == eagle::ErrorKind::usage);
   CHECK(fs::exists(out / "checkpoint-3"));
 

@@ -153,6 +153,24 @@ TEST_CASE("step and eval statistics as JSON and TensorBoard scalars", "[io][metr
                    {"eval/loss", 2.5f}, {"eval/acc_0", 0.75f}, {"eval/tau", 1.75f}, {"eval/ar", 2.5f}});
 }
 
+TEST_CASE("throughput of a logging window counts real tokens only", "[io][metrics]") {
+  ThroughputWindow w;
+  StepStats s;
+  w.fill(s, 0.0);
+  CHECK(s.tokens_per_s == 0.0);
+  CHECK(s.padding_efficiency == 0.0);
+  CHECK(s.ms_per_step == 0.0);
+  w.add(300, 512);
+  w.add(500, 512);
+  w.add(200, 256);
+  w.fill(s, 2.5);
+  CHECK(s.tokens_per_s == 400.0);                // 1000 real tokens / 2.5 s
+  CHECK(s.padding_efficiency == 1000.0 / 1280.0);
+  CHECK(s.ms_per_step == 2500.0 / 3.0);
+  w = {};
+  CHECK(w.steps == 0);
+}
+
 TEST_CASE("metrics.jsonl: one flushed object per line", "[io][metrics]") {
   eagle::test::TempDir tmp;
   {

@@ -23,6 +23,12 @@ void add_acc(std::vector<std::pair<std::string, float>>& out, const std::string&
 
 }  // namespace
 
+void ThroughputWindow::fill(StepStats& s, double seconds) const {
+  s.tokens_per_s = seconds > 0 ? static_cast<double>(real_tokens) / seconds : 0.0;
+  s.padding_efficiency = padded_tokens > 0 ? static_cast<double>(real_tokens) / static_cast<double>(padded_tokens) : 0.0;
+  s.ms_per_step = steps > 0 ? 1000.0 * seconds / static_cast<double>(steps) : 0.0;
+}
+
 json to_json(const StepStats& s) {
   json out = json::object();
   out["step"] = s.step;

@@ -278,26 +278,33 @@ std::optional<CheckpointRef> prepare_output_dir(const fs::path& output_dir, cons
                                                 bool overwrite_output_dir) {
   make_folder(output_dir);
   CheckpointDir dir(output_dir);
-  dir.clean_temporaries();
+  auto same_folder = [](const fs::path& a, const fs::path& b) { return fs::weakly_canonical(a) == fs::weakly_canonical(b); };
+  auto parent_of = [](const fs::path& p) { return p.filename().empty() ? p.parent_path().parent_path() : p.parent_path(); };
+  // Leftovers are only touched once this run may use the folder: a run continuing here repairs
+  // interrupted swaps before the newest checkpoint is looked up; a refused start touches nothing.
+  bool continuing = resume_from_checkpoint == "auto" ||
+                    (!resume_from_checkpoint.empty() && same_folder(parent_of(resume_from_checkpoint), output_dir));
+  if (continuing && !overwrite_output_dir) dir.clean_temporaries();
   auto resume = find_resume(resume_from_checkpoint, output_dir);
-  if (resume) {
-    fs::path parent = resume->path.filename().empty() ? resume->path.parent_path().parent_path() : resume->path.parent_path();
-    if (fs::weakly_canonical(parent) == fs::weakly_canonical(output_dir)) {
-      if (overwrite_output_dir)
-        throw Error(ErrorKind::usage, "overwrite_output_dir would delete the checkpoint to resume from")
-            .file(resume->path.string()).place("resume_from_checkpoint, overwrite_output_dir")
-            .hint("drop --overwrite_output_dir to continue this run, or resume_from_checkpoint to start afresh");
-      log::info("ckpt", "resuming from {} (step {})", resume->path.string(), resume->step);
-      return resume;
-    }
+  if (resume && same_folder(parent_of(resume->path), output_dir)) {
+    if (overwrite_output_dir)
+      throw Error(ErrorKind::usage, "overwrite_output_dir would delete the checkpoint to resume from")
+          .file(resume->path.string()).place("resume_from_checkpoint, overwrite_output_dir")
+          .hint("drop --overwrite_output_dir to continue this run, or resume_from_checkpoint to start afresh");
+    log::info("ckpt", "resuming from {} (step {})", resume->path.string(), resume->step);
+    return resume;
   }
   auto artifacts = dir.run_artifacts();
-  if (artifacts.empty()) return resume;
+  if (artifacts.empty()) {
+    dir.clean_temporaries();
+    return resume;
+  }
   bool never_saved = resume_from_checkpoint == "auto" && !resume && !fs::exists(output_dir / CheckpointDir::kBestFolder);
   if (overwrite_output_dir || never_saved) {
     log::warn("ckpt", "{}: removing {} files/folders of an earlier run ({})", output_dir.string(), artifacts.size(),
               overwrite_output_dir ? "overwrite_output_dir" : "it never saved a checkpoint");
     dir.remove_run_artifacts();
+    dir.clean_temporaries();
     return resume;
   }
   std::string found;

@@ -37,6 +37,22 @@ struct EvalStats {
   std::optional<double> ar;           // real acceptance rate (mean 1 + accepted per round)
 };
 
+// Host-side counts of the steps in one logging window (the trainer knows them before each step,
+// so counting costs no device sync). Reset by assigning {} after each log line.
+struct ThroughputWindow {
+  std::int64_t steps = 0;            // optimizer steps in the window
+  std::int64_t real_tokens = 0;      // tokens of the samples, without padding
+  std::int64_t padded_tokens = 0;    // tokens processed, padding included
+  void add(std::int64_t real, std::int64_t padded) {
+    ++steps;
+    real_tokens += real;
+    padded_tokens += padded;
+  }
+  // Sets s.tokens_per_s, s.padding_efficiency and s.ms_per_step for a window that took `seconds`
+  // of wall time (0 where a denominator is 0).
+  void fill(StepStats& s, double seconds) const;
+};
+
 // metrics.jsonl fields: step, loss, acc, tau, lr, grad_norm, tokens_per_s, padding_efficiency,
 // ms_per_step, nonfinite_steps. Non-finite numbers become null (JSON has no NaN).
 nlohmann::json to_json(const StepStats& s);
