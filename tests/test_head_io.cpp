@@ -169,3 +169,38 @@ TEST_CASE("eagle-train export converts a checkpoint and refuses what it cannot w
   auto missing = run_cli("export --checkpoint " + (tmp / "none").string() + " --output " + (tmp / "n").string());
   CHECK(missing.exit_code == 3);
 }
+
+TEST_CASE("a SpecForge-style SGLang head imports and matches an independent PyTorch TTT forward", "[head]") {
+  // Fixture from scripts/make_head_reference.py: bf16 weights, llama3 RoPE scaling, only the nested
+  // (output-of-layer) aux ids, a packed row of two samples, three TTT steps.
+  const std::string root = std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/";
+  auto loaded = model::load_head(root + "heads/eagle3-ref");
+  CHECK(loaded.format == model::HeadFormat::sglang);
+  CHECK(loaded.config.aux_layer_ids == std::vector<std::int64_t>{2, 4, 5});
+  CHECK(loaded.config.rope.type == "llama3");
+  CHECK(loaded.config.rope.original_max_position_embeddings == 16);
+  CHECK(loaded.config.draft_vocab_size == 20);
+  auto ref = model::load_safetensors(root + "reference/eagle3-head.safetensors");
+  auto& head = dynamic_cast<model::Eagle3Head&>(*loaded.head);
+  head.set_target_weights(ref["embedding"], ref["embedding"]);
+  auto cfg = loaded.config;
+  cfg.ttt_steps = 3;
+  model::Eagle3Head three(cfg, head.vocab());
+  {
+    torch::NoGradGuard ng;
+    auto src = head.named_parameters();
+    for (auto& p : three.named_parameters()) p.value().copy_(src[p.key()]);
+  }
+  three.set_target_weights(ref["embedding"], ref["embedding"]);
+  model::HeadInputs in;
+  in.input_ids = ref["input_ids"];
+  in.position_ids = ref["position_ids"];
+  in.document_ids = ref["document_ids"];
+  in.aux_hidden = ref["aux_hidden"];
+  auto logits = three.ttt_logits(in);
+  for (std::size_t k = 0; k < 3; ++k) {
+    INFO("step " << k);
+    auto expected = ref["logits_" + std::to_string(k)];
+    CHECK(torch::allclose(logits[k], expected, 1e-4, 1e-4));
+  }
+}

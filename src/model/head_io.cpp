@@ -178,7 +178,8 @@ nlohmann::json head_config_json(const HeadConfig& c, HeadFormat format) {
             {"proposal_methods", {{{"proposal_type", "greedy"}, {"speculative_tokens", c.ttt_steps},
                                    {"verifier_accept_k", 1}, {"accept_tolerance", 0.0}}}},
             {"default_proposal_method", "greedy"},
-            {"verifier", {{"name_or_path", c.target_name_or_path}, {"architectures", {c.target_architecture}}}}}},
+            {"verifier", {{"name_or_path", c.target_name_or_path},
+                          {"architectures", c.target_architecture.empty() ? json::array() : json::array({c.target_architecture})}}}}},
           {"speculators_version", kSpeculatorsVersion},
           {"torch_dtype", "float32"},
           {"eagle_train", eagle_train_fields(c)}};
@@ -208,6 +209,8 @@ void export_head(DraftHead& head, HeadFormat format, const std::string& dir) {
   EAGLE_CHECK(!fs::exists(target), Error(ErrorKind::output, "the output folder exists; nothing is overwritten")
                                        .file(dir).hint("choose a new --output folder"));
   head_config_json(head.config(), format);  // refuse before creating anything
+  if (format == HeadFormat::speculators && head.config().target_name_or_path.empty())
+    log::warn("export", "the head does not name its target: speculators_config.verifier.name_or_path is empty");
   auto tmp = target;
   tmp += fmt::format(".tmp-{}", ::getpid());
   std::error_code ec;
