@@ -4,7 +4,9 @@
 For each supported family a tiny random model is built with transformers (pinned below), saved with
 save_pretrained into tests/fixtures/models/<name>/, and run on fixed inputs; the reference outputs
 (hidden states of every layer, logits, greedy continuation) go to
-tests/fixtures/reference/<name>.safetensors. The C++ parity tests compare against them.
+tests/fixtures/reference/<name>.safetensors. The C++ parity tests compare against them. Reruns give
+the same tensors; only the order of the __metadata__ keys may change (safetensors writes them from a
+hash map).
 
 Run with the project venv:  ~/.cache/eagle-train/venv/bin/python scripts/make_reference_fixtures.py
 """
@@ -139,6 +141,27 @@ def make(name, cls, kwargs, index):
     print(f"{name}: {sum(p.numel() for p in model.parameters())} parameters")
 
 
+def write_rope_references():
+    """Inverse frequencies of the scaled RoPE types from transformers' own functions, for the
+    layers test (llama3 is also covered end to end by tiny-llama3)."""
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+    cases = {
+        "linear": ({"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0}, None),
+        "dynamic": ({"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0}, 300),
+        "llama3": ({"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+                    "high_freq_factor": 4.0, "original_max_position_embeddings": 64}, None),
+    }
+    out = {}
+    for name, (params, seq_len) in cases.items():
+        cfg = transformers.LlamaConfig(hidden_size=256, num_attention_heads=4, max_position_embeddings=128,
+                                       rope_parameters=params)
+        inv, scale = ROPE_INIT_FUNCTIONS[params["rope_type"]](cfg, "cpu", seq_len=seq_len)
+        assert scale == 1.0
+        out[name] = inv.float().contiguous()
+    save_file(out, str(REFS / "rope.safetensors"), metadata={"head_dim": "64", "max_position_embeddings": "128",
+                                                             "dynamic_seq_len": "300"})
+
+
 def write_4x_config():
     """A Llama 3.1-style config in the transformers 4.x spelling, for the config-reading test."""
     CONFIGS.mkdir(parents=True, exist_ok=True)
@@ -158,4 +181,5 @@ def write_4x_config():
 if __name__ == "__main__":
     for i, (name, (cls, kwargs)) in enumerate(FAMILIES.items()):
         make(name, cls, kwargs, i)
+    write_rope_references()
     write_4x_config()

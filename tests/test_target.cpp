@@ -118,6 +118,10 @@ TEST_CASE("target teacher: draft-vocabulary columns, chunking and default aux la
   CHECK(torch::equal(big.target_argmax, small.target_argmax));
   CHECK(max_err(big.teacher_logits, ref.at("a.logits").index_select(2, draft)) <= 1e-4);
   CHECK(big.aux_hidden.size(2) == 3 * m.config().hidden_size);
+  const auto H = m.config().hidden_size;
+  CHECK(max_err(big.aux_hidden.narrow(2, 0, H), ref.at("a.hidden_states")[1]) <= 1e-4);
+  CHECK(max_err(big.aux_hidden.narrow(2, 2 * H, H), ref.at("a.hidden_states")[3]) <= 1e-4);
+  CHECK(max_err(m.embed(ref.at("a.input_ids")), ref.at("a.hidden_states")[0]) == 0.0);
   auto no_teacher = m.forward(batch, {});
   CHECK_FALSE(no_teacher.teacher_logits.defined());
   CHECK(torch::equal(no_teacher.target_argmax, big.target_argmax));
@@ -197,4 +201,19 @@ TEST_CASE("target KV-cache forward equals the full forward; greedy continuation 
     CHECK_THROWS_WITH(m.forward_cached(c2, greedy), Catch::Contains("capacity"));
     CHECK_THROWS(m.truncate(c2, c2.length + 1));
   }
+}
+
+TEST_CASE("RoPE inverse frequencies of the scaled types match transformers", "[model][rope]") {
+  auto ref = model::load_safetensors(std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/reference/rope.safetensors");
+  model::RopeConfig linear{.head_dim = 64, .theta = 10000.0, .type = "linear", .factor = 4.0};
+  CHECK(max_err(model::rope_inv_freq(linear), ref.at("linear")) <= 1e-7);
+  model::RopeConfig dynamic{.head_dim = 64, .theta = 10000.0, .type = "dynamic", .factor = 2.0};
+  dynamic.max_position_embeddings = 128;
+  CHECK(max_err(model::rope_inv_freq(dynamic, 300), ref.at("dynamic")) <= 1e-6);
+  // Within max_position_embeddings dynamic scaling leaves the frequencies unchanged.
+  model::RopeConfig plain{.head_dim = 64, .theta = 10000.0};
+  CHECK(max_err(model::rope_inv_freq(dynamic, 100), model::rope_inv_freq(plain)) == 0.0);
+  model::RopeConfig llama3{.head_dim = 64, .theta = 500000.0, .type = "llama3", .factor = 8.0,
+                           .low_freq_factor = 1.0, .high_freq_factor = 4.0, .original_max_position_embeddings = 64};
+  CHECK(max_err(model::rope_inv_freq(llama3), ref.at("llama3")) <= 1e-7);
 }

@@ -223,7 +223,8 @@ TEST_CASE("eagle-train inspect prints and checks a target folder", "[model][insp
   auto parsed = nlohmann::json::parse(j.output.substr(j.output.find('{')));
   CHECK(parsed["architecture"] == "LlamaForCausalLM");
   CHECK(parsed["parameters"] == 188992);
-  CHECK(parsed["dtype"] == "BFloat16");
+  CHECK(parsed["dtype"] == "bfloat16");
+  CHECK(parsed["checkpoint_dtype"] == "float32");
   CHECK(parsed["aux_hidden_state_layer_ids"] == nlohmann::json::array({0, 2, 4}));
 
   test::TempDir dir;
@@ -233,4 +234,16 @@ TEST_CASE("eagle-train inspect prints and checks a target folder", "[model][insp
   auto bad = test::run_cli("inspect --model_name_or_path " + dir.path().string());
   CHECK(bad.exit_code == 3);
   CHECK_THAT(bad.output, Catch::Contains("PhiForCausalLM"));
+}
+
+TEST_CASE("eagle-train inspect names weights holding NaN", "[model][inspect]") {
+  test::TempDir dir;
+  auto tensors = model::load_safetensors((kTinyLlama / "model.safetensors").string());
+  auto w = tensors.at("model.layers.2.mlp.down_proj.weight").clone();
+  w[3][5] = std::nanf("");
+  tensors["model.layers.2.mlp.down_proj.weight"] = w;
+  write_model(dir.path(), tiny_config(), tensors);
+  auto r = test::run_cli("inspect --model_name_or_path " + dir.path().string());
+  CHECK(r.exit_code == 3);
+  CHECK_THAT(r.output, Catch::Contains("NaN or Inf") && Catch::Contains("model.layers.2.mlp.down_proj.weight"));
 }

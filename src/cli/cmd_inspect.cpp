@@ -1,5 +1,6 @@
 // eagle-train inspect: loads a target model folder (which checks config.json and every tensor),
-// runs one short forward, and prints the architecture, sizes, dtype and the EAGLE-3 aux layers.
+// reads every weight for NaN/Inf, runs one short forward, and prints the architecture, sizes,
+// dtype and the EAGLE-3 aux layers.
 #include <iostream>
 
 #include <fmt/format.h>
@@ -24,6 +25,12 @@ torch::ScalarType dtype_of(config::TargetDtype d) {
   return torch::ScalarType::Undefined;
 }
 
+std::string dtype_name(torch::ScalarType t) {
+  if (t == torch::kBFloat16) return "bfloat16";
+  if (t == torch::kFloat16) return "float16";
+  return "float32";
+}
+
 }  // namespace
 
 void run_inspect(const config::Options& opts) {
@@ -33,6 +40,11 @@ void run_inspect(const config::Options& opts) {
   if (!opts.aux_hidden_state_layer_ids.empty()) m.set_aux_layer_ids(opts.aux_hidden_state_layer_ids);
   const auto& c = m.config();
 
+  const auto non_finite = m.non_finite_weights();
+  EAGLE_CHECK(non_finite.empty(), Error(ErrorKind::input, "weights hold NaN or Inf")
+                                      .file(opts.model_name_or_path)
+                                      .found(fmt::format("{}", fmt::join(non_finite, ", ")))
+                                      .hint("the checkpoint is corrupt; download or convert it again"));
   // A forward over a few tokens proves the weights compute (a mapping beyond the file, a NaN).
   const std::int64_t T = std::min<std::int64_t>(4, c.vocab_size);
   auto ids = torch::arange(T).unsqueeze(0);
@@ -41,7 +53,7 @@ void run_inspect(const config::Options& opts) {
               Error(ErrorKind::input, "the model computes non-finite hidden states")
                   .file(opts.model_name_or_path).hint("the weights may be corrupt"));
 
-  const std::string dtype = c10::toString(m.dtype());
+  const std::string dtype = dtype_name(m.dtype());
   if (opts.json) {
     nlohmann::ordered_json j = {
         {"model", opts.model_name_or_path},
@@ -79,7 +91,7 @@ void run_inspect(const config::Options& opts) {
       "vocabulary:    {}{}\n"
       "rope:          {} (theta {}, factor {}), max positions {}\n"
       "aux layers:    {} (input-of-layer ids, hidden_states[id])\n"
-      "checkpoint:    ok (every tensor present with the right shape; a forward is finite)\n",
+      "checkpoint:    ok (every tensor present with the right shape and finite; a forward is finite)\n",
       opts.model_name_or_path, c.architecture, c.model_type, m.parameter_count(),
       static_cast<double>(m.parameter_count()) / 1e6, dtype, c.dtype, c.num_hidden_layers, c.hidden_size,
       c.intermediate_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim,

@@ -308,7 +308,7 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::aux_hidden_state_layer_ids, "aux_hidden_state_layer_ids", G::model,
         kTrain | kInspect | kEval,
         "EAGLE-3 target layers whose inputs are fused, input-of-layer convention "
-        "(hidden_states[id]); empty: [2, L/2, L-3]")
+        "(hidden_states[id]); empty: [2, L/2, L-3] (models under 7 layers: docs/models.md)")
       .range(&Options::aux_hidden_state_layer_ids, 0);
   // draft
   t.add(&Options::eagle_version, "eagle_version", G::draft, kTrain | kEval | kExport,

@@ -241,6 +241,33 @@ const std::vector<std::int64_t>& TargetModel::aux_layer_ids() const { return imp
 torch::Tensor TargetModel::lm_head_weight() const { return impl_->lm_head; }
 torch::Tensor TargetModel::embedding_weight() const { return impl_->embed; }
 
+std::vector<std::string> TargetModel::non_finite_weights() const {
+  torch::NoGradGuard no_grad;
+  const auto& m = *impl_;
+  std::vector<std::string> bad;
+  auto check = [&](const std::string& name, const torch::Tensor& t) {
+    if (t.defined() && !torch::isfinite(t).all().item<bool>()) bad.push_back(name);
+  };
+  check("model.embed_tokens.weight", m.embed);
+  check("model.norm.weight", m.final_norm);
+  if (!m.cfg.tie_word_embeddings) check("lm_head.weight", m.lm_head);
+  for (std::size_t l = 0; l < m.layers.size(); ++l) {
+    const auto& w = m.layers[l];
+    const auto p = fmt::format("model.layers.{}.", l);
+    check(p + "input_layernorm.weight", w.input_norm);
+    check(p + "post_attention_layernorm.weight", w.post_norm);
+    check(p + "self_attn.{q,k,v}_proj.weight", w.qkv_w);
+    check(p + "self_attn.{q,k,v}_proj.bias", w.qkv_b);
+    check(p + "self_attn.o_proj.weight", w.o_w);
+    check(p + "self_attn.o_proj.bias", w.o_b);
+    check(p + "self_attn.q_norm.weight", w.q_norm);
+    check(p + "self_attn.k_norm.weight", w.k_norm);
+    check(p + "mlp.{gate,up}_proj.weight", w.gate_up_w);
+    check(p + "mlp.down_proj.weight", w.down_w);
+  }
+  return bad;
+}
+
 void TargetModel::set_aux_layer_ids(std::vector<std::int64_t> ids) {
   const auto L = impl_->cfg.num_hidden_layers;
   EAGLE_CHECK(!ids.empty(), Error(ErrorKind::usage, "aux hidden-state layer ids must not be empty")

@@ -111,7 +111,8 @@ RopeConfig read_rope(const Reader& r, std::int64_t head_dim, std::int64_t max_po
     EAGLE_CHECK(rope.high_freq_factor > rope.low_freq_factor,
                 bad("high_freq_factor", "must exceed low_freq_factor").found(std::to_string(rope.high_freq_factor)));
   }
-  if (rope.type == "dynamic") rope.original_max_position_embeddings = p.integer_or("original_max_position_embeddings", 0);
+  // dynamic: transformers scales against max_position_embeddings (original_max_position_embeddings
+  // is not used by its formula), so rope.original_max_position_embeddings stays 0.
   return rope;
 }
 

@@ -39,6 +39,8 @@ torch::Tensor TargetModel::Impl::layer(std::size_t l, const torch::Tensor& x, co
     k = cache->keys[l].narrow(2, 0, end);
     v = cache->values[l].narrow(2, 0, end);
   }
+  // Expanded explicitly rather than with enable_gqa: with an arbitrary mask CUDA's memory-efficient
+  // kernel is the one that applies, and it does not take grouped key/value heads.
   k = repeat_kv(k, nh / kvh);
   v = repeat_kv(v, nh / kvh);
   auto o = at::scaled_dot_product_attention(q, k, v, mask);

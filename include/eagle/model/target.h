@@ -44,7 +44,8 @@ struct TargetBatch {
 };
 
 struct TeacherSpec {
-  torch::Tensor draft_ids;          // [Vd] int64 target ids of the draft vocabulary; undefined: none
+  torch::Tensor draft_ids;          // [Vd] int64 target ids of the draft vocabulary (keep it on the
+                                    // model's device, else it is copied every call); undefined: none
   std::int64_t chunk_tokens = 1024; // tokens per chunk of the LM-head computation (bounds memory)
 };
 
@@ -88,6 +89,9 @@ class TargetModel {
 
   // Training forward under NoGradGuard (not inference mode).
   TargetOutput forward(const TargetBatch& batch, const TeacherSpec& teacher) const;
+
+  // Weights holding NaN or Inf, by checkpoint name (reads every weight: for inspect, not hot paths).
+  std::vector<std::string> non_finite_weights() const;
 
   torch::Tensor embed(const torch::Tensor& ids) const;           // [.., H]
   torch::Tensor lm_head_weight() const;                           // [V, H]

@@ -1,0 +1,157 @@
+// Target forward benchmark: real tokens/s of a fixed random Llama (4 layers, hidden 512, 8 heads,
+// vocabulary 32000, fp32, batch 4 x 512) and its model FLOPs utilisation against the fp32 matmul
+// FLOP/s measured in the same run; also the peak resident memory of the forward with the chunked
+// teacher versus the whole [B*T, V] logits at once. Run through scripts/bench/bench_target.sh.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "eagle/model/safetensors.h"
+#include "eagle/model/target.h"
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+constexpr std::int64_t kLayers = 4, kHidden = 512, kHeads = 8, kInter = 1536, kVocab = 32000;
+constexpr std::int64_t kBatch = 4, kSeq = 512;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+void write_model(const fs::path& dir) {
+  fs::create_directories(dir);
+  nlohmann::json c = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"vocab_size", kVocab},
+                      {"hidden_size", kHidden}, {"intermediate_size", kInter}, {"num_hidden_layers", kLayers},
+                      {"num_attention_heads", kHeads}, {"num_key_value_heads", kHeads}, {"rms_norm_eps", 1e-5},
+                      {"max_position_embeddings", 4096}, {"rope_theta", 10000.0}, {"torch_dtype", "float32"},
+                      {"tie_word_embeddings", false}, {"hidden_act", "silu"}};
+  std::ofstream(dir / "config.json") << c.dump(2);
+  torch::manual_seed(0);
+  std::map<std::string, torch::Tensor> t;
+  auto lin = [](std::int64_t out, std::int64_t in) { return torch::randn({out, in}) / std::sqrt(double(in)); };
+  t["model.embed_tokens.weight"] = torch::randn({kVocab, kHidden});
+  t["lm_head.weight"] = lin(kVocab, kHidden);
+  t["model.norm.weight"] = torch::ones({kHidden});
+  for (std::int64_t l = 0; l < kLayers; ++l) {
+    const auto p = fmt::format("model.layers.{}.", l);
+    for (const char* n : {"q_proj", "k_proj", "v_proj", "o_proj"}) t[p + "self_attn." + n + ".weight"] = lin(kHidden, kHidden);
+    t[p + "mlp.gate_proj.weight"] = lin(kInter, kHidden);
+    t[p + "mlp.up_proj.weight"] = lin(kInter, kHidden);
+    t[p + "mlp.down_proj.weight"] = lin(kHidden, kInter);
+    t[p + "input_layernorm.weight"] = torch::ones({kHidden});
+    t[p + "post_attention_layernorm.weight"] = torch::ones({kHidden});
+  }
+  eagle::model::save_safetensors((dir / "model.safetensors").string(), t);
+}
+
+// Resident-set high-water mark in MiB; writing 5 to clear_refs resets it (Linux >= 4.0).
+double peak_rss_mib() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  return -1;
+}
+double rss_mib() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
+  return -1;
+}
+void reset_peak() { std::ofstream("/proc/self/clear_refs") << "5"; }
+
+double matmul_flops(int reps) {
+  const std::int64_t n = 2048;
+  auto a = torch::randn({n, n}), b = torch::randn({n, n});
+  torch::matmul(a, b);  // warm-up
+  double best = 1e30;
+  for (int i = 0; i < reps; ++i) {
+    auto t0 = Clock::now();
+    auto c = torch::matmul(a, b);
+    best = std::min(best, seconds_since(t0));
+  }
+  return 2.0 * n * n * n / best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int reps = argc > 1 ? std::atoi(argv[1]) : 3;
+  const fs::path dir = fs::temp_directory_path() / fmt::format("eagle_bench_target_{}", ::getpid());
+  write_model(dir);
+  auto m = eagle::model::TargetModel::load(dir.string(), torch::kFloat32, torch::kCPU);
+  torch::manual_seed(1);
+  eagle::model::TargetBatch batch{torch::randint(kVocab, {kBatch, kSeq}),
+                                  torch::arange(kSeq).unsqueeze(0).expand({kBatch, kSeq}).contiguous(),
+                                  torch::zeros({kBatch, kSeq}, torch::kInt64)};
+  // A draft vocabulary of 8000 ids, as the head would train with.
+  eagle::model::TeacherSpec teacher{torch::arange(0, kVocab, 4), 1024};
+
+  // The machine may be shared: each timed forward is paired with a matmul measurement taken right
+  // before it, and MFU is reported per pair (median and best).
+  m.forward(batch, teacher);  // warm-up
+  std::vector<double> secs, peaks;
+  for (int i = 0; i < reps; ++i) {
+    peaks.push_back(matmul_flops(3));
+    auto t0 = Clock::now();
+    auto out = m.forward(batch, teacher);
+    secs.push_back(seconds_since(t0));
+  }
+  const double tokens = double(kBatch) * kSeq;
+  const double matmul_params = double(kLayers) * (4.0 * kHidden * kHidden + 3.0 * kHidden * kInter) +
+                               double(kVocab) * kHidden;
+  const double head_dim = double(kHidden) / kHeads;
+  // QK^T and PV over the causal half: 2 matmuls x 2 FLOPs x heads x head_dim x T(T+1)/2 per row.
+  const double attn_flops = double(kLayers) * kBatch * 4.0 * kHeads * head_dim * (kSeq * (kSeq + 1) / 2.0);
+  const double model_flops = 2.0 * matmul_params * tokens + attn_flops;
+  std::vector<double> mfu, tps;
+  for (int i = 0; i < reps; ++i) {
+    mfu.push_back(model_flops / secs[i] / peaks[i]);
+    tps.push_back(tokens / secs[i]);
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  };
+  auto best_of = [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); };
+
+  // Peak memory of one forward: the chunked teacher against all B*T rows of logits at once.
+  auto peak_of = [&](std::int64_t chunk) {
+    eagle::model::TeacherSpec spec{teacher.draft_ids, chunk};
+    const double base = rss_mib();
+    reset_peak();
+    auto out = m.forward(batch, spec);
+    return peak_rss_mib() - base;
+  };
+  const double peak_chunked = peak_of(1024);
+  const double peak_whole = peak_of(kBatch * kSeq);
+
+  std::cout << fmt::format(
+      "threads {}\nfp32 matmul 2048^3: median {:.1f} GFLOP/s (measured before each forward)\n"
+      "forward {}x{} ({} real tokens, fp32, teacher over 8000 draft ids): median {:.3f} s over {} runs\n"
+      "tokens/s: {:.0f} (median), {:.0f} (best)\n"
+      "model FLOPs per forward: {:.2f} GFLOP (matmul params {:.1f} M, attention {:.2f} GFLOP)\n"
+      "MFU: {:.1f}% (median), {:.1f}% (best)\n"
+      "peak RSS increase of one forward: {:.0f} MiB with chunk_tokens 1024, {:.0f} MiB with all {} rows at once\n",
+      torch::get_num_threads(), median(peaks) / 1e9, kBatch, kSeq, tokens, median(secs), reps, median(tps),
+      best_of(tps), model_flops / 1e9, matmul_params / 1e6, attn_flops / 1e9, 100.0 * median(mfu),
+      100.0 * best_of(mfu), peak_chunked, peak_whole, kBatch * kSeq);
+  std::error_code ec;
+  fs::remove(dir / "model.safetensors", ec);
+  fs::remove(dir / "config.json", ec);
+  fs::remove(dir, ec);
+  return 0;
+}
