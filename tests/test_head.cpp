@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include <ATen/autocast_mode.h>
+
 #include "eagle/train/loss_metrics.h"
 #include "eagle/util/error.h"
 #include "head_fixtures.h"
@@ -269,4 +271,53 @@ TEST_CASE("draft vocabulary: most frequent trained ids, ties by lower id, unseen
   stats.trained_token_counts.resize(12);
   stats.trained_token_counts[11] = 1;
   CHECK_THROWS_AS(model::build_draft_vocab(stats, 10, 4), eagle::Error);
+}
+
+namespace {
+// The EAGLE-3 loss and the parameter gradients of one step, on a device and under an autocast dtype.
+std::pair<double, std::vector<torch::Tensor>> eagle3_step(torch::Device device, bool bf16_autocast) {
+  auto cfg = tiny_head_config(3, 3);
+  torch::manual_seed(8);
+  auto target = tiny_target();
+  model::Eagle3Head head(cfg, tiny_vocab());
+  head.set_target_weights(target.embedding.to(device), target.lm_head.to(device));
+  head.to(device);
+  auto in = tiny_inputs(cfg);
+  for (auto* t : {&in.input_ids, &in.loss_mask, &in.position_ids, &in.document_ids, &in.aux_hidden,
+                  &in.teacher_logits, &in.target_argmax})
+    *t = t->to(device);
+  auto den = denominators(in, 3).to(device);
+  torch::Tensor loss;
+  {
+    at::autocast::set_autocast_enabled(device.type(), bf16_autocast);
+    at::autocast::set_autocast_dtype(device.type(), torch::kBFloat16);
+    loss = head.train_step_forward(in, den).loss;
+    at::autocast::set_autocast_enabled(device.type(), false);
+    at::autocast::clear_cache();
+  }
+  loss.backward();
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : head.parameters()) grads.push_back(p.grad().to(torch::kCPU));
+  return {loss.item<double>(), grads};
+}
+}  // namespace
+
+TEST_CASE("EAGLE-3 step under bf16 autocast stays close to fp32 with fp32 gradients", "[head]") {
+  auto [loss32, g32] = eagle3_step(torch::kCPU, false);
+  auto [loss16, g16] = eagle3_step(torch::kCPU, true);
+  CHECK(std::isfinite(loss16));
+  CHECK(loss16 == Approx(loss32).epsilon(0.05));
+  for (std::size_t i = 0; i < g16.size(); ++i) {
+    CHECK(g16[i].scalar_type() == torch::kFloat32);  // fp32 master weights
+    CHECK(g16[i].isfinite().all().item<bool>());
+  }
+}
+
+TEST_CASE("EAGLE-3 step on CUDA equals CPU; efficient attention on CUDA equals reference", "[head][gpu]") {
+  auto [loss_cpu, g_cpu] = eagle3_step(torch::kCPU, false);
+  auto [loss_gpu, g_gpu] = eagle3_step(torch::kCUDA, false);
+  CHECK(loss_gpu == Approx(loss_cpu).epsilon(1e-4));
+  for (std::size_t i = 0; i < g_cpu.size(); ++i) CHECK(torch::allclose(g_gpu[i], g_cpu[i], 1e-3, 1e-5));
+  auto [loss_bf16, g_bf16] = eagle3_step(torch::kCUDA, true);
+  CHECK(loss_bf16 == Approx(loss_cpu).epsilon(0.05));
 }

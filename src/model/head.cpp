@@ -30,7 +30,7 @@ HeadConfig HeadConfig::from_target(const TargetConfig& target, std::int64_t eagl
   c.target_hidden_size = target.hidden_size;
   c.target_num_hidden_layers = target.num_hidden_layers;
   const auto l = target.num_hidden_layers;
-  if (aux_layer_ids.empty() && eagle_version == 3) aux_layer_ids = {2, l / 2, l - 3};
+  if (aux_layer_ids.empty() && eagle_version == 3) aux_layer_ids = default_aux_layer_ids(l);
   c.aux_layer_ids = std::move(aux_layer_ids);
   c.target_architecture = target.architecture;
   return c;

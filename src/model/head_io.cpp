@@ -1,0 +1,343 @@
+// Head checkpoints, export and import (see head_io.h and docs/export.md).
+#include "eagle/model/head_io.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "eagle/io/log.h"
+#include "eagle/model/eagle1_head.h"
+#include "eagle/model/eagle3_head.h"
+#include "eagle/model/safetensors.h"
+#include "eagle/util/error.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace eagle::model {
+
+namespace {
+
+constexpr const char* kSpeculatorsVersion = "0.3.0";
+
+// The head's own parameter name under a format: EAGLE-3 modules are registered as SGLang names
+// (midlayer.*), EAGLE-1 as vLLM names (layers.0.*); speculators says layers.0. for midlayer.
+std::string format_tensor_name(const std::string& name, HeadFormat format) {
+  if (format == HeadFormat::speculators && name.rfind("midlayer.", 0) == 0) return "layers.0." + name.substr(9);
+  return name;
+}
+
+json rope_scaling_json(const RopeConfig& r) {
+  if (r.type == "default") return nullptr;
+  json s = {{"rope_type", r.type}, {"factor", r.factor}};
+  if (r.type == "llama3") {
+    s["low_freq_factor"] = r.low_freq_factor;
+    s["high_freq_factor"] = r.high_freq_factor;
+    s["original_max_position_embeddings"] = r.original_max_position_embeddings;
+  }
+  if (r.type == "dynamic" && r.original_max_position_embeddings > 0)
+    s["original_max_position_embeddings"] = r.original_max_position_embeddings;
+  return s;
+}
+
+// The Llama fields of the draft layer, shared by all formats.
+json llama_fields(const HeadConfig& c) {
+  return {{"model_type", "llama"},
+          {"hidden_size", c.hidden_size},
+          {"intermediate_size", c.intermediate_size},
+          {"num_attention_heads", c.num_attention_heads},
+          {"num_key_value_heads", c.num_key_value_heads},
+          {"head_dim", c.head_dim},
+          {"num_hidden_layers", 1},
+          {"rms_norm_eps", c.rms_norm_eps},
+          {"hidden_act", c.hidden_act},
+          {"max_position_embeddings", c.max_position_embeddings},
+          {"rope_theta", c.rope.theta},
+          {"rope_scaling", rope_scaling_json(c.rope)},
+          {"vocab_size", c.vocab_size},
+          {"attention_bias", false},
+          {"mlp_bias", false},
+          {"tie_word_embeddings", false},
+          {"torch_dtype", "float32"}};
+}
+
+json eagle_train_fields(const HeadConfig& c) {
+  return {{"eagle_version", c.eagle_version},
+          {"target_name_or_path", c.target_name_or_path},
+          {"target_architecture", c.target_architecture},
+          {"target_num_hidden_layers", c.target_num_hidden_layers},
+          {"ttt_steps", c.ttt_steps},
+          {"ttt_loss_decay", c.ttt_loss_decay},
+          {"fc_bias", c.fc_bias},
+          {"eagle1_feature_weight", c.eagle1_feature_weight},
+          {"eagle1_token_weight", c.eagle1_token_weight}};
+}
+
+Error config_error(const std::string& file, const std::string& key, const std::string& what) {
+  return Error(ErrorKind::input, what).file(file).place(fmt::format("key \"{}\"", key));
+}
+
+std::int64_t get_int(const json& j, const std::string& key, const std::string& file) {
+  EAGLE_CHECK(j.contains(key) && j[key].is_number_integer(),
+              config_error(file, key, "missing or not an integer").expected("an integer")
+                  .found(j.contains(key) ? j[key].dump() : "nothing"));
+  return j[key].get<std::int64_t>();
+}
+
+RopeConfig rope_from_json(const json& j, std::int64_t head_dim, std::int64_t max_pos) {
+  RopeConfig r;
+  r.head_dim = head_dim;
+  r.max_position_embeddings = max_pos;
+  json p = j.contains("rope_parameters") && j["rope_parameters"].is_object() ? j["rope_parameters"]
+           : j.contains("rope_scaling") && j["rope_scaling"].is_object()    ? j["rope_scaling"]
+                                                                             : json::object();
+  r.theta = p.value("rope_theta", j.value("rope_theta", 10000.0));
+  r.type = p.value("rope_type", p.value("type", std::string("default")));
+  r.factor = p.value("factor", 1.0);
+  r.low_freq_factor = p.value("low_freq_factor", 1.0);
+  r.high_freq_factor = p.value("high_freq_factor", 4.0);
+  r.original_max_position_embeddings = p.value("original_max_position_embeddings", std::int64_t{0});
+  return r;
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  auto tmp = path;
+  tmp += fmt::format(".tmp-{}", ::getpid());
+  {
+    std::ofstream out(tmp);
+    out << text;
+    EAGLE_CHECK(out.good(), Error(ErrorKind::output, "could not write the file").file(tmp.string()));
+  }
+  fs::rename(tmp, path);
+}
+
+}  // namespace
+
+std::string format_name(HeadFormat f) {
+  switch (f) {
+    case HeadFormat::sglang: return "sglang";
+    case HeadFormat::speculators: return "speculators";
+    case HeadFormat::vllm_eagle1: return "vllm-eagle1";
+  }
+  return "?";
+}
+
+std::shared_ptr<DraftHead> make_head(const HeadConfig& cfg, const DraftVocab& vocab) {
+  if (cfg.eagle_version == 1) return std::make_shared<Eagle1Head>(cfg);
+  return std::make_shared<Eagle3Head>(cfg, vocab);
+}
+
+HeadFormat checkpoint_format(const HeadConfig& cfg) {
+  return cfg.eagle_version == 1 ? HeadFormat::vllm_eagle1 : HeadFormat::sglang;
+}
+
+nlohmann::json head_config_json(const HeadConfig& c, HeadFormat format) {
+  const bool eagle3_format = format != HeadFormat::vllm_eagle1;
+  EAGLE_CHECK(eagle3_format == (c.eagle_version == 3),
+              Error(ErrorKind::usage, "the export format does not fit the head's EAGLE version")
+                  .place("--format")
+                  .expected(c.eagle_version == 3 ? "sglang or speculators for an EAGLE-3 head" : "vllm-eagle1 for an EAGLE-1 head")
+                  .found(format_name(format)));
+  if (format == HeadFormat::vllm_eagle1) {
+    EAGLE_CHECK(!c.fc_bias, Error(ErrorKind::usage, "vLLM's EagleLlamaForCausalLM builds fc without a bias and "
+                                                    "would silently drop fc.bias")
+                                .place("fc.bias").expected("an EAGLE-1 head trained without an fc bias")
+                                .found("a biased fc").hint("train the EAGLE-1 head with the default unbiased fc"));
+    json j = llama_fields(c);
+    j["architectures"] = {"EagleLlamaForCausalLM"};
+    j["eagle_train"] = eagle_train_fields(c);
+    return j;
+  }
+  std::vector<std::int64_t> output_of_layer;
+  for (auto id : c.aux_layer_ids) output_of_layer.push_back(id - 1);
+  if (format == HeadFormat::sglang) {
+    json j = llama_fields(c);
+    j["architectures"] = {"LlamaForCausalLMEagle3"};
+    j["draft_vocab_size"] = c.draft_vocab_size;
+    j["target_hidden_size"] = c.target_hidden_size;
+    j["eagle_config"] = {{"eagle_aux_hidden_state_layer_ids", output_of_layer}, {"use_aux_hidden_state", true}};
+    j["eagle_aux_hidden_state_layer_ids"] = c.aux_layer_ids;
+    j["eagle_train"] = eagle_train_fields(c);
+    return j;
+  }
+  json layer = llama_fields(c);
+  layer["architectures"] = {"LlamaForCausalLM"};
+  return {{"architectures", {"Eagle3Speculator"}},
+          {"speculators_model_type", "eagle3"},
+          {"transformer_layer_config", layer},
+          {"draft_vocab_size", c.draft_vocab_size},
+          {"target_hidden_size", c.target_hidden_size},
+          {"norm_before_residual", false},
+          {"eagle_aux_hidden_state_layer_ids", c.aux_layer_ids},
+          {"speculators_config",
+           {{"algorithm", "eagle3"},
+            {"proposal_methods", {{{"proposal_type", "greedy"}, {"speculative_tokens", c.ttt_steps},
+                                   {"verifier_accept_k", 1}, {"accept_tolerance", 0.0}}}},
+            {"default_proposal_method", "greedy"},
+            {"verifier", {{"name_or_path", c.target_name_or_path},
+                          {"architectures", c.target_architecture.empty() ? json::array() : json::array({c.target_architecture})}}}}},
+          {"speculators_version", kSpeculatorsVersion},
+          {"torch_dtype", "float32"},
+          {"eagle_train", eagle_train_fields(c)}};
+}
+
+std::map<std::string, torch::Tensor> head_tensors(DraftHead& head, HeadFormat format) {
+  head_config_json(head.config(), format);  // refuses a format that does not fit
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& p : head.module().named_parameters())
+    out[format_tensor_name(p.key(), format)] = p.value().detach().to(torch::kCPU, torch::kFloat32).contiguous();
+  if (head.config().eagle_version == 3) {
+    auto& h = dynamic_cast<Eagle3Head&>(head);
+    out["d2t"] = h.d2t.to(torch::kCPU).contiguous();
+    out["t2d"] = h.t2d.to(torch::kCPU).contiguous();
+  }
+  return out;
+}
+
+void write_head_files(DraftHead& head, HeadFormat format, const std::string& dir) {
+  auto tensors = head_tensors(head, format);
+  write_text(fs::path(dir) / "config.json", head_config_json(head.config(), format).dump(2) + "\n");
+  save_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
+}
+
+void export_head(DraftHead& head, HeadFormat format, const std::string& dir) {
+  const fs::path target(dir);
+  EAGLE_CHECK(!fs::exists(target), Error(ErrorKind::output, "the output folder exists; nothing is overwritten")
+                                       .file(dir).hint("choose a new --output folder"));
+  head_config_json(head.config(), format);  // refuse before creating anything
+  if (format == HeadFormat::speculators && head.config().target_name_or_path.empty())
+    log::warn("export", "the head does not name its target: speculators_config.verifier.name_or_path is empty");
+  auto tmp = target;
+  tmp += fmt::format(".tmp-{}", ::getpid());
+  std::error_code ec;
+  fs::create_directories(tmp, ec);
+  EAGLE_CHECK(!ec, Error(ErrorKind::output, "could not create the folder").file(tmp.string()).found(ec.message()));
+  try {
+    write_head_files(head, format, tmp.string());
+    fs::rename(tmp, target);
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  log::info("export", "wrote {} head to {}", format_name(format), dir);
+}
+
+HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFormat* format_out) {
+  HeadFormat format;
+  std::string arch = j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty()
+                         ? j["architectures"][0].get<std::string>() : "";
+  if (j.value("speculators_model_type", std::string()) == "eagle3") format = HeadFormat::speculators;
+  else if (arch == "LlamaForCausalLMEagle3") format = HeadFormat::sglang;
+  else if (arch == "EagleLlamaForCausalLM") format = HeadFormat::vllm_eagle1;
+  else
+    throw config_error(file, "architectures", "not a draft head this tool reads")
+        .expected("LlamaForCausalLMEagle3, Eagle3Speculator (speculators_model_type eagle3) or EagleLlamaForCausalLM")
+        .found(arch.empty() ? "none" : arch);
+  if (format_out) *format_out = format;
+  const json& layer = format == HeadFormat::speculators ? j.at("transformer_layer_config") : j;
+  HeadConfig c;
+  c.eagle_version = format == HeadFormat::vllm_eagle1 ? 1 : 3;
+  c.hidden_size = get_int(layer, "hidden_size", file);
+  c.intermediate_size = get_int(layer, "intermediate_size", file);
+  c.num_attention_heads = get_int(layer, "num_attention_heads", file);
+  c.num_key_value_heads = layer.value("num_key_value_heads", c.num_attention_heads);
+  c.head_dim = layer.contains("head_dim") && layer["head_dim"].is_number_integer()
+                   ? layer["head_dim"].get<std::int64_t>() : c.hidden_size / c.num_attention_heads;
+  c.rms_norm_eps = layer.value("rms_norm_eps", 1e-6);
+  c.hidden_act = layer.value("hidden_act", std::string("silu"));
+  c.max_position_embeddings = layer.value("max_position_embeddings", std::int64_t{2048});
+  c.rope = rope_from_json(layer, c.head_dim, c.max_position_embeddings);
+  c.vocab_size = get_int(layer, "vocab_size", file);
+  c.draft_vocab_size = c.eagle_version == 3 ? get_int(j, "draft_vocab_size", file) : c.vocab_size;
+  c.target_hidden_size = j.value("target_hidden_size", c.hidden_size);
+  if (c.eagle_version == 3) {
+    if (j.contains("eagle_aux_hidden_state_layer_ids")) {
+      c.aux_layer_ids = j["eagle_aux_hidden_state_layer_ids"].get<std::vector<std::int64_t>>();
+    } else if (j.contains("eagle_config") && j["eagle_config"].contains("eagle_aux_hidden_state_layer_ids")) {
+      for (auto id : j["eagle_config"]["eagle_aux_hidden_state_layer_ids"].get<std::vector<std::int64_t>>())
+        c.aux_layer_ids.push_back(id + 1);
+    }
+  }
+  if (j.contains("speculators_config")) {
+    const auto& s = j["speculators_config"];
+    if (s.contains("proposal_methods") && !s["proposal_methods"].empty())
+      c.ttt_steps = s["proposal_methods"][0].value("speculative_tokens", c.ttt_steps);
+    if (s.contains("verifier")) {
+      c.target_name_or_path = s["verifier"].value("name_or_path", std::string());
+      if (s["verifier"].contains("architectures") && !s["verifier"]["architectures"].empty())
+        c.target_architecture = s["verifier"]["architectures"][0].get<std::string>();
+    }
+  }
+  if (j.contains("eagle_train")) {
+    const auto& e = j["eagle_train"];
+    c.target_name_or_path = e.value("target_name_or_path", c.target_name_or_path);
+    c.target_architecture = e.value("target_architecture", c.target_architecture);
+    c.target_num_hidden_layers = e.value("target_num_hidden_layers", c.target_num_hidden_layers);
+    c.ttt_steps = e.value("ttt_steps", c.ttt_steps);
+    c.ttt_loss_decay = e.value("ttt_loss_decay", c.ttt_loss_decay);
+    c.fc_bias = e.value("fc_bias", c.fc_bias);
+    c.eagle1_feature_weight = e.value("eagle1_feature_weight", c.eagle1_feature_weight);
+    c.eagle1_token_weight = e.value("eagle1_token_weight", c.eagle1_token_weight);
+  }
+  if (c.eagle_version == 3) {
+    EAGLE_CHECK(!c.aux_layer_ids.empty(), config_error(file, "eagle_aux_hidden_state_layer_ids", "the aux layers are not named")
+                                              .expected("eagle_aux_hidden_state_layer_ids or eagle_config.eagle_aux_hidden_state_layer_ids"));
+  }
+  return c;
+}
+
+LoadedHead load_head(const std::string& dir, torch::Device device) {
+  const auto config_path = (fs::path(dir) / "config.json").string();
+  std::ifstream in(config_path);
+  EAGLE_CHECK(in.good(), Error(ErrorKind::input, "cannot read the head's config").file(config_path)
+                             .hint("--checkpoint must name a head folder with config.json and model.safetensors"));
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    throw Error(ErrorKind::input, "config.json is not valid JSON").file(config_path).found(e.what());
+  }
+  LoadedHead out;
+  out.config = head_config_from_json(j, config_path, &out.format);
+  const auto weights_path = (fs::path(dir) / "model.safetensors").string();
+  auto file = SafetensorsFile::open(weights_path);
+  auto& c = out.config;
+  DraftVocab vocab = DraftVocab::identity(c.vocab_size);
+  if (c.eagle_version == 3) {
+    vocab = file.contains("d2t") ? DraftVocab::from_d2t(file.get("d2t"), c.vocab_size) : DraftVocab::identity(c.vocab_size);
+    EAGLE_CHECK(vocab.size() == c.draft_vocab_size,
+                Error(ErrorKind::input, "d2t does not match draft_vocab_size").file(weights_path).place("tensor d2t")
+                    .expected(fmt::format("{} entries", c.draft_vocab_size)).found(fmt::format("{}", vocab.size())));
+  } else if (file.contains("fc.bias")) {
+    c.fc_bias = true;
+  }
+  out.head = make_head(c, vocab);
+  torch::NoGradGuard ng;
+  for (auto& p : out.head->module().named_parameters()) {
+    auto name = format_tensor_name(p.key(), out.format);
+    if (!file.contains(name) && out.format == HeadFormat::sglang && name.rfind("midlayer.", 0) == 0 &&
+        file.contains("layers.0." + name.substr(9)))
+      name = "layers.0." + name.substr(9);  // the vLLM spelling of an SGLang head
+    EAGLE_CHECK(file.contains(name), Error(ErrorKind::input, "a tensor of the head is missing").file(weights_path)
+                                         .place(fmt::format("tensor {}", name)));
+    auto shape = file.shape(name);
+    EAGLE_CHECK(torch::IntArrayRef(shape) == p.value().sizes(),
+                Error(ErrorKind::input, "a tensor of the head has the wrong shape").file(weights_path)
+                    .place(fmt::format("tensor {}", name))
+                    .expected(fmt::format("[{}]", fmt::join(p.value().sizes().vec(), ", ")))
+                    .found(fmt::format("[{}]", fmt::join(shape, ", "))));
+    p.value().copy_(file.get(name).to(torch::kFloat32));
+  }
+  if (c.eagle_version == 3 && file.contains("t2d")) {
+    EAGLE_CHECK(torch::equal(file.get("t2d").to(torch::kBool), vocab.t2d()),
+                Error(ErrorKind::input, "t2d disagrees with d2t").file(weights_path).place("tensor t2d"));
+  }
+  out.head->module().to(device);
+  return out;
+}
+
+}  // namespace eagle::model
