@@ -2,6 +2,7 @@
 // function that stores no probabilities (see ttt_attention.h).
 #include "eagle/model/ttt_attention.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace eagle::model {
@@ -154,7 +155,11 @@ torch::Tensor ttt_attention(TttAttentionImpl impl, const torch::Tensor& q, const
                             const torch::Tensor& v0, const torch::Tensor& kd, const torch::Tensor& vd,
                             const torch::Tensor& document_ids, double scale) {
   if (impl == TttAttentionImpl::reference) return ttt_attention_reference(q, k0, v0, kd, vd, document_ids, scale);
-  return ttt_attention_efficient(q, k0, v0, kd, vd, document_ids, scale);
+  // Query blocks sized so one block's fp32 scores stay near 2^25 elements (128 MiB) whatever B,
+  // heads and T are; at least 16 queries per block, at most 256.
+  const auto per_query = std::max<std::int64_t>(1, q.size(0) * q.size(1) * q.size(2));
+  const auto chunk = std::clamp<std::int64_t>((std::int64_t{1} << 25) / per_query, 16, 256);
+  return ttt_attention_efficient(q, k0, v0, kd, vd, document_ids, scale, chunk);
 }
 
 }  // namespace eagle::model
