@@ -42,15 +42,16 @@ TEST_CASE("efficient TTT attention equals the per-step reference in values and g
     auto q = torch::randn({b, h, t, d}, torch::requires_grad());
     auto k0 = torch::randn({b, h, t, d}, torch::requires_grad());
     auto v0 = torch::randn({b, h, t, d}, torch::requires_grad());
-    torch::Tensor kd, vd;
-    if (k > 0) {
-      kd = torch::randn({b, h, t, k, d}, torch::requires_grad());
-      vd = torch::randn({b, h, t, k, d}, torch::requires_grad());
+    std::vector<torch::Tensor> kd, vd;
+    for (std::int64_t j = 0; j < k; ++j) {
+      kd.push_back(torch::randn({b, h, t, d}, torch::requires_grad()));
+      vd.push_back(torch::randn({b, h, t, d}, torch::requires_grad()));
     }
     auto ref = model::ttt_attention_reference(q, k0, v0, kd, vd, doc, 0.4);
     auto w = torch::randn_like(ref);
     std::vector<torch::Tensor> inputs = {q, k0, v0};
-    if (k > 0) inputs.insert(inputs.end(), {kd, vd});
+    inputs.insert(inputs.end(), kd.begin(), kd.end());
+    inputs.insert(inputs.end(), vd.begin(), vd.end());
     auto g_ref = torch::autograd::grad({(ref * w).sum()}, inputs);
     for (std::int64_t chunk : {1, 4, 64}) {
       auto eff = model::ttt_attention_efficient(q, k0, v0, kd, vd, doc, 0.4, chunk);

@@ -66,17 +66,14 @@ void Eagle3Head::unroll(const HeadInputs& in, Visit&& visit) {
     auto emb = embed(train::shift_left(in.input_ids, k + 1, 0.0));
     auto x = torch::cat({layer.input_layernorm->forward(emb), layer.hidden_norm->forward(hidden)}, -1);
     auto qkv = project_qkv(*layer.self_attn, cfg_, x, inv_freq_, in.position_ids + k);
-    torch::Tensor kd, vd;
     if (k == 0) {
       k0 = qkv.k;
       v0 = qkv.v;
     } else {
       kds.push_back(qkv.k);
       vds.push_back(qkv.v);
-      kd = torch::stack(kds, 3);
-      vd = torch::stack(vds, 3);
     }
-    auto a = ttt_attention(cfg_.attention, qkv.q, k0, v0, kd, vd, in.document_ids, scale);
+    auto a = ttt_attention(cfg_.attention, qkv.q, k0, v0, kds, vds, in.document_ids, scale);
     auto h = hidden + attention_output(*layer.self_attn, a);
     h = h + layer.mlp->forward(layer.post_attention_layernorm->forward(h));
     auto logits = lm_head->forward(norm->forward(h));
