@@ -322,3 +322,20 @@ TEST_CASE("EAGLE-3 step on CUDA equals CPU; efficient attention on CUDA equals r
   auto [loss_bf16, g_bf16] = eagle3_step(torch::kCUDA, true);
   CHECK(loss_bf16 == Approx(loss_cpu).epsilon(0.05));
 }
+
+TEST_CASE("EAGLE-3 step refuses inputs of the wrong shape by name", "[head]") {
+  auto cfg = tiny_head_config(3, 2);
+  model::Eagle3Head head(cfg, tiny_vocab());
+  auto target = tiny_target();
+  head.set_target_weights(target.embedding, target.lm_head);
+  auto in = tiny_inputs(cfg);
+  auto bad = in;
+  bad.teacher_logits = torch::randn({2, 10, 40});  // full vocabulary instead of the draft ids
+  try {
+    head.train_step_forward(bad, torch::ones({2}));
+    FAIL("accepted teacher logits over the full vocabulary");
+  } catch (const eagle::Error& e) {
+    CHECK_THAT(e.format(), Catch::Contains("teacher_logits"));
+  }
+  CHECK_THROWS_AS(head.train_step_forward(in, torch::ones({3})), eagle::Error);
+}
