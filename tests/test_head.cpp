@@ -42,15 +42,16 @@ TEST_CASE("efficient TTT attention equals the per-step reference in values and g
     auto q = torch::randn({b, h, t, d}, torch::requires_grad());
     auto k0 = torch::randn({b, h, t, d}, torch::requires_grad());
     auto v0 = torch::randn({b, h, t, d}, torch::requires_grad());
-    torch::Tensor kd, vd;
-    if (k > 0) {
-      kd = torch::randn({b, h, t, k, d}, torch::requires_grad());
-      vd = torch::randn({b, h, t, k, d}, torch::requires_grad());
+    std::vector<torch::Tensor> kd, vd;
+    for (std::int64_t j = 0; j < k; ++j) {
+      kd.push_back(torch::randn({b, h, t, d}, torch::requires_grad()));
+      vd.push_back(torch::randn({b, h, t, d}, torch::requires_grad()));
     }
     auto ref = model::ttt_attention_reference(q, k0, v0, kd, vd, doc, 0.4);
     auto w = torch::randn_like(ref);
     std::vector<torch::Tensor> inputs = {q, k0, v0};
-    if (k > 0) inputs.insert(inputs.end(), {kd, vd});
+    inputs.insert(inputs.end(), kd.begin(), kd.end());
+    inputs.insert(inputs.end(), vd.begin(), vd.end());
     auto g_ref = torch::autograd::grad({(ref * w).sum()}, inputs);
     for (std::int64_t chunk : {1, 4, 64}) {
       auto eff = model::ttt_attention_efficient(q, k0, v0, kd, vd, doc, 0.4, chunk);
@@ -320,4 +321,21 @@ TEST_CASE("EAGLE-3 step on CUDA equals CPU; efficient attention on CUDA equals r
   for (std::size_t i = 0; i < g_cpu.size(); ++i) CHECK(torch::allclose(g_gpu[i], g_cpu[i], 1e-3, 1e-5));
   auto [loss_bf16, g_bf16] = eagle3_step(torch::kCUDA, true);
   CHECK(loss_bf16 == Approx(loss_cpu).epsilon(0.05));
+}
+
+TEST_CASE("EAGLE-3 step refuses inputs of the wrong shape by name", "[head]") {
+  auto cfg = tiny_head_config(3, 2);
+  model::Eagle3Head head(cfg, tiny_vocab());
+  auto target = tiny_target();
+  head.set_target_weights(target.embedding, target.lm_head);
+  auto in = tiny_inputs(cfg);
+  auto bad = in;
+  bad.teacher_logits = torch::randn({2, 10, 40});  // full vocabulary instead of the draft ids
+  try {
+    head.train_step_forward(bad, torch::ones({2}));
+    FAIL("accepted teacher logits over the full vocabulary");
+  } catch (const eagle::Error& e) {
+    CHECK_THAT(e.format(), Catch::Contains("teacher_logits"));
+  }
+  CHECK_THROWS_AS(head.train_step_forward(in, torch::ones({3})), eagle::Error);
 }

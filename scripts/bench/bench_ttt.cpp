@@ -52,11 +52,7 @@ int main(int argc, char** argv) {
     const auto start = std::chrono::steady_clock::now();
     auto loss = torch::zeros({});
     for (std::int64_t k = 0; k < steps; ++k) {
-      torch::Tensor kd, vd;
-      if (k > 0) {
-        kd = torch::stack(std::vector<torch::Tensor>(ks.begin() + 1, ks.begin() + k + 1), 3);
-        vd = torch::stack(std::vector<torch::Tensor>(vs.begin() + 1, vs.begin() + k + 1), 3);
-      }
+      std::vector<torch::Tensor> kd(ks.begin() + 1, ks.begin() + k + 1), vd(vs.begin() + 1, vs.begin() + k + 1);
       auto out = eagle::model::ttt_attention(impl, qs[static_cast<std::size_t>(k)], ks[0], vs[0], kd, vd, doc, 0.125);
       loss = loss + out.square().mean();
     }

@@ -48,7 +48,7 @@ torch::Tensor Eagle1Head::predict_features(const HeadInputs& in) {
   auto f = in.final_hidden.to(fc->weight.scalar_type());
   auto x = fc->forward(torch::cat({embed(train::shift_left(in.input_ids, 1, 0.0)), f}, -1));
   auto qkv = project_qkv(*layer->self_attn, cfg_, x, inv_freq_, in.position_ids);
-  auto a = ttt_attention(cfg_.attention, qkv.q, qkv.k, qkv.v, torch::Tensor(), torch::Tensor(), in.document_ids, scale);
+  auto a = ttt_attention(cfg_.attention, qkv.q, qkv.k, qkv.v, {}, {}, in.document_ids, scale);
   auto h = x + attention_output(*layer->self_attn, a);
   return h + layer->mlp->forward(layer->post_attention_layernorm->forward(h));
 }

@@ -66,17 +66,14 @@ void Eagle3Head::unroll(const HeadInputs& in, Visit&& visit) {
     auto emb = embed(train::shift_left(in.input_ids, k + 1, 0.0));
     auto x = torch::cat({layer.input_layernorm->forward(emb), layer.hidden_norm->forward(hidden)}, -1);
     auto qkv = project_qkv(*layer.self_attn, cfg_, x, inv_freq_, in.position_ids + k);
-    torch::Tensor kd, vd;
     if (k == 0) {
       k0 = qkv.k;
       v0 = qkv.v;
     } else {
       kds.push_back(qkv.k);
       vds.push_back(qkv.v);
-      kd = torch::stack(kds, 3);
-      vd = torch::stack(vds, 3);
     }
-    auto a = ttt_attention(cfg_.attention, qkv.q, k0, v0, kd, vd, in.document_ids, scale);
+    auto a = ttt_attention(cfg_.attention, qkv.q, k0, v0, kds, vds, in.document_ids, scale);
     auto h = hidden + attention_output(*layer.self_attn, a);
     h = h + layer.mlp->forward(layer.post_attention_layernorm->forward(h));
     auto logits = lm_head->forward(norm->forward(h));
@@ -91,7 +88,29 @@ std::vector<torch::Tensor> Eagle3Head::ttt_logits(const HeadInputs& in) {
   return out;
 }
 
+namespace {
+// Shapes only (host metadata, no device synchronisation).
+void check_input(const torch::Tensor& t, const char* name, std::int64_t b, std::int64_t len, std::int64_t last) {
+  const bool ok = t.defined() && t.dim() == (last > 0 ? 3 : 2) && t.size(0) == b && t.size(1) == len &&
+                  (last <= 0 || t.size(2) == last);
+  EAGLE_CHECK(ok, Error(ErrorKind::internal, "head input has the wrong shape")
+                      .place(fmt::format("HeadInputs.{}", name))
+                      .expected(last > 0 ? fmt::format("[{}, {}, {}]", b, len, last) : fmt::format("[{}, {}]", b, len))
+                      .found(t.defined() ? fmt::format("{} dimensions, first {}", t.dim(), t.dim() ? t.size(0) : 0)
+                                         : "undefined"));
+}
+}  // namespace
+
 HeadStepOutput Eagle3Head::train_step_forward(const HeadInputs& in, const torch::Tensor& denominators) {
+  const auto b = in.input_ids.size(0), len = in.input_ids.size(1);
+  for (auto [t, name] : {std::pair{&in.loss_mask, "loss_mask"}, {&in.position_ids, "position_ids"},
+                         {&in.document_ids, "document_ids"}, {&in.target_argmax, "target_argmax"}})
+    check_input(*t, name, b, len, 0);
+  check_input(in.aux_hidden, "aux_hidden", b, len, fc->weight.size(1));
+  check_input(in.teacher_logits, "teacher_logits", b, len, cfg_.draft_vocab_size);
+  EAGLE_CHECK(denominators.numel() == cfg_.ttt_steps,
+              Error(ErrorKind::internal, "loss denominators do not match the TTT steps").place("denominators")
+                  .expected(fmt::format("{} values", cfg_.ttt_steps)).found(fmt::format("{}", denominators.numel())));
   auto den = denominators.to(fc->weight.device(), torch::kFloat32).clamp_min(1.0);
   auto loss = torch::zeros({}, den.options());
   std::vector<torch::Tensor> rows;

@@ -11,8 +11,8 @@ namespace eagle::model {
 
 class Eagle3Head : public torch::nn::Module, public DraftHead {
  public:
-  // vocab gives d2t/t2d; lm_head starts from the target LM-head rows of its ids once
-  // set_target_weights is called with init_lm_head (see init_lm_head_from_target).
+  // vocab gives d2t/t2d. Weights start random (nn::Linear's default, norms at 1); call
+  // init_lm_head_from_target for the LM head and set_target_weights before any forward.
   Eagle3Head(HeadConfig cfg, const DraftVocab& vocab);
 
   const HeadConfig& config() const override { return cfg_; }
@@ -25,7 +25,7 @@ class Eagle3Head : public torch::nn::Module, public DraftHead {
   // Copies the target LM-head rows of the draft ids into lm_head (a good start, EAGLE.md).
   void init_lm_head_from_target(const torch::Tensor& target_lm_head);
 
-  // One step of the layer for inspection and tests: the draft logits [B, T, V_d] of every TTT step.
+  // The draft logits [B, T, V_d] of every TTT step (inspection and tests).
   std::vector<torch::Tensor> ttt_logits(const HeadInputs& in);
 
   DraftVocab vocab() const;
