@@ -104,6 +104,12 @@ TEST_CASE("a JSON array file, gzip files and a folder of them read the same samp
   CHECK(same(all_samples(eagle::data::load_dataset((dir / "x.jsonl.gz").string(), opts()).train), kThree));
   CHECK(same(all_samples(eagle::data::load_dataset((dir / "y.json.gz").string(), opts()).train), kThree));
 
+  // A damaged gzip file is an input error naming the file.
+  std::string gz = eagle::test::read_file(dir / "x.jsonl.gz");
+  write_file(dir / "cut.jsonl.gz", gz.substr(0, gz.size() / 2));
+  CHECK_THROWS_WITH(eagle::data::load_dataset((dir / "cut.jsonl.gz").string(), opts()),
+                    Catch::Contains("cut.jsonl.gz") && Catch::Contains("gzip file is truncated"));
+
   // A folder: sample files in path order (sub-folders included), other files ignored.
   std::filesystem::create_directories(dir / "f" / "sub");
   write_file(dir / "f" / "b.jsonl", jsonl_line(kThree[1]) + "\n");

@@ -57,11 +57,13 @@ class ByteSource {
   std::size_t read(char* dst, std::size_t n) {
     if (gz_) {
       int got = gzread(gz_, dst, static_cast<unsigned>(std::min<std::size_t>(n, 1u << 30)));
-      if (got < 0) {
-        int errnum = 0;
-        const char* msg = gzerror(gz_, &errnum);
-        throw std::move(Error(ErrorKind::input, "cannot decompress the file").file(path_).found(msg ? msg : "zlib error"));
-      }
+      int errnum = Z_OK;
+      const char* msg = got <= 0 ? gzerror(gz_, &errnum) : nullptr;
+      // A cut-off stream reads as a short file; zlib reports it only through gzerror.
+      if (got < 0 || errnum == Z_BUF_ERROR)
+        throw std::move(Error(ErrorKind::input, errnum == Z_BUF_ERROR ? "the gzip file is truncated" : "cannot decompress the file")
+                            .file(path_)
+                            .found(msg ? msg : "zlib error"));
       return static_cast<std::size_t>(got);
     }
     ssize_t got = ::read(fd_, dst, n);
