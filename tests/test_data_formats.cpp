@@ -228,6 +228,11 @@ TEST_CASE("validation split: seeded, exact size, disjoint, deterministic", "[dat
   for (auto i : eagle::data::complement_indices(50, vi)) want_train.push_back(samples[i]);
   CHECK(same(all_samples(*d.validation), want_val));
   CHECK(same(all_samples(d.train), want_train));
+
+  write_file(dir / "one.jsonl", jsonl_line(samples[0]) + "\n");  // nothing to hold out
+  auto one = eagle::data::load_dataset((dir / "one.jsonl").string(), opts(2048, 0.2));
+  CHECK_FALSE(one.validation);
+  CHECK(one.train.size() == 1);
 }
 
 TEST_CASE("max_token_id is kept in the stats (O(1)) and correct for in-memory data", "[data]") {

@@ -65,6 +65,11 @@ LoadedData split(Dataset all, const LoadOptions& opts, const std::string& source
     return out;
   }
   auto val = validation_indices(all.size(), opts.validation_fraction, opts.seed);
+  if (val.empty()) {  // fewer than two samples
+    log::warn("data", "{}: too few samples to hold out a validation split", source);
+    out.train = std::move(all);
+    return out;
+  }
   out.train = copy_samples(all, complement_indices(all.size(), val), source, all.stats());
   out.validation = copy_samples(all, val, source + " (validation split)");
   return out;
