@@ -85,12 +85,18 @@ class ByteSource {
 
 void read_jsonl(const std::string& path, SampleParser& parser, const std::function<void(std::uint64_t)>& progress) {
   ByteSource src(path);
-  std::vector<char> buf(kChunk + kPadding);
+  // Small files get a small buffer (folders of many small files); the buffer doubles whenever an
+  // unfinished line fills half of it.
+  std::error_code ec;
+  std::uint64_t size = is_gz(path) ? kChunk : fs::file_size(path, ec);
+  std::size_t cap = ec ? kChunk : static_cast<std::size_t>(std::clamp<std::uint64_t>(size + 2, 4096, kChunk));
+  std::vector<char> buf(cap + kPadding);
   std::size_t have = 0;  // bytes in buf not yet parsed
   std::uint64_t line = 0;
   bool eof = false, first = true;
   while (!eof) {
-    if (buf.size() - kPadding - have < kChunk / 2) buf.resize(buf.size() * 2);  // a line longer than the chunk
+    std::size_t room = buf.size() - kPadding;
+    if (room - have < room / 2) buf.resize(2 * room + kPadding);
     std::size_t got = src.read(buf.data() + have, buf.size() - kPadding - have);
     eof = got == 0;
     have += got;
