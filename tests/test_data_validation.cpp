@@ -77,6 +77,9 @@ TEST_CASE("errors in a JSON array name the array index and its line", "[data]") 
   }
   write_file(dir / "b.json", "[{\"input_ids\": [1]}, {\"input_ids\": [2]\n");
   CHECK_THROWS_WITH(eagle::data::load_dataset((dir / "b.json").string(), opts()), Catch::Contains("malformed JSON"));
+  write_file(dir / "c.json", "[{\"input_ids\": [1]}, \"unclosed\n");  // fails before any element
+  CHECK_THROWS_WITH(eagle::data::load_dataset((dir / "c.json").string(), opts()),
+                    Catch::Contains("c.json") && Catch::Contains("malformed JSON"));
 }
 
 TEST_CASE("prepare exits 3 on each validation error with the file, line and field", "[data]") {
