@@ -174,8 +174,10 @@ def chat_template(tok, messages):
                 spans.append((start, start + len(msg["content"])))
     enc = t(text, add_special_tokens=False, return_offsets_mapping=True)
     ids, mask = list(enc["input_ids"]), []
+    # A token is trained when its characters overlap a reply: with byte-level BPE the first reply
+    # token often starts with the space that ends the generation prompt (" No").
     for (a, b) in enc["offset_mapping"]:
-        mask.append(1 if any(s <= a < e or (a == b and s <= a < e) for s, e in spans) else 0)
+        mask.append(1 if any((a < e and b > s) if b > a else s <= a < e for s, e in spans) else 0)
     return ids, mask
 
 

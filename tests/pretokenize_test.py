@@ -68,8 +68,10 @@ def main():
     folder = os.path.join(tmp, "tok")
     os.makedirs(folder)
     tok.save(os.path.join(folder, "tokenizer.json"))
-    template = ("{{ bos_token }}{% for m in messages %}<|{{ m.role }}|>{{ m.content }}<|end|>{% endfor %}"
-                "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+    # The space after the role marker ends the generation prompt, and byte-level BPE glues it to the
+    # reply's first token (" Yo"): that token must still be trained.
+    template = ("{{ bos_token }}{% for m in messages %}<|{{ m.role }}|> {{ m.content }}<|end|>{% endfor %}"
+                "{% if add_generation_prompt %}<|assistant|> {% endif %}")
     with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
         json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
                    "unk_token": "<unk>", "chat_template": template}, f)
@@ -80,7 +82,7 @@ def main():
         ids, mask = rec["input_ids"], rec["loss_mask"]
         check(len(ids) == len(mask), "lengths")
         trained = tok.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=False)
-        check(trained == "Yo<|end|>", "chat-template trained text: " + repr(trained))
+        check(trained == " Yo<|end|>", "chat-template trained text: " + repr(trained))
         check(ids[0] == tok.token_to_id("<s>") and mask[0] == 0, "bos first, untrained")
         check(tok.token_to_id("<|assistant|>") in ids, "assistant marker")
     # The same folder with the simple template, and a bare tokenizer.json.

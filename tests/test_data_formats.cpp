@@ -104,6 +104,12 @@ TEST_CASE("a JSON array file, gzip files and a folder of them read the same samp
   CHECK(same(all_samples(eagle::data::load_dataset((dir / "x.jsonl.gz").string(), opts()).train), kThree));
   CHECK(same(all_samples(eagle::data::load_dataset((dir / "y.json.gz").string(), opts()).train), kThree));
 
+  // A damaged gzip file is an input error naming the file.
+  std::string gz = eagle::test::read_file(dir / "x.jsonl.gz");
+  write_file(dir / "cut.jsonl.gz", gz.substr(0, gz.size() / 2));
+  CHECK_THROWS_WITH(eagle::data::load_dataset((dir / "cut.jsonl.gz").string(), opts()),
+                    Catch::Contains("cut.jsonl.gz") && Catch::Contains("gzip file is truncated"));
+
   // A folder: sample files in path order (sub-folders included), other files ignored.
   std::filesystem::create_directories(dir / "f" / "sub");
   write_file(dir / "f" / "b.jsonl", jsonl_line(kThree[1]) + "\n");
@@ -222,6 +228,11 @@ TEST_CASE("validation split: seeded, exact size, disjoint, deterministic", "[dat
   for (auto i : eagle::data::complement_indices(50, vi)) want_train.push_back(samples[i]);
   CHECK(same(all_samples(*d.validation), want_val));
   CHECK(same(all_samples(d.train), want_train));
+
+  write_file(dir / "one.jsonl", jsonl_line(samples[0]) + "\n");  // nothing to hold out
+  auto one = eagle::data::load_dataset((dir / "one.jsonl").string(), opts(2048, 0.2));
+  CHECK_FALSE(one.validation);
+  CHECK(one.train.size() == 1);
 }
 
 TEST_CASE("max_token_id is kept in the stats (O(1)) and correct for in-memory data", "[data]") {

@@ -66,8 +66,11 @@ TEST_CASE("prepare round trip: JSONL -> prepared -> the same samples, mapped", "
   auto r = run_cli("prepare --input " + (dir / "in.jsonl").string() + " --output " + (dir / "ds").string());
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("prepare 100%") && Catch::Contains("samples/s"));  // progress, off a terminal
   CHECK(eagle::data::is_prepared_dataset((dir / "ds").string()));
   CHECK_FALSE(std::filesystem::exists(dir / "ds" / eagle::data::kValidationFile));
+  for (const auto& e : std::filesystem::directory_iterator(dir.path()))  // the temporary folder is gone
+    CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
   auto d = eagle::data::load_dataset((dir / "ds").string(), opts());
   CHECK(same(samples_of(d.train), samples));
   CHECK_FALSE(d.validation);
@@ -88,6 +91,13 @@ TEST_CASE("prepare round trip: JSONL -> prepared -> the same samples, mapped", "
   CHECK(t["length_histogram"][1]["min_length"] == 2);
   CHECK(t["length_histogram"][1]["samples"] == direct.length_histogram[1]);
   CHECK(d.train.stats().trained_token_counts == direct.trained_token_counts);
+
+  // The .bin file alone loads too; a prepared folder without a stored split is split in memory.
+  CHECK(same(samples_of(eagle::data::load_dataset((dir / "ds" / "train.bin").string(), opts()).train), samples));
+  auto split = eagle::data::load_dataset((dir / "ds").string(), opts(2048, 0.1));
+  REQUIRE(split.validation);
+  CHECK(split.validation->size() == 20);
+  CHECK(split.train.size() == 180);
 
   // The output exists now: a second prepare refuses to overwrite it (exit 4) and leaves it intact.
   auto again = run_cli("prepare --input " + (dir / "in.jsonl").string() + " --output " + (dir / "ds").string());

@@ -77,13 +77,14 @@ TEST_CASE("errors in a JSON array name the array index and its line", "[data]") 
   }
   write_file(dir / "b.json", "[{\"input_ids\": [1]}, {\"input_ids\": [2]\n");
   CHECK_THROWS_WITH(eagle::data::load_dataset((dir / "b.json").string(), opts()), Catch::Contains("malformed JSON"));
+  write_file(dir / "c.json", "[{\"input_ids\": [1]}, \"unclosed\n");  // fails before any element
+  CHECK_THROWS_WITH(eagle::data::load_dataset((dir / "c.json").string(), opts()),
+                    Catch::Contains("c.json") && Catch::Contains("malformed JSON"));
 }
 
 TEST_CASE("prepare exits 3 on each validation error with the file, line and field", "[data]") {
   TempDir dir;
-  // A handful through the CLI (each start loads LibTorch); the messages themselves are checked above.
-  for (std::size_t k : {0u, 5u, 7u, 9u, 12u, 14u, 15u}) {
-    const auto& c = kBad[k];
+  for (const auto& c : kBad) {
     INFO(c.sample);
     auto path = dir / "bad.jsonl";
     write_file(path, std::string(kGood) + c.sample + "\n");

@@ -74,7 +74,8 @@ void run_prepare(const config::Options& opts) {
   auto val = data::validation_indices(all.size(), opts.validation_fraction, static_cast<std::uint64_t>(opts.seed));
   auto train = data::complement_indices(all.size(), val);
 
-  fs::path out(opts.output);
+  fs::path out = fs::path(opts.output).lexically_normal();
+  if (!out.has_filename()) out = out.parent_path();  // "dir/" -> "dir"
   fs::path tmp = out.string() + ".tmp-" + std::to_string(getpid());
   std::error_code ec;
   fs::remove_all(tmp, ec);

@@ -57,11 +57,13 @@ class ByteSource {
   std::size_t read(char* dst, std::size_t n) {
     if (gz_) {
       int got = gzread(gz_, dst, static_cast<unsigned>(std::min<std::size_t>(n, 1u << 30)));
-      if (got < 0) {
-        int errnum = 0;
-        const char* msg = gzerror(gz_, &errnum);
-        throw std::move(Error(ErrorKind::input, "cannot decompress the file").file(path_).found(msg ? msg : "zlib error"));
-      }
+      int errnum = Z_OK;
+      const char* msg = got <= 0 ? gzerror(gz_, &errnum) : nullptr;
+      // A cut-off stream reads as a short file; zlib reports it only through gzerror.
+      if (got < 0 || errnum == Z_BUF_ERROR)
+        throw std::move(Error(ErrorKind::input, errnum == Z_BUF_ERROR ? "the gzip file is truncated" : "cannot decompress the file")
+                            .file(path_)
+                            .found(msg ? msg : "zlib error"));
       return static_cast<std::size_t>(got);
     }
     ssize_t got = ::read(fd_, dst, n);
@@ -83,12 +85,18 @@ class ByteSource {
 
 void read_jsonl(const std::string& path, SampleParser& parser, const std::function<void(std::uint64_t)>& progress) {
   ByteSource src(path);
-  std::vector<char> buf(kChunk + kPadding);
+  // Small files get a small buffer (folders of many small files); the buffer doubles whenever an
+  // unfinished line fills half of it.
+  std::error_code ec;
+  std::uint64_t size = is_gz(path) ? kChunk : fs::file_size(path, ec);
+  std::size_t cap = ec ? kChunk : static_cast<std::size_t>(std::clamp<std::uint64_t>(size + 2, 4096, kChunk));
+  std::vector<char> buf(cap + kPadding);
   std::size_t have = 0;  // bytes in buf not yet parsed
   std::uint64_t line = 0;
   bool eof = false, first = true;
   while (!eof) {
-    if (buf.size() - kPadding - have < kChunk / 2) buf.resize(buf.size() * 2);  // a line longer than the chunk
+    std::size_t room = buf.size() - kPadding;
+    if (room - have < room / 2) buf.resize(2 * room + kPadding);
     std::size_t got = src.read(buf.data() + have, buf.size() - kPadding - have);
     eof = got == 0;
     have += got;

@@ -7,6 +7,7 @@
 #include "eagle/data/binary_format.h"
 #include "eagle/data/flat_builder.h"
 #include "eagle/data/json_reader.h"
+#include "eagle/data/progress.h"
 #include "eagle/io/log.h"
 #include "eagle/util/error.h"
 
@@ -64,6 +65,11 @@ LoadedData split(Dataset all, const LoadOptions& opts, const std::string& source
     return out;
   }
   auto val = validation_indices(all.size(), opts.validation_fraction, opts.seed);
+  if (val.empty()) {  // fewer than two samples
+    log::warn("data", "{}: too few samples to hold out a validation split", source);
+    out.train = std::move(all);
+    return out;
+  }
   out.train = copy_samples(all, complement_indices(all.size(), val), source, all.stats());
   out.validation = copy_samples(all, val, source + " (validation split)");
   return out;
@@ -105,9 +111,13 @@ LoadedData load_dataset(const std::string& path, const LoadOptions& opts) {
     out = split(fit_length(open_dataset_file(path), opts), opts, path);
   } else {
     auto files = list_sample_files({path});
+    std::uint64_t total = 0;
+    for (const auto& f : files) total += fs::file_size(f);
     FlatBuilder builder;
     ReadOptions ro{opts.training_seq_len, opts.bad_sample_policy, opts.overlong_policy};
-    ReadCounts rc = read_sample_files(files, ro, builder);
+    ByteProgress progress("read", total);
+    ReadCounts rc = read_sample_files(files, ro, builder, [&](std::uint64_t b, std::uint64_t n) { progress.update(b, n); });
+    if (progress.drawn()) progress.finish(rc.input_bytes, rc.kept);
     TokenStats counts;
     counts.truncated = rc.truncated;
     counts.dropped = rc.dropped;

@@ -57,6 +57,7 @@ void ByteProgress::update(std::uint64_t bytes, std::uint64_t samples) {
   auto every = terminal_ ? std::chrono::milliseconds(200) : std::chrono::milliseconds(10000);
   if (now - last_ < every) return;
   last_ = now;
+  drawn_ = true;
   draw(bytes, samples, false);
 }
 

@@ -295,10 +295,8 @@ void SampleParser::parse_array(const std::string& file, const char* data, std::s
       throw e;
     }
   };
-  if (auto e = m.parser.iterate(data, len, len + simdjson::SIMDJSON_PADDING).get(doc)) {
-    Error err = malformed(e, "");
-    fail(err, false);
-  }
+  if (auto e = m.parser.iterate(data, len, len + simdjson::SIMDJSON_PADDING).get(doc))
+    throw std::move(malformed(e, "").file(file));  // no document to name a place in
   od::array arr;
   if (auto e = doc.get_array().get(arr)) {
     Error err = std::move(bad("the file is not a JSON array of samples", "").expected("[{\"input_ids\": [...]}, ...]"));

@@ -17,6 +17,7 @@ class ByteProgress {
   // Draws the final state and ends the bar's line.
   void finish(std::uint64_t bytes, std::uint64_t samples);
   double elapsed_s() const;
+  bool drawn() const { return drawn_; }  // update() has drawn at least once
   // CPU seconds this thread spent since construction (the read runs on one thread).
   double cpu_s() const;
 
@@ -27,6 +28,7 @@ class ByteProgress {
   bool terminal_;
   std::chrono::steady_clock::time_point start_, last_;
   double cpu_start_;
+  bool drawn_ = false;
 };
 
 // Resident memory of this process from /proc/self/status (VmRSS, VmHWM = peak), bytes; 0 if unknown.
