@@ -1,11 +1,9 @@
-// eagle-train train: not built yet (see the issue that builds it).
+// eagle-train train: the training run (src/train/trainer.cpp).
 #include "eagle/cli/commands.h"
-#include "eagle/util/error.h"
+#include "eagle/train/trainer.h"
 
 namespace eagle::cli {
 
-void run_train(const config::Options&) {
-  throw Error(ErrorKind::not_built, "the train subcommand is not built yet in this version");
-}
+void run_train(const config::Options& opts) { train::train(opts, invocation_args()); }
 
 }  // namespace eagle::cli

@@ -1,0 +1,43 @@
+// Acceptance evaluation on held-out data: the head's losses, acc_k and tau (teacher-forced, as in
+// training), and the real acceptance rate of greedy speculative decoding with KV caches.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "eagle/data/dataset.h"
+#include "eagle/data/plan.h"
+#include "eagle/io/step_stats.h"
+#include "eagle/model/head.h"
+#include "eagle/model/target.h"
+
+namespace eagle::train {
+
+struct EvalSettings {
+  data::SamplerOptions batching;      // batches of the held-out split (one pass, fixed order)
+  std::int64_t max_batches = 64;      // at most this many held-out batches for the losses
+  std::int64_t num_prompts = 16;      // prompts decoded speculatively; 0: no AR
+  std::int64_t max_new_tokens = 64;
+  std::int64_t draft_len = 3;         // tokens the head drafts per round
+  bool bf16 = false;
+};
+
+struct AcceptanceResult {
+  double ar = 0.0;                 // mean over rounds of (1 + accepted)
+  std::int64_t rounds = 0, prompts = 0, generated = 0;
+};
+
+// Greedy speculative decoding: for each prompt (a held-out sample cut before its first trained
+// token) the head drafts draft_len tokens a round, the target verifies them in one forward, the
+// longest matching prefix is accepted plus the target's own next token; stops at max_new_tokens
+// or the target's eos. Also checks each verified token equals plain greedy decoding of the target.
+AcceptanceResult acceptance_rate(const model::TargetModel& target, model::DraftHead& head,
+                                 const data::Dataset& heldout, std::int64_t num_prompts,
+                                 std::int64_t max_new_tokens, std::int64_t draft_len);
+
+// Held-out losses/acc/tau plus the AR, as logged (step is the optimizer step evaluated at).
+io::EvalStats evaluate(const model::TargetModel& target, model::DraftHead& head, const model::TeacherSpec& teacher,
+                       const data::Dataset& heldout, const EvalSettings& settings, std::int64_t step);
+
+}  // namespace eagle::train

@@ -1,0 +1,117 @@
+// Held-out evaluation and the real acceptance rate (see evaluate.h).
+#include "eagle/train/evaluate.h"
+
+#include "eagle/data/sampler.h"
+#include "eagle/io/log.h"
+#include "eagle/train/batch_tensors.h"
+#include "eagle/train/loss_metrics.h"
+#include "eagle/train/session.h"
+
+namespace eagle::train {
+namespace {
+
+// The prompt of a sample: its tokens before the first trained one (at least one token).
+std::optional<std::vector<std::int64_t>> prompt_of(const data::Dataset& ds, std::size_t i) {
+  for (std::int64_t p = 1; p < ds.length(i); ++p) {
+    if (!ds.trained(i, p)) continue;
+    std::vector<std::int64_t> ids(static_cast<std::size_t>(p));
+    for (std::int64_t q = 0; q < p; ++q) ids[q] = ds.token(i, q);
+    return ids;
+  }
+  return std::nullopt;
+}
+
+bool is_eos(const model::TargetConfig& c, std::int64_t id) {
+  return std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) != c.eos_token_ids.end();
+}
+
+}  // namespace
+
+AcceptanceResult acceptance_rate(const model::TargetModel& target, model::DraftHead& head, const data::Dataset& heldout,
+                                 std::int64_t num_prompts, std::int64_t max_new_tokens, std::int64_t draft_len) {
+  torch::NoGradGuard no_grad;
+  AcceptanceResult r;
+  const bool eagle3 = head.config().eagle_version == 3;
+  const auto device = target.device();
+  std::int64_t accepted_total = 0;
+  for (std::size_t i = 0; i < heldout.size() && r.prompts < num_prompts; ++i) {
+    auto prompt = prompt_of(heldout, i);
+    if (!prompt) continue;
+    ++r.prompts;
+    const auto n = static_cast<std::int64_t>(prompt->size());
+    const std::int64_t capacity = n + max_new_tokens + draft_len + 2;
+    auto tcache = target.new_cache(1, capacity);
+    auto hcache = head.new_cache(1, capacity);
+    auto ids = torch::tensor(*prompt, torch::kInt64).view({1, n}).to(device);
+    auto out = target.forward_cached(tcache, ids);
+    std::int64_t x = out.logits.select(1, n - 1).argmax(-1).item<std::int64_t>();
+    // The head's pending inputs: the target features of positions not yet in its cache, each with
+    // the token that follows it.
+    auto features = eagle3 ? out.aux_hidden : out.final_hidden;
+    auto next_ids = torch::cat({ids.narrow(1, 1, n - 1), torch::full({1, 1}, x, ids.options())}, 1);
+    std::int64_t generated = 1;
+    while (generated < max_new_tokens && !is_eos(target.config(), x)) {
+      auto drafted = head.draft(hcache, features, next_ids, draft_len);  // [1, K]
+      auto verify = torch::cat({torch::full({1, 1}, x, ids.options()), drafted.to(device)}, 1);
+      const std::int64_t before = tcache.length;
+      auto vout = target.forward_cached(tcache, verify);
+      auto greedy = vout.logits.argmax(-1).view({-1}).cpu();  // the target's choice after each token
+      auto d = drafted.view({-1}).cpu();
+      std::int64_t acc = 0;
+      while (acc < draft_len && d[acc].item<std::int64_t>() == greedy[acc].item<std::int64_t>()) ++acc;
+      const std::int64_t bonus = greedy[acc].item<std::int64_t>();
+      ++r.rounds;
+      accepted_total += 1 + acc;
+      target.truncate(tcache, before + 1 + acc);
+      features = (eagle3 ? vout.aux_hidden : vout.final_hidden).narrow(1, 0, 1 + acc);
+      next_ids = torch::cat({drafted.to(device).narrow(1, 0, acc), torch::full({1, 1}, bonus, ids.options())}, 1);
+      // Count the new tokens, stopping at eos like the target's own greedy decoding would.
+      bool stop = false;
+      for (std::int64_t j = 0; j <= acc && !stop; ++j) {
+        std::int64_t tok = j < acc ? d[j].item<std::int64_t>() : bonus;
+        ++generated;
+        stop = is_eos(target.config(), tok) || generated >= max_new_tokens;
+      }
+      x = bonus;
+      if (stop) break;
+    }
+    r.generated += generated;
+  }
+  r.ar = r.rounds ? static_cast<double>(accepted_total) / static_cast<double>(r.rounds) : 0.0;
+  return r;
+}
+
+io::EvalStats evaluate(const model::TargetModel& target, model::DraftHead& head, const model::TeacherSpec& teacher,
+                       const data::Dataset& heldout, const EvalSettings& settings, std::int64_t step) {
+  torch::NoGradGuard no_grad;
+  io::EvalStats stats;
+  stats.step = step;
+  const auto steps = head.config().steps();
+  data::Sampler sampler(heldout.lengths(), settings.batching);
+  const auto batches = std::min(sampler.batches_in_epoch(0), settings.max_batches);
+  torch::Tensor sums = torch::zeros({steps, kMetricColumns}, torch::TensorOptions().device(target.device()));
+  double loss_sum = 0;
+  for (std::int64_t b = 0; b < batches; ++b) {
+    auto batch = data::make_batch(heldout, sampler.next());
+    auto counts = count_loss_positions(batch, steps);
+    auto denominators = torch::tensor(std::vector<double>(counts.begin(), counts.end()), torch::kFloat32).to(target.device());
+    auto tensors = allocate_like(batch, target.device());
+    copy_into(batch, tensors);
+    AutocastGuard autocast(target.device(), settings.bf16);
+    auto out = head.train_step_forward(head_inputs(target, tensors, teacher), denominators);
+    sums += out.metric_sums;
+    loss_sum += out.loss.item<double>();
+  }
+  auto summary = summarize_metrics(sums.cpu());
+  stats.loss = batches ? loss_sum / static_cast<double>(batches) : 0.0;
+  stats.acc = summary.acc;
+  stats.tau = summary.tau;
+  if (settings.num_prompts > 0) {
+    auto ar = acceptance_rate(target, head, heldout, settings.num_prompts, settings.max_new_tokens, settings.draft_len);
+    if (ar.rounds > 0) stats.ar = ar.ar;
+    log::debug("eval", "AR over {} prompts, {} rounds, {} tokens", ar.prompts, ar.rounds, ar.generated);
+  }
+  return stats;
+}
+
+}  // namespace eagle::train

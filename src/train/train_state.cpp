@@ -1,0 +1,95 @@
+// Checkpoint contents besides the folder mechanics (see train_state.h).
+#include "eagle/train/train_state.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+
+#include <fstream>
+
+#include "eagle/model/head_io.h"
+#include "eagle/model/safetensors.h"
+#include "eagle/train/session.h"
+#include "eagle/util/error.h"
+
+#ifdef EAGLE_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+#endif
+
+namespace eagle::train {
+namespace {
+
+std::map<std::string, torch::Tensor> rng_states() {
+  std::map<std::string, torch::Tensor> out;
+  out["cpu"] = at::detail::getDefaultCPUGenerator().get_state();
+#ifdef EAGLE_WITH_CUDA
+  for (int d = 0; d < static_cast<int>(torch::cuda::device_count()); ++d)
+    out[fmt::format("cuda:{}", d)] = at::cuda::detail::getDefaultCUDAGenerator(d).get_state();
+#endif
+  return out;
+}
+
+void set_rng_states(const std::map<std::string, torch::Tensor>& states) {
+  if (auto it = states.find("cpu"); it != states.end()) {
+    at::Generator gen = at::detail::getDefaultCPUGenerator();
+    gen.set_state(it->second);
+  }
+#ifdef EAGLE_WITH_CUDA
+  for (int d = 0; d < static_cast<int>(torch::cuda::device_count()); ++d)
+    if (auto it = states.find(fmt::format("cuda:{}", d)); it != states.end()) {
+      at::Generator gen = at::cuda::detail::getDefaultCUDAGenerator(d);
+      gen.set_state(it->second);
+    }
+#endif
+}
+
+}  // namespace
+
+void write_checkpoint_files(const std::filesystem::path& dir, model::DraftHead& head, const AdamW& optimizer,
+                            const TrainerState& state) {
+  model::write_head_files(head, model::checkpoint_format(head.config()), dir.string());
+  model::save_safetensors((dir / kOptimizerFile).string(), optimizer.state());
+  model::save_safetensors((dir / kRngFile).string(), rng_states());
+  nlohmann::json j;
+  j["step"] = state.step;
+  j["sampler"] = state.sampler;
+  j["config"] = state.config;
+  j["real_tokens"] = state.real_tokens;
+  j["format_version"] = 1;
+  std::ofstream out(dir / kTrainerStateFile);
+  out << j.dump(2) << "\n";
+  EAGLE_CHECK(out.good(), Error(ErrorKind::output, "cannot write the trainer state").file((dir / kTrainerStateFile).string()));
+}
+
+TrainerState restore_checkpoint(const std::filesystem::path& dir, model::DraftHead& head, AdamW& optimizer,
+                                data::Sampler& sampler) {
+  const auto state_path = dir / kTrainerStateFile;
+  std::ifstream in(state_path);
+  EAGLE_CHECK(in.good(), Error(ErrorKind::input, "checkpoint has no trainer state").file(state_path.string())
+                             .hint("only checkpoints written by eagle-train train can be resumed"));
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ErrorKind::input, "malformed trainer state").file(state_path.string()).found(e.what());
+  }
+  TrainerState s;
+  try {
+    s.step = j.at("step").get<std::int64_t>();
+    s.sampler = j.at("sampler");
+    s.config = j.at("config");
+    s.real_tokens = j.value("real_tokens", 0.0);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(ErrorKind::input, "trainer state lacks a field").file(state_path.string()).found(e.what());
+  }
+  {
+    auto loaded = model::load_head(dir.string(), torch::kCPU);
+    copy_weights(*loaded.head, head, dir.string());
+  }
+  optimizer.load_state(model::load_safetensors((dir / kOptimizerFile).string()), (dir / kOptimizerFile).string());
+  set_rng_states(model::load_safetensors((dir / kRngFile).string()));
+  sampler.restore(s.sampler);
+  return s;
+}
+
+}  // namespace eagle::train
