@@ -72,6 +72,9 @@ TEST_CASE("flags set typed values and defaults stay otherwise", "[unit][options]
   CHECK(o.bucket_boundaries == std::vector<std::int64_t>{256, 512, 1024});
   CHECK(o.learning_rate == Approx(3e-4));
   CHECK(o.training_seq_len == Options{}.training_seq_len);
+  Options last = parse_train({"--seed", "1", "--seed", "7", "--nan_policy", "skip", "--nan_policy", "error"});
+  CHECK(last.seed == 7);  // a repeated flag: the last one wins (a script can override its own defaults)
+  CHECK(last.nan_policy == NanPolicy::error);
   Options off = parse_train({"--bf16=false", "--group_by_length=false"});
   CHECK_FALSE(off.bf16);
   CHECK_FALSE(off.group_by_length);

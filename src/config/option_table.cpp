@@ -92,7 +92,7 @@ struct Codec<bool> {
     return j.get<bool>();
   }
   static CLI::Option* bind(CLI::App& app, const std::string& flag, bool& v) {
-    return app.add_flag(flag, v);
+    return app.add_flag(flag, v)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }
 };
 
@@ -105,7 +105,7 @@ struct Codec<std::int64_t> {
     return j.get<std::int64_t>();
   }
   static CLI::Option* bind(CLI::App& app, const std::string& flag, std::int64_t& v) {
-    return app.add_option(flag, v);
+    return app.add_option(flag, v)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }
 };
 
@@ -118,7 +118,7 @@ struct Codec<double> {
     return j.get<double>();
   }
   static CLI::Option* bind(CLI::App& app, const std::string& flag, double& v) {
-    return app.add_option(flag, v);
+    return app.add_option(flag, v)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }
 };
 
@@ -131,7 +131,7 @@ struct Codec<std::string> {
     return j.get<std::string>();
   }
   static CLI::Option* bind(CLI::App& app, const std::string& flag, std::string& v) {
-    return app.add_option(flag, v);
+    return app.add_option(flag, v)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }
 };
 
@@ -170,7 +170,7 @@ struct Codec<E, std::enable_if_t<std::is_enum_v<E>>> {
       auto parsed = enum_parse<E>(s);
       if (!parsed) throw CLI::ValidationError(flag, "expected one of " + enum_choices<E>() + ", found \"" + s + "\"");
       v = *parsed;
-    });
+    })->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }
 };
 

@@ -1,0 +1,211 @@
+// eagle-train train end to end, as a subprocess on the tiny Llama fixture and byte-level Alpaca
+// data (configs/smoke.json): the smoke run and its files, golden losses, exact resume, SIGTERM then
+// resume, the NaN policy, gates and refusals.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "eagle/model/safetensors.h"
+#include "helpers.h"
+
+using eagle::test::run_cli;
+using eagle::test::TempDir;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kSmoke = std::string("--config ") + EAGLE_SOURCE_DIR + "/configs/smoke.json --model_name_or_path " +
+                           EAGLE_SOURCE_DIR + "/tests/fixtures/models/tiny-llama --data_path " + EAGLE_SOURCE_DIR +
+                           "/tests/fixtures/data/smoke.jsonl";
+
+std::vector<json> read_jsonl(const fs::path& p) {
+  std::vector<json> out;
+  std::ifstream in(p);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(json::parse(line));
+  return out;
+}
+
+std::map<std::int64_t, double> losses(const fs::path& run) {
+  std::map<std::int64_t, double> out;
+  for (const auto& j : read_jsonl(run / "metrics.jsonl"))
+    if (j.contains("loss") && !j["loss"].is_null()) out[j["step"].get<std::int64_t>()] = j["loss"].get<double>();
+  return out;
+}
+
+void check_same_tensors(const fs::path& a, const fs::path& b) {
+  auto ta = eagle::model::load_safetensors(a.string());
+  auto tb = eagle::model::load_safetensors(b.string());
+  REQUIRE(ta.size() == tb.size());
+  for (const auto& [name, t] : ta) {
+    INFO(name);
+    REQUIRE(tb.count(name));
+    CHECK(torch::equal(t, tb.at(name)));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("the smoke run trains, evaluates and writes every run file", "[train]") {
+  TempDir dir;
+  auto out = dir / "run";
+  auto r = run_cli("train " + kSmoke + " --output_dir " + out.string());
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("step 40 AR: ") && Catch::Contains("step 80 AR: "));
+
+  auto lines = read_jsonl(out / "metrics.jsonl");
+  REQUIRE(lines.size() >= 8);
+  for (const char* key : {"step", "loss", "lr", "grad_norm", "tokens_per_s", "acc"}) CHECK(lines.front().contains(key));
+  CHECK(lines.front()["acc"].size() == 3);
+  auto l = losses(out);
+  REQUIRE(l.size() == 8);
+  // Golden losses of the fixed seed (CPU, one thread); a change in the math moves them.
+  CHECK(l.at(10) == Approx(7.1651).margin(2e-3));
+  CHECK(l.at(20) == Approx(7.0776).margin(2e-3));
+  // The loss falls and acc_0 rises well above chance (1/256 draft tokens).
+  CHECK(l.at(80) < l.at(10) - 0.2);
+  auto summary = json::parse(eagle::test::read_file(out / "summary.json"));
+  CHECK(summary["exit_reason"] == "completed");
+  CHECK(summary["steps"] == 80);
+  CHECK(summary["ar"].get<double>() >= 1.0);
+  CHECK(summary["acc"][0].get<double>() > 0.1);
+  CHECK(summary["tokens_per_s"].get<double>() > 0);
+  for (const char* f : {"config.json", "command_line.txt", "checkpoint-40/COMPLETE", "checkpoint-80/COMPLETE",
+                        "checkpoint-80/model.safetensors", "checkpoint-80/config.json", "checkpoint-80/optimizer.safetensors",
+                        "checkpoint-80/trainer_state.json", "checkpoint-best/best.json"})
+    CHECK(fs::exists(out / f));
+  bool events = false;
+  for (const auto& e : fs::directory_iterator(out))
+    events |= e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;
+  CHECK(events);
+
+  // The event file reads back with the tensorboard package when it is installed (scripts/setup.sh).
+  std::string py = std::string(getenv("HOME") ? getenv("HOME") : "/root") + "/.cache/eagle-train/venv/bin/python";
+  if (fs::exists(py)) {
+    std::string cmd = py + " -c \"from tensorboard.backend.event_processing.event_accumulator import EventAccumulator as E; "
+                           "a=E('" + out.string() + "'); a.Reload(); print('steps', len(a.Scalars('train/loss')))\" 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    char buf[512] = {0};
+    std::string got;
+    while (fgets(buf, sizeof buf, p)) got += buf;
+    pclose(p);
+    CHECK_THAT(got, Catch::Contains("steps 8"));
+  }
+
+  // The same config again into the same folder is refused (another run's files), with exit 2.
+  auto again = run_cli("train " + kSmoke + " --output_dir " + out.string() + " --overwrite_output_dir=false");
+  CHECK(again.exit_code == 2);
+  CHECK_THAT(again.output, Catch::Contains("overwrite_output_dir"));
+}
+
+TEST_CASE("a resumed run continues the same run exactly", "[train]") {
+  TempDir dir;
+  auto straight = dir / "straight";
+  auto args = " --max_steps 24 --save_steps 12 --eval_steps 0 --save_total_limit 0 --logging_steps 2";
+  REQUIRE(run_cli("train " + kSmoke + args + " --output_dir " + straight.string()).exit_code == 0);
+  // A second run that starts from the straight run's step-12 checkpoint.
+  auto resumed = dir / "resumed";
+  fs::create_directories(resumed);
+  fs::copy(straight / "checkpoint-12", resumed / "checkpoint-12", fs::copy_options::recursive);
+  auto r = run_cli("train " + kSmoke + args + " --output_dir " + resumed.string() + " --resume_from_checkpoint auto");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("resumed from"));
+  auto a = losses(straight), b = losses(resumed);
+  for (std::int64_t step = 14; step <= 24; step += 2) {
+    INFO("step " << step);
+    REQUIRE(b.count(step));
+    CHECK(a.at(step) == b.at(step));  // bit-identical on CPU
+  }
+  check_same_tensors(straight / "checkpoint-24/model.safetensors", resumed / "checkpoint-24/model.safetensors");
+  check_same_tensors(straight / "checkpoint-24/optimizer.safetensors", resumed / "checkpoint-24/optimizer.safetensors");
+}
+
+TEST_CASE("SIGTERM checkpoints and exits 130; auto resume finishes the run", "[train]") {
+  TempDir dir;
+  auto out = dir / "run";
+  auto args = " --max_steps 200 --eval_steps 0 --save_steps 0 --logging_steps 1 --eval_num_prompts 0";
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    std::string cmd = std::string(EAGLE_TRAIN_BIN) + " train " + kSmoke + args + " --output_dir " + out.string() +
+                      " > " + (dir / "log.txt").string() + " 2>&1";
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Wait until a few steps are logged, then ask it to stop.
+  for (int i = 0; i < 600 && losses(out).size() < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(losses(out).size() >= 3);
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  INFO(eagle::test::read_file(dir / "log.txt"));
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 130);
+  auto summary = json::parse(eagle::test::read_file(out / "summary.json"));
+  CHECK(summary["exit_reason"] == "interrupted");
+  CHECK(summary["detail"] == "SIGTERM");
+  const std::int64_t stopped = summary["steps"].get<std::int64_t>();
+  CHECK(stopped < 200);
+  CHECK(fs::exists(out / ("checkpoint-" + std::to_string(stopped)) / "COMPLETE"));
+
+  auto r = run_cli("train " + kSmoke + args + " --output_dir " + out.string() + " --resume_from_checkpoint auto");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(json::parse(eagle::test::read_file(out / "summary.json"))["steps"] == 200);
+  auto l = losses(out);
+  CHECK(l.size() == 200);  // no step logged twice, none missing
+}
+
+TEST_CASE("non-finite values stop the run under nan_policy error and are skipped under skip", "[train]") {
+  TempDir dir;
+  // A learning rate of 1e30 makes the weights overflow after the first update.
+  auto args = " --max_steps 6 --logging_steps 2 --eval_steps 0 --eval_num_prompts 0 --warmup_steps 0 --learning_rate 1e30";
+  auto r = run_cli("train " + kSmoke + args + " --output_dir " + (dir / "err").string());
+  INFO(r.output);
+  CHECK(r.exit_code == 5);
+  CHECK_THAT(r.output, Catch::Contains("non-finite loss or gradient") && Catch::Contains("step 2"));
+  auto s = run_cli("train " + kSmoke + args + " --nan_policy skip --output_dir " + (dir / "skip").string());
+  INFO(s.output);
+  CHECK(s.exit_code == 0);
+  CHECK_THAT(s.output, Catch::Contains("skipped for non-finite values"));
+  std::int64_t nonfinite = -1;
+  for (const auto& j : read_jsonl(dir / "skip" / "metrics.jsonl"))
+    if (j.contains("nonfinite_steps")) nonfinite = j["nonfinite_steps"].get<std::int64_t>();
+  CHECK(nonfinite == 5);
+}
+
+TEST_CASE("CI gates fail the run with exit 6 and say which", "[train]") {
+  TempDir dir;
+  auto r = run_cli("train " + kSmoke + " --max_steps 4 --eval_steps 0 --min_ar 3.5 --max_final_loss 0.01 --output_dir " +
+                   (dir / "run").string());
+  CHECK(r.exit_code == 6);
+  CHECK_THAT(r.output, Catch::Contains("min_ar") && Catch::Contains("max_final_loss"));
+  auto summary = json::parse(eagle::test::read_file(dir / "run" / "summary.json"));
+  CHECK(summary["exit_reason"] == "gate_missed");
+}
+
+TEST_CASE("the trainer refuses bad input before training", "[train]") {
+  TempDir dir;
+  eagle::test::write_file(dir / "big.jsonl", "{\"input_ids\": [1, 2, 3, 4, 5, 6]}\n{\"input_ids\": [1, 2, 9999, 4]}\n");
+  auto r = run_cli("train " + kSmoke + " --data_path " + (dir / "big.jsonl").string() + " --output_dir " + (dir / "a").string());
+  CHECK(r.exit_code == 3);
+  CHECK_THAT(r.output, Catch::Contains("big.jsonl") && Catch::Contains("token id outside the target's vocabulary") &&
+                           Catch::Contains("9999") && Catch::Contains("ids < 512"));
+  auto m = run_cli("train " + kSmoke + " --model_name_or_path " + (dir / "nothing").string() + " --output_dir " +
+                   (dir / "b").string());
+  CHECK(m.exit_code == 3);
+  CHECK_THAT(m.output, Catch::Contains((dir / "nothing").string()));
+  auto v = run_cli("train " + kSmoke + " --aux_hidden_state_layer_ids 1,2,9 --output_dir " + (dir / "c").string());
+  CHECK(v.exit_code != 0);
+  CHECK_THAT(v.output, Catch::Contains("9"));
+}
