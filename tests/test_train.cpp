@@ -209,3 +209,32 @@ TEST_CASE("the trainer refuses bad input before training", "[train]") {
   CHECK(v.exit_code != 0);
   CHECK_THAT(v.output, Catch::Contains("9"));
 }
+
+TEST_CASE("eval measures a checkpoint and its exported copy alike", "[train]") {
+  TempDir dir;
+  auto run = dir / "run";
+  REQUIRE(run_cli("train " + kSmoke + " --max_steps 10 --eval_steps 0 --output_dir " + run.string()).exit_code == 0);
+  auto ckpt = run / "checkpoint-10";
+  auto exported = dir / "speculators";
+  auto ex = run_cli("export --checkpoint " + ckpt.string() + " --format speculators --output " + exported.string());
+  INFO(ex.output);
+  REQUIRE(ex.exit_code == 0);
+  const std::string common = std::string(" --model_name_or_path ") + EAGLE_SOURCE_DIR + "/tests/fixtures/models/tiny-llama" +
+                             " --data_path " + EAGLE_SOURCE_DIR + "/tests/fixtures/data/smoke.jsonl" +
+                             " --training_seq_len 256 --eval_num_prompts 3 --eval_max_new_tokens 12 --num_threads 1";
+  auto a = run_cli("eval --checkpoint " + ckpt.string() + common + " --output " + (dir / "a.json").string());
+  auto b = run_cli("eval --checkpoint " + exported.string() + common + " --json");
+  INFO(a.output << b.output);
+  REQUIRE(a.exit_code == 0);
+  REQUIRE(b.exit_code == 0);
+  CHECK_THAT(a.output, Catch::Contains("AR ") && Catch::Contains("eval loss"));
+  auto ja = json::parse(eagle::test::read_file(dir / "a.json"));
+  auto jb = json::parse(b.output.substr(b.output.find("{\n")));
+  CHECK(ja["format"] == "sglang");
+  CHECK(jb["format"] == "speculators");
+  CHECK(ja["ar"].get<double>() >= 1.0);
+  CHECK(ja["ar"] == jb["ar"]);
+  CHECK(ja["eval_loss"].get<double>() == Approx(jb["eval_loss"].get<double>()).epsilon(1e-6));
+  auto gate = run_cli("eval --checkpoint " + ckpt.string() + common + " --min_ar 9");
+  CHECK(gate.exit_code == 6);
+}

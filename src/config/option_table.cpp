@@ -302,8 +302,9 @@ std::vector<OptionEntry> declare_options() {
       .range(&Options::validation_fraction, 0.0, 0.5);
   t.add(&Options::input, "input", G::data, kPrepare,
         "prepare: input .jsonl/.json files (optionally .gz) or folders of them");
-  t.add(&Options::output, "output", G::data, kPrepare | kExport,
-        "prepare: the dataset folder to write; export: the head folder to write");
+  t.add(&Options::output, "output", G::data, kPrepare | kExport | kEval,
+        "prepare: the dataset folder to write; export: the head folder to write; eval: a JSON file "
+        "to write the result to");
   t.add(&Options::json, "json", G::log, kStats | kInspect | kEval, "Print the result as JSON");
   // model
   t.add(&Options::model_name_or_path, "model_name_or_path", G::model, kTrain | kInspect | kEval,
