@@ -25,7 +25,7 @@ from pathlib import Path
 SCRIPT_VERSION = 1  # bump when the output changes for the same settings
 PAD, BOS, EOS = "<|pad|>", "<|bos|>", "<|eos|>"  # ids 0, 1, 2 (trainer order)
 
-# Full demo: sized to finish in <= 10 minutes on 2 shared CPU cores; --quick: a smoke test (< 1 min).
+# Full demo: sized to finish in <= 10 minutes on 2 CPU cores; --quick: a smoke test (< 1 minute).
 FULL = dict(vocab_size=4096, hidden_size=256, intermediate_size=704, num_hidden_layers=4,
             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
             tie_word_embeddings=False, max_steps=800, batch_tokens=1024, lr=2e-3,
@@ -55,8 +55,8 @@ def format_example(instruction, input_text, output=None):
 
 
 def encode_example(tok, record):
-    """Token ids and loss mask of one record: [bos] + prompt (mask 0) + response + [eos] (mask 1)."""
-    prompt, response = format_example(record["instruction"], record.get("input", ""), record["output"])
+    """Ids and loss mask of one record: [bos] + prompt (mask 0) + response + [eos] (mask 1)."""
+    prompt, response = format_example(record["instruction"], record["input"], record["output"])
     p = tok.encode(prompt, add_special_tokens=False).ids
     r = tok.encode(response, add_special_tokens=False).ids
     ids = [tok.token_to_id(BOS)] + p + r + [tok.token_to_id(EOS)]
@@ -65,7 +65,7 @@ def encode_example(tok, record):
 
 
 def cpu_has_bf16():
-    """bf16 autocast pays only with native bf16 matmuls (AVX512-BF16 / AMX); elsewhere it is slower."""
+    """bf16 autocast pays only with native bf16 matmuls (AVX512-BF16, AMX); else it is slower."""
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
@@ -133,7 +133,8 @@ def make_batches(lengths, batch_tokens):
 
 def lr_at(progress, s):
     """Linear warmup over warmup_steps, then cosine to min_lr_ratio * lr as progress goes 0 -> 1."""
-    return s["lr"] * (s["min_lr_ratio"] + (1 - s["min_lr_ratio"]) * 0.5 * (1 + math.cos(math.pi * progress)))
+    cosine = 0.5 * (1 + math.cos(math.pi * progress))
+    return s["lr"] * (s["min_lr_ratio"] + (1 - s["min_lr_ratio"]) * cosine)
 
 
 def train_model(samples, s, tok, log):
@@ -159,7 +160,7 @@ def train_model(samples, s, tok, log):
     rng = random.Random(s["seed"])
     pad_id = tok.token_to_id(PAD)
     t0, step, epoch, queue = time.time(), 0, 0, []
-    window, history, tokens_seen, stop_reason = [], [], 0, "max_steps"
+    window, history, losses, tokens_seen, stop_reason = [], [], [], 0, "max_steps"
     model.train()
     while step < s["max_steps"]:
         if not queue:  # a new epoch: the same length groups, a new seeded order
@@ -194,6 +195,7 @@ def train_model(samples, s, tok, log):
         step += 1
         tokens_seen += int(attn.sum())
         window.append(loss.item())
+        losses.append(window[-1])
         if step % s["log_every"] == 0 or step == s["max_steps"]:
             elapsed = time.time() - t0
             mean = sum(window) / len(window)
@@ -207,7 +209,8 @@ def train_model(samples, s, tok, log):
     model.eval()
     return model, dict(steps=step, epochs=round(step / len(batches), 2), tokens_seen=tokens_seen,
                        train_seconds=round(time.time() - t0, 1), stop_reason=stop_reason,
-                       final_loss=round(history[-1][1], 4) if history else None,
+                       # mean of the last 50 steps: batches of different lengths differ a lot
+                       final_loss=round(sum(losses[-50:]) / max(1, len(losses[-50:])), 4),
                        loss_history=[[st, round(lo, 4)] for st, lo in history],
                        parameters=n_params)
 
@@ -222,8 +225,8 @@ def greedy_samples(model, tok, max_new_tokens):
             gen = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False,
                                  max_new_tokens=max_new_tokens, eos_token_id=tok.token_to_id(EOS),
                                  pad_token_id=tok.token_to_id(PAD))
-        out.append({"instruction": instruction, "input": input_text,
-                    "response": tok.decode(gen[0, ids.shape[1]:].tolist(), skip_special_tokens=True)})
+        response = tok.decode(gen[0, ids.shape[1]:].tolist(), skip_special_tokens=True)
+        out.append({"instruction": instruction, "input": input_text, "response": response})
     return out
 
 
@@ -253,9 +256,11 @@ def main():
     root = Path(__file__).resolve().parent.parent
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--output", type=Path, default=None,
-                    help="target folder (default ~/.cache/eagle-train/demo-target, -quick with --quick)")
-    ap.add_argument("--data", type=Path, default=None, help="Alpaca JSON (default ../shared/data/alpaca_5000.json)")
-    ap.add_argument("--quick", action="store_true", help="a tiny model and few steps (< 1 minute), to test the script")
+                    help="target folder (default ~/.cache/eagle-train/demo-target[-quick])")
+    ap.add_argument("--data", type=Path, default=None,
+                    help="Alpaca JSON (default ../shared/data/alpaca_5000.json)")
+    ap.add_argument("--quick", action="store_true",
+                    help="a tiny model and few steps (< 1 minute), to test the script")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--max-steps", type=int, default=None, help="override the preset's step count")
@@ -263,7 +268,8 @@ def main():
                     help="override the preset's training time budget (the cosine ends on it)")
     ap.add_argument("--fp32", action="store_true",
                     help="train in fp32 (default: bf16 autocast where the CPU has native bf16)")
-    ap.add_argument("--force", action="store_true", help="rebuild even when DONE matches; replace a folder without DONE")
+    ap.add_argument("--force", action="store_true",
+                    help="rebuild even when DONE matches; replace a folder without DONE")
     args = ap.parse_args()
 
     s = dict(QUICK if args.quick else FULL, seed=args.seed, threads=args.threads)
@@ -276,7 +282,8 @@ def main():
     out = (args.output or Path.home() / ".cache/eagle-train" /
            ("demo-target-quick" if args.quick else "demo-target")).expanduser().resolve()
     if not data.is_file():
-        sys.exit(f"error: {data}: the Alpaca data file is missing\nhint: pass --data path/to/alpaca_5000.json")
+        sys.exit(f"error: {data}: the Alpaca data file is missing\n"
+                 "hint: pass --data path/to/alpaca_5000.json")
     data_sha = hashlib.sha256(data.read_bytes()).hexdigest()
     settings = dict(s, script_version=SCRIPT_VERSION, data_sha256=data_sha,
                     template="### Instruction/### Input/### Response, bos + eos")
@@ -285,7 +292,8 @@ def main():
     # steps run and what stopped them).
     recipe = {k: v for k, v in settings.items() if k not in ("max_train_seconds", "log_every")}
     settings_hash = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
-    marker = {"script": "make_demo_target.py", "version": SCRIPT_VERSION, "settings_hash": settings_hash}
+    marker = {"script": "make_demo_target.py", "version": SCRIPT_VERSION,
+              "settings_hash": settings_hash}
 
     done = out / "DONE"
     if done.is_file() and not args.force:
@@ -316,16 +324,19 @@ def main():
     log(f"tokenizer: byte-level BPE, vocabulary {tok.get_vocab_size()}")
     samples = [encode_example(tok, r) for r in records]
     too_long = [i for i, (ids, _) in enumerate(samples) if len(ids) > s["max_position_embeddings"]]
-    samples = [(ids[:s["max_position_embeddings"]], m[:s["max_position_embeddings"]]) for ids, m in samples]
+    limit = s["max_position_embeddings"]
+    samples = [(ids[:limit], m[:limit]) for ids, m in samples]
     n_tok = sum(len(ids) for ids, _ in samples)
-    log(f"samples: {len(samples)}, {n_tok} tokens, {sum(sum(m) for _, m in samples)} response tokens, "
+    n_resp = sum(sum(m) for _, m in samples)
+    log(f"samples: {len(samples)}, {n_tok} tokens, {n_resp} response tokens, "
         f"longest {max(len(ids) for ids, _ in samples)}, truncated {len(too_long)}")
     log(f"training: up to {s['max_steps']} steps of <= {s['batch_tokens']} padded tokens, "
         f"time budget {s['max_train_seconds']:.0f}s, {s['threads']} threads, seed {s['seed']}, "
         f"{'bf16 autocast' if s['bf16_autocast'] else 'fp32'}")
 
     model, result = train_model(samples, s, tok, log)
-    log(f"trained: {result['steps']} steps ({result['epochs']} epochs, stop: {result['stop_reason']}), "
+    log(f"trained: {result['steps']} steps ({result['epochs']} epochs, "
+        f"stop: {result['stop_reason']}), "
         f"final loss {result['final_loss']}")
     gen = greedy_samples(model, tok, 32 if args.quick else 64)
     summary = dict(result, settings=settings, settings_hash=settings_hash, samples=gen,
@@ -346,10 +357,10 @@ def main():
     shutil.rmtree(old, ignore_errors=True)
 
     print("\n=== demo target summary ===")
-    print(f"model:       {result['parameters'] / 1e6:.2f}M parameters ({s['num_hidden_layers']} layers, hidden "
-          f"{s['hidden_size']}, vocab {s['vocab_size']})")
-    print(f"training:    {result['steps']} steps, {result['epochs']} epochs, {result['tokens_seen']} tokens, "
-          f"{result['train_seconds']}s, stop: {result['stop_reason']}")
+    print(f"model:       {result['parameters'] / 1e6:.2f}M parameters ({s['num_hidden_layers']} "
+          f"layers, hidden {s['hidden_size']}, vocab {s['vocab_size']})")
+    print(f"training:    {result['steps']} steps, {result['epochs']} epochs, "
+          f"{result['tokens_seen']} tokens, {result['train_seconds']}s, stop: {result['stop_reason']}")
     print(f"final loss:  {result['final_loss']}")
     for g in gen:
         print(f"sample:      {g['instruction']!r} {g['input']!r}\n  -> {g['response']!r}")
