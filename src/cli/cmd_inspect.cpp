@@ -9,21 +9,12 @@
 
 #include "eagle/cli/commands.h"
 #include "eagle/model/target.h"
+#include "eagle/train/session.h"
 #include "eagle/util/error.h"
 
 namespace eagle::cli {
 
 namespace {
-
-torch::ScalarType dtype_of(config::TargetDtype d) {
-  switch (d) {
-    case config::TargetDtype::float32: return torch::kFloat32;
-    case config::TargetDtype::bfloat16: return torch::kBFloat16;
-    case config::TargetDtype::float16: return torch::kFloat16;
-    case config::TargetDtype::auto_: break;
-  }
-  return torch::ScalarType::Undefined;
-}
 
 std::string dtype_name(torch::ScalarType t) {
   if (t == torch::kBFloat16) return "bfloat16";
@@ -36,7 +27,8 @@ std::string dtype_name(torch::ScalarType t) {
 void run_inspect(const config::Options& opts) {
   EAGLE_CHECK(!opts.model_name_or_path.empty(),
               Error(ErrorKind::usage, "inspect needs a model folder").place("--model_name_or_path"));
-  auto m = model::TargetModel::load(opts.model_name_or_path, dtype_of(opts.target_dtype), torch::kCPU);
+  auto m = model::TargetModel::load(opts.model_name_or_path, train::target_dtype(opts.target_dtype),
+                                    train::resolve_device(opts.device));
   if (!opts.aux_hidden_state_layer_ids.empty()) m.set_aux_layer_ids(opts.aux_hidden_state_layer_ids);
   const auto& c = m.config();
 
