@@ -6,6 +6,7 @@
 
 #include "eagle/data/flat_builder.h"
 #include "eagle/data/loader.h"
+#include "data_helpers.h"
 #include "helpers.h"
 
 using eagle::data::Sample;
@@ -15,9 +16,7 @@ using eagle::test::write_file;
 
 namespace {
 
-eagle::data::LoadOptions opts(std::int64_t seq_len = 2048, double val = 0) {
-  return {seq_len, eagle::config::BadSamplePolicy::error, eagle::config::OverlongPolicy::truncate, val, 42};
-}
+eagle::data::LoadOptions opts(std::int64_t seq_len = 2048, double val = 0) { return eagle::test::load_options(seq_len, val); }
 
 std::vector<Sample> make_samples(std::size_t n, std::uint32_t seed) {
   std::mt19937 rng(seed);
