@@ -43,13 +43,14 @@ struct Window {
   torch::Tensor loss, metrics, grad_norm;
   std::int64_t steps = 0;
   double real_tokens = 0, computed_tokens = 0;
+  double side_seconds = 0;  // evaluations and checkpoints inside the window, not training time
   Clock::time_point start = Clock::now();
   void reset() {
     loss.zero_();
     metrics.zero_();
     grad_norm.zero_();
     steps = 0;
-    real_tokens = computed_tokens = 0;
+    real_tokens = computed_tokens = side_seconds = 0;
     start = Clock::now();
   }
 };
@@ -121,11 +122,14 @@ void train(const config::Options& o, const std::vector<std::string>& command_lin
   std::map<ShapeKey, ShapeBuffers> buffers;
   double run_real_tokens = 0;
   const auto loop_started = Clock::now();
+  // Wall time of the training steps alone: evaluations and checkpoints are not counted.
+  double loop_seconds = 0, side_seconds = 0;
   std::int64_t nonfinite_reported = 0;
   std::optional<io::EvalStats> last_eval;
   double last_loss = std::numeric_limits<double>::quiet_NaN();
 
   auto save = [&](std::int64_t step) {
+    const auto t0 = Clock::now();
     state.step = step;
     state.sampler = sampler.state();
     graphs.synchronize();
@@ -135,16 +139,21 @@ void train(const config::Options& o, const std::vector<std::string>& command_lin
     checkpoints.rotate(o.save_total_limit);
     if (last_eval && last_eval->step == step)
       checkpoints.update_best(step, last_eval->ar ? "ar" : "tau", last_eval->ar ? *last_eval->ar : last_eval->tau);
+    side_seconds += seconds_since(t0);
+    window.side_seconds += seconds_since(t0);
   };
   auto run_eval = [&](std::int64_t step) -> const io::EvalStats* {
     if (!data.heldout || data.heldout->size() == 0) return nullptr;
     graphs.synchronize();
+    const auto t0 = Clock::now();
     last_eval = evaluate(target, *head, teacher, *data.heldout, eval_settings, step);
+    side_seconds += seconds_since(t0);
+    window.side_seconds += seconds_since(t0);
     return &*last_eval;
   };
   auto log_window = [&](std::int64_t step, const io::EvalStats* eval) {
     graphs.synchronize();
-    const double elapsed = std::max(1e-9, seconds_since(window.start));
+    const double elapsed = std::max(1e-9, seconds_since(window.start) - window.side_seconds);
     auto metrics = summarize_metrics(window.metrics.cpu());
     io::StepStats s;
     s.step = step;
@@ -180,7 +189,7 @@ void train(const config::Options& o, const std::vector<std::string>& command_lin
       summary.acc = last_eval->acc;
       summary.tau = last_eval->tau;
     }
-    summary.tokens_per_s = run_real_tokens / std::max(1e-9, seconds_since(loop_started));
+    summary.tokens_per_s = run_real_tokens / std::max(1e-9, loop_seconds);
     summary.wall_time_s = seconds_since(started);
     if (auto best = checkpoints.best()) summary.best_step = best->step;
     summary.gates = check_gates(summary, o.min_ar, o.max_final_loss);
@@ -245,6 +254,7 @@ void train(const config::Options& o, const std::vector<std::string>& command_lin
     else if (eval) logger.log_eval(*eval);
     if (o.save_steps > 0 && step % o.save_steps == 0 && !last) save(step);
     if (signals.requested() && !last) {
+      loop_seconds = seconds_since(loop_started) - side_seconds;
       if (window.steps > 0) log_window(step, nullptr);
       save(step);
       summary.detail = signals.signal_name();
@@ -255,6 +265,8 @@ void train(const config::Options& o, const std::vector<std::string>& command_lin
     }
   }
   // ---- the end: evaluate, save, summarise, gates ----
+  graphs.synchronize();
+  loop_seconds = seconds_since(loop_started) - side_seconds;
   if (const io::EvalStats* eval = run_eval(step)) logger.log_eval(*eval);
   save(step);
   log::info("train", "done: {} steps in {:.1f} s; head saved in {}", step, seconds_since(started),
