@@ -10,4 +10,19 @@ inline data::LoadOptions load_options(std::int64_t seq_len = 2048, double valida
   return {seq_len, config::BadSamplePolicy::error, config::OverlongPolicy::truncate, validation_fraction, 42};
 }
 
+// Every sample of a dataset, in order.
+inline std::vector<data::Sample> all_samples(const data::Dataset& ds) {
+  std::vector<data::Sample> out;
+  for (std::size_t i = 0; i < ds.size(); ++i) out.push_back(ds.sample(i));
+  return out;
+}
+
+// Equal ids and masks, sample by sample.
+inline bool same(const std::vector<data::Sample>& a, const std::vector<data::Sample>& b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    if (a[i].input_ids != b[i].input_ids || a[i].loss_mask != b[i].loss_mask) return false;
+  return true;
+}
+
 }  // namespace eagle::test

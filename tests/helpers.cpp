@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cstdlib>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -12,8 +13,7 @@
 
 namespace eagle::test {
 
-ProcessResult run_cli(const std::string& args) {
-  std::string cmd = std::string(EAGLE_TRAIN_BIN) + " " + args + " 2>&1";
+ProcessResult run_command(const std::string& cmd) {
   FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) throw std::runtime_error("popen failed: " + cmd);
   ProcessResult r;
@@ -23,6 +23,15 @@ ProcessResult run_cli(const std::string& args) {
   int status = pclose(pipe);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
+}
+
+ProcessResult run_cli(const std::string& args) { return run_command(std::string(EAGLE_TRAIN_BIN) + " " + args + " 2>&1"); }
+
+std::string venv_python() {
+  const char* deps = std::getenv("EAGLE_DEPS_DIR");
+  const char* home = std::getenv("HOME");
+  std::string dir = deps ? deps : std::string(home ? home : "") + "/.cache/eagle-train";
+  return dir + "/venv/bin/python";
 }
 
 TempDir::TempDir() {

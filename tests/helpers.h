@@ -13,8 +13,12 @@ struct ProcessResult {
   std::string output;  // stdout and stderr together
 };
 
+// Runs a shell command and captures its standard output (redirect stderr in cmd to see it too).
+ProcessResult run_command(const std::string& cmd);
 // Runs `eagle-train ARGS` through the shell (args are passed verbatim) and captures its output.
 ProcessResult run_cli(const std::string& args);
+// The Python of scripts/setup.sh's environment ($EAGLE_DEPS_DIR or ~/.cache/eagle-train).
+std::string venv_python();
 
 // A fresh empty folder under the system temporary folder, removed when the object dies.
 class TempDir {

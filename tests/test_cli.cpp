@@ -45,14 +45,7 @@ TEST_CASE("usage and config errors exit 2 with the cause", "[cli]") {
 }
 
 TEST_CASE("the binary does not need the CUDA driver library", "[cli]") {
-  std::string cmd = std::string("readelf -d ") + EAGLE_TRAIN_BIN + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  REQUIRE(pipe);
-  std::string out;
-  char buf[4096];
-  std::size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
-  pclose(pipe);
+  std::string out = eagle::test::run_command(std::string("readelf -d ") + EAGLE_TRAIN_BIN + " 2>&1").output;
   REQUIRE_THAT(out, Catch::Contains("NEEDED"));
   CHECK_THAT(out, !Catch::Contains("libcuda.so"));
 }

@@ -15,17 +15,13 @@
 
 using eagle::data::Sample;
 using eagle::test::TempDir;
+using eagle::test::all_samples;
+using eagle::test::same;
 using eagle::test::write_file;
 
 namespace {
 
 eagle::data::LoadOptions opts(std::int64_t seq_len = 2048, double val = 0) { return eagle::test::load_options(seq_len, val); }
-
-std::vector<Sample> all_samples(const eagle::data::Dataset& ds) {
-  std::vector<Sample> out;
-  for (std::size_t i = 0; i < ds.size(); ++i) out.push_back(ds.sample(i));
-  return out;
-}
 
 std::string jsonl_line(const Sample& s) {
   std::string ids, mask;
@@ -59,13 +55,6 @@ std::vector<Sample> random_samples(std::size_t n, std::uint32_t max_id, std::uin
     s.loss_mask.back() = 1;  // at least one trained token
   }
   return out;
-}
-
-bool same(const std::vector<Sample>& a, const std::vector<Sample>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (a[i].input_ids != b[i].input_ids || a[i].loss_mask != b[i].loss_mask) return false;
-  return true;
 }
 
 const std::vector<Sample> kThree = {{{5, 6, 7}, {0, 1, 1}}, {{8, 9}, {1, 1}}, {{10, 11, 12, 13}, {0, 0, 1, 0}}};

@@ -12,6 +12,8 @@
 using eagle::data::Sample;
 using eagle::test::run_cli;
 using eagle::test::TempDir;
+using eagle::test::all_samples;
+using eagle::test::same;
 using eagle::test::write_file;
 
 namespace {
@@ -43,19 +45,6 @@ std::string to_jsonl(const std::vector<Sample>& samples) {
   return text;
 }
 
-std::vector<Sample> samples_of(const eagle::data::Dataset& ds) {
-  std::vector<Sample> out;
-  for (std::size_t i = 0; i < ds.size(); ++i) out.push_back(ds.sample(i));
-  return out;
-}
-
-bool same(const std::vector<Sample>& a, const std::vector<Sample>& b) {
-  if (a.size() != b.size()) return false;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    if (a[i].input_ids != b[i].input_ids || a[i].loss_mask != b[i].loss_mask) return false;
-  return true;
-}
-
 }  // namespace
 
 TEST_CASE("prepare round trip: JSONL -> prepared -> the same samples, mapped", "[data]") {
@@ -71,7 +60,7 @@ TEST_CASE("prepare round trip: JSONL -> prepared -> the same samples, mapped", "
   for (const auto& e : std::filesystem::directory_iterator(dir.path()))  // the temporary folder is gone
     CHECK(e.path().filename().string().find(".tmp-") == std::string::npos);
   auto d = eagle::data::load_dataset((dir / "ds").string(), opts());
-  CHECK(same(samples_of(d.train), samples));
+  CHECK(same(all_samples(d.train), samples));
   CHECK_FALSE(d.validation);
   CHECK(d.train.storage().token_bytes == 2);
   CHECK(d.train.source() == (dir / "ds" / "train.bin").string());
@@ -92,7 +81,7 @@ TEST_CASE("prepare round trip: JSONL -> prepared -> the same samples, mapped", "
   CHECK(d.train.stats().trained_token_counts == direct.trained_token_counts);
 
   // The .bin file alone loads too; a prepared folder without a stored split is split in memory.
-  CHECK(same(samples_of(eagle::data::load_dataset((dir / "ds" / "train.bin").string(), opts()).train), samples));
+  CHECK(same(all_samples(eagle::data::load_dataset((dir / "ds" / "train.bin").string(), opts()).train), samples));
   auto split = eagle::data::load_dataset((dir / "ds").string(), opts(2048, 0.1));
   REQUIRE(split.validation);
   CHECK(split.validation->size() == 20);
@@ -139,8 +128,8 @@ TEST_CASE("prepare stores a seeded validation split that load_dataset returns", 
   std::vector<Sample> want_val, want_train;
   for (auto i : vi) want_val.push_back(kept[i]);
   for (auto i : eagle::data::complement_indices(kept.size(), vi)) want_train.push_back(kept[i]);
-  CHECK(same(samples_of(*d.validation), want_val));
-  CHECK(same(samples_of(d.train), want_train));
+  CHECK(same(all_samples(*d.validation), want_val));
+  CHECK(same(all_samples(d.train), want_train));
 
   // Same seed, same split; the stats file names both splits.
   auto r2 = run_cli(cmd + (dir / "ds2").string());

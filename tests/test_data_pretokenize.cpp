@@ -10,12 +10,7 @@ using eagle::test::TempDir;
 
 namespace {
 
-std::string venv_python() {
-  const char* deps = std::getenv("EAGLE_DEPS_DIR");
-  const char* home = std::getenv("HOME");
-  std::string dir = deps ? deps : std::string(home ? home : "") + "/.cache/eagle-train";
-  return dir + "/venv/bin/python";
-}
+using eagle::test::venv_python;
 
 int shell(const std::string& cmd) {
   int status = std::system(cmd.c_str());

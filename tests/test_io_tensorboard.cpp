@@ -41,12 +41,6 @@ std::vector<std::string> read_records(const std::string& file) {
   return out;
 }
 
-std::string python_bin() {
-  const char* deps = std::getenv("EAGLE_DEPS_DIR");
-  std::string base = deps ? deps : std::string(std::getenv("HOME")) + "/.cache/eagle-train";
-  return base + "/venv/bin/python";
-}
-
 // Runs the tensorboard package on `logdir`: the EventAccumulator, and the plugin accumulator that
 // `tensorboard --logdir` serves from (it turns simple_value into tensors). Returns
 // {"file_version": f, "scalars": {tag: [[step, value], ...]}, "served": {same, from the plugin one}}.
@@ -66,18 +60,12 @@ nlohmann::json read_with_tensorboard(const fs::path& logdir, const eagle::test::
                           "out['served'] = {t: [[e.step, float(tensor_util.make_ndarray(e.tensor_proto))] for e in "
                           "pa.Tensors(t)] for t in pa.Tags()['tensors']}\n"
                           "print(json.dumps(out))\n");
-  REQUIRE(fs::exists(python_bin()));
-  std::string cmd = python_bin() + " " + script.string() + " " + logdir.string() + " 2>" + (tmp / "py.err").string();
-  FILE* pipe = popen(cmd.c_str(), "r");
-  REQUIRE(pipe);
-  std::string out;
-  char buf[4096];
-  std::size_t n;
-  while ((n = fread(buf, 1, sizeof buf, pipe)) > 0) out.append(buf, n);
-  int status = pclose(pipe);
+  REQUIRE(fs::exists(eagle::test::venv_python()));
+  std::string cmd = eagle::test::venv_python() + " " + script.string() + " " + logdir.string() + " 2>" + (tmp / "py.err").string();
+  auto r = eagle::test::run_command(cmd);
   INFO(eagle::test::read_file(tmp / "py.err"));
-  REQUIRE(status == 0);
-  return nlohmann::json::parse(out);
+  REQUIRE(r.exit_code == 0);
+  return nlohmann::json::parse(r.output);
 }
 
 }  // namespace

@@ -89,16 +89,11 @@ TEST_CASE("the smoke run trains, evaluates and writes every run file", "[train]"
   CHECK(events);
 
   // The event file reads back with the tensorboard package when it is installed (scripts/setup.sh).
-  std::string py = std::string(getenv("HOME") ? getenv("HOME") : "/root") + "/.cache/eagle-train/venv/bin/python";
+  const std::string py = eagle::test::venv_python();
   if (fs::exists(py)) {
     std::string cmd = py + " -c \"from tensorboard.backend.event_processing.event_accumulator import EventAccumulator as E; "
                            "a=E('" + out.string() + "'); a.Reload(); print('steps', len(a.Scalars('train/loss')))\" 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    char buf[512] = {0};
-    std::string got;
-    while (fgets(buf, sizeof buf, p)) got += buf;
-    pclose(p);
-    CHECK_THAT(got, Catch::Contains("steps 8"));
+    CHECK_THAT(eagle::test::run_command(cmd).output, Catch::Contains("steps 8"));
   }
 
   // The same config again into the same folder is refused (another run's files), with exit 2.
