@@ -9,7 +9,7 @@
 #include <iostream>
 #include <vector>
 
-#include "eagle/io/log_sink.h"
+#include "eagle/util/log_sink.h"
 
 int main(int argc, char** argv) {
   std::vector<char*> args;
@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
     std::cout << "no CUDA device found: the [gpu] tests are skipped\n";
     return 77;
   }
-  eagle::io::set_log_level(eagle::io::LogLevel::warn);
+  eagle::log::set_log_level(eagle::log::LogLevel::warn);
   Catch::Session session;
   int rc = session.applyCommandLine(static_cast<int>(args.size()), args.data());
   if (rc != 0) return rc;

@@ -70,7 +70,7 @@ nlohmann::json read_with_tensorboard(const fs::path& logdir, const eagle::test::
 
 }  // namespace
 
-TEST_CASE("crc32c matches the published test vectors", "[io][tensorboard]") {
+TEST_CASE("crc32c matches the published test vectors", "[io]") {
   CHECK(crc32c("123456789") == 0xE3069283u);
   CHECK(crc32c("") == 0u);
   // RFC 3720 (iSCSI) appendix B.4.
@@ -91,7 +91,7 @@ TEST_CASE("crc32c matches the published test vectors", "[io][tensorboard]") {
   CHECK(mask_crc(0xE3069283u) == 0xC78AB0E5u);
 }
 
-TEST_CASE("events are encoded as the exact protobuf bytes", "[io][tensorboard]") {
+TEST_CASE("events are encoded as the exact protobuf bytes", "[io]") {
   // Event{wall_time: 1.0, step: 5, summary{value{tag: "a", simple_value: 1.0}}}
   std::string expected = std::string("\x09\x00\x00\x00\x00\x00\x00\xf0\x3f", 9) + "\x10\x05" + "\x2a\x0a" + "\x0a\x08" +
                          "\x0a\x01" "a" + std::string("\x15\x00\x00\x80\x3f", 5);
@@ -104,7 +104,7 @@ TEST_CASE("events are encoded as the exact protobuf bytes", "[io][tensorboard]")
   CHECK(encode_session_start_event(1.0, 300) == start);
 }
 
-TEST_CASE("TFRecord framing: length, masked CRCs, payload", "[io][tensorboard]") {
+TEST_CASE("TFRecord framing: length, masked CRCs, payload", "[io]") {
   std::string frame = tfrecord_frame("abc");
   REQUIRE(frame.size() == 8 + 4 + 3 + 4);
   CHECK(frame.substr(0, 8) == std::string("\x03\0\0\0\0\0\0\0", 8));
@@ -113,7 +113,7 @@ TEST_CASE("TFRecord framing: length, masked CRCs, payload", "[io][tensorboard]")
   CHECK(read_le(frame, 15, 4) == mask_crc(crc32c("abc")));
 }
 
-TEST_CASE("the writer names the file and writes file_version first", "[io][tensorboard]") {
+TEST_CASE("the writer names the file and writes file_version first", "[io]") {
   eagle::test::TempDir tmp;
   fs::path first, second;
   {
@@ -132,7 +132,7 @@ TEST_CASE("the writer names the file and writes file_version first", "[io][tenso
   CHECK(records[1] == encode_scalars_event(10.0, 1, {{"train/loss", 2.5f}}));
 }
 
-TEST_CASE("the tensorboard package reads the scalars back", "[io][tensorboard]") {
+TEST_CASE("the tensorboard package reads the scalars back", "[io]") {
   eagle::test::TempDir tmp;
   fs::path logdir = tmp / "run";
   {
@@ -156,7 +156,7 @@ TEST_CASE("the tensorboard package reads the scalars back", "[io][tensorboard]")
   CHECK(doc["served"]["eval/ar"] == nlohmann::json::parse("[[5, 2.25]]"));
 }
 
-TEST_CASE("a resumed run's restart marker drops the steps it repeats", "[io][tensorboard]") {
+TEST_CASE("a resumed run's restart marker drops the steps it repeats", "[io]") {
   eagle::test::TempDir tmp;
   {
     TensorBoardWriter w(tmp.path());

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "eagle/io/log_sink.h"
+#include "eagle/util/log_sink.h"
 #include "eagle/io/run_logger.h"
-#include "eagle/train/checkpoint_dir.h"
+#include "eagle/run/checkpoint_dir.h"
 
 namespace fs = std::filesystem;
 using clock_type = std::chrono::steady_clock;
@@ -28,7 +28,7 @@ int main(int argc, char** argv) {
   fs::create_directories(dir);
 
   // The console step line is left out (its cost is the terminal's); the file sinks are measured.
-  eagle::io::set_log_level(eagle::io::LogLevel::warn);
+  eagle::log::set_log_level(eagle::log::LogLevel::warn);
   const int steps = 2000;
   {
     eagle::io::RunLogger log(dir / "log", steps, std::nullopt, eagle::io::ProgressMode::off);
@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
   }
 
   std::vector<char> block(1 << 20, 'x');
-  eagle::train::CheckpointDir ckpt(dir / "run");
+  eagle::run::CheckpointDir ckpt(dir / "run");
   double write_s = 0;
   auto t = clock_type::now();
   ckpt.save(1, [&](const fs::path& folder) {

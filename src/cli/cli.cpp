@@ -8,8 +8,9 @@
 #include <map>
 
 #include "eagle/cli/commands.h"
+#include "eagle_version.h"
 #include "eagle/config/resolve.h"
-#include "eagle/io/log.h"
+#include "eagle/util/log.h"
 #include "eagle/util/error.h"
 
 namespace eagle::cli {
@@ -39,13 +40,14 @@ int run_parsed(CLI::App& app, std::vector<config::BoundFlags>& bound, const std:
     config::BoundFlags& b = bound[index.at(sub)];
     config::Options opts = config::resolve(b);
     config::validate(opts, b.command);
-    io::LogLevel level = io::LogLevel::info;
-    io::parse_log_level(opts.log_level, level);
-    io::set_log_level(level);
+    log::LogLevel level = log::LogLevel::info;
+    log::parse_log_level(opts.log_level, level);
+    log::set_log_level(level);
     if (dump_config) {
       std::cout << config::to_json(opts, b.command).dump(2) << "\n";
       return 0;
     }
+    config::check_required(opts, b.command);
     for (const auto& c : kCommands)
       if (c.command == b.command) c.run(opts);
     return 0;

@@ -55,8 +55,8 @@ void print_text(const data::Dataset& ds, const data::LengthSummary& s, const std
 }  // namespace
 
 void run_data_stats(const config::Options& opts) {
-  data::LoadOptions lo{opts.training_seq_len, opts.bad_sample_policy, opts.overlong_policy, 0.0,
-                       static_cast<std::uint64_t>(opts.seed)};
+  auto lo = data::LoadOptions::from(opts);
+  lo.validation_fraction = 0;  // the statistics cover the whole dataset
   const data::SamplerOptions o = data::SamplerOptions::from(opts);  // checked before the data is read
   data::LoadedData loaded = data::load_dataset(opts.data_path, lo);
   const data::Dataset& ds = loaded.train;

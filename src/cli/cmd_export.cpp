@@ -1,7 +1,7 @@
 // eagle-train export: reads a head checkpoint or an exported head (any supported layout) and writes
 // it in the layout a serving engine loads (docs/export.md).
 #include "eagle/cli/commands.h"
-#include "eagle/io/log.h"
+#include "eagle/util/log.h"
 #include "eagle/model/head_io.h"
 #include "eagle/util/error.h"
 
@@ -19,10 +19,6 @@ model::HeadFormat head_format(config::ExportFormat f) {
 }  // namespace
 
 void run_export(const config::Options& opts) {
-  EAGLE_CHECK(!opts.checkpoint.empty(), Error(ErrorKind::usage, "export needs the head to read").place("--checkpoint")
-                                            .hint("pass --checkpoint DIR (a checkpoint or an exported head folder)"));
-  EAGLE_CHECK(!opts.output.empty(), Error(ErrorKind::usage, "export needs a folder to write").place("--output")
-                                        .hint("pass --output DIR (a folder that does not exist yet)"));
   auto loaded = model::load_head(opts.checkpoint);
   log::info("export", "read EAGLE-{} head ({} layout) from {}", loaded.config.eagle_version,
             model::format_name(loaded.format), opts.checkpoint);

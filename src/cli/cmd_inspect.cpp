@@ -9,27 +9,14 @@
 
 #include "eagle/cli/commands.h"
 #include "eagle/model/target.h"
-#include "eagle/train/session.h"
+#include "eagle/train/runtime.h"
+#include "eagle/train/setup.h"
 #include "eagle/util/error.h"
 
 namespace eagle::cli {
 
-namespace {
-
-std::string dtype_name(torch::ScalarType t) {
-  if (t == torch::kBFloat16) return "bfloat16";
-  if (t == torch::kFloat16) return "float16";
-  return "float32";
-}
-
-}  // namespace
-
 void run_inspect(const config::Options& opts) {
-  EAGLE_CHECK(!opts.model_name_or_path.empty(),
-              Error(ErrorKind::usage, "inspect needs a model folder").place("--model_name_or_path"));
-  auto m = model::TargetModel::load(opts.model_name_or_path, train::target_dtype(opts.target_dtype),
-                                    train::resolve_device(opts.device));
-  if (!opts.aux_hidden_state_layer_ids.empty()) m.set_aux_layer_ids(opts.aux_hidden_state_layer_ids);
+  auto m = train::load_target(opts, train::resolve_device(opts.device));
   const auto& c = m.config();
 
   const auto non_finite = m.non_finite_weights();
@@ -45,7 +32,7 @@ void run_inspect(const config::Options& opts) {
               Error(ErrorKind::input, "the model computes non-finite hidden states")
                   .file(opts.model_name_or_path).hint("the weights may be corrupt"));
 
-  const std::string dtype = dtype_name(m.dtype());
+  const std::string dtype = train::dtype_name(m.dtype());
   if (opts.json) {
     nlohmann::ordered_json j = {
         {"model", opts.model_name_or_path},

@@ -6,13 +6,15 @@
 #include <fstream>
 
 #include "eagle/cli/commands.h"
+#include "eagle/config/option_table.h"
 #include "eagle/data/binary_format.h"
 #include "eagle/data/flat_builder.h"
 #include "eagle/data/json_reader.h"
 #include "eagle/data/loader.h"
 #include "eagle/data/progress.h"
+#include "eagle/util/progress.h"
 #include "eagle/data/stats_file.h"
-#include "eagle/io/log.h"
+#include "eagle/util/log.h"
 #include "eagle/util/error.h"
 
 namespace eagle::cli {
@@ -20,12 +22,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const char* policy_name(config::BadSamplePolicy p) { return p == config::BadSamplePolicy::error ? "error" : "skip"; }
-const char* policy_name(config::OverlongPolicy p) { return p == config::OverlongPolicy::truncate ? "truncate" : "drop"; }
-
 // The output folder must be new (or an empty folder): prepare never replaces what the user has.
 void check_output(const std::string& out) {
-  EAGLE_CHECK(!out.empty(), Error(ErrorKind::usage, "no output folder given").hint("set --output DIR"));
   std::error_code ec;
   if (!fs::exists(out, ec)) return;
   bool empty_dir = fs::is_directory(out, ec) && fs::is_empty(out, ec);
@@ -45,8 +43,7 @@ void write_json(const fs::path& path, const nlohmann::json& j) {
 }  // namespace
 
 void run_prepare(const config::Options& opts) {
-  EAGLE_CHECK(!opts.input.empty(), Error(ErrorKind::usage, "no input given").hint("set --input FILE_OR_FOLDER ..."));
-  std::uint64_t rss_at_start = data::resident_bytes();  // mostly LibTorch's libraries
+  std::uint64_t rss_at_start = util::resident_bytes();  // mostly LibTorch's libraries
   check_output(opts.output);
   auto files = data::list_sample_files(opts.input);
   std::uint64_t total = 0;
@@ -88,8 +85,8 @@ void run_prepare(const config::Options& opts) {
     j["inputs"] = files;
     j["input_bytes"] = rc.input_bytes;
     j["training_seq_len"] = opts.training_seq_len;
-    j["overlong_policy"] = policy_name(opts.overlong_policy);
-    j["bad_sample_policy"] = policy_name(opts.bad_sample_policy);
+    j["overlong_policy"] = config::name_of(opts.overlong_policy);
+    j["bad_sample_policy"] = config::name_of(opts.bad_sample_policy);
     j["validation_fraction"] = opts.validation_fraction;
     j["seed"] = opts.seed;
     j["records"] = rc.records;
@@ -119,7 +116,7 @@ void run_prepare(const config::Options& opts) {
             "second), {:.2f} s in all", opts.output, train.size(), val.size(), all.total_tokens(),
             mb / std::max(read_s, 1e-9), mb / std::max(read_cpu_s, 1e-9), total_s);
   log::info("data", "memory: peak resident {:.0f} MB, {:.0f} MB of it resident before reading",
-            static_cast<double>(data::peak_resident_bytes()) / 1e6, static_cast<double>(rss_at_start) / 1e6);
+            static_cast<double>(util::peak_resident_bytes()) / 1e6, static_cast<double>(rss_at_start) / 1e6);
 }
 
 }  // namespace eagle::cli

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <deque>
 #include <limits>
 #include <optional>
 
@@ -76,7 +77,7 @@ std::string enum_name(E e) {
 // ----- codecs: JSON <-> field, CLI11 binding, type name for docs -----
 Error type_error(const std::string& source, const std::string& key, const std::string& expected,
                  const json& found) {
-  return Error(ErrorKind::config, "wrong type").file(source).place(fmt::format("key \"{}\"", key))
+  return Error(ErrorKind::usage, "wrong type").file(source).place(fmt::format("key \"{}\"", key))
       .expected(expected).found(found.dump());
 }
 
@@ -175,11 +176,72 @@ struct Codec<E, std::enable_if_t<std::is_enum_v<E>>> {
 };
 
 // ----- the builder used by declare_options -----
+template <typename T>
+bool value_is_set(const T& v) {
+  if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, std::vector<std::int64_t>> ||
+                std::is_same_v<T, std::vector<std::string>>)
+    return !v.empty();
+  else
+    return true;
+}
+
+// The entry being declared, typed by its field, so that each later call names the field no more.
+template <typename T>
+class Entry {
+ public:
+  Entry(OptionEntry& e, T Options::*field) : e_(e), field_(field) {}
+
+  // Numeric range, inclusive; applies to each element of a list.
+  Entry& range(double lo, double hi = std::numeric_limits<double>::infinity()) {
+    std::string what = describe_range(lo, hi);
+    e_.check = [field = field_, lo, hi, what](const Options& o) {
+      return in_range(o.*field, lo, hi) ? std::string() : what;
+    };
+    return *this;
+  }
+  // A custom check of the value (the other options given for context): "" or what is expected.
+  Entry& check(std::function<std::string(const T&, const Options&)> f) {
+    e_.check = [field = field_, f = std::move(f)](const Options& o) { return f(o.*field, o); };
+    return *this;
+  }
+  // The subcommands that cannot run without it (or without `alternative`, when that is given).
+  Entry& required(CommandMask commands, std::string alternative = "") {
+    e_.required.push_back({commands, std::move(alternative)});
+    return *this;
+  }
+  Entry& not_in_config() {
+    e_.in_config = false;
+    return *this;
+  }
+
+ private:
+  static std::string describe_range(double lo, double hi) {
+    constexpr bool is_int = std::is_same_v<T, std::int64_t> || std::is_same_v<T, std::vector<std::int64_t>>;
+    std::string kind = is_int ? "an integer" : "a number";
+    if constexpr (!std::is_arithmetic_v<T>) kind = "a list of " + std::string(is_int ? "integers" : "numbers");
+    auto num = [](double x) { return fmt::format("{}", x); };
+    if (hi == std::numeric_limits<double>::infinity()) return fmt::format("{} >= {}", kind, num(lo));
+    return fmt::format("{} in [{}, {}]", kind, num(lo), num(hi));
+  }
+  template <typename V>
+  static bool in_range(const V& v, double lo, double hi) {
+    if constexpr (std::is_arithmetic_v<V>) {
+      return static_cast<double>(v) >= lo && static_cast<double>(v) <= hi;
+    } else {
+      for (const auto& x : v)
+        if (!in_range(x, lo, hi)) return false;
+      return true;
+    }
+  }
+  OptionEntry& e_;
+  T Options::*field_;
+};
+
 class Table {
  public:
   template <typename T>
-  Table& add(T Options::*field, std::string name, Group group, CommandMask commands, std::string help) {
-    OptionEntry e;
+  Entry<T> add(T Options::*field, std::string name, Group group, CommandMask commands, std::string help) {
+    OptionEntry& e = entries_.emplace_back();
     e.name = std::move(name);
     e.group = group;
     e.commands = commands;
@@ -195,51 +257,13 @@ class Table {
     };
     e.copy = [field](Options& dst, const Options& src) { dst.*field = src.*field; };
     e.check = [](const Options&) { return std::string(); };
-    entries_.push_back(std::move(e));
-    return *this;
+    e.is_set = [field](const Options& o) { return value_is_set(o.*field); };
+    return Entry<T>(e, field);
   }
-
-  // Numeric range, inclusive; applies to each element of a list.
-  template <typename T>
-  Table& range(T Options::*field, double lo, double hi = std::numeric_limits<double>::infinity()) {
-    std::string what = describe_range<T>(lo, hi);
-    entries_.back().check = [field, lo, hi, what](const Options& o) {
-      return in_range(o.*field, lo, hi) ? std::string() : what;
-    };
-    return *this;
-  }
-  // A custom check: returns "" or what is expected.
-  Table& check(std::function<std::string(const Options&)> f) {
-    entries_.back().check = std::move(f);
-    return *this;
-  }
-  Table& not_in_config() {
-    entries_.back().in_config = false;
-    return *this;
-  }
-  std::vector<OptionEntry> take() { return std::move(entries_); }
+  std::vector<OptionEntry> take() { return {std::make_move_iterator(entries_.begin()), std::make_move_iterator(entries_.end())}; }
 
  private:
-  template <typename T>
-  static std::string describe_range(double lo, double hi) {
-    constexpr bool is_int = std::is_same_v<T, std::int64_t> || std::is_same_v<T, std::vector<std::int64_t>>;
-    std::string kind = is_int ? "an integer" : "a number";
-    if constexpr (!std::is_arithmetic_v<T>) kind = "a list of " + std::string(is_int ? "integers" : "numbers");
-    auto num = [](double x) { return fmt::format("{}", x); };
-    if (hi == std::numeric_limits<double>::infinity()) return fmt::format("{} >= {}", kind, num(lo));
-    return fmt::format("{} in [{}, {}]", kind, num(lo), num(hi));
-  }
-  template <typename T>
-  static bool in_range(const T& v, double lo, double hi) {
-    if constexpr (std::is_arithmetic_v<T>) {
-      return static_cast<double>(v) >= lo && static_cast<double>(v) <= hi;
-    } else {
-      for (const auto& x : v)
-        if (!in_range(x, lo, hi)) return false;
-      return true;
-    }
-  }
-  std::vector<OptionEntry> entries_;
+  std::deque<OptionEntry> entries_;  // stable addresses while an Entry refers to the newest
 };
 
 constexpr CommandMask kTrain = mask(Command::train);
@@ -264,21 +288,23 @@ std::vector<OptionEntry> declare_options() {
   // data
   t.add(&Options::data_path, "data_path", G::data, kTrain | kStats | kEval,
         "Training data: a prepared dataset folder (eagle-train prepare), a .jsonl/.json file "
-        "(optionally .gz), or a folder of them");
+        "(optionally .gz), or a folder of them")
+      .required(kTrain | kStats)
+      .required(kEval, "eval_data_path");
   t.add(&Options::eval_data_path, "eval_data_path", G::data, kTrain | kEval,
         "Held-out data for evaluation, same formats as data_path; empty: the validation split of a "
         "prepared data_path");
   t.add(&Options::training_seq_len, "training_seq_len", G::data, kTrain | kPrepare | kStats | kEval,
         "Maximum tokens per sample; longer samples follow overlong_policy")
-      .range(&Options::training_seq_len, 4, 1 << 20);
+      .range(4, 1 << 20);
   t.add(&Options::bucket_granularity, "bucket_granularity", G::data, kTrain | kStats,
         "Each batch is padded to its longest sample rounded up to a multiple of this many tokens "
         "(capped at training_seq_len); 0: pad every batch to training_seq_len")
-      .range(&Options::bucket_granularity, 0);
+      .range(0);
   t.add(&Options::bucket_boundaries, "bucket_boundaries", G::data, kTrain | kStats,
         "Explicit bucket lengths in tokens, strictly increasing (a batch is padded to the smallest "
         "one that fits); empty: use bucket_granularity")
-      .check([](const Options& o) { return check_increasing(o.bucket_boundaries); });
+      .check([](const std::vector<std::int64_t>& v, const Options&) { return check_increasing(v); });
   t.add(&Options::group_by_length, "group_by_length", G::data, kTrain | kStats,
         "Group samples of similar length into batches (seeded shuffle, then sort within a window of "
         "batches); false: plain random order");
@@ -287,11 +313,10 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::max_tokens_per_batch, "max_tokens_per_batch", G::data, kTrain | kStats,
         "Fill each micro-batch up to this many tokens, padding counted; 0: a fixed "
         "per_device_train_batch_size rows")
-      .check([](const Options& o) {
+      .check([](std::int64_t v, const Options& o) {
         // A batch must hold one sample of training_seq_len tokens.
-        return o.max_tokens_per_batch == 0 || o.max_tokens_per_batch >= o.training_seq_len
-                   ? std::string()
-                   : fmt::format("0 or an integer >= training_seq_len ({})", o.training_seq_len);
+        return v == 0 || v >= o.training_seq_len ? std::string()
+                                                  : fmt::format("0 or an integer >= training_seq_len ({})", o.training_seq_len);
       });
   t.add(&Options::bad_sample_policy, "bad_sample_policy", G::data, kTrain | kPrepare | kStats | kEval,
         "A malformed sample: error stops at the first, skip counts them and logs the first few");
@@ -299,50 +324,53 @@ std::vector<OptionEntry> declare_options() {
         "A sample longer than training_seq_len: truncate it, or drop it (counted and logged)");
   t.add(&Options::validation_fraction, "validation_fraction", G::data, kTrain | kPrepare,
         "Fraction of samples held out as the validation split (seeded by seed); 0: none")
-      .range(&Options::validation_fraction, 0.0, 0.5);
+      .range(0.0, 0.5);
   t.add(&Options::input, "input", G::data, kPrepare,
-        "prepare: input .jsonl/.json files (optionally .gz) or folders of them");
+        "prepare: input .jsonl/.json files (optionally .gz) or folders of them")
+      .required(kPrepare);
   t.add(&Options::output, "output", G::data, kPrepare | kExport | kEval,
         "prepare: the dataset folder to write; export: the head folder to write; eval: a JSON file "
-        "to write the result to");
+        "to write the result to")
+      .required(kPrepare | kExport);
   t.add(&Options::json, "json", G::log, kStats | kInspect | kEval, "Print the result as JSON");
   // model
   t.add(&Options::model_name_or_path, "model_name_or_path", G::model, kTrain | kInspect | kEval,
-        "Target model folder in the Hugging Face layout (config.json, *.safetensors)");
+        "Target model folder in the Hugging Face layout (config.json, *.safetensors)")
+      .required(kTrain | kInspect | kEval);
   t.add(&Options::target_dtype, "target_dtype", G::model, kTrain | kInspect | kEval,
         "Dtype of the frozen target's weights and forward; auto: the checkpoint's dtype");
   t.add(&Options::aux_hidden_state_layer_ids, "aux_hidden_state_layer_ids", G::model,
         kTrain | kInspect | kEval,
         "EAGLE-3 target layers whose inputs are fused, input-of-layer convention "
         "(hidden_states[id]); empty: [2, L/2, L-3] (models under 7 layers: docs/models.md)")
-      .range(&Options::aux_hidden_state_layer_ids, 0);
+      .range(0);
   // draft
   t.add(&Options::eagle_version, "eagle_version", G::draft, kTrain | kEval | kExport,
         "Draft head: 3 (EAGLE-3, three fused layers, training-time test) or 1 (EAGLE-1)")
-      .check([](const Options& o) { return o.eagle_version == 1 || o.eagle_version == 3 ? "" : "1 or 3"; });
+      .check([](std::int64_t v, const Options&) { return v == 1 || v == 3 ? "" : "1 or 3"; });
   t.add(&Options::ttt_steps, "ttt_steps", G::draft, kTrain | kEval,
         "Training-time test steps: how far the head is unrolled on its own outputs")
-      .range(&Options::ttt_steps, 1, 32);
+      .range(1, 32);
   t.add(&Options::ttt_loss_decay, "ttt_loss_decay", G::draft, kTrain,
         "Weight of TTT step k's loss is ttt_loss_decay^k")
-      .range(&Options::ttt_loss_decay, 0.0, 1.0);
+      .range(0.0, 1.0);
   t.add(&Options::draft_vocab_size, "draft_vocab_size", G::draft, kTrain,
         "Tokens in the draft vocabulary, the most frequent trained tokens; capped at the target's "
         "vocabulary")
-      .range(&Options::draft_vocab_size, 2);
+      .range(2);
   // train
   t.add(&Options::per_device_train_batch_size, "per_device_train_batch_size", G::train, kTrain | kStats,
         "Rows per micro-batch (when max_tokens_per_batch is 0)")
-      .range(&Options::per_device_train_batch_size, 1);
+      .range(1);
   t.add(&Options::gradient_accumulation_steps, "gradient_accumulation_steps", G::train, kTrain,
         "Micro-batches per optimizer step")
-      .range(&Options::gradient_accumulation_steps, 1);
+      .range(1);
   t.add(&Options::max_steps, "max_steps", G::train, kTrain,
         "Optimizer steps to train; 0: num_train_epochs decides")
-      .range(&Options::max_steps, 0);
+      .range(0);
   t.add(&Options::num_train_epochs, "num_train_epochs", G::train, kTrain,
         "Passes over the training data (fractions allowed), used when max_steps is 0")
-      .range(&Options::num_train_epochs, 0.0);
+      .range(0.0);
   t.add(&Options::bf16, "bf16", G::train, kTrain | kEval,
         "Run the head's forward and backward under bf16 autocast (weights and optimizer stay fp32)");
   t.add(&Options::nan_policy, "nan_policy", G::train, kTrain,
@@ -350,53 +378,53 @@ std::vector<OptionEntry> declare_options() {
         "and goes on");
   t.add(&Options::max_cuda_graphs, "max_cuda_graphs", G::train, kTrain,
         "Batch shapes captured as CUDA graphs on GPU; others run eagerly; 0: none")
-      .range(&Options::max_cuda_graphs, 0);
+      .range(0);
   t.add(&Options::seed, "seed", G::train, kAll, "Seed of every random choice (data order, splits, init)")
-      .range(&Options::seed, 0);
+      .range(0);
   // optim
   t.add(&Options::learning_rate, "learning_rate", G::optim, kTrain, "Peak AdamW learning rate")
-      .range(&Options::learning_rate, 0.0);
+      .range(0.0);
   t.add(&Options::lr_scheduler_type, "lr_scheduler_type", G::optim, kTrain,
         "Learning-rate schedule after the linear warmup");
   t.add(&Options::warmup_steps, "warmup_steps", G::optim, kTrain,
         "Optimizer steps of linear warmup from 0 to learning_rate")
-      .range(&Options::warmup_steps, 0);
+      .range(0);
   t.add(&Options::weight_decay, "weight_decay", G::optim, kTrain, "AdamW decoupled weight decay")
-      .range(&Options::weight_decay, 0.0);
-  t.add(&Options::adam_beta1, "adam_beta1", G::optim, kTrain, "AdamW beta1").range(&Options::adam_beta1, 0.0, 1.0);
-  t.add(&Options::adam_beta2, "adam_beta2", G::optim, kTrain, "AdamW beta2").range(&Options::adam_beta2, 0.0, 1.0);
+      .range(0.0);
+  t.add(&Options::adam_beta1, "adam_beta1", G::optim, kTrain, "AdamW beta1").range(0.0, 1.0);
+  t.add(&Options::adam_beta2, "adam_beta2", G::optim, kTrain, "AdamW beta2").range(0.0, 1.0);
   t.add(&Options::adam_epsilon, "adam_epsilon", G::optim, kTrain, "AdamW epsilon")
-      .range(&Options::adam_epsilon, 0.0);
+      .range(0.0);
   t.add(&Options::max_grad_norm, "max_grad_norm", G::optim, kTrain,
         "Clip the global gradient L2 norm to this; 0: no clipping")
-      .range(&Options::max_grad_norm, 0.0);
+      .range(0.0);
   // eval
   t.add(&Options::eval_steps, "eval_steps", G::eval, kTrain,
         "Evaluate every this many optimizer steps; 0: only at the end")
-      .range(&Options::eval_steps, 0);
+      .range(0);
   t.add(&Options::eval_num_prompts, "eval_num_prompts", G::eval, kTrain | kEval,
         "Held-out prompts decoded speculatively to measure the acceptance rate; 0: skip it")
-      .range(&Options::eval_num_prompts, 0);
+      .range(0);
   t.add(&Options::eval_max_new_tokens, "eval_max_new_tokens", G::eval, kTrain | kEval,
         "Tokens generated per evaluation prompt (stops earlier at the target's eos)")
-      .range(&Options::eval_max_new_tokens, 1);
+      .range(1);
   t.add(&Options::eval_draft_len, "eval_draft_len", G::eval, kTrain | kEval,
         "Tokens the head drafts per round in the acceptance evaluation; 0: ttt_steps")
-      .range(&Options::eval_draft_len, 0, 32);
+      .range(0, 32);
   t.add(&Options::min_ar, "min_ar", G::eval, kTrain | kEval,
         "CI gate: exit non-zero when the final acceptance rate is below this; 0: no gate")
-      .range(&Options::min_ar, 0.0);
+      .range(0.0);
   t.add(&Options::max_final_loss, "max_final_loss", G::eval, kTrain,
         "CI gate: exit non-zero when the final training loss is above this; 0: no gate")
-      .range(&Options::max_final_loss, 0.0);
+      .range(0.0);
   // log
   t.add(&Options::logging_steps, "logging_steps", G::log, kTrain,
         "Log a step line and metrics every this many optimizer steps")
-      .range(&Options::logging_steps, 1);
+      .range(1);
   t.add(&Options::log_level, "log_level", G::log, kAll, "Console log level: trace|debug|info|warn|error|off")
-      .check([](const Options& o) {
+      .check([](const std::string& v, const Options&) {
         for (const char* l : {"trace", "debug", "info", "warn", "error", "off"})
-          if (o.log_level == l) return std::string();
+          if (v == l) return std::string();
         return std::string("one of trace|debug|info|warn|error|off");
       });
   // checkpoint
@@ -407,22 +435,22 @@ std::vector<OptionEntry> declare_options() {
         "summary); they are deleted at the start");
   t.add(&Options::save_steps, "save_steps", G::checkpoint, kTrain,
         "Save a checkpoint every this many optimizer steps; 0: only at the end")
-      .range(&Options::save_steps, 0);
+      .range(0);
   t.add(&Options::save_total_limit, "save_total_limit", G::checkpoint, kTrain,
         "Keep only the newest this many checkpoints (the best by AR is kept apart); 0: keep all")
-      .range(&Options::save_total_limit, 0);
+      .range(0);
   t.add(&Options::resume_from_checkpoint, "resume_from_checkpoint", G::checkpoint, kTrain,
         "Resume from a checkpoint folder, or auto: the newest complete one in output_dir; empty: "
         "start fresh");
   t.add(&Options::checkpoint, "checkpoint", G::checkpoint, kExport | kEval,
-        "A checkpoint folder or an exported head folder to export or evaluate");
+        "A checkpoint folder or an exported head folder to export or evaluate")
+      .required(kExport | kEval);
   t.add(&Options::format, "format", G::checkpoint, kExport,
         "Export layout: sglang (also loaded by vLLM), speculators, vllm-eagle1");
   // runtime
   t.add(&Options::device, "device", G::runtime, kTrain | kInspect | kEval,
         "auto (cuda when available, else cpu), cpu, cuda or cuda:N")
-      .check([](const Options& o) {
-        const std::string& d = o.device;
+      .check([](const std::string& d, const Options&) {
         if (d == "auto" || d == "cpu" || d == "cuda") return std::string();
         if (d.rfind("cuda:", 0) == 0 && d.size() > 5 &&
             d.find_first_not_of("0123456789", 5) == std::string::npos)
@@ -432,7 +460,7 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::num_threads, "num_threads", G::runtime, kAll,
         "CPU threads for tensor math; fixed so a resumed run computes the same; 0: the machine's "
         "cores")
-      .range(&Options::num_threads, 0, 1024);
+      .range(0, 1024);
   t.add(&Options::config, "config", G::runtime, kAll,
         "A JSON config file (flat, keys = flag names); flags given on the command line override it")
       .not_in_config();
@@ -470,7 +498,6 @@ std::string_view group_name(Group g) {
     case Group::log: return "log";
     case Group::checkpoint: return "checkpoint";
     case Group::runtime: return "runtime";
-    case Group::distributed: return "distributed";
   }
   return "?";
 }
@@ -485,5 +512,12 @@ const OptionEntry* find_option(std::string_view name) {
     if (e.name == name) return &e;
   return nullptr;
 }
+
+std::string name_of(LrScheduler v) { return enum_name(v); }
+std::string name_of(BadSamplePolicy v) { return enum_name(v); }
+std::string name_of(OverlongPolicy v) { return enum_name(v); }
+std::string name_of(NanPolicy v) { return enum_name(v); }
+std::string name_of(TargetDtype v) { return enum_name(v); }
+std::string name_of(ExportFormat v) { return enum_name(v); }
 
 }  // namespace eagle::config

@@ -61,7 +61,7 @@ void add_flags(CLI::App& sub, BoundFlags& bound) {
 
 void apply_json(Options& opts, const json& doc, const std::string& source) {
   if (!doc.is_object())
-    throw Error(ErrorKind::config, "a config file must hold one JSON object").file(source)
+    throw Error(ErrorKind::usage, "a config file must hold one JSON object").file(source)
         .expected("{\"key\": value, ...}").found(std::string(doc.type_name()));
   std::vector<std::string> unknown;
   for (const auto& [key, value] : doc.items()) {
@@ -71,7 +71,7 @@ void apply_json(Options& opts, const json& doc, const std::string& source) {
   if (!unknown.empty()) {
     std::string list;
     for (const auto& k : unknown) list += fmt::format("{}\"{}\"{}", list.empty() ? "" : ", ", k, did_you_mean(k));
-    throw Error(ErrorKind::config, fmt::format("{} unknown key{}: {}", unknown.size(),
+    throw Error(ErrorKind::usage, fmt::format("{} unknown key{}: {}", unknown.size(),
                                                unknown.size() == 1 ? "" : "s", list))
         .file(source).hint("eagle-train <command> --help lists every key");
   }
@@ -80,12 +80,12 @@ void apply_json(Options& opts, const json& doc, const std::string& source) {
 
 void apply_json_file(Options& opts, const std::string& path) {
   std::ifstream in(path);
-  if (!in) throw Error(ErrorKind::config, "cannot open the config file").file(path);
+  if (!in) throw Error(ErrorKind::usage, "cannot open the config file").file(path);
   json doc;
   try {
     doc = json::parse(in);
   } catch (const json::parse_error& e) {
-    throw Error(ErrorKind::config, "malformed JSON").file(path)
+    throw Error(ErrorKind::usage, "malformed JSON").file(path)
         .place(fmt::format("byte {}", e.byte)).found(e.what());
   }
   apply_json(opts, doc, path);
@@ -116,7 +116,26 @@ void validate(const Options& opts, Command command) {
   if (failures.size() > 1) msg = fmt::format("{} invalid option values", failures.size());
   std::string detail;
   for (const auto& f : failures) detail += "\n  " + f;
-  throw Error(ErrorKind::config, msg + ":" + detail);
+  throw Error(ErrorKind::usage, msg + ":" + detail);
+}
+
+void check_required(const Options& opts, Command command) {
+  // What the command cannot run without, all missing ones in one error.
+  std::vector<std::string> missing;
+  for (const auto& e : option_table()) {
+    for (const auto& r : e.required) {
+      if (!(r.commands & mask(command)) || e.is_set(opts)) continue;
+      const OptionEntry* alt = r.alternative.empty() ? nullptr : find_option(r.alternative);
+      if (alt && alt->is_set(opts)) continue;
+      missing.push_back(alt ? fmt::format("--{} (or --{})", e.name, alt->name) : "--" + e.name);
+    }
+  }
+  if (!missing.empty()) {
+    std::string list;
+    for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
+    throw Error(ErrorKind::usage, fmt::format("{} needs {}", command_name(command), list))
+        .hint(fmt::format("eagle-train {} --help describes every option", command_name(command)));
+  }
 }
 
 json to_json(const Options& opts, Command command) {

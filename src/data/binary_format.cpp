@@ -63,7 +63,7 @@ class Writer {
 
  private:
   Error fail(const char* what) const {
-    return std::move(Error(ErrorKind::output, what).file(path_).found(std::strerror(errno)));
+    return Error(ErrorKind::output, what).file(path_).found(std::strerror(errno));
   }
   std::string path_;
   std::FILE* f_;
@@ -120,7 +120,7 @@ void write_mask(Writer& w, const Dataset& src, const std::vector<std::size_t>& i
 }
 
 Error bad_file(const std::string& path, std::string what) {
-  return std::move(Error(ErrorKind::input, std::move(what)).file(path));
+  return Error(ErrorKind::input, std::move(what)).file(path);
 }
 
 }  // namespace

@@ -61,13 +61,13 @@ class ByteSource {
       const char* msg = got <= 0 ? gzerror(gz_, &errnum) : nullptr;
       // A cut-off stream reads as a short file; zlib reports it only through gzerror.
       if (got < 0 || errnum == Z_BUF_ERROR)
-        throw std::move(Error(ErrorKind::input, errnum == Z_BUF_ERROR ? "the gzip file is truncated" : "cannot decompress the file")
+        throw Error(ErrorKind::input, errnum == Z_BUF_ERROR ? "the gzip file is truncated" : "cannot decompress the file")
                             .file(path_)
-                            .found(msg ? msg : "zlib error"));
+                            .found(msg ? msg : "zlib error");
       return static_cast<std::size_t>(got);
     }
     ssize_t got = ::read(fd_, dst, n);
-    if (got < 0) throw std::move(Error(ErrorKind::input, "cannot read the file").file(path_).found(std::strerror(errno)));
+    if (got < 0) throw Error(ErrorKind::input, "cannot read the file").file(path_).found(std::strerror(errno));
     raw_ += static_cast<std::uint64_t>(got);
     return static_cast<std::size_t>(got);
   }
@@ -75,7 +75,7 @@ class ByteSource {
 
  private:
   Error open_error() const {
-    return std::move(Error(ErrorKind::input, "cannot open the file").file(path_).found(std::strerror(errno)));
+    return Error(ErrorKind::input, "cannot open the file").file(path_).found(std::strerror(errno));
   }
   std::string path_;
   gzFile gz_ = nullptr;
@@ -158,7 +158,7 @@ std::vector<std::string> list_sample_files(const std::vector<std::string>& input
     std::error_code ec;
     auto st = fs::status(in, ec);
     if (ec || !fs::exists(st))
-      throw std::move(Error(ErrorKind::input, "input not found").file(in).expected("a .jsonl/.json(.gz) file or a folder of them"));
+      throw Error(ErrorKind::input, "input not found").file(in).expected("a .jsonl/.json(.gz) file or a folder of them");
     if (fs::is_directory(st)) {
       EAGLE_CHECK(!fs::exists(fs::path(in) / "train.bin"),
                   Error(ErrorKind::input, "the folder is a prepared dataset, not sample files")
@@ -170,16 +170,16 @@ std::vector<std::string> list_sample_files(const std::vector<std::string>& input
         if (entry.is_regular_file() && is_sample_file(p)) found.push_back(p);
       }
       if (found.empty())
-        throw std::move(Error(ErrorKind::input, "the folder holds no sample files")
+        throw Error(ErrorKind::input, "the folder holds no sample files")
                             .file(in)
-                            .expected("files named *.jsonl, *.json, *.jsonl.gz or *.json.gz"));
+                            .expected("files named *.jsonl, *.json, *.jsonl.gz or *.json.gz");
       std::sort(found.begin(), found.end());
       files.insert(files.end(), found.begin(), found.end());
     } else {
       if (!is_sample_file(in))
-        throw std::move(Error(ErrorKind::input, "unknown input file type")
+        throw Error(ErrorKind::input, "unknown input file type")
                             .file(in)
-                            .expected("a name ending in .jsonl, .json, .jsonl.gz or .json.gz"));
+                            .expected("a name ending in .jsonl, .json, .jsonl.gz or .json.gz");
       files.push_back(in);
     }
   }

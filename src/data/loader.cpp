@@ -8,7 +8,7 @@
 #include "eagle/data/flat_builder.h"
 #include "eagle/data/json_reader.h"
 #include "eagle/data/progress.h"
-#include "eagle/io/log.h"
+#include "eagle/util/log.h"
 #include "eagle/util/error.h"
 
 namespace eagle::data {
@@ -96,6 +96,11 @@ LoadedData load_prepared(const std::string& path, const LoadOptions& opts) {
 }
 
 }  // namespace
+
+LoadOptions LoadOptions::from(const config::Options& o) {
+  return LoadOptions{o.training_seq_len, o.bad_sample_policy, o.overlong_policy, o.validation_fraction,
+                     static_cast<std::uint64_t>(o.seed)};
+}
 
 bool is_prepared_dataset(const std::string& path) {
   std::error_code ec;

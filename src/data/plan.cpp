@@ -104,10 +104,7 @@ class Planner {
   }
   // Rows of all ranks together in a batch of this length.
   std::int64_t global_rows(std::int64_t length) const {
-    return o_.num_ranks * (o_.padding_free ? packed_rows() : rows_for_length(o_, length));
-  }
-  std::int64_t packed_rows() const {
-    return o_.max_tokens_per_batch > 0 ? o_.max_tokens_per_batch / o_.training_seq_len : o_.rows;
+    return o_.num_ranks * (o_.padding_free ? packed_rows(o_) : rows_for_length(o_, length));
   }
 
   std::vector<Row> single_rows(const std::vector<std::int64_t>& samples) const {
@@ -179,7 +176,7 @@ class Planner {
     const std::int64_t w = o_.window_batches * o_.num_ranks;
     const bool by_tokens = o_.padding_free || o_.max_tokens_per_batch > 0;
     const std::int64_t budget =
-        o_.padding_free ? packed_rows() * o_.training_seq_len : o_.max_tokens_per_batch;
+        o_.padding_free ? packed_rows(o_) * o_.training_seq_len : o_.max_tokens_per_batch;
     std::vector<std::int64_t> pending;
     std::size_t pos = 0;
     while (true) {
@@ -241,11 +238,6 @@ class Planner {
   std::vector<std::int64_t> buckets_;
 };
 
-Error option_error(const std::string& what, const std::string& option, const std::string& expected,
-                   const std::string& found) {
-  return std::move(Error(ErrorKind::usage, what).place(option).expected(expected).found(found));
-}
-
 }  // namespace
 
 SamplerOptions SamplerOptions::from(const config::Options& o, std::int64_t num_ranks, std::int64_t rank) {
@@ -265,26 +257,13 @@ SamplerOptions SamplerOptions::from(const config::Options& o, std::int64_t num_r
 }
 
 void SamplerOptions::validate() const {
-  const std::string batching = "batching options cannot be planned";
-  EAGLE_CHECK(training_seq_len >= 1,
-              option_error(batching, "training_seq_len", ">= 1", std::to_string(training_seq_len)));
-  EAGLE_CHECK(bucket_granularity >= 0,
-              option_error(batching, "bucket_granularity", ">= 0", std::to_string(bucket_granularity)));
-  for (std::size_t i = 0; i < bucket_boundaries.size(); ++i)
-    EAGLE_CHECK(bucket_boundaries[i] >= 1 && (i == 0 || bucket_boundaries[i] > bucket_boundaries[i - 1]),
-                option_error(batching, "bucket_boundaries", "positive, strictly increasing lengths",
-                             fmt::format("{}", fmt::join(bucket_boundaries, ", "))));
-  EAGLE_CHECK(rows >= 1, option_error(batching, "per_device_train_batch_size", ">= 1", std::to_string(rows)));
-  EAGLE_CHECK(max_tokens_per_batch == 0 || max_tokens_per_batch >= training_seq_len,
-              option_error(batching, "max_tokens_per_batch", fmt::format("0 or >= training_seq_len ({})", training_seq_len),
-                           std::to_string(max_tokens_per_batch))
-                  .hint("a batch must hold one sample of training_seq_len tokens; raise max_tokens_per_batch "
-                        "or lower training_seq_len"));
+  // The option table checks what users set (lengths, granularity, boundaries, rows, token budget);
+  // what is left is set by the program itself.
   EAGLE_CHECK(num_ranks >= 1 && rank >= 0 && rank < num_ranks,
-              option_error(batching, "rank", fmt::format("0 <= rank < num_ranks ({})", num_ranks),
-                           std::to_string(rank)));
-  EAGLE_CHECK(window_batches >= 1,
-              option_error(batching, "window_batches", ">= 1", std::to_string(window_batches)));
+              Error(ErrorKind::internal, "the sampler's rank is out of range").place("SamplerOptions.rank")
+                  .expected(fmt::format("0 <= rank < num_ranks ({})", num_ranks)).found(std::to_string(rank)));
+  EAGLE_CHECK(window_batches >= 1, Error(ErrorKind::internal, "the sampler's window is empty")
+                                       .place("SamplerOptions.window_batches").found(std::to_string(window_batches)));
 }
 
 std::int64_t BatchPlan::real_tokens(const std::vector<std::int64_t>& lengths) const {
@@ -328,11 +307,14 @@ std::int64_t rows_for_length(const SamplerOptions& o, std::int64_t length) {
   return std::max<std::int64_t>(1, o.max_tokens_per_batch / length);
 }
 
+std::int64_t packed_rows(const SamplerOptions& o) {
+  return o.max_tokens_per_batch > 0 ? o.max_tokens_per_batch / o.training_seq_len : o.rows;
+}
+
 std::vector<Shape> possible_shapes(const SamplerOptions& o) {
   std::vector<Shape> out;
   for (std::int64_t len : bucket_lengths(o)) {
-    std::int64_t rows = o.padding_free ? (o.max_tokens_per_batch > 0 ? o.max_tokens_per_batch / o.training_seq_len : o.rows)
-                                       : rows_for_length(o, len);
+    std::int64_t rows = o.padding_free ? packed_rows(o) : rows_for_length(o, len);
     out.push_back(Shape{rows, len});
   }
   return out;

@@ -8,7 +8,7 @@
 #include <cctype>
 #include <vector>
 
-#include "eagle/io/log.h"
+#include "eagle/util/log.h"
 #include "eagle/util/error.h"
 
 namespace eagle::data {
@@ -23,7 +23,7 @@ constexpr std::uint64_t kMaxTokenId = 0xFFFFFFFFull;
 constexpr int kLoggedSkips = 5;
 
 Error bad(std::string message, std::string place) {
-  return std::move(Error(ErrorKind::input, std::move(message)).place(std::move(place)));
+  return Error(ErrorKind::input, std::move(message)).place(std::move(place));
 }
 
 // "malformed JSON (the JSON document has an improper structure: ...)": simdjson's reason, lower-cased.

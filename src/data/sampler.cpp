@@ -6,7 +6,7 @@
 
 #include <set>
 
-#include "eagle/io/log.h"
+#include "eagle/util/log.h"
 #include "eagle/util/error.h"
 
 namespace eagle::data {
@@ -34,7 +34,7 @@ json identity(const SamplerOptions& o, std::size_t num_samples, std::uint64_t fi
 }
 
 Error state_error(const std::string& what, const std::string& key) {
-  return std::move(Error(ErrorKind::input, what).place("sampler state: " + key));
+  return Error(ErrorKind::input, what).place("sampler state: " + key);
 }
 
 }  // namespace

@@ -33,14 +33,14 @@ TokenStats stats_from_json(const nlohmann::json& j, const std::string& file) {
   TokenStats s;
   auto get = [&](const char* key, auto& out) {
     if (!j.contains(key))
-      throw std::move(Error(ErrorKind::input, "statistics field missing").file(file).place(std::string("field ") + key));
+      throw Error(ErrorKind::input, "statistics field missing").file(file).place(std::string("field ") + key);
     try {
       j.at(key).get_to(out);
     } catch (const nlohmann::json::exception& e) {
-      throw std::move(Error(ErrorKind::input, "statistics field has the wrong type")
+      throw Error(ErrorKind::input, "statistics field has the wrong type")
                           .file(file)
                           .place(std::string("field ") + key)
-                          .found(e.what()));
+                          .found(e.what());
     }
   };
   get("samples", s.samples);

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <string>
 
-#include "eagle/io/log.h"
+#include "eagle/util/log.h"
 #include "eagle/util/error.h"
 #include "eagle/util/fs_sync.h"
 

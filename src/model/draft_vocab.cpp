@@ -52,12 +52,12 @@ DraftVocab DraftVocab::from_d2t(const torch::Tensor& d2t, std::int64_t target_vo
   return v;
 }
 
-DraftVocab build_draft_vocab(const data::TokenStats& stats, std::int64_t target_vocab_size, std::int64_t draft_size) {
+DraftVocab build_draft_vocab(const std::vector<std::uint64_t>& counts, std::int64_t target_vocab_size,
+                             std::int64_t draft_size) {
   EAGLE_CHECK(target_vocab_size > 0 && draft_size > 0,
-              Error(ErrorKind::config, "draft vocabulary sizes must be positive")
+              Error(ErrorKind::usage, "draft vocabulary sizes must be positive")
                   .expected("vocab_size > 0 and draft_vocab_size > 0")
                   .found(fmt::format("{} and {}", target_vocab_size, draft_size)));
-  const auto& counts = stats.trained_token_counts;
   for (std::size_t id = static_cast<std::size_t>(target_vocab_size); id < counts.size(); ++id) {
     EAGLE_CHECK(counts[id] == 0, Error(ErrorKind::input, "the dataset holds a token id outside the target vocabulary")
                                      .place("token statistics")

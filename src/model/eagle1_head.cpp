@@ -5,7 +5,8 @@
 
 #include <fmt/format.h>
 
-#include "eagle/train/loss_metrics.h"
+#include "eagle/model/head_loss.h"
+#include "eagle/model/shape_check.h"
 #include "eagle/util/error.h"
 
 namespace eagle::model {
@@ -19,12 +20,9 @@ Eagle1Head::Eagle1Head(HeadConfig cfg) : cfg_(std::move(cfg)) {
 }
 
 void Eagle1Head::set_target_weights(const torch::Tensor& embedding, const torch::Tensor& lm_head) {
-  for (const auto* t : {&embedding, &lm_head}) {
-    EAGLE_CHECK(t->dim() == 2 && t->size(0) == cfg_.vocab_size && t->size(1) == cfg_.hidden_size,
-                Error(ErrorKind::input, "target embedding or LM head does not fit the head")
-                    .expected(fmt::format("[{}, {}]", cfg_.vocab_size, cfg_.hidden_size))
-                    .found(fmt::format("{} dimensions, first {}", t->dim(), t->dim() ? t->size(0) : 0)));
-  }
+  for (auto [t, name] : {std::pair{&embedding, "embed_tokens.weight"}, {&lm_head, "lm_head.weight"}})
+    check_shape(*t, {cfg_.vocab_size, cfg_.hidden_size},
+                Error(ErrorKind::input, "a target tensor does not fit the head").place(name));
   embedding_ = embedding.detach();
   lm_head_ = lm_head.detach();
 }
@@ -46,7 +44,7 @@ torch::Tensor Eagle1Head::predict_features(const HeadInputs& in) {
   if (inv_freq_.device() != dev) inv_freq_ = inv_freq_.to(dev);
   const double scale = 1.0 / std::sqrt(static_cast<double>(cfg_.head_dim));
   auto f = in.final_hidden.to(fc->weight.scalar_type());
-  auto x = fc->forward(torch::cat({embed(train::shift_left(in.input_ids, 1, 0.0)), f}, -1));
+  auto x = fc->forward(torch::cat({embed(shift_left(in.input_ids, 1, 0.0)), f}, -1));
   auto qkv = project_qkv(*layer->self_attn, cfg_, x, inv_freq_, in.position_ids);
   auto a = ttt_attention(cfg_.attention, qkv.q, qkv.k, qkv.v, {}, {}, in.document_ids, scale);
   auto h = x + attention_output(*layer->self_attn, a);
@@ -56,7 +54,7 @@ torch::Tensor Eagle1Head::predict_features(const HeadInputs& in) {
 HeadStepOutput Eagle1Head::train_step_forward(const HeadInputs& in, const torch::Tensor& denominators) {
   auto den = denominators.to(fc->weight.device(), torch::kFloat32).clamp_min(1.0);
   auto pred = predict_features(in);
-  auto next = train::shift_left(in.final_hidden, 1, 0.0).to(torch::kFloat32);
+  auto next = shift_left(in.final_hidden, 1, 0.0).to(torch::kFloat32);
   auto feature_loss = torch::smooth_l1_loss(pred.to(torch::kFloat32), next, at::Reduction::None).mean(-1);
   auto draft_logits = logits(pred);
   torch::Tensor teacher;
@@ -64,13 +62,13 @@ HeadStepOutput Eagle1Head::train_step_forward(const HeadInputs& in, const torch:
     torch::NoGradGuard ng;
     teacher = torch::softmax(logits(next), -1);
   }
-  auto token_loss = train::soft_cross_entropy(draft_logits, teacher);
+  auto token_loss = soft_cross_entropy(draft_logits, teacher);
   auto pos_loss = cfg_.eagle1_feature_weight * feature_loss + cfg_.eagle1_token_weight * token_loss;
-  auto target_next = train::shift_left(in.target_argmax, 1, 0.0);
-  auto valid = train::in_document_mask(in.loss_mask, in.document_ids, 0);
+  auto target_next = shift_left(in.target_argmax, 1, 0.0);
+  auto valid = in_document_mask(in.loss_mask, in.document_ids, 0);
   auto loss = torch::where(valid, pos_loss, torch::zeros_like(pos_loss)).sum() / den[0];
   auto correct = draft_logits.argmax(-1) == target_next;
-  auto row = train::metric_row(valid, correct, torch::ones_like(valid), pos_loss);
+  auto row = metric_row(valid, correct, torch::ones_like(valid), pos_loss);
   return {loss, row.unsqueeze(0).detach()};
 }
 

@@ -5,7 +5,8 @@
 
 #include <fmt/format.h>
 
-#include "eagle/train/loss_metrics.h"
+#include "eagle/model/head_loss.h"
+#include "eagle/model/shape_check.h"
 #include "eagle/util/error.h"
 
 namespace eagle::model {
@@ -31,12 +32,14 @@ Eagle3Head::Eagle3Head(HeadConfig cfg, const DraftVocab& vocab) : cfg_(std::move
 DraftVocab Eagle3Head::vocab() const { return DraftVocab::from_d2t(d2t, cfg_.vocab_size); }
 
 void Eagle3Head::set_target_weights(const torch::Tensor& embedding, const torch::Tensor& lm_head_weight) {
-  EAGLE_CHECK(embedding.dim() == 2 && embedding.size(0) == cfg_.vocab_size && embedding.size(1) == cfg_.hidden_size,
-              Error(ErrorKind::input, "target embedding does not fit the head")
-                  .place("embed_tokens.weight")
-                  .expected(fmt::format("[{}, {}]", cfg_.vocab_size, cfg_.hidden_size))
-                  .found(fmt::format("[{}, {}]", embedding.size(0), embedding.dim() > 1 ? embedding.size(1) : 0)));
+  check_shape(embedding, {cfg_.vocab_size, cfg_.hidden_size},
+              Error(ErrorKind::input, "target embedding does not fit the head").place("embed_tokens.weight"));
   embedding_ = embedding.detach();
+}
+
+void Eagle3Head::init_from_target(const TargetModel& target) {
+  set_target_weights(target.embedding_weight(), target.lm_head_weight());
+  init_lm_head_from_target(target.lm_head_weight());
 }
 
 void Eagle3Head::init_lm_head_from_target(const torch::Tensor& target_lm_head) {
@@ -63,7 +66,7 @@ void Eagle3Head::unroll(const HeadInputs& in, Visit&& visit) {
   std::vector<torch::Tensor> kds, vds;
   for (std::int64_t k = 0; k < cfg_.ttt_steps; ++k) {
     // Step k at position t: token x_{t+1+k}, the previous step's hidden, RoPE position + k.
-    auto emb = embed(train::shift_left(in.input_ids, k + 1, 0.0));
+    auto emb = embed(shift_left(in.input_ids, k + 1, 0.0));
     auto x = torch::cat({layer.input_layernorm->forward(emb), layer.hidden_norm->forward(hidden)}, -1);
     auto qkv = project_qkv(*layer.self_attn, cfg_, x, inv_freq_, in.position_ids + k);
     if (k == 0) {
@@ -90,14 +93,9 @@ std::vector<torch::Tensor> Eagle3Head::ttt_logits(const HeadInputs& in) {
 
 namespace {
 // Shapes only (host metadata, no device synchronisation).
-void check_input(const torch::Tensor& t, const char* name, std::int64_t b, std::int64_t len, std::int64_t last) {
-  const bool ok = t.defined() && t.dim() == (last > 0 ? 3 : 2) && t.size(0) == b && t.size(1) == len &&
-                  (last <= 0 || t.size(2) == last);
-  EAGLE_CHECK(ok, Error(ErrorKind::internal, "head input has the wrong shape")
-                      .place(fmt::format("HeadInputs.{}", name))
-                      .expected(last > 0 ? fmt::format("[{}, {}, {}]", b, len, last) : fmt::format("[{}, {}]", b, len))
-                      .found(t.defined() ? fmt::format("{} dimensions, first {}", t.dim(), t.dim() ? t.size(0) : 0)
-                                         : "undefined"));
+void check_input(const torch::Tensor& t, const char* name, c10::IntArrayRef expected) {
+  check_shape(t, expected, Error(ErrorKind::internal, "head input has the wrong shape")
+                               .place(fmt::format("HeadInputs.{}", name)));
 }
 }  // namespace
 
@@ -105,9 +103,9 @@ HeadStepOutput Eagle3Head::train_step_forward(const HeadInputs& in, const torch:
   const auto b = in.input_ids.size(0), len = in.input_ids.size(1);
   for (auto [t, name] : {std::pair{&in.loss_mask, "loss_mask"}, {&in.position_ids, "position_ids"},
                          {&in.document_ids, "document_ids"}, {&in.target_argmax, "target_argmax"}})
-    check_input(*t, name, b, len, 0);
-  check_input(in.aux_hidden, "aux_hidden", b, len, fc->weight.size(1));
-  check_input(in.teacher_logits, "teacher_logits", b, len, cfg_.draft_vocab_size);
+    check_input(*t, name, {b, len});
+  check_input(in.aux_hidden, "aux_hidden", {b, len, fc->weight.size(1)});
+  check_input(in.teacher_logits, "teacher_logits", {b, len, cfg_.draft_vocab_size});
   EAGLE_CHECK(denominators.numel() == cfg_.ttt_steps,
               Error(ErrorKind::internal, "loss denominators do not match the TTT steps").place("denominators")
                   .expected(fmt::format("{} values", cfg_.ttt_steps)).found(fmt::format("{}", denominators.numel())));
@@ -117,14 +115,14 @@ HeadStepOutput Eagle3Head::train_step_forward(const HeadInputs& in, const torch:
   auto prefix_ok = torch::ones_like(in.input_ids, torch::TensorOptions().dtype(torch::kBool));
   unroll(in, [&](std::int64_t k, const StepResult& r) {
     // Teacher of step k at t: the target's distribution at t+1+k (restricted to the draft ids).
-    auto teacher = torch::softmax(train::shift_left(in.teacher_logits, k + 1, 0.0).to(torch::kFloat32), -1);
-    auto target_next = train::shift_left(in.target_argmax, k + 1, 0.0);
-    auto valid = train::in_document_mask(in.loss_mask, in.document_ids, k) & t2d.index({target_next});
-    auto pos_loss = train::soft_cross_entropy(r.logits, teacher);
+    auto teacher = torch::softmax(shift_left(in.teacher_logits, k + 1, 0.0).to(torch::kFloat32), -1);
+    auto target_next = shift_left(in.target_argmax, k + 1, 0.0);
+    auto valid = in_document_mask(in.loss_mask, in.document_ids, k) & t2d.index({target_next});
+    auto pos_loss = soft_cross_entropy(r.logits, teacher);
     auto step_sum = torch::where(valid, pos_loss, torch::zeros_like(pos_loss)).sum();
     loss = loss + std::pow(cfg_.ttt_loss_decay, static_cast<double>(k)) * step_sum / den[k];
     auto correct = draft_ids.index({r.logits.argmax(-1)}) == target_next;
-    rows.push_back(train::metric_row(valid, correct, prefix_ok, pos_loss));
+    rows.push_back(metric_row(valid, correct, prefix_ok, pos_loss));
     prefix_ok = prefix_ok & valid & correct;
   });
   return {loss, torch::stack(rows).detach()};

@@ -1,4 +1,4 @@
-// HeadConfig from the target's config (see head.h).
+// HeadConfig from the target's config, and the head's parameter list (see head.h).
 #include "eagle/model/head.h"
 
 #include <fmt/format.h>
@@ -11,7 +11,7 @@ namespace eagle::model {
 HeadConfig HeadConfig::from_target(const TargetConfig& target, std::int64_t eagle_version,
                                    std::vector<std::int64_t> aux_layer_ids, std::int64_t draft_vocab_size) {
   EAGLE_CHECK(eagle_version == 1 || eagle_version == 3,
-              Error(ErrorKind::config, "unknown EAGLE version").place("eagle_version").expected("1 or 3")
+              Error(ErrorKind::usage, "unknown EAGLE version").place("eagle_version").expected("1 or 3")
                   .found(fmt::format("{}", eagle_version)));
   HeadConfig c;
   c.eagle_version = eagle_version;
@@ -34,6 +34,19 @@ HeadConfig HeadConfig::from_target(const TargetConfig& target, std::int64_t eagl
   c.aux_layer_ids = std::move(aux_layer_ids);
   c.target_architecture = target.architecture;
   return c;
+}
+
+std::vector<std::pair<std::string, torch::Tensor>> named_parameters(DraftHead& head) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  for (const auto& p : head.module().named_parameters(/*recurse=*/true))
+    if (p.value().requires_grad()) out.emplace_back(p.key(), p.value());
+  return out;
+}
+
+std::int64_t count_parameters(DraftHead& head) {
+  std::int64_t n = 0;
+  for (const auto& [name, p] : named_parameters(head)) n += p.numel();
+  return n;
 }
 
 }  // namespace eagle::model

@@ -9,10 +9,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "eagle/io/log.h"
+#include "eagle/util/log.h"
 #include "eagle/model/eagle1_head.h"
 #include "eagle/model/eagle3_head.h"
 #include "eagle/model/safetensors.h"
+#include "eagle/model/shape_check.h"
 #include "eagle/util/error.h"
 
 namespace fs = std::filesystem;
@@ -115,6 +116,36 @@ void write_text(const fs::path& path, const std::string& text) {
   fs::rename(tmp, path);
 }
 
+// Copies every parameter of head from the file, where the format names it; checks presence and shape.
+void copy_parameters(DraftHead& head, const SafetensorsFile& file, HeadFormat format) {
+  torch::NoGradGuard ng;
+  const std::string& weights_path = file.path();
+  for (auto& p : head.module().named_parameters()) {
+    auto name = format_tensor_name(p.key(), format);
+    if (!file.contains(name) && format == HeadFormat::sglang && name.rfind("midlayer.", 0) == 0 &&
+        file.contains("layers.0." + name.substr(9)))
+      name = "layers.0." + name.substr(9);  // the vLLM spelling of an SGLang head
+    EAGLE_CHECK(file.contains(name), Error(ErrorKind::input, "a tensor of the head is missing").file(weights_path)
+                                         .place(fmt::format("tensor {}", name)));
+    check_shape(file.shape(name), p.value().sizes(), Error(ErrorKind::input, "a tensor of the head has the wrong shape")
+                                                         .file(weights_path).place(fmt::format("tensor {}", name)));
+    p.value().copy_(file.get(name).to(p.value().device(), torch::kFloat32));
+  }
+}
+
+// The config.json of a head folder.
+json read_head_config(const std::string& dir, std::string& config_path) {
+  config_path = (fs::path(dir) / "config.json").string();
+  std::ifstream in(config_path);
+  EAGLE_CHECK(in.good(), Error(ErrorKind::input, "cannot read the head's config").file(config_path)
+                             .hint("--checkpoint must name a head folder with config.json and model.safetensors"));
+  try {
+    return json::parse(in);
+  } catch (const json::exception& e) {
+    throw Error(ErrorKind::input, "config.json is not valid JSON").file(config_path).found(e.what());
+  }
+}
+
 }  // namespace
 
 std::string format_name(HeadFormat f) {
@@ -190,11 +221,9 @@ std::map<std::string, torch::Tensor> head_tensors(DraftHead& head, HeadFormat fo
   std::map<std::string, torch::Tensor> out;
   for (const auto& p : head.module().named_parameters())
     out[format_tensor_name(p.key(), format)] = p.value().detach().to(torch::kCPU, torch::kFloat32).contiguous();
-  if (head.config().eagle_version == 3) {
-    auto& h = dynamic_cast<Eagle3Head&>(head);
-    out["d2t"] = h.d2t.to(torch::kCPU).contiguous();
-    out["t2d"] = h.t2d.to(torch::kCPU).contiguous();
-  }
+  // The draft-vocabulary maps are buffers of the EAGLE-3 head (draft_ids, derived, is not written).
+  for (const auto& b : head.module().named_buffers())
+    if (b.key() == "d2t" || b.key() == "t2d") out[b.key()] = b.value().to(torch::kCPU).contiguous();
   return out;
 }
 
@@ -291,16 +320,8 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
 }
 
 LoadedHead load_head(const std::string& dir, torch::Device device) {
-  const auto config_path = (fs::path(dir) / "config.json").string();
-  std::ifstream in(config_path);
-  EAGLE_CHECK(in.good(), Error(ErrorKind::input, "cannot read the head's config").file(config_path)
-                             .hint("--checkpoint must name a head folder with config.json and model.safetensors"));
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error(ErrorKind::input, "config.json is not valid JSON").file(config_path).found(e.what());
-  }
+  std::string config_path;
+  const json j = read_head_config(dir, config_path);
   LoadedHead out;
   out.config = head_config_from_json(j, config_path, &out.format);
   const auto weights_path = (fs::path(dir) / "model.safetensors").string();
@@ -316,28 +337,40 @@ LoadedHead load_head(const std::string& dir, torch::Device device) {
     c.fc_bias = true;
   }
   out.head = make_head(c, vocab);
-  torch::NoGradGuard ng;
-  for (auto& p : out.head->module().named_parameters()) {
-    auto name = format_tensor_name(p.key(), out.format);
-    if (!file.contains(name) && out.format == HeadFormat::sglang && name.rfind("midlayer.", 0) == 0 &&
-        file.contains("layers.0." + name.substr(9)))
-      name = "layers.0." + name.substr(9);  // the vLLM spelling of an SGLang head
-    EAGLE_CHECK(file.contains(name), Error(ErrorKind::input, "a tensor of the head is missing").file(weights_path)
-                                         .place(fmt::format("tensor {}", name)));
-    auto shape = file.shape(name);
-    EAGLE_CHECK(torch::IntArrayRef(shape) == p.value().sizes(),
-                Error(ErrorKind::input, "a tensor of the head has the wrong shape").file(weights_path)
-                    .place(fmt::format("tensor {}", name))
-                    .expected(fmt::format("[{}]", fmt::join(p.value().sizes().vec(), ", ")))
-                    .found(fmt::format("[{}]", fmt::join(shape, ", "))));
-    p.value().copy_(file.get(name).to(torch::kFloat32));
-  }
-  if (c.eagle_version == 3 && file.contains("t2d")) {
-    EAGLE_CHECK(torch::equal(file.get("t2d").to(torch::kBool), vocab.t2d()),
-                Error(ErrorKind::input, "t2d disagrees with d2t").file(weights_path).place("tensor t2d"));
-  }
+  copy_parameters(*out.head, file, out.format);
   out.head->module().to(device);
   return out;
+}
+
+void load_head_weights(DraftHead& head, const std::string& dir) {
+  std::string config_path;
+  HeadFormat format;
+  const HeadConfig c = head_config_from_json(read_head_config(dir, config_path), config_path, &format);
+  auto mismatch = [&](const char* field, const std::string& expected, const std::string& found) {
+    return Error(ErrorKind::input, "the checkpoint holds another head").file(config_path).place(field)
+        .expected(expected).found(found);
+  };
+  const HeadConfig& h = head.config();
+  EAGLE_CHECK(c.eagle_version == h.eagle_version, mismatch("eagle_version", std::to_string(h.eagle_version),
+                                                           std::to_string(c.eagle_version)));
+  EAGLE_CHECK(c.draft_vocab_size == h.draft_vocab_size, mismatch("draft_vocab_size", std::to_string(h.draft_vocab_size),
+                                                                 std::to_string(c.draft_vocab_size)));
+  auto file = SafetensorsFile::open((fs::path(dir) / "model.safetensors").string());
+  copy_parameters(head, file, format);
+  // The draft vocabulary is part of the head: its buffers must hold the checkpoint's maps.
+  torch::NoGradGuard ng;
+  for (auto& b : head.module().named_buffers()) {
+    if (b.key() != "d2t" && b.key() != "t2d") continue;
+    EAGLE_CHECK(file.contains(b.key()), Error(ErrorKind::input, "a tensor of the head is missing").file(file.path())
+                                            .place(fmt::format("tensor {}", b.key())));
+    auto stored = file.get(b.key()).to(b.value().device(), b.value().scalar_type());
+    check_shape(stored.sizes().vec(), b.value().sizes(), Error(ErrorKind::input, "a tensor of the head has the wrong shape")
+                                                             .file(file.path()).place(fmt::format("tensor {}", b.key())));
+    EAGLE_CHECK(torch::equal(stored, b.value()),
+                Error(ErrorKind::input, "the checkpoint's draft vocabulary differs from the one built from the data")
+                    .file(file.path()).place(fmt::format("tensor {}", b.key()))
+                    .hint("resume with the data the run started with"));
+  }
 }
 
 }  // namespace eagle::model

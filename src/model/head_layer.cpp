@@ -27,7 +27,7 @@ HeadAttentionImpl::HeadAttentionImpl(const HeadConfig& cfg, std::int64_t input_s
 }
 
 HeadMlpImpl::HeadMlpImpl(const HeadConfig& cfg) {
-  EAGLE_CHECK(cfg.hidden_act == "silu", Error(ErrorKind::config, "unsupported hidden_act for the draft head")
+  EAGLE_CHECK(cfg.hidden_act == "silu", Error(ErrorKind::usage, "unsupported hidden_act for the draft head")
                                             .place("hidden_act").expected("silu").found(cfg.hidden_act));
   gate_proj = register_module("gate_proj", linear(cfg.hidden_size, cfg.intermediate_size));
   up_proj = register_module("up_proj", linear(cfg.hidden_size, cfg.intermediate_size));
@@ -44,7 +44,7 @@ HeadLayerImpl::HeadLayerImpl(const HeadConfig& cfg, bool eagle3) {
   mlp = register_module("mlp", HeadMlp(cfg));
 }
 
-KvRaw project_qkv_raw(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& x,
+UnrepeatedQkv project_qkv_raw(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& x,
                       const torch::Tensor& inv_freq, const torch::Tensor& positions) {
   const auto b = x.size(0), t = x.size(1), d = cfg.head_dim;
   auto q = torch::linear(x, attn.q_proj->weight).view({b, t, cfg.num_attention_heads, d}).transpose(1, 2);

@@ -8,7 +8,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "eagle/io/log.h"
+#include "eagle/util/log.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/util/error.h"
 #include "target_impl.h"

@@ -14,8 +14,7 @@ torch::Tensor host(const std::vector<T>& v, torch::ScalarType src, torch::Scalar
   return pin ? t.pin_memory() : t;
 }
 
-}  // namespace
-
+// Host tensors over a copy of the batch (pinned when pin is true, for asynchronous copies).
 BatchTensors host_tensors(const data::Batch& b, bool pin) {
   const auto n = static_cast<std::size_t>(b.rows * b.length);
   EAGLE_CHECK(b.input_ids.size() == n && b.loss_mask.size() == n && b.position_ids.size() == n &&
@@ -28,6 +27,8 @@ BatchTensors host_tensors(const data::Batch& b, bool pin) {
   t.loss_mask = host(b.loss_mask, torch::kUInt8, torch::kBool, b.rows, b.length, pin);
   return t;
 }
+
+}  // namespace
 
 BatchTensors allocate_like(const data::Batch& b, torch::Device device) {
   auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(device);

@@ -2,10 +2,10 @@
 #include "eagle/train/evaluate.h"
 
 #include "eagle/data/sampler.h"
-#include "eagle/io/log.h"
 #include "eagle/train/batch_tensors.h"
 #include "eagle/train/loss_metrics.h"
-#include "eagle/train/session.h"
+#include "eagle/train/micro_batch.h"
+#include "eagle/util/log.h"
 
 namespace eagle::train {
 namespace {
@@ -81,6 +81,13 @@ AcceptanceResult acceptance_rate(const model::TargetModel& target, model::DraftH
   return r;
 }
 
+EvalSettings EvalSettings::from(const config::Options& o, std::int64_t ttt_steps) {
+  EvalSettings s{data::SamplerOptions::from(o), kMaxEvalBatches, o.eval_num_prompts, o.eval_max_new_tokens,
+                 o.eval_draft_len > 0 ? o.eval_draft_len : ttt_steps, o.bf16};
+  s.batching.group_by_length = false;
+  return s;
+}
+
 io::EvalStats evaluate(const model::TargetModel& target, model::DraftHead& head, const model::TeacherSpec& teacher,
                        const data::Dataset& heldout, const EvalSettings& settings, std::int64_t step) {
   torch::NoGradGuard no_grad;
@@ -88,22 +95,21 @@ io::EvalStats evaluate(const model::TargetModel& target, model::DraftHead& head,
   stats.step = step;
   const auto steps = head.config().steps();
   data::Sampler sampler(heldout.lengths(), settings.batching);
-  const auto batches = std::min(sampler.batches_in_epoch(0), settings.max_batches);
-  torch::Tensor sums = torch::zeros({steps, kMetricColumns}, torch::TensorOptions().device(target.device()));
-  double loss_sum = 0;
-  for (std::int64_t b = 0; b < batches; ++b) {
-    auto batch = data::make_batch(heldout, sampler.next());
-    auto counts = count_loss_positions(batch, steps);
-    auto denominators = torch::tensor(std::vector<double>(counts.begin(), counts.end()), torch::kFloat32).to(target.device());
+  const auto count = std::min(sampler.batches_in_epoch(0), settings.max_batches);
+  std::vector<data::Batch> batches;
+  for (std::int64_t b = 0; b < count; ++b) batches.push_back(data::make_batch(heldout, sampler.next()));
+  const auto denominators = denominator_tensor(loss_denominators(batches, steps)).to(target.device());
+  auto sums = torch::zeros({steps, model::kMetricColumns}, torch::TensorOptions().device(target.device()));
+  auto loss = torch::zeros({}, sums.options());
+  for (const auto& batch : batches) {
     auto tensors = allocate_like(batch, target.device());
     copy_into(batch, tensors);
-    AutocastGuard autocast(target.device(), settings.bf16);
-    auto out = head.train_step_forward(head_inputs(target, tensors, teacher), denominators);
+    auto out = forward_micro_batch(target, head, teacher, tensors, denominators, settings.bf16);
     sums += out.metric_sums;
-    loss_sum += out.loss.item<double>();
+    loss += out.loss;
   }
+  stats.loss = loss.item<double>();
   auto summary = summarize_metrics(sums.cpu());
-  stats.loss = batches ? loss_sum / static_cast<double>(batches) : 0.0;
   stats.acc = summary.acc;
   stats.tau = summary.tau;
   if (settings.num_prompts > 0) {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "eagle/model/shape_check.h"
 #include "eagle/util/error.h"
 
 namespace eagle::train {
@@ -89,10 +90,8 @@ void AdamW::load_state(const std::map<std::string, torch::Tensor>& state, const 
   auto take = [&](const std::string& key, torch::Tensor& dst) {
     auto it = state.find(key);
     EAGLE_CHECK(it != state.end(), Error(ErrorKind::input, "optimizer state tensor missing").file(source).place(key));
-    EAGLE_CHECK(it->second.sizes() == dst.sizes(),
-                Error(ErrorKind::input, "optimizer state tensor has the wrong shape").file(source).place(key)
-                    .expected(fmt::format("{}", fmt::join(dst.sizes(), "x")))
-                    .found(fmt::format("{}", fmt::join(it->second.sizes(), "x"))));
+    model::check_shape(it->second, dst.sizes(),
+                       Error(ErrorKind::input, "optimizer state tensor has the wrong shape").file(source).place(key));
     dst.copy_(it->second);
   };
   for (std::size_t i = 0; i < params_.size(); ++i) {

@@ -1,5 +1,5 @@
 // Checkpoint contents besides the folder mechanics (see train_state.h).
-#include "eagle/train/train_state.h"
+#include "train_state.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
@@ -8,7 +8,6 @@
 
 #include "eagle/model/head_io.h"
 #include "eagle/model/safetensors.h"
-#include "eagle/train/session.h"
 #include "eagle/util/error.h"
 
 #ifdef EAGLE_WITH_CUDA
@@ -82,10 +81,7 @@ TrainerState restore_checkpoint(const std::filesystem::path& dir, model::DraftHe
   } catch (const nlohmann::json::exception& e) {
     throw Error(ErrorKind::input, "trainer state lacks a field").file(state_path.string()).found(e.what());
   }
-  {
-    auto loaded = model::load_head(dir.string(), torch::kCPU);
-    copy_weights(*loaded.head, head, dir.string());
-  }
+  model::load_head_weights(head, dir.string());
   optimizer.load_state(model::load_safetensors((dir / kOptimizerFile).string()), (dir / kOptimizerFile).string());
   set_rng_states(model::load_safetensors((dir / kRngFile).string()));
   sampler.restore(s.sampler);

@@ -5,9 +5,7 @@ namespace eagle {
 
 ExitCode exit_code_of(ErrorKind kind) {
   switch (kind) {
-    case ErrorKind::usage:
-    case ErrorKind::config:
-    case ErrorKind::not_built: return ExitCode::usage;
+    case ErrorKind::usage: return ExitCode::usage;
     case ErrorKind::input: return ExitCode::input;
     case ErrorKind::output: return ExitCode::output;
     case ErrorKind::training: return ExitCode::training;

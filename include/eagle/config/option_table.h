@@ -32,7 +32,7 @@ std::string_view command_name(Command c);
 const std::vector<Command>& all_commands();
 
 // Groups only organise help and docs; the JSON config is flat.
-enum class Group { data, model, draft, train, optim, eval, log, checkpoint, runtime, distributed };
+enum class Group { data, model, draft, train, optim, eval, log, checkpoint, runtime };
 std::string_view group_name(Group g);
 
 struct OptionEntry {
@@ -50,9 +50,25 @@ struct OptionEntry {
   std::function<void(Options& dst, const Options& src)> copy;
   // Returns "" when the value is in range, else what was expected ("an integer >= 0").
   std::function<std::string(const Options&)> check;
+  // Whether the value was given (a non-empty string or list; numbers and booleans always are).
+  std::function<bool(const Options&)> is_set;
+  // The subcommands that cannot run without it; `alternative` names an option that may stand in.
+  struct Requirement {
+    CommandMask commands = 0;
+    std::string alternative;
+  };
+  std::vector<Requirement> required;
 };
 
 const std::vector<OptionEntry>& option_table();
 const OptionEntry* find_option(std::string_view name);
+
+// The names of enum values as flags and JSON write them ("truncate", "bfloat16", ...).
+std::string name_of(LrScheduler v);
+std::string name_of(BadSamplePolicy v);
+std::string name_of(OverlongPolicy v);
+std::string name_of(NanPolicy v);
+std::string name_of(TargetDtype v);
+std::string name_of(ExportFormat v);
 
 }  // namespace eagle::config

@@ -31,6 +31,9 @@ Options resolve(const BoundFlags& bound);
 
 // Range checks of every option the command takes; one error listing every failure.
 void validate(const Options& opts, Command command);
+// The options the command cannot run without (the table's required()); one error listing every
+// missing one. Not needed for --dump-config.
+void check_required(const Options& opts, Command command);
 
 // The options a command takes, as a flat JSON object that --config accepts back unchanged.
 nlohmann::json to_json(const Options& opts, Command command);

@@ -29,7 +29,7 @@ struct SamplerOptions {
 
   // The batching options of a run, for `num_ranks` ranks of which this is `rank`.
   static SamplerOptions from(const config::Options& o, std::int64_t num_ranks = 1, std::int64_t rank = 0);
-  // Throws eagle::Error (usage) naming the option when the combination cannot be planned.
+  // Checks what the option table cannot (rank, window); the user's options are checked there.
   void validate() const;
 };
 
@@ -61,6 +61,9 @@ std::vector<std::int64_t> bucket_lengths(const SamplerOptions& o);
 std::int64_t bucket_length(const SamplerOptions& o, std::int64_t longest);
 // Rows per rank of a batch padded to `length`: fixed, or as many as the token budget allows.
 std::int64_t rows_for_length(const SamplerOptions& o, std::int64_t length);
+// Rows per rank of a padding-free batch: each row is training_seq_len long, so the token budget
+// (or the fixed rows) decides.
+std::int64_t packed_rows(const SamplerOptions& o);
 // Every (rows, length) a batch can have, known before training (one CUDA graph per shape).
 std::vector<Shape> possible_shapes(const SamplerOptions& o);
 

@@ -1,10 +1,12 @@
-// Progress of a long read (prepare): a redrawn bar with bytes, samples/s and ETA on a terminal,
-// plain periodic log lines otherwise.
+// Progress of a long read (prepare, loading JSON data): bytes, samples/s and ETA through the one
+// progress display (util/progress.h).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <string>
+
+#include "eagle/util/progress.h"
 
 namespace eagle::data {
 
@@ -12,7 +14,7 @@ class ByteProgress {
  public:
   // total_bytes: the input size (0: unknown, no ETA).
   ByteProgress(std::string label, std::uint64_t total_bytes);
-  // Cheap to call often: it draws at most 5 times a second (a log line every 10 s off a terminal).
+  // Cheap to call often: it draws only when the display is due.
   void update(std::uint64_t bytes, std::uint64_t samples);
   // Draws the final state and ends the bar's line.
   void finish(std::uint64_t bytes, std::uint64_t samples);
@@ -25,14 +27,10 @@ class ByteProgress {
   void draw(std::uint64_t bytes, std::uint64_t samples, bool final);
   std::string label_;
   std::uint64_t total_;
-  bool terminal_;
-  std::chrono::steady_clock::time_point start_, last_;
+  std::chrono::steady_clock::time_point start_;
   double cpu_start_;
   bool drawn_ = false;
+  util::ProgressDisplay display_;
 };
-
-// Resident memory of this process from /proc/self/status (VmRSS, VmHWM = peak), bytes; 0 if unknown.
-std::uint64_t resident_bytes();
-std::uint64_t peak_resident_bytes();
 
 }  // namespace eagle::data

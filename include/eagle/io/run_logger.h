@@ -32,9 +32,6 @@ class RunLogger {
   // Ends the bar line before the final messages.
   void finish() { progress_.finish(); }
 
-  MetricsLog& metrics() { return metrics_; }
-  TensorBoardWriter& tensorboard() { return tensorboard_; }
-
  private:
   MetricsLog metrics_;
   TensorBoardWriter tensorboard_;

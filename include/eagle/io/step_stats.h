@@ -43,6 +43,7 @@ struct ThroughputWindow {
   std::int64_t steps = 0;            // optimizer steps in the window
   std::int64_t real_tokens = 0;      // tokens of the samples, without padding
   std::int64_t padded_tokens = 0;    // tokens processed, padding included
+  // One optimizer step of `real` real and `padded` computed tokens (all its micro-batches).
   void add(std::int64_t real, std::int64_t padded) {
     ++steps;
     real_tokens += real;

@@ -7,8 +7,6 @@
 
 #include <torch/torch.h>
 
-#include "eagle/data/dataset.h"
-
 namespace eagle::model {
 
 struct DraftVocab {
@@ -27,8 +25,10 @@ struct DraftVocab {
   static DraftVocab from_d2t(const torch::Tensor& d2t, std::int64_t target_vocab_size);
 };
 
-// The draft_size most frequent ids under the loss mask (ties: lower id first); ids never seen fill
-// the rest by increasing id. Ordered by increasing target id. draft_size >= V gives the identity.
-DraftVocab build_draft_vocab(const data::TokenStats& stats, std::int64_t target_vocab_size, std::int64_t draft_size);
+// The draft_size most frequent ids under the loss mask (counts[id]: trained occurrences of id; ties:
+// lower id first); ids never seen fill the rest by increasing id. Ordered by increasing target id.
+// draft_size >= V gives the identity.
+DraftVocab build_draft_vocab(const std::vector<std::uint64_t>& counts, std::int64_t target_vocab_size,
+                             std::int64_t draft_size);
 
 }  // namespace eagle::model

@@ -22,6 +22,10 @@ class Eagle1Head : public torch::nn::Module, public DraftHead {
   torch::Tensor draft(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids,
                       std::int64_t draft_len) override;
   void set_target_weights(const torch::Tensor& embedding, const torch::Tensor& lm_head) override;
+  void init_from_target(const TargetModel& target) override {
+    set_target_weights(target.embedding_weight(), target.lm_head_weight());
+  }
+  TeacherSpec teacher_spec() const override { return {}; }
 
   // The predicted next features f_hat [B, T, H] for the target features f [B, T, H].
   torch::Tensor predict_features(const HeadInputs& in);

@@ -12,7 +12,7 @@ namespace eagle::model {
 class Eagle3Head : public torch::nn::Module, public DraftHead {
  public:
   // vocab gives d2t/t2d. Weights start random (nn::Linear's default, norms at 1); call
-  // init_lm_head_from_target for the LM head and set_target_weights before any forward.
+  // init_from_target (or set_target_weights for loaded weights) before any forward.
   Eagle3Head(HeadConfig cfg, const DraftVocab& vocab);
 
   const HeadConfig& config() const override { return cfg_; }
@@ -22,6 +22,9 @@ class Eagle3Head : public torch::nn::Module, public DraftHead {
   torch::Tensor draft(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids,
                       std::int64_t draft_len) override;
   void set_target_weights(const torch::Tensor& embedding, const torch::Tensor& lm_head) override;
+  // set_target_weights, then the target LM-head rows of the draft ids into lm_head (EAGLE.md).
+  void init_from_target(const TargetModel& target) override;
+  TeacherSpec teacher_spec() const override { return TeacherSpec{draft_ids}; }
   // Copies the target LM-head rows of the draft ids into lm_head (a good start, EAGLE.md).
   void init_lm_head_from_target(const torch::Tensor& target_lm_head);
 

@@ -11,11 +11,10 @@
 #include <torch/torch.h>
 
 #include "eagle/model/layers.h"
+#include "eagle/model/target.h"
 #include "eagle/model/ttt_attention.h"
 
 namespace eagle::model {
-
-struct TargetConfig;
 
 struct HeadConfig {
   std::int64_t eagle_version = 3;       // 3 or 1
@@ -60,7 +59,7 @@ struct HeadInputs {
 
 struct HeadStepOutput {
   torch::Tensor loss;         // scalar fp32 with autograd: sum_k w_k * sum_valid loss / denominator_k
-  torch::Tensor metric_sums;  // [K, train::kMetricColumns] fp32, detached (see loss_metrics.h)
+  torch::Tensor metric_sums;  // [K, kMetricColumns] fp32, detached (see head_loss.h)
 };
 
 // Key/value cache of the head's one layer for drafting; slots [0, length) hold the accepted
@@ -77,7 +76,7 @@ class DraftHead {
   virtual torch::nn::Module& module() = 0;  // parameters() for the optimizer; to(device)
 
   // The training forward of one micro-batch: denominators [K] (fp32, on the head's device) are
-  // the valid-position counts of the whole optimizer step (train::count_loss_positions summed);
+  // the valid-position counts of the whole optimizer step (counted on the host, train/loss_metrics.h);
   // counts below 1 are treated as 1. No host synchronisation.
   virtual HeadStepOutput train_step_forward(const HeadInputs& in, const torch::Tensor& denominators) = 0;
 
@@ -95,6 +94,16 @@ class DraftHead {
   // The frozen target tensors the head uses but does not train: the embedding [V, H] (both) and
   // the LM head [V, H] (EAGLE-1's output layer). Kept by reference, never registered.
   virtual void set_target_weights(const torch::Tensor& embedding, const torch::Tensor& lm_head) = 0;
+  // A new head's start from its target: set_target_weights, and for EAGLE-3 the LM head rows of the
+  // draft ids (EAGLE.md). A head loaded from a checkpoint needs only set_target_weights.
+  virtual void init_from_target(const TargetModel& target) = 0;
+  // What the target computes as this head's teacher (EAGLE-3: logits over its draft ids, on the
+  // head's device; EAGLE-1: nothing beyond the target's own outputs).
+  virtual TeacherSpec teacher_spec() const = 0;
 };
+
+// The trainable parameters by name (the frozen target tensors are not parameters of the head).
+std::vector<std::pair<std::string, torch::Tensor>> named_parameters(DraftHead& head);
+std::int64_t count_parameters(DraftHead& head);
 
 }  // namespace eagle::model

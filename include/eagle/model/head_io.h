@@ -46,6 +46,9 @@ struct LoadedHead {
 // Reads a head folder in any of the three formats (found from config.json), checking every tensor's
 // presence and shape; the head still needs set_target_weights before use.
 LoadedHead load_head(const std::string& dir, torch::Device device = torch::kCPU);
+// Copies a head folder's weights (any format) into an existing head of the same shape, checking
+// every tensor's presence and shape, and that its draft vocabulary (d2t, t2d) is the head's.
+void load_head_weights(DraftHead& head, const std::string& dir);
 // The HeadConfig of a config.json (any format); file names the source in errors.
 HeadConfig head_config_from_json(const nlohmann::json& j, const std::string& file, HeadFormat* format = nullptr);
 

@@ -55,11 +55,11 @@ torch::Tensor attention_output(const HeadAttentionImpl& attn, const torch::Tenso
 torch::Tensor cached_attention(DraftCache& cache, const HeadConfig& cfg, std::int64_t start, const torch::Tensor& q,
                                const torch::Tensor& k, const torch::Tensor& v);
 
-// k or v [B, kv_heads, T, d] before repeat, for caching.
-struct KvRaw {
+// q, k and v with k and v not yet repeated to the query heads (what a KV cache stores).
+struct UnrepeatedQkv {
   torch::Tensor q, k, v;  // q [B, h, T, d]; k, v [B, kv_heads, T, d]
 };
-KvRaw project_qkv_raw(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& x,
+UnrepeatedQkv project_qkv_raw(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& x,
                       const torch::Tensor& inv_freq, const torch::Tensor& positions);
 
 DraftCache make_draft_cache(const HeadConfig& cfg, std::int64_t batch, std::int64_t capacity,

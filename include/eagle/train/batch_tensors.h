@@ -15,8 +15,6 @@ struct BatchTensors {
   torch::Tensor loss_mask;     // [B, T] bool
 };
 
-// Host tensors over a copy of the batch (pinned when pin is true, for asynchronous copies).
-BatchTensors host_tensors(const data::Batch& batch, bool pin);
 // Allocates device buffers of the batch's shape.
 BatchTensors allocate_like(const data::Batch& batch, torch::Device device);
 // Copies the batch into buffers of the same shape without synchronising the host.

@@ -6,6 +6,7 @@
 #include <optional>
 #include <vector>
 
+#include "eagle/config/options.h"
 #include "eagle/data/dataset.h"
 #include "eagle/data/plan.h"
 #include "eagle/io/step_stats.h"
@@ -14,13 +15,21 @@
 
 namespace eagle::train {
 
+// Held-out batches read for the losses: enough for stable numbers, bounded so a large held-out set
+// does not make every evaluation long.
+inline constexpr std::int64_t kMaxEvalBatches = 64;
+
 struct EvalSettings {
   data::SamplerOptions batching;      // batches of the held-out split (one pass, fixed order)
-  std::int64_t max_batches = 64;      // at most this many held-out batches for the losses
+  std::int64_t max_batches = kMaxEvalBatches;
   std::int64_t num_prompts = 16;      // prompts decoded speculatively; 0: no AR
   std::int64_t max_new_tokens = 64;
   std::int64_t draft_len = 3;         // tokens the head drafts per round
   bool bf16 = false;
+
+  // The evaluation of a run: the run's batching without length grouping, eval_* options, and
+  // eval_draft_len (0: ttt_steps, the head's own).
+  static EvalSettings from(const config::Options& o, std::int64_t ttt_steps);
 };
 
 struct AcceptanceResult {
@@ -31,12 +40,14 @@ struct AcceptanceResult {
 // Greedy speculative decoding: for each prompt (a held-out sample cut before its first trained
 // token) the head drafts draft_len tokens a round, the target verifies them in one forward, the
 // longest matching prefix is accepted plus the target's own next token; stops at max_new_tokens
-// or the target's eos. Also checks each verified token equals plain greedy decoding of the target.
+// or the target's eos.
 AcceptanceResult acceptance_rate(const model::TargetModel& target, model::DraftHead& head,
                                  const data::Dataset& heldout, std::int64_t num_prompts,
                                  std::int64_t max_new_tokens, std::int64_t draft_len);
 
-// Held-out losses/acc/tau plus the AR, as logged (step is the optimizer step evaluated at).
+// Held-out losses/acc/tau plus the AR, as logged (step is the optimizer step evaluated at). The
+// loss is normalised like one optimizer step over all evaluated batches (the denominators are
+// their summed counts), so it does not depend on how the held-out samples are batched.
 io::EvalStats evaluate(const model::TargetModel& target, model::DraftHead& head, const model::TeacherSpec& teacher,
                        const data::Dataset& heldout, const EvalSettings& settings, std::int64_t step);
 

@@ -33,14 +33,11 @@ class AdamW {
   const torch::Tensor& last_grad_norm() const { return grad_norm_; }  // before clipping
   const torch::Tensor& nonfinite_steps() const { return nonfinite_steps_; }
   const torch::Tensor& first_nonfinite_step() const { return first_nonfinite_step_; }  // -1: none
-  const torch::Tensor& steps_taken() const { return step_count_; }  // optimizer steps attempted
 
   // Optimizer state for checkpoints: "<param>.exp_avg", "<param>.exp_avg_sq", "<param>.step" and
   // the counters; load_state checks names and shapes.
   std::map<std::string, torch::Tensor> state() const;
   void load_state(const std::map<std::string, torch::Tensor>& state, const std::string& source);
-
-  const std::vector<std::pair<std::string, torch::Tensor>>& params() const { return params_; }
 
  private:
   std::vector<std::pair<std::string, torch::Tensor>> params_;

@@ -1,0 +1,23 @@
+// The record of how a run was started, saved in output_dir: config.json (the resolved options of
+// `train`, which --config accepts back) and command_line.txt (the command as typed, shell-quoted,
+// one line per process start, so a resumed run keeps the original command above its own).
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "eagle/config/options.h"
+
+namespace eagle::run {
+
+// One shell word per argument, quoted only where needed: a b'c -> a 'b'\''c'.
+std::string shell_quote(const std::vector<std::string>& args);
+
+// Writes output_dir/config.json (config::to_json(opts, Command::train), 2-space indented; the
+// latest start's) and appends shell_quote(args) as a line to output_dir/command_line.txt, each
+// atomically (temporary file, fsync, rename).
+void write_run_files(const std::filesystem::path& output_dir, const config::Options& opts,
+                     const std::vector<std::string>& args);
+
+}  // namespace eagle::run

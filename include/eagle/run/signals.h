@@ -1,0 +1,25 @@
+// SIGINT/SIGTERM during training: the first signal asks the loop to stop after the current step
+// (it then writes a checkpoint and exits with ExitCode::interrupted = 130); a second signal exits
+// at once with _exit(130), for a run that is stuck or that the user really wants gone.
+#pragma once
+
+namespace eagle::run {
+
+// Installs the handlers for its lifetime and restores the previous ones when destroyed. One at a
+// time per process (a second instance throws Error(internal)).
+class StopSignals {
+ public:
+  StopSignals();
+  ~StopSignals();
+  StopSignals(const StopSignals&) = delete;
+  StopSignals& operator=(const StopSignals&) = delete;
+
+  // Whether a stop was asked for (cheap: one relaxed atomic load; check once per step).
+  bool requested() const;
+  // The signal number that asked (SIGINT or SIGTERM); 0 when none.
+  int signal_number() const;
+  // "SIGINT", "SIGTERM" or "" for the run summary's exit reason.
+  const char* signal_name() const;
+};
+
+}  // namespace eagle::run

@@ -1,0 +1,36 @@
+// The process's compute settings, shared by every subcommand that runs tensors: the device, the
+// CPU threads and seeds, the target dtype, and bf16 autocast around the head's forward.
+#pragma once
+
+#include <string>
+
+#include <torch/torch.h>
+
+#include "eagle/config/options.h"
+
+namespace eagle::train {
+
+// "auto" -> cuda when available, else cpu; "cuda" without a device -> Error(usage).
+torch::Device resolve_device(const std::string& device);
+// Fixes intra-op threads (0: the machine's cores) and seeds LibTorch's generators.
+void configure_runtime(const config::Options& opts);
+// The ScalarType of --target_dtype; Undefined for auto (the checkpoint's dtype).
+torch::ScalarType target_dtype(config::TargetDtype d);
+// "float32", "bfloat16", "float16" (as config.json writes it).
+std::string dtype_name(torch::ScalarType t);
+
+// Enables autocast to bf16 on the device for its lifetime when `enabled`.
+class AutocastGuard {
+ public:
+  AutocastGuard(torch::Device device, bool enabled);
+  ~AutocastGuard();
+  AutocastGuard(const AutocastGuard&) = delete;
+  AutocastGuard& operator=(const AutocastGuard&) = delete;
+
+ private:
+  c10::DeviceType type_;
+  bool enabled_, previous_;
+  at::ScalarType previous_dtype_;
+};
+
+}  // namespace eagle::train

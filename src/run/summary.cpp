@@ -1,0 +1,103 @@
+// summary.json and the CI gates.
+#include "eagle/run/summary.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "eagle/util/fs_sync.h"
+
+namespace eagle::run {
+using json = nlohmann::json;
+
+namespace {
+
+json opt_number(const std::optional<double>& v) {
+  return v && std::isfinite(*v) ? json(*v) : json(nullptr);
+}
+
+}  // namespace
+
+std::string_view to_string(ExitReason r) {
+  switch (r) {
+    case ExitReason::completed: return "completed";
+    case ExitReason::interrupted: return "interrupted";
+    case ExitReason::gate_missed: return "gate_missed";
+    case ExitReason::failed: return "failed";
+  }
+  return "?";
+}
+
+std::vector<GateCheck> check_gates(const RunSummary& s, double min_ar, double max_final_loss) {
+  std::vector<GateCheck> out;
+  if (min_ar > 0) {
+    bool ok = s.ar && std::isfinite(*s.ar) && *s.ar >= min_ar;
+    out.push_back(GateCheck{"min_ar", min_ar, s.ar, ok});
+  }
+  if (max_final_loss > 0) {
+    bool ok = s.final_loss && std::isfinite(*s.final_loss) && *s.final_loss <= max_final_loss;
+    out.push_back(GateCheck{"max_final_loss", max_final_loss, s.final_loss, ok});
+  }
+  return out;
+}
+
+std::optional<Error> gate_error(const std::vector<GateCheck>& checks) {
+  std::string missed, names;
+  for (const auto& c : checks) {
+    if (c.passed) continue;
+    bool is_ar = c.name == "min_ar";
+    std::string what = is_ar ? "AR" : "final loss";
+    std::string part;
+    if (!c.value)
+      part = fmt::format("{} was never measured ({} {:.4f})", what, c.name, c.threshold);
+    else
+      part = fmt::format("{} {:.4f} {} {} {:.4f}", what, *c.value, is_ar ? "<" : ">", c.name, c.threshold);
+    missed += (missed.empty() ? "" : "; ") + part;
+    names += (names.empty() ? "" : ", ") + c.name;
+  }
+  if (missed.empty()) return std::nullopt;
+  return Error(ErrorKind::gate, "CI gate missed: " + missed).place(names);
+}
+
+std::optional<Error> apply_gates(RunSummary& s, double min_ar, double max_final_loss) {
+  s.gates = check_gates(s, min_ar, max_final_loss);
+  if (s.exit_reason != ExitReason::completed) return std::nullopt;
+  auto error = gate_error(s.gates);
+  if (error) {
+    s.exit_reason = ExitReason::gate_missed;
+    s.exit_code = static_cast<int>(ExitCode::gate);
+    s.detail = error->message();
+  }
+  return error;
+}
+
+json to_json(const RunSummary& s) {
+  json gates = json::object();
+  for (const auto& g : s.gates)
+    gates[g.name] = {{"threshold", g.threshold}, {"value", opt_number(g.value)}, {"passed", g.passed}};
+  json acc = json::array();
+  for (double a : s.acc) acc.push_back(std::isfinite(a) ? json(a) : json(nullptr));
+  return json{
+      {"exit_reason", to_string(s.exit_reason)},
+      {"detail", s.detail},
+      {"exit_code", s.exit_code},
+      {"steps", s.steps},
+      {"total_steps", s.total_steps},
+      {"resumed_from_step", s.resumed_from_step ? json(*s.resumed_from_step) : json(nullptr)},
+      {"final_loss", opt_number(s.final_loss)},
+      {"ar", opt_number(s.ar)},
+      {"acc", acc},
+      {"tau", opt_number(s.tau)},
+      {"real_tokens", opt_number(s.real_tokens)},
+      {"tokens_per_s", opt_number(s.tokens_per_s)},
+      {"wall_time_s", opt_number(s.wall_time_s)},
+      {"best_step", s.best_step ? json(*s.best_step) : json(nullptr)},
+      {"gates", gates},
+  };
+}
+
+void write_summary(const std::filesystem::path& output_dir, const RunSummary& s) {
+  util::write_file_atomic(output_dir / "summary.json", to_json(s).dump(2) + "\n");
+}
+
+}  // namespace eagle::run

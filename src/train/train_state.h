@@ -1,0 +1,35 @@
+// What a checkpoint holds besides the head's weights: optimizer state, the step, the sampler's
+// position, RNG state and the resolved config, and how a run is restored from it (used by the
+// trainer only, so it lives beside it).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "eagle/data/sampler.h"
+#include "eagle/model/head.h"
+#include "eagle/train/optimizer.h"
+
+namespace eagle::train {
+
+inline constexpr const char* kTrainerStateFile = "trainer_state.json";
+inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
+inline constexpr const char* kRngFile = "rng_state.safetensors";
+
+struct TrainerState {
+  std::int64_t step = 0;        // optimizer steps completed
+  nlohmann::json sampler;       // Sampler::state()
+  nlohmann::json config;        // the resolved options of the run
+  double real_tokens = 0;       // real tokens trained on so far
+};
+
+// Writes the head (SGLang layout), optimizer state, RNG state and trainer_state.json into dir.
+void write_checkpoint_files(const std::filesystem::path& dir, model::DraftHead& head, const AdamW& optimizer,
+                            const TrainerState& state);
+// Restores head weights, optimizer state, RNG state and the sampler position; returns the state.
+TrainerState restore_checkpoint(const std::filesystem::path& dir, model::DraftHead& head, AdamW& optimizer,
+                                data::Sampler& sampler);
+
+}  // namespace eagle::train

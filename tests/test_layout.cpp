@@ -1,0 +1,80 @@
+// The source tree's layering (docs/developer.md "Layout"): areas from the bottom util, config,
+// data, model, then io and run (siblings), train, cli. A file may include its own area and the
+// areas below it, never one above or a sibling; the plain-C++ areas include no LibTorch header
+// (they compile without the precompiled header).
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <regex>
+#include <string>
+
+#include "helpers.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::map<std::string, int> kRank{{"util", 0}, {"config", 1}, {"data", 2}, {"model", 3},
+                                       {"io", 4},   {"run", 4},    {"train", 5}, {"cli", 6}};
+const std::set<std::string> kPlainCpp{"util", "config", "data", "io", "run"};
+
+// Every #include line of the area's headers and sources, with the file it is in.
+std::vector<std::pair<std::string, std::string>> include_lines(const std::string& area) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const fs::path& root : {fs::path(EAGLE_SOURCE_DIR) / "include" / "eagle" / area, fs::path(EAGLE_SOURCE_DIR) / "src" / area}) {
+    if (!fs::exists(root)) continue;
+    for (const auto& e : fs::recursive_directory_iterator(root)) {
+      if (!e.is_regular_file()) continue;
+      std::ifstream in(e.path());
+      for (std::string line; std::getline(in, line);)
+        if (line.rfind("#include", 0) == 0) out.emplace_back(fs::relative(e.path(), EAGLE_SOURCE_DIR).string(), line);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("no area includes a higher or sibling area", "[layout]") {
+  const std::regex eagle_include(R"(#include\s+"eagle/([a-z_]+)/)");
+  std::vector<std::string> violations;
+  std::size_t checked = 0;
+  for (const auto& [area, rank] : kRank) {
+    for (const auto& [file, line] : include_lines(area)) {
+      std::smatch m;
+      if (!std::regex_search(line, m, eagle_include)) continue;
+      ++checked;
+      const std::string to = m[1];
+      auto it = kRank.find(to);
+      if (it == kRank.end()) {
+        violations.push_back(file + ": unknown area: " + line);
+        continue;
+      }
+      if (to != area && it->second >= rank) violations.push_back(file + " (" + area + ") includes " + to + ": " + line);
+    }
+  }
+  INFO([&] {
+    std::string all;
+    for (const auto& v : violations) all += v + "\n";
+    return all;
+  }());
+  CHECK(checked > 200);  // the scan saw the tree
+  CHECK(violations.empty());
+}
+
+TEST_CASE("the plain C++ areas include no LibTorch header", "[layout]") {
+  const std::regex torch_include(R"(#include\s+<(torch|ATen|c10)/)");
+  std::vector<std::string> violations;
+  for (const auto& area : kPlainCpp)
+    for (const auto& [file, line] : include_lines(area))
+      if (std::regex_search(line, torch_include)) violations.push_back(file + ": " + line);
+  INFO([&] {
+    std::string all;
+    for (const auto& v : violations) all += v + "\n";
+    return all;
+  }());
+  CHECK(violations.empty());
+}

@@ -1,0 +1,249 @@
+// Target checkpoints and configs: both transformers spellings, sharded folders, and the errors for
+// bad checkpoints (truncated, wrong shape, missing or unexpected tensor, refused architecture/fields).
+#include <catch2/catch.hpp>
+#include <torch/torch.h>
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "eagle/model/safetensors.h"
+#include "eagle/model/target.h"
+#include "eagle/util/error.h"
+#include "helpers.h"
+
+using namespace eagle;
+using eagle::model::TargetConfig;
+using eagle::model::TargetModel;
+namespace fs = std::filesystem;
+
+namespace {
+
+const fs::path kTinyLlama = fs::path(EAGLE_SOURCE_DIR) / "tests/fixtures/models/tiny-llama";
+
+nlohmann::json tiny_config() { return nlohmann::json::parse(test::read_file(kTinyLlama / "config.json")); }
+
+// A copy of tiny-llama in dir with the given config and tensors.
+void write_model(const fs::path& dir, const nlohmann::json& config, const std::map<std::string, torch::Tensor>& t) {
+  test::write_file(dir / "config.json", config.dump(2));
+  model::save_safetensors((dir / "model.safetensors").string(), t);
+}
+
+std::string load_error(const fs::path& dir) {
+  try {
+    TargetModel::load(dir.string(), torch::kFloat32, torch::kCPU);
+  } catch (const Error& e) {
+    return e.format();
+  }
+  FAIL("no error loading " << dir);
+  return "";
+}
+
+std::string config_error(const test::TempDir& dir, const nlohmann::json& config) {
+  test::write_file(dir / "config.json", config.dump());
+  try {
+    TargetConfig::from_json_file((dir / "config.json").string());
+  } catch (const Error& e) {
+    return e.format();
+  }
+  FAIL("no error for config " << config.dump());
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("target config: transformers 4.x spelling (rope_theta, rope_scaling, torch_dtype)", "[model]") {
+  auto c = TargetConfig::from_json_file(std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/configs/llama31-4x.json");
+  CHECK(c.architecture == "LlamaForCausalLM");
+  CHECK(c.head_dim == 128);
+  CHECK(c.num_key_value_heads == 8);
+  CHECK(c.rope.type == "llama3");
+  CHECK(c.rope.theta == 500000.0);
+  CHECK(c.rope.factor == 8.0);
+  CHECK(c.rope.original_max_position_embeddings == 8192);
+  CHECK(c.rope.high_freq_factor == 4.0);
+  CHECK(c.dtype == "bfloat16");
+  CHECK(c.eos_token_ids == std::vector<std::int64_t>{128001, 128008, 128009});
+  CHECK(c.bos_token_id == 128000);
+  CHECK_FALSE(c.tie_word_embeddings);
+}
+
+TEST_CASE("target config: transformers 5.x spelling and family layouts", "[model]") {
+  auto base = std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/";
+  auto l3 = TargetConfig::from_json_file(base + "tiny-llama3/config.json");
+  CHECK(l3.rope.type == "llama3");
+  CHECK(l3.rope.theta == 500000.0);
+  CHECK(l3.rope.original_max_position_embeddings == 16);
+  CHECK(l3.tie_word_embeddings);
+  CHECK(l3.dtype == "float32");
+  CHECK(l3.eos_token_ids == std::vector<std::int64_t>{2, 3});
+  auto q2 = TargetConfig::from_json_file(base + "tiny-qwen2/config.json");
+  CHECK(q2.attention_bias);
+  CHECK_FALSE(q2.o_bias);
+  CHECK(q2.rope.theta == 1000000.0);
+  auto q3 = TargetConfig::from_json_file(base + "tiny-qwen3/config.json");
+  CHECK(q3.qk_norm);
+  CHECK(q3.head_dim == 20);
+  auto mi = TargetConfig::from_json_file(base + "tiny-mistral/config.json");
+  CHECK(mi.model_type == "mistral");
+  CHECK(mi.head_dim == 12);
+}
+
+TEST_CASE("target config: fields that change the math are refused by name", "[model]") {
+  test::TempDir dir;
+  auto c = tiny_config();
+  SECTION("architecture") {
+    c["architectures"] = {"GemmaForCausalLM"};
+    CHECK_THAT(config_error(dir, c), Catch::Contains("\"architectures\"") && Catch::Contains("GemmaForCausalLM") &&
+                                         Catch::Contains("unsupported architecture"));
+  }
+  SECTION("rope type") {
+    c["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 10000.0}, {"factor", 4.0}};
+    CHECK_THAT(config_error(dir, c), Catch::Contains("rope_parameters.rope_type") && Catch::Contains("yarn"));
+  }
+  SECTION("4.x rope_scaling type") {
+    c.erase("rope_parameters");
+    c["rope_theta"] = 10000.0;
+    c["rope_scaling"] = {{"type", "longrope"}, {"factor", 4.0}};
+    CHECK_THAT(config_error(dir, c), Catch::Contains("rope_scaling.rope_type") && Catch::Contains("longrope"));
+  }
+  SECTION("activation") {
+    c["hidden_act"] = "gelu";
+    CHECK_THAT(config_error(dir, c), Catch::Contains("\"hidden_act\"") && Catch::Contains("gelu"));
+  }
+  SECTION("mistral sliding window in use") {
+    c["architectures"] = {"MistralForCausalLM"};
+    c["model_type"] = "mistral";
+    c["sliding_window"] = 64;
+    CHECK_THAT(config_error(dir, c), Catch::Contains("\"sliding_window\"") && Catch::Contains("64"));
+    c["sliding_window"] = 4096;  // >= max_position_embeddings (256): never applies
+    test::write_file(dir / "config.json", c.dump());
+    CHECK_NOTHROW(TargetConfig::from_json_file((dir / "config.json").string()));
+  }
+  SECTION("qwen2 sliding window") {
+    c["architectures"] = {"Qwen2ForCausalLM"};
+    c["model_type"] = "qwen2";
+    c["use_sliding_window"] = true;
+    CHECK_THAT(config_error(dir, c), Catch::Contains("\"use_sliding_window\""));
+  }
+  SECTION("mlp bias") {
+    c["mlp_bias"] = true;
+    CHECK_THAT(config_error(dir, c), Catch::Contains("\"mlp_bias\""));
+  }
+  SECTION("model_type mismatch") {
+    c["model_type"] = "qwen2";
+    CHECK_THAT(config_error(dir, c), Catch::Contains("\"model_type\"") && Catch::Contains("expected llama"));
+  }
+  SECTION("missing size") {
+    c.erase("hidden_size");
+    CHECK_THAT(config_error(dir, c), Catch::Contains("\"hidden_size\"") && Catch::Contains("missing"));
+  }
+}
+
+TEST_CASE("target checkpoint: bad tensors are named", "[model]") {
+  test::TempDir dir;
+  auto tensors = model::load_safetensors((kTinyLlama / "model.safetensors").string());
+  SECTION("truncated file") {
+    fs::copy_file(kTinyLlama / "config.json", dir / "config.json");
+    auto raw = test::read_file(kTinyLlama / "model.safetensors");
+    test::write_file(dir / "model.safetensors", raw.substr(0, raw.size() / 2));
+    CHECK_THAT(load_error(dir.path()), Catch::Contains("model.safetensors") && Catch::Contains("truncated"));
+  }
+  SECTION("bad header") {
+    fs::copy_file(kTinyLlama / "config.json", dir / "config.json");
+    test::write_file(dir / "model.safetensors", std::string("\x10\0\0\0\0\0\0\0", 8) + "{\"oops\": [1, 2,}");
+    CHECK_THAT(load_error(dir.path()), Catch::Contains("model.safetensors") && Catch::Contains("not valid JSON"));
+  }
+  SECTION("wrong shape") {
+    tensors["model.layers.1.self_attn.k_proj.weight"] = torch::zeros({16, 64});
+    write_model(dir.path(), tiny_config(), tensors);
+    CHECK_THAT(load_error(dir.path()), Catch::Contains("wrong shape") &&
+                                           Catch::Contains("model.layers.1.self_attn.k_proj.weight [16, 64] (expected [32, 64])"));
+  }
+  SECTION("missing and unexpected tensors") {
+    tensors.erase("model.layers.3.mlp.up_proj.weight");
+    tensors["model.layers.9.extra.weight"] = torch::zeros({2});
+    write_model(dir.path(), tiny_config(), tensors);
+    CHECK_THAT(load_error(dir.path()), Catch::Contains("1 missing: model.layers.3.mlp.up_proj.weight") &&
+                                           Catch::Contains("1 unexpected: model.layers.9.extra.weight"));
+  }
+  SECTION("integer weights") {
+    tensors["model.norm.weight"] = torch::ones({64}, torch::kInt32);
+    write_model(dir.path(), tiny_config(), tensors);
+    CHECK_THAT(load_error(dir.path()), Catch::Contains("model.norm.weight") && Catch::Contains("floating point"));
+  }
+  SECTION("no weights") {
+    fs::copy_file(kTinyLlama / "config.json", dir / "config.json");
+    test::write_file(dir / "pytorch_model.bin", "pickle");
+    CHECK_THAT(load_error(dir.path()), Catch::Contains("pytorch_model.bin") && Catch::Contains("never read"));
+  }
+  SECTION("missing folder") { CHECK_THAT(load_error(dir / "nope"), Catch::Contains("model folder not found")); }
+}
+
+TEST_CASE("target checkpoint: sharded folders load like single files", "[model]") {
+  test::TempDir dir;
+  auto tensors = model::load_safetensors((kTinyLlama / "model.safetensors").string());
+  std::map<std::string, torch::Tensor> one, two;
+  nlohmann::json map = nlohmann::json::object();
+  for (const auto& [name, t] : tensors) {
+    const bool first = name.find("layers.0.") != std::string::npos || name.find("layers.1.") != std::string::npos;
+    (first ? one : two)[name] = t;
+    map[name] = first ? "model-00001-of-00002.safetensors" : "model-00002-of-00002.safetensors";
+  }
+  fs::copy_file(kTinyLlama / "config.json", dir / "config.json");
+  model::save_safetensors((dir / "model-00001-of-00002.safetensors").string(), one);
+  model::save_safetensors((dir / "model-00002-of-00002.safetensors").string(), two);
+  nlohmann::json index = {{"metadata", {{"total_size", 0}}}, {"weight_map", map}};
+  test::write_file(dir / "model.safetensors.index.json", index.dump());
+
+  auto sharded = TargetModel::load(dir.path().string(), torch::kFloat32, torch::kCPU);
+  auto single = TargetModel::load(kTinyLlama.string(), torch::kFloat32, torch::kCPU);
+  CHECK(sharded.parameter_count() == single.parameter_count());
+  CHECK(single.parameter_count() == 188992);  // transformers' count for tiny-llama
+  auto ids = torch::tensor({5, 9, 300, 7}, torch::kInt64).unsqueeze(0);
+  model::TargetBatch b{ids, torch::arange(4).unsqueeze(0), torch::zeros({1, 4}, torch::kInt64)};
+  CHECK(torch::equal(sharded.forward(b, {}).final_hidden, single.forward(b, {}).final_hidden));
+
+  // An index naming a tensor that its shard lacks.
+  map["model.norm.weight"] = "model-00001-of-00002.safetensors";
+  index["weight_map"] = map;
+  test::write_file(dir / "model.safetensors.index.json", index.dump());
+  CHECK_THAT(load_error(dir.path()), Catch::Contains("model-00001-of-00002.safetensors") &&
+                                         Catch::Contains("tensor \"model.norm.weight\"") && Catch::Contains("lacks"));
+}
+
+TEST_CASE("eagle-train inspect prints and checks a target folder", "[model]") {
+  auto r = test::run_cli("inspect --model_name_or_path " + kTinyLlama.string());
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("LlamaForCausalLM") && Catch::Contains("188992") &&
+                           Catch::Contains("aux layers:    [1, 2, 3]") && Catch::Contains("checkpoint:    ok"));
+  auto j = test::run_cli("inspect --json --model_name_or_path " + kTinyLlama.string() +
+                         " --target_dtype bfloat16 --aux_hidden_state_layer_ids 0,2,4");
+  REQUIRE(j.exit_code == 0);
+  auto parsed = nlohmann::json::parse(j.output.substr(j.output.find('{')));
+  CHECK(parsed["architecture"] == "LlamaForCausalLM");
+  CHECK(parsed["parameters"] == 188992);
+  CHECK(parsed["dtype"] == "bfloat16");
+  CHECK(parsed["checkpoint_dtype"] == "float32");
+  CHECK(parsed["aux_hidden_state_layer_ids"] == nlohmann::json::array({0, 2, 4}));
+
+  test::TempDir dir;
+  auto c = tiny_config();
+  c["architectures"] = {"PhiForCausalLM"};
+  test::write_file(dir / "config.json", c.dump());
+  auto bad = test::run_cli("inspect --model_name_or_path " + dir.path().string());
+  CHECK(bad.exit_code == 3);
+  CHECK_THAT(bad.output, Catch::Contains("PhiForCausalLM"));
+}
+
+TEST_CASE("eagle-train inspect names weights holding NaN", "[model]") {
+  test::TempDir dir;
+  auto tensors = model::load_safetensors((kTinyLlama / "model.safetensors").string());
+  auto w = tensors.at("model.layers.2.mlp.down_proj.weight").clone();
+  w[3][5] = std::nanf("");
+  tensors["model.layers.2.mlp.down_proj.weight"] = w;
+  write_model(dir.path(), tiny_config(), tensors);
+  auto r = test::run_cli("inspect --model_name_or_path " + dir.path().string());
+  CHECK(r.exit_code == 3);
+  CHECK_THAT(r.output, Catch::Contains("NaN or Inf") && Catch::Contains("model.layers.2.mlp.down_proj.weight"));
+}

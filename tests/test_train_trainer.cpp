@@ -1,0 +1,118 @@
+// The real training run, in-process on the tiny Llama fixture: each way out (completed,
+// interrupted, gate_missed, failed) writes summary.json; a resumed run's checkpoints hold the
+// resumed run's options; the tokens seen are counted and survive a resume.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <signal.h>
+
+#include <fstream>
+
+#include "eagle/config/resolve.h"
+#include "eagle/train/trainer.h"
+#include "eagle/util/error.h"
+#include "helpers.h"
+
+using namespace eagle;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+config::Options smoke_options(const fs::path& out) {
+  config::Options o;
+  config::apply_json_file(o, std::string(EAGLE_SOURCE_DIR) + "/configs/smoke.json");
+  o.model_name_or_path = std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/tiny-llama";
+  o.data_path = std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/data/smoke.jsonl";
+  o.output_dir = out.string();
+  o.max_steps = 6;
+  o.logging_steps = 2;
+  o.eval_steps = 0;
+  o.save_steps = 0;
+  o.eval_num_prompts = 2;
+  o.eval_max_new_tokens = 8;
+  return o;
+}
+
+json read_json(const fs::path& p) { return json::parse(test::read_file(p)); }
+
+// Runs the trainer expecting it to throw an eagle::Error; returns it.
+Error expect_error(const config::Options& o, const train::TrainHooks& hooks = {}) {
+  try {
+    train::train(o, {"eagle-train", "train"}, hooks);
+  } catch (const Error& e) {
+    return e;
+  }
+  FAIL("the run did not throw");
+  return Error(ErrorKind::internal, "unreachable");
+}
+
+}  // namespace
+
+TEST_CASE("a completed run writes its summary and counts the real tokens it trained on", "[train]") {
+  test::TempDir tmp;
+  auto o = smoke_options(tmp / "run");
+  run::RunSummary s = train::train(o, {"eagle-train", "train"});
+  CHECK(s.exit_reason == run::ExitReason::completed);
+  CHECK(s.steps == 6);
+  CHECK(s.real_tokens > 0);
+  auto summary = read_json(tmp / "run" / "summary.json");
+  CHECK(summary["exit_reason"] == "completed");
+  CHECK(summary["exit_code"] == 0);
+  CHECK(summary["real_tokens"].get<double>() == s.real_tokens);
+  CHECK(read_json(tmp / "run" / "checkpoint-6" / "trainer_state.json")["real_tokens"].get<double>() == s.real_tokens);
+}
+
+TEST_CASE("an interrupted run writes its summary; the resumed run saves its own options and keeps counting",
+          "[train]") {
+  test::TempDir tmp;
+  auto straight = train::train(smoke_options(tmp / "straight"), {"eagle-train", "train"});
+
+  auto o = smoke_options(tmp / "run");
+  train::TrainHooks hooks;
+  hooks.after_step = [](std::int64_t step) {
+    if (step == 3) ::raise(SIGTERM);
+  };
+  Error e = expect_error(o, hooks);
+  CHECK(e.kind() == ErrorKind::interrupted);
+  auto summary = read_json(tmp / "run" / "summary.json");
+  CHECK(summary["exit_reason"] == "interrupted");
+  CHECK(summary["exit_code"] == 130);
+  CHECK(summary["detail"] == "SIGTERM");
+  CHECK(summary["steps"] == 3);
+  REQUIRE(fs::exists(tmp / "run" / "checkpoint-3" / "COMPLETE"));
+
+  // Resumed with another logging interval (an option that may change): the new checkpoints hold it.
+  o.resume_from_checkpoint = "auto";
+  o.logging_steps = 3;
+  run::RunSummary resumed = train::train(o, {"eagle-train", "train"});
+  CHECK(resumed.exit_reason == run::ExitReason::completed);
+  CHECK(resumed.resumed_from_step == 3);
+  auto state = read_json(tmp / "run" / "checkpoint-6" / "trainer_state.json");
+  CHECK(state["config"]["logging_steps"] == 3);
+  CHECK(state["config"]["resume_from_checkpoint"] == "auto");
+  // The same samples were trained on as in the straight run.
+  CHECK(resumed.real_tokens == straight.real_tokens);
+}
+
+TEST_CASE("a missed gate and a failure each write their summary", "[train]") {
+  test::TempDir tmp;
+  auto gated = smoke_options(tmp / "gated");
+  gated.min_ar = 9.0;
+  Error g = expect_error(gated);
+  CHECK(g.kind() == ErrorKind::gate);
+  auto gs = read_json(tmp / "gated" / "summary.json");
+  CHECK(gs["exit_reason"] == "gate_missed");
+  CHECK(gs["exit_code"] == 6);
+  CHECK(gs["gates"]["min_ar"]["passed"] == false);
+
+  auto failing = smoke_options(tmp / "failed");
+  failing.learning_rate = 1e30;  // the weights overflow after the first update
+  failing.warmup_steps = 0;
+  Error f = expect_error(failing);
+  CHECK(f.kind() == ErrorKind::training);
+  auto fs_ = read_json(tmp / "failed" / "summary.json");
+  CHECK(fs_["exit_reason"] == "failed");
+  CHECK(fs_["exit_code"] == 5);
+  CHECK_THAT(fs_["detail"].get<std::string>(), Catch::Contains("non-finite loss or gradient"));
+}

@@ -1,0 +1,34 @@
+// The error type: formatting of file/place/expected/found/hint and the exit-code mapping.
+#include <catch2/catch.hpp>
+
+#include "eagle/util/error.h"
+
+using namespace eagle;
+
+TEST_CASE("errors format every part that is present", "[util]") {
+  Error e = Error(ErrorKind::input, "bad loss_mask value").file("data.jsonl").place("line 3, field \"loss_mask\"")
+                .expected("0 or 1").found("2").hint("use labels with -100 instead");
+  CHECK(e.format() ==
+        "data.jsonl: line 3, field \"loss_mask\": bad loss_mask value: expected 0 or 1, found 2 (hint: use labels "
+        "with -100 instead)");
+  CHECK(std::string(e.what()) == e.format());
+  CHECK(Error(ErrorKind::internal, "boom").format() == "boom");
+  CHECK(Error(ErrorKind::input, "x").found("y").format() == "x: found y");
+}
+
+TEST_CASE("error kinds map to documented exit codes", "[util]") {
+  CHECK(exit_code_of(ErrorKind::usage) == ExitCode::usage);
+  CHECK(static_cast<int>(ExitCode::usage) == 2);
+  CHECK(static_cast<int>(exit_code_of(ErrorKind::input)) == 3);
+  CHECK(static_cast<int>(exit_code_of(ErrorKind::output)) == 4);
+  CHECK(static_cast<int>(exit_code_of(ErrorKind::training)) == 5);
+  CHECK(static_cast<int>(exit_code_of(ErrorKind::gate)) == 6);
+  CHECK(static_cast<int>(exit_code_of(ErrorKind::interrupted)) == 130);
+  CHECK(static_cast<int>(exit_code_of(ErrorKind::internal)) == 1);
+}
+
+TEST_CASE("EAGLE_CHECK throws only when the condition fails", "[util]") {
+  auto check = [](bool cond) { EAGLE_CHECK(cond, Error(ErrorKind::input, "failed")); };
+  CHECK_NOTHROW(check(true));
+  CHECK_THROWS_AS(check(false), Error);
+}
