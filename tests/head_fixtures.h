@@ -51,8 +51,10 @@ inline model::HeadInputs tiny_inputs(const model::HeadConfig& cfg) {
   model::HeadInputs in;
   const std::int64_t b = 2, t = 10;
   in.input_ids = torch::randint(0, cfg.vocab_size, {b, t}, torch::kInt64);
-  in.document_ids = torch::tensor({0, 0, 0, 0, 0, 0, 0, 0, -1, -1, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1}, torch::kInt64).view({b, t});
-  in.position_ids = torch::tensor({0, 1, 2, 3, 4, 5, 6, 7, 0, 0, 0, 1, 2, 3, 0, 1, 2, 3, 4, 5}, torch::kInt64).view({b, t});
+  in.document_ids =
+      torch::tensor({0, 0, 0, 0, 0, 0, 0, 0, -1, -1, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1}, torch::kInt64).view({b, t});
+  in.position_ids =
+      torch::tensor({0, 1, 2, 3, 4, 5, 6, 7, 0, 0, 0, 1, 2, 3, 0, 1, 2, 3, 4, 5}, torch::kInt64).view({b, t});
   in.loss_mask = (in.document_ids >= 0).to(torch::kUInt8);
   in.loss_mask.index_put_({0, 1}, 0);
   in.aux_hidden = torch::randn({b, t, 3 * cfg.target_hidden_size});

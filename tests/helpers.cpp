@@ -25,7 +25,9 @@ ProcessResult run_command(const std::string& cmd) {
   return r;
 }
 
-ProcessResult run_cli(const std::string& args) { return run_command(std::string(EAGLE_TRAIN_BIN) + " " + args + " 2>&1"); }
+ProcessResult run_cli(const std::string& args) {
+  return run_command(std::string(EAGLE_TRAIN_BIN) + " " + args + " 2>&1");
+}
 
 std::string venv_python() {
   const char* deps = std::getenv("EAGLE_DEPS_DIR");

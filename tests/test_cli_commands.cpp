@@ -9,7 +9,8 @@ using eagle::test::run_cli;
 TEST_CASE("--help lists the subcommands and exits 0", "[cli]") {
   auto r = run_cli("--help");
   CHECK(r.exit_code == 0);
-  for (const char* sub : {"train", "prepare", "data-stats", "inspect", "export", "eval"}) CHECK_THAT(r.output, Catch::Contains(sub));
+  for (const char* sub : {"train", "prepare", "data-stats", "inspect", "export", "eval"})
+    CHECK_THAT(r.output, Catch::Contains(sub));
   auto t = run_cli("train --help");
   CHECK(t.exit_code == 0);
   CHECK_THAT(t.output, Catch::Contains("--bucket_granularity") && Catch::Contains("Data options"));

@@ -105,7 +105,8 @@ TEST_CASE("required options are declared in the table and all missing ones are n
   o.checkpoint = "c";
   CHECK_NOTHROW(check_required(o, Command::eval));  // the alternative stands in for data_path
   CHECK_THAT(error_text([&] { check_required(o, Command::export_); }), Catch::Contains("export needs --output"));
-  CHECK(error_text([] { check_required(Options{}, Command::data_stats); }).rfind("data-stats needs --data_path", 0) == 0);
+  CHECK(error_text([] { check_required(Options{}, Command::data_stats); }).rfind("data-stats needs --data_path", 0) ==
+        0);
 }
 
 TEST_CASE("unknown JSON keys are all listed with did-you-mean", "[config]") {

@@ -18,7 +18,9 @@ using eagle::test::write_file;
 
 namespace {
 
-eagle::data::LoadOptions opts(std::int64_t seq_len = 2048, double val = 0) { return eagle::test::load_options(seq_len, val); }
+eagle::data::LoadOptions opts(std::int64_t seq_len = 2048, double val = 0) {
+  return eagle::test::load_options(seq_len, val);
+}
 
 std::vector<Sample> make_samples(std::size_t n, std::uint32_t seed) {
   std::mt19937 rng(seed);
@@ -134,7 +136,8 @@ TEST_CASE("prepare stores a seeded validation split that load_dataset returns", 
   // Same seed, same split; the stats file names both splits.
   auto r2 = run_cli(cmd + (dir / "ds2").string());
   REQUIRE(r2.exit_code == 0);
-  CHECK(eagle::test::read_file(dir / "ds" / "validation.bin") == eagle::test::read_file(dir / "ds2" / "validation.bin"));
+  CHECK(eagle::test::read_file(dir / "ds" / "validation.bin") ==
+        eagle::test::read_file(dir / "ds2" / "validation.bin"));
   auto j = nlohmann::json::parse(eagle::test::read_file(dir / "ds" / "stats.json"));
   CHECK(j["splits"]["validation"]["samples"] == want_val.size());
   CHECK(j["truncated"].get<std::uint64_t>() > 0);

@@ -21,7 +21,9 @@ using eagle::test::write_file;
 
 namespace {
 
-eagle::data::LoadOptions opts(std::int64_t seq_len = 2048, double val = 0) { return eagle::test::load_options(seq_len, val); }
+eagle::data::LoadOptions opts(std::int64_t seq_len = 2048, double val = 0) {
+  return eagle::test::load_options(seq_len, val);
+}
 
 std::string jsonl_line(const Sample& s) {
   std::string ids, mask;
@@ -64,7 +66,8 @@ const std::vector<Sample> kThree = {{{5, 6, 7}, {0, 1, 1}}, {{8, 9}, {1, 1}}, {{
 TEST_CASE("JSONL: loss_mask, labels and no mask give exact samples; extra fields ignored", "[data]") {
   TempDir dir;
   write_file(dir / "a.jsonl",
-             "{\"id\": \"x\", \"input_ids\": [5, 6, 7], \"loss_mask\": [0, 1, 1], \"conversations\": [{\"from\": \"human\", \"value\": \"[1,2]\"}]}\n"
+             "{\"id\": \"x\", \"input_ids\": [5, 6, 7], \"loss_mask\": [0, 1, 1], \"conversations\": [{\"from\": "
+             "\"human\", \"value\": \"[1,2]\"}]}\n"
              "\n"
              "{\"labels\": [8, 9], \"input_ids\": [8, 9]}\r\n"
              "{\"input_ids\": [10, 11, 12, 13], \"labels\": [-100, -100, 12, -100]}");  // no final newline

@@ -29,16 +29,18 @@ TEST_CASE("the real Alpaca file becomes byte-level training data", "[data]") {
   auto out = (dir / "alpaca.jsonl").string();
   // shared/ sits in the checkout (device machines), beside the worktrees, or at /work/shared.
   std::string alpaca;
-  for (const char* c : {EAGLE_SOURCE_DIR "/shared/data/alpaca_5000.json", EAGLE_SOURCE_DIR "/../shared/data/alpaca_5000.json",
-                        "/work/shared/data/alpaca_5000.json"})
+  for (const char* c : {EAGLE_SOURCE_DIR "/shared/data/alpaca_5000.json",
+                        EAGLE_SOURCE_DIR "/../shared/data/alpaca_5000.json", "/work/shared/data/alpaca_5000.json"})
     if (alpaca.empty() && std::filesystem::exists(c)) alpaca = c;
   if (alpaca.empty()) {
     WARN("shared/data/alpaca_5000.json not found; skipping");
     return;
   }
-  std::string cmd = venv_python() + " " EAGLE_SOURCE_DIR "/scripts/pretokenize.py --byte-level " + alpaca + " -o " + out;
+  std::string cmd =
+      venv_python() + " " EAGLE_SOURCE_DIR "/scripts/pretokenize.py --byte-level " + alpaca + " -o " + out;
   REQUIRE(shell(cmd) == 0);
-  eagle::data::LoadOptions o{4096, eagle::config::BadSamplePolicy::error, eagle::config::OverlongPolicy::truncate, 0.05, 1};
+  eagle::data::LoadOptions o{4096, eagle::config::BadSamplePolicy::error, eagle::config::OverlongPolicy::truncate, 0.05,
+                             1};
   auto d = eagle::data::load_dataset(out, o);
   REQUIRE(d.validation);
   CHECK(d.train.size() + d.validation->size() == 4998);  // 2 records have an empty output

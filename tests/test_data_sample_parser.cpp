@@ -33,10 +33,13 @@ const std::vector<BadCase> kBad = {
     {"{\"input_ids\": [1, \"a\"]}", {"not an integer", "field input_ids[1]", "found \"a\""}},
     {"{\"input_ids\": [3, -1]}", {"negative", "line 2, field input_ids[1]", "found -1"}},
     {"{\"input_ids\": [4294967296]}", {"too large", "field input_ids[0]", "found 4294967296"}},
-    {"{\"input_ids\": [1, 2], \"loss_mask\": [1]}", {"loss_mask length differs", "line 2, field loss_mask", "expected 2 entries, found 1"}},
-    {"{\"input_ids\": [1, 2], \"labels\": [1, 2, 3]}", {"labels length differs", "field labels", "expected 2 entries, found 3"}},
+    {"{\"input_ids\": [1, 2], \"loss_mask\": [1]}",
+     {"loss_mask length differs", "line 2, field loss_mask", "expected 2 entries, found 1"}},
+    {"{\"input_ids\": [1, 2], \"labels\": [1, 2, 3]}",
+     {"labels length differs", "field labels", "expected 2 entries, found 3"}},
     {"{\"input_ids\": [1, 2], \"loss_mask\": [1, 2]}", {"not 0 or 1", "line 2, field loss_mask[1]", "found 2"}},
-    {"{\"input_ids\": [5, 6, 7], \"labels\": [-100, 7, -100]}", {"labels differ from input_ids", "line 2, field labels[1]", "found 7", "shifted"}},
+    {"{\"input_ids\": [5, 6, 7], \"labels\": [-100, 7, -100]}",
+     {"labels differ from input_ids", "line 2, field labels[1]", "found 7", "shifted"}},
     {"{\"input_ids\": [1, 2], \"labels\": [1, 2], \"loss_mask\": [1, 1]}", {"both labels and loss_mask", "line 2"}},
     {"{\"input_ids\": []}", {"empty sample", "line 2", "field input_ids"}},
     {"{\"input_ids\": [1, 2], \"loss_mask\": [0, 0]}", {"no trained token", "line 2", "field loss_mask"}},
@@ -109,7 +112,9 @@ TEST_CASE("bad_sample_policy skip counts bad samples and keeps the good ones", "
   CHECK(d.train.stats().skipped == kBad.size());
 
   // In a JSON array, elements with errors are skipped the same way.
-  write_file(dir / "arr.json", "[{\"input_ids\": [1, \"x\"]}, {\"input_ids\": [4]}, {\"input_ids\": [1], \"loss_mask\": [3]}, {\"input_ids\": [5, 6]}]");
+  write_file(dir / "arr.json",
+             "[{\"input_ids\": [1, \"x\"]}, {\"input_ids\": [4]}, {\"input_ids\": [1], \"loss_mask\": [3]}, "
+             "{\"input_ids\": [5, 6]}]");
   auto a = eagle::data::load_dataset((dir / "arr.json").string(), opts(2048, eagle::config::BadSamplePolicy::skip));
   REQUIRE(a.train.size() == 2);
   CHECK(a.train.sample(1).input_ids == std::vector<eagle::data::TokenId>{5, 6});
@@ -129,8 +134,8 @@ TEST_CASE("overlong_policy truncate cuts samples, drop removes them, both counte
   CHECK(t.train.stats().truncated == 1);
   CHECK(t.train.stats().dropped == 1);
 
-  auto d = eagle::data::load_dataset((dir / "long.jsonl").string(),
-                                     opts(4, eagle::config::BadSamplePolicy::error, eagle::config::OverlongPolicy::drop));
+  auto d = eagle::data::load_dataset((dir / "long.jsonl").string(), opts(4, eagle::config::BadSamplePolicy::error,
+                                                                         eagle::config::OverlongPolicy::drop));
   REQUIRE(d.train.size() == 1);
   CHECK(d.train.sample(0).input_ids == std::vector<eagle::data::TokenId>{7, 8, 9});
   CHECK(d.train.stats().dropped == 2);

@@ -169,7 +169,8 @@ TEST_CASE("token-budget batches are exact and within budget", "[data]") {
   SamplerOptions o = opts(256, 64, 2);
   o.max_tokens_per_batch = 512;
   // 250 -> bucket 256: 2 rows; 130 -> 192: 2 rows; 60 -> 64: 8 rows, four of them padding.
-  std::vector<BatchPlan> want{{2, 256, {{5}, {1}}}, {2, 192, {{3}, {6}}}, {8, 64, {{4}, {2}, {7}, {0}, {}, {}, {}, {}}}};
+  std::vector<BatchPlan> want{
+      {2, 256, {{5}, {1}}}, {2, 192, {{3}, {6}}}, {8, 64, {{4}, {2}, {7}, {0}, {}, {}, {}, {}}}};
   EpochPlan plan = plan_epoch(lengths, o, 0);
   CHECK(sorted_rank0(plan) == sorted(want));
   CHECK(plan[0][0] == want[0]);  // 512 computed tokens like the 8x64 batch, but longer rows
@@ -205,11 +206,14 @@ TEST_CASE("make_batch fills ids, masks, positions and document ids exactly", "[d
   CHECK(b.real_tokens == 5);
 
   Batch p = make_batch(ds, BatchPlan{3, 8, {{2, 0}, {1}, {}}});
-  CHECK(p.input_ids == std::vector<std::int32_t>{31, 32, 33, 34, 11, 12, 13, 0, 21, 22, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0});
-  CHECK(p.loss_mask == std::vector<std::uint8_t>{0, 0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0});
-  CHECK(p.position_ids == std::vector<std::int32_t>{0, 1, 2, 3, 0, 1, 2, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0});
-  CHECK(p.document_ids ==
-        std::vector<std::int32_t>{0, 0, 0, 0, 1, 1, 1, -1, 0, 0, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1});
+  CHECK(p.input_ids ==
+        std::vector<std::int32_t>{31, 32, 33, 34, 11, 12, 13, 0, 21, 22, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0});
+  CHECK(p.loss_mask ==
+        std::vector<std::uint8_t>{0, 0, 1, 1, 0, 1, 1, 0, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0});
+  CHECK(p.position_ids ==
+        std::vector<std::int32_t>{0, 1, 2, 3, 0, 1, 2, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0});
+  CHECK(p.document_ids == std::vector<std::int32_t>{0,  0,  0,  0,  1,  1,  1,  -1, 0,  0,  -1, -1,
+                                                    -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1});
   CHECK(p.sample_indices == std::vector<std::int64_t>{2, 0, 1});
   CHECK(p.real_tokens == 9);
   CHECK(p.computed_tokens() == 24);

@@ -134,7 +134,8 @@ TEST_CASE("step and eval statistics as JSON and TensorBoard scalars", "[io]") {
       "lr": 9.87e-05, "grad_norm": null, "tokens_per_s": 12345.4, "padding_efficiency": 0.875,
       "ms_per_step": 411.6, "nonfinite_steps": 0})"));
   EvalStats e{300, 2.5, {0.75}, 1.75, 2.5};
-  CHECK(to_json(e) == json::parse(R"({"step": 300, "eval_loss": 2.5, "eval_acc": [0.75], "eval_tau": 1.75, "ar": 2.5})"));
+  CHECK(to_json(e) ==
+        json::parse(R"({"step": 300, "eval_loss": 2.5, "eval_acc": [0.75], "eval_tau": 1.75, "ar": 2.5})"));
   e.ar.reset();
   CHECK_FALSE(to_json(e).contains("ar"));
   auto tb = tensorboard_scalars(sample_stats());

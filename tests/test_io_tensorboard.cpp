@@ -61,7 +61,8 @@ nlohmann::json read_with_tensorboard(const fs::path& logdir, const eagle::test::
                           "pa.Tensors(t)] for t in pa.Tags()['tensors']}\n"
                           "print(json.dumps(out))\n");
   REQUIRE(fs::exists(eagle::test::venv_python()));
-  std::string cmd = eagle::test::venv_python() + " " + script.string() + " " + logdir.string() + " 2>" + (tmp / "py.err").string();
+  std::string cmd =
+      eagle::test::venv_python() + " " + script.string() + " " + logdir.string() + " 2>" + (tmp / "py.err").string();
   auto r = eagle::test::run_command(cmd);
   INFO(eagle::test::read_file(tmp / "py.err"));
   REQUIRE(r.exit_code == 0);
@@ -218,7 +219,8 @@ TEST_CASE("the run logger feeds metrics.jsonl and TensorBoard the same numbers, 
   CHECK(lines[1]["eval_acc"] == nlohmann::json::parse("[0.75, 0.5]"));
   CHECK_FALSE(lines[0].contains("ar"));
   CHECK(lines[3]["loss"] == 40.0);
-  CHECK(lines[6] == nlohmann::json::parse(R"({"step": 6, "eval_loss": 1.0, "eval_acc": [0.875, 0.75], "eval_tau": 2.5})"));
+  CHECK(lines[6] ==
+        nlohmann::json::parse(R"({"step": 6, "eval_loss": 1.0, "eval_acc": [0.875, 0.75], "eval_tau": 2.5})"));
 
   auto doc = read_with_tensorboard(out, tmp);
   CHECK(doc["scalars"]["train/loss"] ==

@@ -24,7 +24,8 @@ const std::set<std::string> kPlainCpp{"util", "config", "data", "io", "run"};
 // Every #include line of the area's headers and sources, with the file it is in.
 std::vector<std::pair<std::string, std::string>> include_lines(const std::string& area) {
   std::vector<std::pair<std::string, std::string>> out;
-  for (const fs::path& root : {fs::path(EAGLE_SOURCE_DIR) / "include" / "eagle" / area, fs::path(EAGLE_SOURCE_DIR) / "src" / area}) {
+  for (const fs::path& root :
+       {fs::path(EAGLE_SOURCE_DIR) / "include" / "eagle" / area, fs::path(EAGLE_SOURCE_DIR) / "src" / area}) {
     if (!fs::exists(root)) continue;
     for (const auto& e : fs::recursive_directory_iterator(root)) {
       if (!e.is_regular_file()) continue;
@@ -77,4 +78,28 @@ TEST_CASE("the plain C++ areas include no LibTorch header", "[layout]") {
     return all;
   }());
   CHECK(violations.empty());
+}
+
+TEST_CASE("docs/developer.md's layout names every source file of every area", "[layout]") {
+  const std::string doc = eagle::test::read_file(fs::path(EAGLE_SOURCE_DIR) / "docs" / "developer.md");
+  const auto start = doc.find("## Layout");
+  REQUIRE(start != std::string::npos);
+  const std::string layout = doc.substr(start, doc.find("\n## ", start + 1) - start);
+  std::vector<std::string> missing;
+  for (const auto& [area, rank] : kRank) {
+    if (layout.find("\n" + area + "/") == std::string::npos) missing.push_back(area + "/ (the area itself)");
+    for (const fs::path& root :
+         {fs::path(EAGLE_SOURCE_DIR) / "include" / "eagle" / area, fs::path(EAGLE_SOURCE_DIR) / "src" / area}) {
+      for (const auto& e : fs::directory_iterator(root)) {
+        const std::string stem = e.path().stem().string();
+        if (layout.find(stem) == std::string::npos) missing.push_back(area + "/" + e.path().filename().string());
+      }
+    }
+  }
+  INFO([&] {
+    std::string all;
+    for (const auto& m : missing) all += m + "\n";
+    return all;
+  }());
+  CHECK(missing.empty());
 }

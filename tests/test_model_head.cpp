@@ -121,7 +121,8 @@ TEST_CASE("EAGLE-3 loss, metrics and tau on a hand-built case", "[model]") {
   const double l12 = std::log(12.0);
   CHECK(out.loss.item<double>() == Approx(l12 * (4.0 / 5.0 + 0.8 * 3.0 / 4.0)).epsilon(1e-5));
   auto s = out.metric_sums;
-  CHECK(torch::allclose(s.narrow(1, 0, 4), torch::tensor({4.0f, 3.0f, 4.0f, 3.0f, 3.0f, 2.0f, 2.0f, 1.0f}).view({2, 4})));
+  CHECK(
+      torch::allclose(s.narrow(1, 0, 4), torch::tensor({4.0f, 3.0f, 4.0f, 3.0f, 3.0f, 2.0f, 2.0f, 1.0f}).view({2, 4})));
   CHECK(s.index({0, model::kLossSum}).item<double>() == Approx(4 * l12).epsilon(1e-5));
   auto m = train::summarize_metrics(s);
   CHECK(m.acc[0] == Approx(0.75));
@@ -234,7 +235,8 @@ TEST_CASE("EAGLE-1 head: shapes, loss terms, gradients, drafting", "[model]") {
   auto next = model::shift_left(in.final_hidden, 1, 0.0);
   auto valid = model::in_document_mask(in.loss_mask, in.document_ids, 0);
   auto fl = torch::smooth_l1_loss(pred, next, at::Reduction::None).mean(-1);
-  auto ce = model::soft_cross_entropy(torch::linear(pred, target.lm_head), torch::softmax(torch::linear(next, target.lm_head), -1));
+  auto ce = model::soft_cross_entropy(torch::linear(pred, target.lm_head),
+                                      torch::softmax(torch::linear(next, target.lm_head), -1));
   auto expect = ((fl + 0.1 * ce) * valid).sum() / 12.0;
   CHECK(out.loss.item<double>() == Approx(expect.item<double>()).epsilon(1e-5));
   out.loss.backward();

@@ -15,7 +15,9 @@ namespace {
 
 const char* kFamilies[] = {"tiny-llama", "tiny-llama3", "tiny-mistral", "tiny-qwen2", "tiny-qwen3"};
 
-std::string model_dir(const std::string& name) { return std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/" + name; }
+std::string model_dir(const std::string& name) {
+  return std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/" + name;
+}
 
 std::map<std::string, torch::Tensor> reference(const std::string& name) {
   return model::load_safetensors(std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/reference/" + name + ".safetensors");
@@ -93,9 +95,9 @@ TEST_CASE("target padded and packed batches equal the per-sample forward", "[mod
     CHECK(torch::isfinite(out.teacher_logits).all().item<bool>());  // padding rows stay finite
 
     // Packed: both samples in one row, positions restarting, block-diagonal attention.
-    model::TargetBatch packed{torch::cat({ids_a, ids_b}, 1),
-                              torch::cat({torch::arange(Ta), torch::arange(Tb)}).unsqueeze(0),
-                              torch::cat({torch::zeros({Ta}, torch::kInt64), torch::ones({Tb}, torch::kInt64)}).unsqueeze(0)};
+    model::TargetBatch packed{
+        torch::cat({ids_a, ids_b}, 1), torch::cat({torch::arange(Ta), torch::arange(Tb)}).unsqueeze(0),
+        torch::cat({torch::zeros({Ta}, torch::kInt64), torch::ones({Tb}, torch::kInt64)}).unsqueeze(0)};
     auto pk = m.forward(packed, full_vocab(m, 7));
     auto pk_hs = stacked(pk.aux_hidden, H);
     CHECK(max_err(pk_hs.narrow(2, 0, Ta), ref.at("a.hidden_states")) <= 1e-4);

@@ -157,8 +157,9 @@ TEST_CASE("target checkpoint: bad tensors are named", "[model]") {
   SECTION("wrong shape") {
     tensors["model.layers.1.self_attn.k_proj.weight"] = torch::zeros({16, 64});
     write_model(dir.path(), tiny_config(), tensors);
-    CHECK_THAT(load_error(dir.path()), Catch::Contains("wrong shape") &&
-                                           Catch::Contains("model.layers.1.self_attn.k_proj.weight [16, 64] (expected [32, 64])"));
+    CHECK_THAT(load_error(dir.path()),
+               Catch::Contains("wrong shape") &&
+                   Catch::Contains("model.layers.1.self_attn.k_proj.weight [16, 64] (expected [32, 64])"));
   }
   SECTION("missing and unexpected tensors") {
     tensors.erase("model.layers.3.mlp.up_proj.weight");

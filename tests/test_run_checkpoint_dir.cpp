@@ -224,10 +224,11 @@ TEST_CASE("the output_dir guard protects another run's files", "[run]") {
 
   auto refused = error_of([&] { prepare_output_dir(out, "", false); });
   CHECK(refused.kind() == eagle::ErrorKind::usage);
-  CHECK(refused.format() == out.string() +
-                                ": output_dir: output_dir holds another run: expected a new or empty run folder, found "
-                                "checkpoint-3, events.out.tfevents.1.host, metrics.jsonl (hint: "
-                                "--resume_from_checkpoint auto continues that run; --overwrite_output_dir replaces it)");
+  CHECK(refused.format() ==
+        out.string() +
+            ": output_dir: output_dir holds another run: expected a new or empty run folder, found "
+            "checkpoint-3, events.out.tfevents.1.host, metrics.jsonl (hint: "
+            "--resume_from_checkpoint auto continues that run; --overwrite_output_dir replaces it)");
   CHECK(fs::exists(out / "checkpoint-3"));
   CHECK(fs::exists(out / ".tmp-checkpoint-4"));  // a refused start touches nothing
 

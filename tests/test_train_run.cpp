@@ -79,9 +79,10 @@ TEST_CASE("the smoke run trains, evaluates and writes every run file", "[train]"
   CHECK(summary["ar"].get<double>() >= 1.0);
   CHECK(summary["acc"][0].get<double>() > 0.1);
   CHECK(summary["tokens_per_s"].get<double>() > 0);
-  for (const char* f : {"config.json", "command_line.txt", "checkpoint-40/COMPLETE", "checkpoint-80/COMPLETE",
-                        "checkpoint-80/model.safetensors", "checkpoint-80/config.json", "checkpoint-80/optimizer.safetensors",
-                        "checkpoint-80/trainer_state.json", "checkpoint-best/best.json"})
+  for (const char* f :
+       {"config.json", "command_line.txt", "checkpoint-40/COMPLETE", "checkpoint-80/COMPLETE",
+        "checkpoint-80/model.safetensors", "checkpoint-80/config.json", "checkpoint-80/optimizer.safetensors",
+        "checkpoint-80/trainer_state.json", "checkpoint-best/best.json"})
     CHECK(fs::exists(out / f));
   bool events = false;
   for (const auto& e : fs::directory_iterator(out))
@@ -91,8 +92,10 @@ TEST_CASE("the smoke run trains, evaluates and writes every run file", "[train]"
   // The event file reads back with the tensorboard package when it is installed (scripts/setup.sh).
   const std::string py = eagle::test::venv_python();
   if (fs::exists(py)) {
-    std::string cmd = py + " -c \"from tensorboard.backend.event_processing.event_accumulator import EventAccumulator as E; "
-                           "a=E('" + out.string() + "'); a.Reload(); print('steps', len(a.Scalars('train/loss')))\" 2>&1";
+    std::string cmd = py +
+                      " -c \"from tensorboard.backend.event_processing.event_accumulator import EventAccumulator as E; "
+                      "a=E('" +
+                      out.string() + "'); a.Reload(); print('steps', len(a.Scalars('train/loss')))\" 2>&1";
     CHECK_THAT(eagle::test::run_command(cmd).output, Catch::Contains("steps 8"));
   }
 
@@ -164,7 +167,8 @@ TEST_CASE("SIGTERM checkpoints and exits 130; auto resume finishes the run", "[t
 TEST_CASE("non-finite values stop the run under nan_policy error and are skipped under skip", "[train]") {
   TempDir dir;
   // A learning rate of 1e30 makes the weights overflow after the first update.
-  auto args = " --max_steps 6 --logging_steps 2 --eval_steps 0 --eval_num_prompts 0 --warmup_steps 0 --learning_rate 1e30";
+  auto args =
+      " --max_steps 6 --logging_steps 2 --eval_steps 0 --eval_num_prompts 0 --warmup_steps 0 --learning_rate 1e30";
   auto r = run_cli("train " + kSmoke + args + " --output_dir " + (dir / "err").string());
   INFO(r.output);
   CHECK(r.exit_code == 5);
@@ -181,8 +185,9 @@ TEST_CASE("non-finite values stop the run under nan_policy error and are skipped
 
 TEST_CASE("CI gates fail the run with exit 6 and say which", "[train]") {
   TempDir dir;
-  auto r = run_cli("train " + kSmoke + " --max_steps 4 --eval_steps 0 --min_ar 3.5 --max_final_loss 0.01 --output_dir " +
-                   (dir / "run").string());
+  auto r =
+      run_cli("train " + kSmoke + " --max_steps 4 --eval_steps 0 --min_ar 3.5 --max_final_loss 0.01 --output_dir " +
+              (dir / "run").string());
   CHECK(r.exit_code == 6);
   CHECK_THAT(r.output, Catch::Contains("min_ar") && Catch::Contains("max_final_loss"));
   auto summary = json::parse(eagle::test::read_file(dir / "run" / "summary.json"));
@@ -192,7 +197,8 @@ TEST_CASE("CI gates fail the run with exit 6 and say which", "[train]") {
 TEST_CASE("the trainer refuses bad input before training", "[train]") {
   TempDir dir;
   eagle::test::write_file(dir / "big.jsonl", "{\"input_ids\": [1, 2, 3, 4, 5, 6]}\n{\"input_ids\": [1, 2, 9999, 4]}\n");
-  auto r = run_cli("train " + kSmoke + " --data_path " + (dir / "big.jsonl").string() + " --output_dir " + (dir / "a").string());
+  auto r = run_cli("train " + kSmoke + " --data_path " + (dir / "big.jsonl").string() + " --output_dir " +
+                   (dir / "a").string());
   CHECK(r.exit_code == 3);
   CHECK_THAT(r.output, Catch::Contains("big.jsonl") && Catch::Contains("token id outside the target's vocabulary") &&
                            Catch::Contains("9999") && Catch::Contains("ids < 512"));
@@ -214,8 +220,9 @@ TEST_CASE("eval measures a checkpoint and its exported copy alike", "[train]") {
   auto ex = run_cli("export --checkpoint " + ckpt.string() + " --format speculators --output " + exported.string());
   INFO(ex.output);
   REQUIRE(ex.exit_code == 0);
-  const std::string common = std::string(" --model_name_or_path ") + EAGLE_SOURCE_DIR + "/tests/fixtures/models/tiny-llama" +
-                             " --data_path " + EAGLE_SOURCE_DIR + "/tests/fixtures/data/smoke.jsonl" +
+  const std::string common = std::string(" --model_name_or_path ") + EAGLE_SOURCE_DIR +
+                             "/tests/fixtures/models/tiny-llama" + " --data_path " + EAGLE_SOURCE_DIR +
+                             "/tests/fixtures/data/smoke.jsonl" +
                              " --training_seq_len 256 --eval_num_prompts 3 --eval_max_new_tokens 12 --num_threads 1";
   auto a = run_cli("eval --checkpoint " + ckpt.string() + common + " --output " + (dir / "a.json").string());
   auto b = run_cli("eval --checkpoint " + exported.string() + common + " --json");

@@ -27,7 +27,8 @@ std::vector<std::int64_t> read_lengths(const std::string& path, std::int64_t seq
 
 // Log-normal lengths (Box-Muller on our own generator, so every platform draws the same lengths),
 // truncated to seq_len like the loader's default overlong_policy.
-std::vector<std::int64_t> lognormal(double median, double sigma, std::size_t n, std::uint64_t seed, std::int64_t seq_len) {
+std::vector<std::int64_t> lognormal(double median, double sigma, std::size_t n, std::uint64_t seed,
+                                    std::int64_t seq_len) {
   Rng rng(seed);
   std::vector<std::int64_t> out(n);
   for (auto& x : out) {
@@ -72,8 +73,8 @@ int main(int argc, char** argv) {
     std::cout << "| mode | padding efficiency | shapes used / possible | batches | attention vs ideal | plan ms |\n"
                  "|---|---|---|---|---|---|\n";
     for (const ModeReport& r : evaluate_grid(lengths, o))
-      std::cout << fmt::format("| {} | {:.3f} | {} / {} | {} | {:.2f} | {:.1f} |\n", r.name, r.efficiency, r.shapes_used,
-                               r.shapes_possible, r.batches, r.attention_vs_ideal, r.plan_ms);
+      std::cout << fmt::format("| {} | {:.3f} | {} / {} | {} | {:.2f} | {:.1f} |\n", r.name, r.efficiency,
+                               r.shapes_used, r.shapes_possible, r.batches, r.attention_vs_ideal, r.plan_ms);
   } catch (const eagle::Error& e) {
     std::cerr << e.format() << "\n";
     return 1;

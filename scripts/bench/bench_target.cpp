@@ -46,7 +46,8 @@ void write_model(const fs::path& dir) {
   t["model.norm.weight"] = torch::ones({kHidden});
   for (std::int64_t l = 0; l < kLayers; ++l) {
     const auto p = fmt::format("model.layers.{}.", l);
-    for (const char* n : {"q_proj", "k_proj", "v_proj", "o_proj"}) t[p + "self_attn." + n + ".weight"] = lin(kHidden, kHidden);
+    for (const char* n : {"q_proj", "k_proj", "v_proj", "o_proj"})
+      t[p + "self_attn." + n + ".weight"] = lin(kHidden, kHidden);
     t[p + "mlp.gate_proj.weight"] = lin(kInter, kHidden);
     t[p + "mlp.up_proj.weight"] = lin(kInter, kHidden);
     t[p + "mlp.down_proj.weight"] = lin(kHidden, kInter);

@@ -26,8 +26,8 @@ bool is_configured(const data::ModeReport& r, const data::SamplerOptions& o) {
 void print_text(const data::Dataset& ds, const data::LengthSummary& s, const std::vector<data::ModeReport>& modes,
                 const data::SamplerOptions& o, const std::vector<std::int64_t>& suggested) {
   const data::TokenStats& st = ds.stats();
-  std::cout << fmt::format("{}: {} samples, {} tokens ({} trained); truncated {}, dropped {}, skipped {}\n", ds.source(),
-                           s.samples, s.tokens, st.trained_tokens, st.truncated, st.dropped, st.skipped);
+  std::cout << fmt::format("{}: {} samples, {} tokens ({} trained); truncated {}, dropped {}, skipped {}\n",
+                           ds.source(), s.samples, s.tokens, st.trained_tokens, st.truncated, st.dropped, st.skipped);
   std::cout << fmt::format("lengths: min {}, p50 {}, mean {:.1f}, p90 {}, p99 {}, max {} (training_seq_len {})\n\n",
                            s.min, s.p50, s.mean, s.p90, s.p99, s.max, o.training_seq_len);
   std::cout << "length histogram (tokens):\n";

@@ -27,10 +27,12 @@ void check_compatible(const model::HeadConfig& h, const model::TargetConfig& t, 
     return Error(ErrorKind::input, "the head was trained for another target").file(head_dir + "/config.json")
         .place(field).expected(fmt::format("{} (the target's)", target_value)).found(std::to_string(head_value));
   };
-  EAGLE_CHECK(h.target_hidden_size == t.hidden_size, mismatch("target_hidden_size", h.target_hidden_size, t.hidden_size));
+  EAGLE_CHECK(h.target_hidden_size == t.hidden_size,
+              mismatch("target_hidden_size", h.target_hidden_size, t.hidden_size));
   EAGLE_CHECK(h.vocab_size == t.vocab_size, mismatch("vocab_size", h.vocab_size, t.vocab_size));
   for (auto id : h.aux_layer_ids)
-    EAGLE_CHECK(id >= 0 && id <= t.num_hidden_layers, mismatch("eagle_aux_hidden_state_layer_ids", id, t.num_hidden_layers));
+    EAGLE_CHECK(id >= 0 && id <= t.num_hidden_layers,
+                mismatch("eagle_aux_hidden_state_layer_ids", id, t.num_hidden_layers));
 }
 
 }  // namespace
@@ -59,9 +61,10 @@ void run_eval(const config::Options& opts) {
   j["draft_len"] = settings.draft_len;
   if (opts.json) std::cout << j.dump(2) << "\n";
   else
-    std::cout << fmt::format("AR {} | eval loss {:.4f} | acc {:.3f} | tau {:.3f} ({} held-out samples, {} drafted per round)\n",
-                             stats.ar ? fmt::format("{:.3f}", *stats.ar) : std::string("n/a"), stats.loss,
-                             fmt::join(stats.acc, " "), stats.tau, heldout.size(), settings.draft_len);
+    std::cout << fmt::format(
+        "AR {} | eval loss {:.4f} | acc {:.3f} | tau {:.3f} ({} held-out samples, {} drafted per round)\n",
+        stats.ar ? fmt::format("{:.3f}", *stats.ar) : std::string("n/a"), stats.loss, fmt::join(stats.acc, " "),
+        stats.tau, heldout.size(), settings.draft_len);
   if (!opts.output.empty()) util::write_file_atomic(opts.output, j.dump(2) + "\n");
   run::RunSummary measured;
   measured.ar = stats.ar;

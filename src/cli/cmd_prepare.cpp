@@ -48,18 +48,21 @@ void run_prepare(const config::Options& opts) {
   auto files = data::list_sample_files(opts.input);
   std::uint64_t total = 0;
   for (const auto& f : files) total += fs::file_size(f);
-  log::info("data", "prepare: {} file(s), {:.1f} MB -> {}", files.size(), static_cast<double>(total) / 1e6, opts.output);
+  log::info("data", "prepare: {} file(s), {:.1f} MB -> {}", files.size(), static_cast<double>(total) / 1e6,
+            opts.output);
 
   data::FlatBuilder builder;
   data::ReadOptions ro{opts.training_seq_len, opts.bad_sample_policy, opts.overlong_policy};
   data::ByteProgress progress("prepare", total);
-  data::ReadCounts rc = data::read_sample_files(files, ro, builder, [&](std::uint64_t b, std::uint64_t n) { progress.update(b, n); });
+  data::ReadCounts rc =
+      data::read_sample_files(files, ro, builder, [&](std::uint64_t b, std::uint64_t n) { progress.update(b, n); });
   progress.finish(rc.input_bytes, rc.kept);
   double read_s = progress.elapsed_s(), read_cpu_s = progress.cpu_s();
   EAGLE_CHECK(rc.kept > 0, Error(ErrorKind::input, "no samples left to write")
                                .file(files.front())
                                .found(std::to_string(rc.records) + " samples read, none kept"));
-  if (rc.truncated) log::info("data", "{} samples longer than {} tokens truncated", rc.truncated, opts.training_seq_len);
+  if (rc.truncated)
+    log::info("data", "{} samples longer than {} tokens truncated", rc.truncated, opts.training_seq_len);
   if (rc.dropped) log::info("data", "{} samples dropped (overlong or no trained token left)", rc.dropped);
   if (rc.skipped) log::warn("data", "{} bad samples skipped", rc.skipped);
 

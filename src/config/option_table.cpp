@@ -260,7 +260,9 @@ class Table {
     e.is_set = [field](const Options& o) { return value_is_set(o.*field); };
     return Entry<T>(e, field);
   }
-  std::vector<OptionEntry> take() { return {std::make_move_iterator(entries_.begin()), std::make_move_iterator(entries_.end())}; }
+  std::vector<OptionEntry> take() {
+    return {std::make_move_iterator(entries_.begin()), std::make_move_iterator(entries_.end())};
+  }
 
  private:
   std::deque<OptionEntry> entries_;  // stable addresses while an Entry refers to the newest
@@ -315,8 +317,9 @@ std::vector<OptionEntry> declare_options() {
         "per_device_train_batch_size rows")
       .check([](std::int64_t v, const Options& o) {
         // A batch must hold one sample of training_seq_len tokens.
-        return v == 0 || v >= o.training_seq_len ? std::string()
-                                                  : fmt::format("0 or an integer >= training_seq_len ({})", o.training_seq_len);
+        return v == 0 || v >= o.training_seq_len
+                   ? std::string()
+                   : fmt::format("0 or an integer >= training_seq_len ({})", o.training_seq_len);
       });
   t.add(&Options::bad_sample_policy, "bad_sample_policy", G::data, kTrain | kPrepare | kStats | kEval,
         "A malformed sample: error stops at the first, skip counts them and logs the first few");

@@ -130,7 +130,8 @@ std::vector<ModeReport> evaluate_grid(const std::vector<std::int64_t>& lengths, 
     b.padding_free = false;
     const bool given = !base.bucket_boundaries.empty();
     if (!given) b.bucket_boundaries = suggest_boundaries(lengths, base.training_seq_len);
-    out.push_back(evaluate_mode(lengths, b, std::string(given ? "bucket_boundaries, " : "least-padding boundaries, ") + g));
+    out.push_back(
+        evaluate_mode(lengths, b, std::string(given ? "bucket_boundaries, " : "least-padding boundaries, ") + g));
     SamplerOptions p = base;
     p.group_by_length = grouped;
     p.padding_free = true;
@@ -142,7 +143,8 @@ std::vector<ModeReport> evaluate_grid(const std::vector<std::int64_t>& lengths, 
 nlohmann::json to_json(const LengthSummary& s) {
   nlohmann::json hist = nlohmann::json::array();
   for (std::size_t b = 0; b < s.histogram.size(); ++b)
-    hist.push_back({{"min", std::int64_t{1} << b}, {"max_exclusive", std::int64_t{2} << b}, {"samples", s.histogram[b]}});
+    hist.push_back(
+        {{"min", std::int64_t{1} << b}, {"max_exclusive", std::int64_t{2} << b}, {"samples", s.histogram[b]}});
   return {{"samples", s.samples}, {"tokens", s.tokens}, {"min", s.min},   {"mean", s.mean},
           {"p50", s.p50},         {"p90", s.p90},       {"p99", s.p99},   {"max", s.max},
           {"histogram", hist}};

@@ -196,7 +196,10 @@ DatasetHeader read_dataset_header(const std::string& path) {
                         .expected("the magic bytes EAGLEDS1")
                         .hint("create it with eagle-train prepare"));
   if (got < static_cast<ssize_t>(sizeof h))
-    throw std::move(bad_file(path, "dataset file is truncated").place("header").expected("256 header bytes").found(std::to_string(size) + " bytes"));
+    throw std::move(bad_file(path, "dataset file is truncated")
+                        .place("header")
+                        .expected("256 header bytes")
+                        .found(std::to_string(size) + " bytes"));
   if (h.version != kDatasetVersion)
     throw std::move(bad_file(path, "unsupported dataset format version")
                         .place("header")

@@ -61,9 +61,10 @@ class ByteSource {
       const char* msg = got <= 0 ? gzerror(gz_, &errnum) : nullptr;
       // A cut-off stream reads as a short file; zlib reports it only through gzerror.
       if (got < 0 || errnum == Z_BUF_ERROR)
-        throw Error(ErrorKind::input, errnum == Z_BUF_ERROR ? "the gzip file is truncated" : "cannot decompress the file")
-                            .file(path_)
-                            .found(msg ? msg : "zlib error");
+        throw Error(ErrorKind::input,
+                    errnum == Z_BUF_ERROR ? "the gzip file is truncated" : "cannot decompress the file")
+            .file(path_)
+            .found(msg ? msg : "zlib error");
       return static_cast<std::size_t>(got);
     }
     ssize_t got = ::read(fd_, dst, n);
@@ -158,7 +159,9 @@ std::vector<std::string> list_sample_files(const std::vector<std::string>& input
     std::error_code ec;
     auto st = fs::status(in, ec);
     if (ec || !fs::exists(st))
-      throw Error(ErrorKind::input, "input not found").file(in).expected("a .jsonl/.json(.gz) file or a folder of them");
+      throw Error(ErrorKind::input, "input not found")
+          .file(in)
+          .expected("a .jsonl/.json(.gz) file or a folder of them");
     if (fs::is_directory(st)) {
       EAGLE_CHECK(!fs::exists(fs::path(in) / "train.bin"),
                   Error(ErrorKind::input, "the folder is a prepared dataset, not sample files")

@@ -89,7 +89,8 @@ LoadedData load_prepared(const std::string& path, const LoadOptions& opts) {
   if (fs::exists(dir / kValidationFile)) {
     out.validation = fit_length(open_dataset_file((dir / kValidationFile).string()), opts);
   } else if (opts.validation_fraction > 0) {
-    log::info("data", "{} has no stored validation split: holding out {} of it in memory", path, opts.validation_fraction);
+    log::info("data", "{} has no stored validation split: holding out {} of it in memory", path,
+              opts.validation_fraction);
     out = split(std::move(out.train), opts, path);
   }
   return out;
@@ -121,7 +122,8 @@ LoadedData load_dataset(const std::string& path, const LoadOptions& opts) {
     FlatBuilder builder;
     ReadOptions ro{opts.training_seq_len, opts.bad_sample_policy, opts.overlong_policy};
     ByteProgress progress("read", total);
-    ReadCounts rc = read_sample_files(files, ro, builder, [&](std::uint64_t b, std::uint64_t n) { progress.update(b, n); });
+    ReadCounts rc =
+        read_sample_files(files, ro, builder, [&](std::uint64_t b, std::uint64_t n) { progress.update(b, n); });
     if (progress.drawn()) progress.finish(rc.input_bytes, rc.kept);
     TokenStats counts;
     counts.truncated = rc.truncated;

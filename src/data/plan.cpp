@@ -160,7 +160,8 @@ class Planner {
       std::size_t end = begin;
       const std::int64_t len = bucket(rows[begin].tokens);
       while (end < rows.size() && bucket(rows[end].tokens) == len) ++end;
-      std::vector<Row> run(rows.begin() + static_cast<std::ptrdiff_t>(begin), rows.begin() + static_cast<std::ptrdiff_t>(end));
+      std::vector<Row> run(rows.begin() + static_cast<std::ptrdiff_t>(begin),
+                           rows.begin() + static_cast<std::ptrdiff_t>(end));
       std::vector<Row> rest;
       cut(run, out, &rest);
       carried.insert(carried.end(), rest.begin(), rest.end());
@@ -275,7 +276,8 @@ std::int64_t BatchPlan::real_tokens(const std::vector<std::int64_t>& lengths) co
 
 std::ostream& operator<<(std::ostream& os, const BatchPlan& p) {
   os << p.rows << "x" << p.length << " [";
-  for (std::size_t r = 0; r < p.row_samples.size(); ++r) os << (r ? ", " : "") << fmt::format("[{}]", fmt::join(p.row_samples[r], ", "));
+  for (std::size_t r = 0; r < p.row_samples.size(); ++r)
+    os << (r ? ", " : "") << fmt::format("[{}]", fmt::join(p.row_samples[r], ", "));
   return os << "]";
 }
 

@@ -35,7 +35,9 @@ Error malformed(simdjson::error_code code, std::string place) {
   return bad("malformed JSON (" + why + ")", std::move(place));
 }
 
-std::string element(const char* field, std::size_t i) { return std::string("field ") + field + "[" + std::to_string(i) + "]"; }
+std::string element(const char* field, std::size_t i) {
+  return std::string("field ") + field + "[" + std::to_string(i) + "]";
+}
 
 std::string token_text(od::value& v) {
   std::string_view raw = v.raw_json_token();
@@ -123,7 +125,8 @@ void read_int_array(od::value& field_value, const char* name, std::vector<std::i
     if (auto e = v.get_int64().get(x)) {
       std::string text = token_text(v);
       // A JSON value starts with one of these; anything else (a stray '}' or ',') is broken JSON.
-      bool value_start = !text.empty() && std::string_view("\"-0123456789tfn[{").find(text[0]) != std::string_view::npos;
+      bool value_start =
+          !text.empty() && std::string_view("\"-0123456789tfn[{").find(text[0]) != std::string_view::npos;
       if (!is_type_error(e) || !value_start) throw std::move(malformed(e, element(name, i)).found("'" + text + "'"));
       const char* what = out_ids ? "token id is not an integer" : "entry is not an integer";
       throw std::move(bad(what, element(name, i)).expected("an integer").found(text));
@@ -136,7 +139,8 @@ void read_int_array(od::value& field_value, const char* name, std::vector<std::i
       out_ids->push_back(static_cast<TokenId>(x));
     } else if (out_mask) {
       if (x != 0 && x != 1)
-        throw std::move(bad("loss_mask value is not 0 or 1", element(name, i)).expected("0 or 1").found(std::to_string(x)));
+        throw std::move(
+            bad("loss_mask value is not 0 or 1", element(name, i)).expected("0 or 1").found(std::to_string(x)));
       out_mask->push_back(static_cast<std::uint8_t>(x));
     } else {
       out_wide->push_back(x);
@@ -175,7 +179,10 @@ struct SampleParser::Impl {
       if (auto e = std::move(f).get(field)) throw malformed(e, "a field name");
       std::string_view key;
       if (auto e = field.unescaped_key().get(key)) throw malformed(e, "a field name");
-      bool* seen = key == "input_ids" ? &has_ids : key == "loss_mask" ? &has_mask : key == "labels" ? &has_labels : nullptr;
+      bool* seen = key == "input_ids"   ? &has_ids
+                   : key == "loss_mask" ? &has_mask
+                   : key == "labels"    ? &has_labels
+                                        : nullptr;
       if (!seen) continue;  // other fields (id, conversations, ...) are ignored
       if (*seen) throw bad("field given twice", "field " + std::string(key));
       *seen = true;
@@ -187,7 +194,9 @@ struct SampleParser::Impl {
         read_int_array(field.value(), "labels", &labels, nullptr, nullptr, doc_end);
     }
     if (!has_ids)
-      throw std::move(bad("field input_ids is missing", "field input_ids").expected("an array of token ids").found("no such field"));
+      throw std::move(bad("field input_ids is missing", "field input_ids")
+                          .expected("an array of token ids")
+                          .found("no such field"));
     if (has_mask && has_labels)
       throw std::move(bad("both labels and loss_mask are given", "fields labels, loss_mask")
                           .hint("give one: loss_mask (0/1 per token) or labels (-100 for masked tokens)"));
@@ -208,16 +217,18 @@ struct SampleParser::Impl {
         } else if (labels[i] == static_cast<std::int64_t>(ids[i])) {
           mask[i] = 1;
         } else {
-          throw std::move(bad("labels differ from input_ids", element("labels", i))
-                              .expected("input_ids[" + std::to_string(i) + "] = " + std::to_string(ids[i]) + " or -100")
-                              .found(std::to_string(labels[i]))
-                              .hint("labels must be unshifted (labels[i] = input_ids[i]); shifted labels are not accepted"));
+          throw std::move(
+              bad("labels differ from input_ids", element("labels", i))
+                  .expected("input_ids[" + std::to_string(i) + "] = " + std::to_string(ids[i]) + " or -100")
+                  .found(std::to_string(labels[i]))
+                  .hint("labels must be unshifted (labels[i] = input_ids[i]); shifted labels are not accepted"));
         }
       }
     }
     if (!has_mask && !has_labels) mask.assign(ids.size(), 1);
     if (std::find(mask.begin(), mask.end(), 1) == mask.end())
-      throw bad("sample has no trained token (every loss_mask entry is 0)", has_labels ? "field labels" : "field loss_mask");
+      throw bad("sample has no trained token (every loss_mask entry is 0)",
+                has_labels ? "field labels" : "field loss_mask");
   }
 
   // Applies the overlong policy to the validated sample and appends it.
@@ -230,7 +241,8 @@ struct SampleParser::Impl {
         return;
       }
       n = limit;
-      if (std::find(mask.begin(), mask.begin() + static_cast<std::ptrdiff_t>(n), 1) == mask.begin() + static_cast<std::ptrdiff_t>(n)) {
+      if (std::find(mask.begin(), mask.begin() + static_cast<std::ptrdiff_t>(n), 1) ==
+          mask.begin() + static_cast<std::ptrdiff_t>(n)) {
         ++counts->dropped;  // every trained token lay beyond the cut
         return;
       }

@@ -100,7 +100,9 @@ json Sampler::state() const {
 
 void Sampler::restore(const json& s) {
   EAGLE_CHECK(s.is_object() && s.value("format", "") == kStateFormat,
-              state_error("not a sampler state", "format").expected(kStateFormat).found(s.is_object() ? s.value("format", "<missing>") : s.type_name()));
+              state_error("not a sampler state", "format")
+                  .expected(kStateFormat)
+                  .found(s.is_object() ? s.value("format", "<missing>") : s.type_name()));
   EAGLE_CHECK(s.value("version", 0) == kStateVersion,
               state_error("unsupported sampler state version", "version")
                   .expected(std::to_string(kStateVersion))
@@ -118,11 +120,14 @@ void Sampler::restore(const json& s) {
   }
   for (const char* key : {"epoch", "batch"})
     EAGLE_CHECK(s.contains(key) && s[key].is_number_integer() && s[key].get<std::int64_t>() >= 0,
-                state_error("bad sampler position", key).expected("an integer >= 0").found(s.contains(key) ? s[key].dump() : "<missing>"));
+                state_error("bad sampler position", key)
+                    .expected("an integer >= 0")
+                    .found(s.contains(key) ? s[key].dump() : "<missing>"));
   std::int64_t e = s["epoch"].get<std::int64_t>(), b = s["batch"].get<std::int64_t>();
-  EAGLE_CHECK(b <= batches_in_epoch(e), state_error("bad sampler position", "batch")
-                                            .expected(fmt::format("<= {} (batches in epoch {})", batches_in_epoch(e), e))
-                                            .found(std::to_string(b)));
+  EAGLE_CHECK(b <= batches_in_epoch(e),
+              state_error("bad sampler position", "batch")
+                  .expected(fmt::format("<= {} (batches in epoch {})", batches_in_epoch(e), e))
+                  .found(std::to_string(b)));
   epoch_ = e;
   index_ = b;
 }

@@ -7,7 +7,9 @@ namespace eagle::data {
 
 nlohmann::json stats_to_json(const TokenStats& s) {
   nlohmann::json j;
-  auto frac = [](std::uint64_t a, std::uint64_t b) { return b ? static_cast<double>(a) / static_cast<double>(b) : 0.0; };
+  auto frac = [](std::uint64_t a, std::uint64_t b) {
+    return b ? static_cast<double>(a) / static_cast<double>(b) : 0.0;
+  };
   j["samples"] = s.samples;
   j["tokens"] = s.tokens;
   j["trained_tokens"] = s.trained_tokens;

@@ -18,7 +18,8 @@ MetricsLog::MetricsLog(const fs::path& output_dir, std::optional<std::int64_t> r
     : path_(output_dir / kFileName) {
   std::error_code ec;
   fs::create_directories(output_dir, ec);
-  if (ec) throw Error(ErrorKind::output, "cannot create the output folder").file(output_dir.string()).found(ec.message());
+  if (ec)
+    throw Error(ErrorKind::output, "cannot create the output folder").file(output_dir.string()).found(ec.message());
   if (resumed_step && fs::exists(path_)) {
     std::ifstream in(path_);
     std::string line, kept;
@@ -42,7 +43,8 @@ MetricsLog::MetricsLog(const fs::path& output_dir, std::optional<std::int64_t> r
                 *resumed_step, dropped_);
   }
   file_ = std::fopen(path_.c_str(), resumed_step ? "ab" : "wb");
-  if (!file_) throw Error(ErrorKind::output, "cannot open the metrics log").file(path_.string()).found(std::strerror(errno));
+  if (!file_)
+    throw Error(ErrorKind::output, "cannot open the metrics log").file(path_.string()).found(std::strerror(errno));
 }
 
 MetricsLog::~MetricsLog() {

@@ -16,7 +16,8 @@ json numbers(const std::vector<double>& v) {
   return out;
 }
 
-void add_acc(std::vector<std::pair<std::string, float>>& out, const std::string& prefix, const std::vector<double>& acc) {
+void add_acc(std::vector<std::pair<std::string, float>>& out, const std::string& prefix,
+             const std::vector<double>& acc) {
   for (std::size_t k = 0; k < acc.size(); ++k)
     out.emplace_back(prefix + "acc_" + std::to_string(k), static_cast<float>(acc[k]));
 }
@@ -25,7 +26,8 @@ void add_acc(std::vector<std::pair<std::string, float>>& out, const std::string&
 
 void ThroughputWindow::fill(StepStats& s, double seconds) const {
   s.tokens_per_s = seconds > 0 ? static_cast<double>(real_tokens) / seconds : 0.0;
-  s.padding_efficiency = padded_tokens > 0 ? static_cast<double>(real_tokens) / static_cast<double>(padded_tokens) : 0.0;
+  s.padding_efficiency =
+      padded_tokens > 0 ? static_cast<double>(real_tokens) / static_cast<double>(padded_tokens) : 0.0;
   s.ms_per_step = steps > 0 ? 1000.0 * seconds / static_cast<double>(steps) : 0.0;
 }
 

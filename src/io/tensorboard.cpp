@@ -133,7 +133,8 @@ double unix_time_now() {
 TensorBoardWriter::TensorBoardWriter(const fs::path& logdir) {
   std::error_code ec;
   fs::create_directories(logdir, ec);
-  if (ec) throw Error(ErrorKind::output, "cannot create the TensorBoard folder").file(logdir.string()).found(ec.message());
+  if (ec)
+    throw Error(ErrorKind::output, "cannot create the TensorBoard folder").file(logdir.string()).found(ec.message());
   double now = unix_time_now();
   std::string base = "events.out.tfevents." + std::to_string(static_cast<long long>(now)) + "." + host_name();
   path_ = logdir / base;
@@ -141,7 +142,10 @@ TensorBoardWriter::TensorBoardWriter(const fs::path& logdir) {
   // TensorBoard expects file_version first in every file.
   for (int n = 1; fs::exists(path_); ++n) path_ = logdir / (base + "." + std::to_string(n));
   file_ = std::fopen(path_.c_str(), "wb");
-  if (!file_) throw Error(ErrorKind::output, "cannot create the TensorBoard events file").file(path_.string()).found(std::strerror(errno));
+  if (!file_)
+    throw Error(ErrorKind::output, "cannot create the TensorBoard events file")
+        .file(path_.string())
+        .found(std::strerror(errno));
   write_record(encode_file_version_event(now));
 }
 
@@ -152,7 +156,9 @@ TensorBoardWriter::~TensorBoardWriter() {
 void TensorBoardWriter::write_record(const std::string& event) {
   std::string frame = tfrecord_frame(event);
   if (std::fwrite(frame.data(), 1, frame.size(), file_) != frame.size() || std::fflush(file_) != 0)
-    throw Error(ErrorKind::output, "cannot write the TensorBoard events file").file(path_.string()).found(std::strerror(errno));
+    throw Error(ErrorKind::output, "cannot write the TensorBoard events file")
+        .file(path_.string())
+        .found(std::strerror(errno));
 }
 
 void TensorBoardWriter::add_scalars(std::int64_t step, const std::vector<std::pair<std::string, float>>& scalars,

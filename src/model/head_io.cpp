@@ -171,7 +171,8 @@ nlohmann::json head_config_json(const HeadConfig& c, HeadFormat format) {
   EAGLE_CHECK(eagle3_format == (c.eagle_version == 3),
               Error(ErrorKind::usage, "the export format does not fit the head's EAGLE version")
                   .place("--format")
-                  .expected(c.eagle_version == 3 ? "sglang or speculators for an EAGLE-3 head" : "vllm-eagle1 for an EAGLE-1 head")
+                  .expected(c.eagle_version == 3 ? "sglang or speculators for an EAGLE-3 head"
+                                                 : "vllm-eagle1 for an EAGLE-1 head")
                   .found(format_name(format)));
   if (format == HeadFormat::vllm_eagle1) {
     EAGLE_CHECK(!c.fc_bias, Error(ErrorKind::usage, "vLLM's EagleLlamaForCausalLM builds fc without a bias and "
@@ -197,23 +198,28 @@ nlohmann::json head_config_json(const HeadConfig& c, HeadFormat format) {
   }
   json layer = llama_fields(c);
   layer["architectures"] = {"LlamaForCausalLM"};
-  return {{"architectures", {"Eagle3Speculator"}},
-          {"speculators_model_type", "eagle3"},
-          {"transformer_layer_config", layer},
-          {"draft_vocab_size", c.draft_vocab_size},
-          {"target_hidden_size", c.target_hidden_size},
-          {"norm_before_residual", false},
-          {"eagle_aux_hidden_state_layer_ids", c.aux_layer_ids},
-          {"speculators_config",
-           {{"algorithm", "eagle3"},
-            {"proposal_methods", {{{"proposal_type", "greedy"}, {"speculative_tokens", c.ttt_steps},
-                                   {"verifier_accept_k", 1}, {"accept_tolerance", 0.0}}}},
-            {"default_proposal_method", "greedy"},
-            {"verifier", {{"name_or_path", c.target_name_or_path},
-                          {"architectures", c.target_architecture.empty() ? json::array() : json::array({c.target_architecture})}}}}},
-          {"speculators_version", kSpeculatorsVersion},
-          {"torch_dtype", "float32"},
-          {"eagle_train", eagle_train_fields(c)}};
+  return {
+      {"architectures", {"Eagle3Speculator"}},
+      {"speculators_model_type", "eagle3"},
+      {"transformer_layer_config", layer},
+      {"draft_vocab_size", c.draft_vocab_size},
+      {"target_hidden_size", c.target_hidden_size},
+      {"norm_before_residual", false},
+      {"eagle_aux_hidden_state_layer_ids", c.aux_layer_ids},
+      {"speculators_config",
+       {{"algorithm", "eagle3"},
+        {"proposal_methods",
+         {{{"proposal_type", "greedy"},
+           {"speculative_tokens", c.ttt_steps},
+           {"verifier_accept_k", 1},
+           {"accept_tolerance", 0.0}}}},
+        {"default_proposal_method", "greedy"},
+        {"verifier",
+         {{"name_or_path", c.target_name_or_path},
+          {"architectures", c.target_architecture.empty() ? json::array() : json::array({c.target_architecture})}}}}},
+      {"speculators_version", kSpeculatorsVersion},
+      {"torch_dtype", "float32"},
+      {"eagle_train", eagle_train_fields(c)}};
 }
 
 std::map<std::string, torch::Tensor> head_tensors(DraftHead& head, HeadFormat format) {
@@ -313,8 +319,9 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
     c.eagle1_token_weight = e.value("eagle1_token_weight", c.eagle1_token_weight);
   }
   if (c.eagle_version == 3) {
-    EAGLE_CHECK(!c.aux_layer_ids.empty(), config_error(file, "eagle_aux_hidden_state_layer_ids", "the aux layers are not named")
-                                              .expected("eagle_aux_hidden_state_layer_ids or eagle_config.eagle_aux_hidden_state_layer_ids"));
+    EAGLE_CHECK(!c.aux_layer_ids.empty(),
+                config_error(file, "eagle_aux_hidden_state_layer_ids", "the aux layers are not named")
+                    .expected("eagle_aux_hidden_state_layer_ids or eagle_config.eagle_aux_hidden_state_layer_ids"));
   }
   return c;
 }
@@ -329,7 +336,8 @@ LoadedHead load_head(const std::string& dir, torch::Device device) {
   auto& c = out.config;
   DraftVocab vocab = DraftVocab::identity(c.vocab_size);
   if (c.eagle_version == 3) {
-    vocab = file.contains("d2t") ? DraftVocab::from_d2t(file.get("d2t"), c.vocab_size) : DraftVocab::identity(c.vocab_size);
+    vocab =
+        file.contains("d2t") ? DraftVocab::from_d2t(file.get("d2t"), c.vocab_size) : DraftVocab::identity(c.vocab_size);
     EAGLE_CHECK(vocab.size() == c.draft_vocab_size,
                 Error(ErrorKind::input, "d2t does not match draft_vocab_size").file(weights_path).place("tensor d2t")
                     .expected(fmt::format("{} entries", c.draft_vocab_size)).found(fmt::format("{}", vocab.size())));
@@ -364,8 +372,10 @@ void load_head_weights(DraftHead& head, const std::string& dir) {
     EAGLE_CHECK(file.contains(b.key()), Error(ErrorKind::input, "a tensor of the head is missing").file(file.path())
                                             .place(fmt::format("tensor {}", b.key())));
     auto stored = file.get(b.key()).to(b.value().device(), b.value().scalar_type());
-    check_shape(stored.sizes().vec(), b.value().sizes(), Error(ErrorKind::input, "a tensor of the head has the wrong shape")
-                                                             .file(file.path()).place(fmt::format("tensor {}", b.key())));
+    check_shape(stored.sizes().vec(), b.value().sizes(),
+                Error(ErrorKind::input, "a tensor of the head has the wrong shape")
+                    .file(file.path())
+                    .place(fmt::format("tensor {}", b.key())));
     EAGLE_CHECK(torch::equal(stored, b.value()),
                 Error(ErrorKind::input, "the checkpoint's draft vocabulary differs from the one built from the data")
                     .file(file.path()).place(fmt::format("tensor {}", b.key()))

@@ -208,8 +208,9 @@ bool SafetensorsFile::contains(const std::string& name) const { return impl_->en
 namespace {
 const SafetensorsFile::Impl::Entry& entry_of(const SafetensorsFile::Impl& impl, const std::string& name) {
   auto it = impl.entries.find(name);
-  EAGLE_CHECK(it != impl.entries.end(),
-              Error(ErrorKind::input, "tensor missing from safetensors file").file(impl.path).place(tensor_place(name)));
+  EAGLE_CHECK(
+      it != impl.entries.end(),
+      Error(ErrorKind::input, "tensor missing from safetensors file").file(impl.path).place(tensor_place(name)));
   return it->second;
 }
 }  // namespace

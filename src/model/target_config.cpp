@@ -102,7 +102,8 @@ RopeConfig read_rope(const Reader& r, std::int64_t head_dim, std::int64_t max_po
                                   .expected("1.0").found(std::to_string(partial)));
   if (rope.type != "default") {
     rope.factor = p.number_or("factor", 0.0);
-    EAGLE_CHECK(rope.factor >= 1.0, bad("factor", "RoPE scaling factor must be >= 1").found(std::to_string(rope.factor)));
+    EAGLE_CHECK(rope.factor >= 1.0,
+                bad("factor", "RoPE scaling factor must be >= 1").found(std::to_string(rope.factor)));
   }
   if (rope.type == "llama3") {
     rope.low_freq_factor = p.number_or("low_freq_factor", 1.0);
@@ -141,9 +142,10 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
   const Family* fam = nullptr;
   for (const auto& f : kFamilies)
     if (c.architecture == f.architecture) fam = &f;
-  EAGLE_CHECK(fam != nullptr, r.bad("architectures", "unsupported architecture")
-                                  .expected("LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM")
-                                  .found(c.architecture));
+  EAGLE_CHECK(fam != nullptr,
+              r.bad("architectures", "unsupported architecture")
+                  .expected("LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM or Qwen3ForCausalLM")
+                  .found(c.architecture));
   EAGLE_CHECK(c.model_type == fam->model_type,
               r.bad("model_type", "model_type does not match the architecture")
                   .expected(fam->model_type).found(c.model_type));

@@ -161,7 +161,8 @@ TargetStepOutput TargetModel::forward_cached(KvCache& cache, const torch::Tensor
   const auto positions = torch::arange(start, start + n, iopts).unsqueeze(0).expand({B, n});
   auto [cos, sin] = m.rope(positions, start + n);
   // New token i (absolute position start + i) attends cached and new keys j <= start + i.
-  const auto mask = (torch::arange(start + n, iopts).unsqueeze(0) <= positions[0].unsqueeze(1)).view({1, 1, n, start + n});
+  const auto mask =
+      (torch::arange(start + n, iopts).unsqueeze(0) <= positions[0].unsqueeze(1)).view({1, 1, n, start + n});
 
   std::vector<torch::Tensor> aux;
   auto keep = [&](std::int64_t id, const torch::Tensor& h) {

@@ -269,7 +269,8 @@ std::optional<CheckpointRef> find_resume(const std::string& resume_from_checkpoi
   } else if (fs::exists(path / CheckpointDir::kBestJson, ec)) {
     std::ifstream in(path / CheckpointDir::kBestJson);
     json doc = json::parse(in, nullptr, false);
-    if (doc.is_object() && doc.contains("step") && doc["step"].is_number_integer()) ref.step = doc["step"].get<std::int64_t>();
+    if (doc.is_object() && doc.contains("step") && doc["step"].is_number_integer())
+      ref.step = doc["step"].get<std::int64_t>();
   }
   return ref;
 }
@@ -278,8 +279,12 @@ std::optional<CheckpointRef> prepare_output_dir(const fs::path& output_dir, cons
                                                 bool overwrite_output_dir) {
   make_folder(output_dir);
   CheckpointDir dir(output_dir);
-  auto same_folder = [](const fs::path& a, const fs::path& b) { return fs::weakly_canonical(a) == fs::weakly_canonical(b); };
-  auto parent_of = [](const fs::path& p) { return p.filename().empty() ? p.parent_path().parent_path() : p.parent_path(); };
+  auto same_folder = [](const fs::path& a, const fs::path& b) {
+    return fs::weakly_canonical(a) == fs::weakly_canonical(b);
+  };
+  auto parent_of = [](const fs::path& p) {
+    return p.filename().empty() ? p.parent_path().parent_path() : p.parent_path();
+  };
   // Leftovers are only touched once this run may use the folder: a run continuing here repairs
   // interrupted swaps before the newest checkpoint is looked up; a refused start touches nothing.
   bool continuing = resume_from_checkpoint == "auto" ||
@@ -299,7 +304,8 @@ std::optional<CheckpointRef> prepare_output_dir(const fs::path& output_dir, cons
     dir.clean_temporaries();
     return resume;
   }
-  bool never_saved = resume_from_checkpoint == "auto" && !resume && !fs::exists(output_dir / CheckpointDir::kBestFolder);
+  bool never_saved =
+      resume_from_checkpoint == "auto" && !resume && !fs::exists(output_dir / CheckpointDir::kBestFolder);
   if (overwrite_output_dir || never_saved) {
     log::warn("ckpt", "{}: removing {} files/folders of an earlier run ({})", output_dir.string(), artifacts.size(),
               overwrite_output_dir ? "overwrite_output_dir" : "it never saved a checkpoint");

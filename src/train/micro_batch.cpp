@@ -19,7 +19,8 @@ torch::Tensor denominator_tensor(const std::vector<std::int64_t>& denominators) 
   return torch::tensor(std::vector<float>(denominators.begin(), denominators.end()), torch::kFloat32);
 }
 
-model::HeadInputs head_inputs(const model::TargetModel& target, const BatchTensors& b, const model::TeacherSpec& teacher) {
+model::HeadInputs head_inputs(const model::TargetModel& target, const BatchTensors& b,
+                              const model::TeacherSpec& teacher) {
   auto out = target.forward(model::TargetBatch{b.input_ids, b.position_ids, b.document_ids}, teacher);
   model::HeadInputs in;
   in.input_ids = b.input_ids;

@@ -12,7 +12,8 @@
 namespace eagle::train {
 
 torch::Device resolve_device(const std::string& device) {
-  if (device == "auto") return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  if (device == "auto")
+    return torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
   if (device == "cpu") return torch::kCPU;
   EAGLE_CHECK(torch::cuda::is_available(),
               Error(ErrorKind::usage, "no CUDA device is available").place("--device").found(device)
@@ -26,7 +27,8 @@ torch::Device resolve_device(const std::string& device) {
 }
 
 void configure_runtime(const config::Options& opts) {
-  auto threads = opts.num_threads > 0 ? opts.num_threads : static_cast<std::int64_t>(std::thread::hardware_concurrency());
+  auto threads =
+      opts.num_threads > 0 ? opts.num_threads : static_cast<std::int64_t>(std::thread::hardware_concurrency());
   torch::set_num_threads(static_cast<int>(std::max<std::int64_t>(1, threads)));
   torch::manual_seed(static_cast<std::uint64_t>(opts.seed));
   log::debug("train", "intra-op threads: {}, seed: {}", torch::get_num_threads(), opts.seed);

@@ -27,7 +27,8 @@ std::optional<data::Dataset> heldout_split(const config::Options& opts, std::opt
 TrainData load_train_data(const config::Options& opts) {
   auto loaded = data::load_dataset(opts.data_path, data::LoadOptions::from(opts));
   TrainData out{std::move(loaded.train), heldout_split(opts, std::move(loaded.validation))};
-  EAGLE_CHECK(out.train.size() > 0, Error(ErrorKind::input, "the training data holds no usable sample").file(opts.data_path));
+  EAGLE_CHECK(out.train.size() > 0,
+              Error(ErrorKind::input, "the training data holds no usable sample").file(opts.data_path));
   log::info("data", "training samples: {} ({} tokens, {} trained); held-out samples: {}", out.train.size(),
             out.train.stats().tokens, out.train.stats().trained_tokens, out.heldout ? out.heldout->size() : 0);
   return out;
@@ -80,9 +81,10 @@ std::shared_ptr<model::DraftHead> make_head(const config::Options& opts, const m
     std::uint64_t covered = 0;
     for (auto id : vocab.draft_ids)
       if (static_cast<std::size_t>(id) < counts.size()) covered += counts[static_cast<std::size_t>(id)];
-    log::info("model", "draft vocabulary: {} of {} target ids ({:.1f}% of trained tokens covered)", vocab.size(),
-              tc.vocab_size,
-              stats.trained_tokens ? 100.0 * static_cast<double>(covered) / static_cast<double>(stats.trained_tokens) : 0.0);
+    log::info(
+        "model", "draft vocabulary: {} of {} target ids ({:.1f}% of trained tokens covered)", vocab.size(),
+        tc.vocab_size,
+        stats.trained_tokens ? 100.0 * static_cast<double>(covered) / static_cast<double>(stats.trained_tokens) : 0.0);
   }
   return head;
 }

@@ -57,7 +57,8 @@ void write_checkpoint_files(const std::filesystem::path& dir, model::DraftHead& 
   j["format_version"] = 1;
   std::ofstream out(dir / kTrainerStateFile);
   out << j.dump(2) << "\n";
-  EAGLE_CHECK(out.good(), Error(ErrorKind::output, "cannot write the trainer state").file((dir / kTrainerStateFile).string()));
+  EAGLE_CHECK(out.good(),
+              Error(ErrorKind::output, "cannot write the trainer state").file((dir / kTrainerStateFile).string()));
 }
 
 TrainerState restore_checkpoint(const std::filesystem::path& dir, model::DraftHead& head, AdamW& optimizer,

@@ -69,8 +69,8 @@ std::int64_t plan_total_steps(const config::Options& o, data::Sampler& sampler) 
   batches += (o.num_train_epochs - static_cast<double>(whole)) * static_cast<double>(sampler.batches_in_epoch(whole));
   auto steps = static_cast<std::int64_t>(batches / static_cast<double>(o.gradient_accumulation_steps));
   EAGLE_CHECK(steps > 0, Error(ErrorKind::usage, "the run would take no optimizer step")
-                             .found(fmt::format("{} batches per epoch, num_train_epochs {}", sampler.batches_in_epoch(0),
-                                                o.num_train_epochs))
+                             .found(fmt::format("{} batches per epoch, num_train_epochs {}",
+                                                sampler.batches_in_epoch(0), o.num_train_epochs))
                              .hint("raise num_train_epochs or set max_steps"));
   return steps;
 }
@@ -222,8 +222,9 @@ void Run::train_step() {
     const data::Shape shape{batch.rows, batch.length};
     auto it = buffers_.find(shape);
     if (it == buffers_.end())
-      it = buffers_.emplace(shape, ShapeBuffers{allocate_like(batch, device_), torch::zeros({K_}, step_loss_.options())})
-               .first;
+      it =
+          buffers_.emplace(shape, ShapeBuffers{allocate_like(batch, device_), torch::zeros({K_}, step_loss_.options())})
+              .first;
     ShapeBuffers& buf = it->second;
     copy_into(batch, buf.batch);
     buf.denominators.copy_(denominators, /*non_blocking=*/device_.is_cuda());
@@ -276,7 +277,8 @@ void Run::save() {
     });
     checkpoints_->rotate(o_.save_total_limit);
     if (last_eval_ && last_eval_->step == step)
-      checkpoints_->update_best(step, last_eval_->ar ? "ar" : "tau", last_eval_->ar ? *last_eval_->ar : last_eval_->tau);
+      checkpoints_->update_best(step, last_eval_->ar ? "ar" : "tau",
+                                last_eval_->ar ? *last_eval_->ar : last_eval_->tau);
   });
 }
 

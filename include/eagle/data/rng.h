@@ -13,7 +13,9 @@ class Rng {
  public:
   explicit Rng(std::uint64_t seed) : state_(seed) {}
   // An independent stream per (seed, stream), e.g. stream = epoch: resuming needs only the epoch.
-  Rng(std::uint64_t seed, std::uint64_t stream) : state_(seed) { state_ = next() ^ mix(stream + 0x5851f42d4c957f2dULL); }
+  Rng(std::uint64_t seed, std::uint64_t stream) : state_(seed) {
+    state_ = next() ^ mix(stream + 0x5851f42d4c957f2dULL);
+  }
 
   std::uint64_t next() {
     state_ += 0x9e3779b97f4a7c15ULL;

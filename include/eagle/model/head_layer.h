@@ -26,7 +26,9 @@ TORCH_MODULE(HeadAttention);
 
 struct HeadMlpImpl : torch::nn::Module {
   explicit HeadMlpImpl(const HeadConfig& cfg);
-  torch::Tensor forward(const torch::Tensor& x) { return swiglu(x, gate_proj->weight, up_proj->weight, down_proj->weight); }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return swiglu(x, gate_proj->weight, up_proj->weight, down_proj->weight);
+  }
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(HeadMlp);

@@ -32,8 +32,8 @@ torch::Tensor ttt_attention_efficient(const torch::Tensor& q, const torch::Tenso
                                       std::int64_t query_chunk = 256);
 
 torch::Tensor ttt_attention(TttAttentionImpl impl, const torch::Tensor& q, const torch::Tensor& k0,
-                            const torch::Tensor& v0, const std::vector<torch::Tensor>& kd, const std::vector<torch::Tensor>& vd,
-                            const torch::Tensor& document_ids, double scale);
+                            const torch::Tensor& v0, const std::vector<torch::Tensor>& kd,
+                            const std::vector<torch::Tensor>& vd, const torch::Tensor& document_ids, double scale);
 
 // [B, 1, Tq, Tk] bool: key s is visible to query t0 + i (s <= t0 + i and the same document id).
 torch::Tensor document_causal_mask(const torch::Tensor& document_ids, std::int64_t t0, std::int64_t tq,
