@@ -47,8 +47,7 @@ torch::Tensor Eagle1Head::predict_features(const HeadInputs& in) {
   auto x = fc->forward(torch::cat({embed(shift_left(in.input_ids, 1, 0.0)), f}, -1));
   auto qkv = project_qkv(*layer->self_attn, cfg_, x, inv_freq_, in.position_ids);
   auto a = ttt_attention(cfg_.attention, qkv.q, qkv.k, qkv.v, {}, {}, in.document_ids, scale);
-  auto h = x + attention_output(*layer->self_attn, a);
-  return h + layer->mlp->forward(layer->post_attention_layernorm->forward(h));
+  return layer->finish(x, a);
 }
 
 HeadStepOutput Eagle1Head::train_step_forward(const HeadInputs& in, const torch::Tensor& denominators) {
@@ -88,8 +87,7 @@ torch::Tensor Eagle1Head::draft(DraftCache& cache, const torch::Tensor& features
     auto x = fc->forward(torch::cat({embed(ids), f}, -1));
     auto positions = torch::arange(start, start + len, opts).unsqueeze(0).expand({b, len});
     auto raw = project_qkv_raw(*layer->self_attn, cfg_, x, inv_freq_, positions);
-    auto h = x + attention_output(*layer->self_attn, cached_attention(cache, cfg_, start, raw.q, raw.k, raw.v));
-    return h + layer->mlp->forward(layer->post_attention_layernorm->forward(h));
+    return layer->finish(x, cached_attention(cache, cfg_, start, raw.q, raw.k, raw.v));
   };
   const auto start = cache.length;
   auto h = run(features.to(dev, fc->weight.scalar_type()), next_ids.to(dev), start);

@@ -77,8 +77,7 @@ void Eagle3Head::unroll(const HeadInputs& in, Visit&& visit) {
       vds.push_back(qkv.v);
     }
     auto a = ttt_attention(cfg_.attention, qkv.q, k0, v0, kds, vds, in.document_ids, scale);
-    auto h = hidden + attention_output(*layer.self_attn, a);
-    h = h + layer.mlp->forward(layer.post_attention_layernorm->forward(h));
+    auto h = layer.finish(hidden, a);
     auto logits = lm_head->forward(norm->forward(h));
     visit(k, StepResult{h, logits});
     hidden = h;
@@ -146,9 +145,7 @@ torch::Tensor Eagle3Head::draft(DraftCache& cache, const torch::Tensor& features
     auto x = torch::cat({layer.input_layernorm->forward(embed(ids)), layer.hidden_norm->forward(hidden)}, -1);
     auto positions = (torch::arange(pos0, pos0 + len, opts)).unsqueeze(0).expand({b, len});
     auto raw = project_qkv_raw(*layer.self_attn, cfg_, x, inv_freq_, positions);
-    auto a = cached_attention(cache, cfg_, start, raw.q, raw.k, raw.v);
-    auto h = hidden + attention_output(*layer.self_attn, a);
-    return h + layer.mlp->forward(layer.post_attention_layernorm->forward(h));
+    return layer.finish(hidden, cached_attention(cache, cfg_, start, raw.q, raw.k, raw.v));
   };
   const auto start = cache.length;
   auto h = run(fc->forward(features.to(dev, fc->weight.scalar_type())), next_ids.to(dev), start, start);

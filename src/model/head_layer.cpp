@@ -44,6 +44,11 @@ HeadLayerImpl::HeadLayerImpl(const HeadConfig& cfg, bool eagle3) {
   mlp = register_module("mlp", HeadMlp(cfg));
 }
 
+torch::Tensor HeadLayerImpl::finish(const torch::Tensor& residual, const torch::Tensor& attention) {
+  auto h = residual + attention_output(*self_attn, attention);
+  return h + mlp->forward(post_attention_layernorm->forward(h));
+}
+
 UnrepeatedQkv project_qkv_raw(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& x,
                       const torch::Tensor& inv_freq, const torch::Tensor& positions) {
   const auto b = x.size(0), t = x.size(1), d = cfg.head_dim;

@@ -36,6 +36,9 @@ TORCH_MODULE(HeadMlp);
 // EAGLE-3 (input 2H, input_layernorm and hidden_norm) or EAGLE-1 (input H, no input norm).
 struct HeadLayerImpl : torch::nn::Module {
   HeadLayerImpl(const HeadConfig& cfg, bool eagle3);
+  // The layer after its attention: h = residual + o_proj(attention); h + mlp(norm(h)).
+  // attention is [B, heads, T, head_dim].
+  torch::Tensor finish(const torch::Tensor& residual, const torch::Tensor& attention);
   RmsNorm input_layernorm{nullptr}, hidden_norm{nullptr}, post_attention_layernorm{nullptr};
   HeadAttention self_attn{nullptr};
   HeadMlp mlp{nullptr};
