@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Trains the demo target: a byte-level BPE tokenizer and a small Llama on the Alpaca demo data.
+"""Trains the demo target: a byte-level BPE tokenizer and a small Llama on the Alpaca demo data
+(data/alpaca_5000.json.gz in the repo).
 
 No model hub is reachable and a random target makes acceptance meaningless, so the demo trains its
 own target on CPU in minutes and saves it in the Hugging Face layout (config.json,
@@ -11,13 +12,13 @@ second run with the same settings exits at once.
 Run with the project's venv:  ~/.cache/eagle-train/venv/bin/python scripts/make_demo_target.py
 """
 import argparse
+import gzip
 import hashlib
 import json
 import math
 import os
 import random
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -73,23 +74,11 @@ def cpu_has_bf16():
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def find_default_data(root):
-    candidates = [root.parent / "shared", root / "shared"]
-    try:  # from a git worktree, the main checkout's ../shared
-        common = subprocess.run(["git", "-C", str(root), "rev-parse", "--path-format=absolute",
-                                 "--git-common-dir"], capture_output=True, text=True, check=True)
-        candidates.append(Path(common.stdout.strip()).parent.parent / "shared")
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    for c in candidates:
-        if (c / "data" / "alpaca_5000.json").is_file():
-            return c / "data" / "alpaca_5000.json"
-    return candidates[0] / "data" / "alpaca_5000.json"
-
-
 def load_records(path):
     try:
-        records = json.loads(Path(path).read_text(encoding="utf-8"))
+        opener = gzip.open if str(path).endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8") as f:
+            records = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
         sys.exit(f"error: {path}: cannot read the Alpaca data: {e}\n"
                  "hint: pass --data path/to/alpaca_5000.json")
@@ -258,7 +247,7 @@ def main():
     ap.add_argument("--output", type=Path, default=None,
                     help="target folder (default ~/.cache/eagle-train/demo-target[-quick])")
     ap.add_argument("--data", type=Path, default=None,
-                    help="Alpaca JSON (default ../shared/data/alpaca_5000.json)")
+                    help="Alpaca JSON, optionally .gz (default data/alpaca_5000.json.gz in the repo)")
     ap.add_argument("--quick", action="store_true",
                     help="a tiny model and few steps (< 1 minute), to test the script")
     ap.add_argument("--seed", type=int, default=1234)
@@ -278,13 +267,14 @@ def main():
         s["max_steps"] = args.max_steps
     if args.max_train_seconds is not None:
         s["max_train_seconds"] = args.max_train_seconds
-    data = (args.data or find_default_data(root)).resolve()
+    data = (args.data or root / "data" / "alpaca_5000.json.gz").resolve()
     out = (args.output or Path.home() / ".cache/eagle-train" /
            ("demo-target-quick" if args.quick else "demo-target")).expanduser().resolve()
     if not data.is_file():
         sys.exit(f"error: {data}: the Alpaca data file is missing\n"
                  "hint: pass --data path/to/alpaca_5000.json")
-    data_sha = hashlib.sha256(data.read_bytes()).hexdigest()
+    raw = data.read_bytes()
+    data_sha = hashlib.sha256(gzip.decompress(raw) if data.suffix == ".gz" else raw).hexdigest()
     settings = dict(s, script_version=SCRIPT_VERSION, data_sha256=data_sha,
                     template="### Instruction/### Input/### Response, bos + eos")
     # The time budget is a resource limit, like the thread count, not part of the recipe: a target

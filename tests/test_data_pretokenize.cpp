@@ -27,15 +27,7 @@ TEST_CASE("pretokenize.py: byte level, ShareGPT/OpenAI/Alpaca, BPE with and with
 TEST_CASE("the real Alpaca file becomes byte-level training data", "[data]") {
   TempDir dir;
   auto out = (dir / "alpaca.jsonl").string();
-  // shared/ sits in the checkout (device machines), beside the worktrees, or at /work/shared.
-  std::string alpaca;
-  for (const char* c : {EAGLE_SOURCE_DIR "/shared/data/alpaca_5000.json",
-                        EAGLE_SOURCE_DIR "/../shared/data/alpaca_5000.json", "/work/shared/data/alpaca_5000.json"})
-    if (alpaca.empty() && std::filesystem::exists(c)) alpaca = c;
-  if (alpaca.empty()) {
-    WARN("shared/data/alpaca_5000.json not found; skipping");
-    return;
-  }
+  const std::string alpaca = EAGLE_SOURCE_DIR "/data/alpaca_5000.json.gz";  // shipped with the repo
   std::string cmd =
       venv_python() + " " EAGLE_SOURCE_DIR "/scripts/pretokenize.py --byte-level " + alpaca + " -o " + out;
   REQUIRE(shell(cmd) == 0);

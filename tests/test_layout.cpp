@@ -103,3 +103,41 @@ TEST_CASE("docs/developer.md's layout names every source file of every area", "[
   }());
   CHECK(missing.empty());
 }
+
+TEST_CASE("nothing in the repository reads a path outside it", "[layout]") {
+  // A user's clone has no workspace beside it: scripts, tests, CMake and docs name only paths in
+  // the repository (the demo data is data/alpaca_5000.json.gz). The patterns are assembled so that
+  // this file does not match itself.
+  const std::vector<std::string> patterns{std::string("..") + "/shared", std::string("/shared") + "/data",
+                                          std::string("/shared") + "/reviews", std::string("/work") + "/"};
+  const std::set<std::string> binary{".safetensors", ".gz", ".bin", ".arrow", ".png"};
+  std::vector<std::string> found;
+  std::size_t files = 0;
+  const fs::path root(EAGLE_SOURCE_DIR);
+  for (auto it = fs::recursive_directory_iterator(root); it != fs::recursive_directory_iterator(); ++it) {
+    const std::string name = it->path().filename().string();
+    if (it->is_directory()) {
+      if (name.rfind("build", 0) == 0 || name == ".git" || name == ".cache" || name == "output" ||
+          name == "__pycache__")
+        it.disable_recursion_pending();
+      continue;
+    }
+    if (!it->is_regular_file() || binary.count(it->path().extension().string())) continue;
+    ++files;
+    std::ifstream in(it->path());
+    std::size_t n = 0;
+    for (std::string line; std::getline(in, line);) {
+      ++n;
+      for (const auto& p : patterns)
+        if (line.find(p) != std::string::npos)
+          found.push_back(fs::relative(it->path(), root).string() + ":" + std::to_string(n) + ": " + line);
+    }
+  }
+  INFO([&] {
+    std::string all;
+    for (const auto& f : found) all += f + "\n";
+    return all;
+  }());
+  CHECK(files > 100);
+  CHECK(found.empty());
+}

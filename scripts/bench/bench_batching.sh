@@ -8,13 +8,8 @@ BUILD="${EAGLE_BUILD_DIR:-$ROOT/build}"
 BENCH="$BUILD/eagle_bench_batching"
 [[ -x "$BENCH" ]] || { echo "missing $BENCH: run scripts/build.sh first" >&2; exit 1; }
 
-# The Alpaca file: EAGLE_ALPACA, else ../shared/data beside the checkout (main or a worktree).
-ALPACA="${EAGLE_ALPACA:-}"
-if [[ -z "$ALPACA" ]]; then
-  for d in "$ROOT/../shared/data" "$ROOT/../../shared/data"; do
-    [[ -f "$d/alpaca_5000.json" ]] && ALPACA="$(realpath "$d/alpaca_5000.json")" && break
-  done
-fi
+# The Alpaca file: EAGLE_ALPACA, else the copy in the repo (data/alpaca_5000.json.gz).
+ALPACA="${EAGLE_ALPACA:-$ROOT/data/alpaca_5000.json.gz}"
 TMP="$(mktemp -d)"
 trap 'rm -rf "$TMP"' EXIT
 
@@ -22,8 +17,9 @@ if [[ -n "$ALPACA" && -f "$ALPACA" ]]; then
   # Byte-level tokens: the UTF-8 bytes of instruction, input and output, plus 8 template tokens
   # (begin, the two role markers with their separators, end).
   python3 - "$ALPACA" > "$TMP/alpaca.txt" <<'PY'
-import json, sys
-for r in json.load(open(sys.argv[1], encoding="utf-8")):
+import gzip, json, sys
+opener = gzip.open if sys.argv[1].endswith(".gz") else open
+for r in json.load(opener(sys.argv[1], "rt", encoding="utf-8")):
     text = r["instruction"] + (("\n\n" + r["input"]) if r.get("input") else "") + "\n" + r["output"]
     print(len(text.encode("utf-8")) + 8)
 PY
