@@ -1,12 +1,15 @@
 // eagle-train prepare as a subprocess: exact round trip JSONL -> prepared -> samples, stats.json,
 // the stored validation split, refusing to overwrite, usage errors.
 #include <catch2/catch.hpp>
+
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 #include <random>
 
 #include "eagle/data/flat_builder.h"
 #include "eagle/data/loader.h"
 #include "data_helpers.h"
+#include "eagle/run/dir_lock.h"
 #include "helpers.h"
 
 using eagle::data::Sample;
@@ -76,7 +79,8 @@ TEST_CASE("prepare round trip: JSONL -> prepared -> the same samples, mapped", "
   CHECK(t["samples"] == 200);
   CHECK(t["tokens"] == direct.tokens);
   CHECK(t["trained_tokens"] == direct.trained_tokens);
-  CHECK(t["trained_token_counts"].get<std::vector<std::uint64_t>>() == direct.trained_token_counts);
+  CHECK(eagle::data::TokenCounts(t["trained_token_counts"].get<std::vector<eagle::data::TokenCounts::Entry>>()) ==
+        direct.trained_token_counts);
   CHECK(t["length_histogram"].size() == direct.length_histogram.size());
   CHECK(t["length_histogram"][1]["min_length"] == 2);
   CHECK(t["length_histogram"][1]["samples"] == direct.length_histogram[1]);
@@ -99,6 +103,30 @@ TEST_CASE("prepare round trip: JSONL -> prepared -> the same samples, mapped", "
   auto nested = run_cli("prepare --input " + (dir / "ds").string() + " --output " + (dir / "ds2").string());
   CHECK(nested.exit_code == 3);
   CHECK_THAT(nested.output, Catch::Contains("is a prepared dataset"));
+}
+
+TEST_CASE("prepare: one process per output; a killed prepare's leftovers go at the next start", "[data]") {
+  TempDir dir;
+  write_file(dir / "in.jsonl", to_jsonl(make_samples(20, 4)));
+  const std::string cmd = "prepare --input " + (dir / "in.jsonl").string() + " --output " + (dir / "ds").string();
+  {
+    // Another process preparing the same output holds its lock (this test process stands in).
+    eagle::run::DirLock held((dir / "ds").string() + ".lock", "the prepare output", true);
+    auto r = run_cli(cmd);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.output, Catch::Contains("in use by another eagle-train process") &&
+                             Catch::Contains("pid " + std::to_string(::getpid())));
+    CHECK_FALSE(std::filesystem::exists(dir / "ds"));
+  }
+  std::filesystem::create_directories(dir / "ds.tmp-99999");  // a killed prepare's temporary folder
+  write_file(dir / "ds.tmp-99999" / "train.bin", "partial");
+  auto r = run_cli(cmd);
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("left by an interrupted prepare"));
+  CHECK_FALSE(std::filesystem::exists(dir / "ds.tmp-99999"));
+  CHECK_FALSE(std::filesystem::exists(dir / "ds.lock"));
+  CHECK(eagle::data::is_prepared_dataset((dir / "ds").string()));
 }
 
 TEST_CASE("prepare stores a seeded validation split that load_dataset returns", "[data]") {

@@ -261,21 +261,21 @@ TEST_CASE("EAGLE-1 head: shapes, loss terms, gradients, drafting", "[model]") {
 
 TEST_CASE("draft vocabulary: most frequent trained ids, ties by lower id, unseen ids fill up", "[model]") {
   data::TokenStats stats;
-  stats.trained_token_counts = {0, 5, 9, 5, 0, 7, 1};  // ids 7..9 never seen
-  auto v = model::build_draft_vocab(stats.trained_token_counts, 10, 4);
+  stats.trained_token_counts = data::TokenCounts({{1, 5}, {2, 9}, {3, 5}, {5, 7}, {6, 1}});  // 0, 4, 7..9 unseen
+  const auto counts = stats.trained_token_counts.entries();
+  auto v = model::build_draft_vocab(counts, 10, 4);
   CHECK(v.draft_ids == std::vector<std::int64_t>{1, 2, 3, 5});
   CHECK(torch::equal(v.d2t(), torch::tensor({1, 1, 1, 2}, torch::kInt64)));
   auto t2d = v.t2d();
   CHECK(t2d.sum().item<std::int64_t>() == 4);
   CHECK(t2d[5].item<bool>());
   CHECK_FALSE(t2d[4].item<bool>());
-  auto padded = model::build_draft_vocab(stats.trained_token_counts, 10, 7);  // 5 seen, then unseen 0 and 4 by id
+  auto padded = model::build_draft_vocab(counts, 10, 7);  // 5 seen, then unseen 0 and 4 by id
   CHECK(padded.draft_ids == std::vector<std::int64_t>{0, 1, 2, 3, 4, 5, 6});
-  CHECK(model::build_draft_vocab(stats.trained_token_counts, 10, 32000).is_identity());
+  CHECK(model::build_draft_vocab(counts, 10, 32000).is_identity());
   CHECK(model::DraftVocab::from_d2t(v.d2t(), 10).draft_ids == v.draft_ids);
-  stats.trained_token_counts.resize(12);
-  stats.trained_token_counts[11] = 1;
-  CHECK_THROWS_AS(model::build_draft_vocab(stats.trained_token_counts, 10, 4), eagle::Error);
+  stats.trained_token_counts.add(11);
+  CHECK_THROWS_AS(model::build_draft_vocab(stats.trained_token_counts.entries(), 10, 4), eagle::Error);
 }
 
 namespace {

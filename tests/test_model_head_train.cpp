@@ -116,12 +116,11 @@ TEST_CASE("EAGLE-3 and EAGLE-1 heads learn from the tiny Llama target's features
   std::mt19937 rng(3);
   auto probe = make_batch(rng, 64);
   data::TokenStats stats;
-  stats.trained_token_counts.assign(96, 0);
   for (std::size_t i = 0; i < probe.input_ids.size(); ++i)
-    if (probe.loss_mask[i]) ++stats.trained_token_counts[static_cast<std::size_t>(probe.input_ids[i])];
+    if (probe.loss_mask[i]) stats.trained_token_counts.add(static_cast<data::TokenId>(probe.input_ids[i]));
   // The target's argmax of this data is what the head predicts: the draft vocabulary of a real run
   // comes from trained tokens; here the data's ids (96 of 512) stand in.
-  auto vocab = model::build_draft_vocab(stats.trained_token_counts, target.config().vocab_size, 128);
+  auto vocab = model::build_draft_vocab(stats.trained_token_counts.entries(), target.config().vocab_size, 128);
 
   SECTION("EAGLE-3") {
     auto cfg = model::HeadConfig::from_target(target.config(), 3, target.aux_layer_ids(), vocab.size());

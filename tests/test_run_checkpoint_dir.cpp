@@ -178,6 +178,15 @@ TEST_CASE("leftovers of interrupted writes are cleaned or restored", "[run]") {
   write_file(tmp / ".tmp-old-checkpoint-2" / "COMPLETE", "");
   CHECK(dir.clean_temporaries() == 1);
   CHECK(read_file(tmp / "checkpoint-2" / "state.json") == "{\"step\": 2}");
+  // A rotation killed after it removed checkpoint-2's marker leaves a full folder nothing would
+  // ever remove: it goes at the next start, as does a save killed before its marker.
+  fs::remove(tmp / "checkpoint-2" / "COMPLETE");
+  fs::create_directories(tmp / "checkpoint-7");
+  write_file(tmp / "checkpoint-7" / "model.safetensors", "partial");
+  CHECK(dir.clean_temporaries() == 2);
+  CHECK_FALSE(fs::exists(tmp / "checkpoint-2"));
+  CHECK_FALSE(fs::exists(tmp / "checkpoint-7"));
+  CHECK(fs::exists(tmp / "checkpoint-1" / "COMPLETE"));
 }
 
 TEST_CASE("find_resume: empty, auto, a path; incomplete or missing ones are refused", "[run]") {

@@ -164,6 +164,36 @@ TEST_CASE("SIGTERM checkpoints and exits 130; auto resume finishes the run", "[t
   CHECK(l.size() == 200);  // no step logged twice, none missing
 }
 
+TEST_CASE("a second run on a running run's output_dir is refused naming the first one's pid", "[train]") {
+  TempDir dir;
+  auto out = dir / "run";
+  auto args = " --max_steps 400 --eval_steps 0 --save_steps 0 --logging_steps 1 --eval_num_prompts 0";
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    std::string cmd = std::string(EAGLE_TRAIN_BIN) + " train " + kSmoke + args + " --output_dir " + out.string() +
+                      " > " + (dir / "log.txt").string() + " 2>&1";
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  for (int i = 0; i < 600 && losses(out).empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE_FALSE(losses(out).empty());
+  for (const char* extra : {" --resume_from_checkpoint auto", " --overwrite_output_dir"}) {
+    auto r = run_cli("train " + kSmoke + args + extra + " --output_dir " + out.string());
+    INFO(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.output, Catch::Contains("in use by another eagle-train process") &&
+                             Catch::Contains("pid " + std::to_string(pid)));
+  }
+  kill(pid, SIGKILL);  // the kernel releases the lock with the process
+  int status = 0;
+  waitpid(pid, &status, 0);
+  auto r = run_cli("train " + kSmoke + " --max_steps 2 --eval_steps 0 --eval_num_prompts 0 --resume_from_checkpoint auto"
+                   " --output_dir " + out.string());
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+}
+
 TEST_CASE("non-finite values stop the run under nan_policy error and are skipped under skip", "[train]") {
   TempDir dir;
   // A learning rate of 1e30 makes the weights overflow after the first update.
@@ -200,8 +230,10 @@ TEST_CASE("the trainer refuses bad input before training", "[train]") {
   auto r = run_cli("train " + kSmoke + " --data_path " + (dir / "big.jsonl").string() + " --output_dir " +
                    (dir / "a").string());
   CHECK(r.exit_code == 3);
-  CHECK_THAT(r.output, Catch::Contains("big.jsonl") && Catch::Contains("token id outside the target's vocabulary") &&
-                           Catch::Contains("9999") && Catch::Contains("ids < 512"));
+  // Named by file and line, before any tensor exists.
+  CHECK_THAT(r.output, Catch::Contains("big.jsonl: line 2") &&
+                           Catch::Contains("token id outside the target's vocabulary") && Catch::Contains("9999") &&
+                           Catch::Contains("ids < 512"));
   auto m = run_cli("train " + kSmoke + " --model_name_or_path " + (dir / "nothing").string() + " --output_dir " +
                    (dir / "b").string());
   CHECK(m.exit_code == 3);
@@ -209,6 +241,14 @@ TEST_CASE("the trainer refuses bad input before training", "[train]") {
   auto v = run_cli("train " + kSmoke + " --aux_hidden_state_layer_ids 1,2,9 --output_dir " + (dir / "c").string());
   CHECK(v.exit_code != 0);
   CHECK_THAT(v.output, Catch::Contains("9"));
+  // EAGLE-3 fuses exactly three layers: another count is refused with the options, before loading.
+  for (const char* ids : {"1,2", "0,1,2,3"}) {
+    auto n = run_cli("train " + kSmoke + " --aux_hidden_state_layer_ids " + ids + " --output_dir " + (dir / "d").string());
+    INFO(n.output);
+    CHECK(n.exit_code == 2);
+    CHECK_THAT(n.output, Catch::Contains("--aux_hidden_state_layer_ids") && Catch::Contains("3 layer ids for EAGLE-3"));
+    CHECK_FALSE(std::filesystem::exists(dir / "d"));
+  }
 }
 
 TEST_CASE("eval measures a checkpoint and its exported copy alike", "[train]") {

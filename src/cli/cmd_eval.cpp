@@ -47,8 +47,7 @@ void run_eval(const config::Options& opts) {
   head.set_target_weights(target.embedding_weight(), target.lm_head_weight());
   // The layers the head was trained on decide the target features it reads.
   if (loaded.config.eagle_version == 3) target.set_aux_layer_ids(loaded.config.aux_layer_ids);
-  const data::Dataset heldout = train::load_eval_data(opts);
-  train::check_vocabulary(heldout, target);
+  const data::Dataset heldout = train::load_eval_data(opts, target.config().vocab_size);
 
   const auto settings = train::EvalSettings::from(opts, loaded.config.ttt_steps);
   auto stats = train::evaluate(target, head, head.teacher_spec(), heldout, settings, 0);

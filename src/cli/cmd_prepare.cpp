@@ -14,6 +14,7 @@
 #include "eagle/data/progress.h"
 #include "eagle/util/progress.h"
 #include "eagle/data/stats_file.h"
+#include "eagle/run/dir_lock.h"
 #include "eagle/util/log.h"
 #include "eagle/util/error.h"
 
@@ -33,6 +34,22 @@ void check_output(const std::string& out) {
                              .hint("choose another --output or remove the old one"));
 }
 
+// OUTPUT.tmp-<pid> folders of a prepare that was killed: nobody writes them (this process holds the
+// output's lock), so they go.
+void remove_leftovers(const fs::path& out) {
+  std::error_code ec;
+  const fs::path parent = out.parent_path().empty() ? fs::path(".") : out.parent_path();
+  if (!fs::is_directory(parent, ec)) return;
+  const std::string prefix = out.filename().string() + ".tmp-";
+  std::vector<fs::path> leftovers;
+  for (const auto& e : fs::directory_iterator(parent, ec))
+    if (e.path().filename().string().rfind(prefix, 0) == 0) leftovers.push_back(e.path());
+  for (const auto& p : leftovers) {
+    fs::remove_all(p, ec);
+    log::info("data", "removed {}, left by an interrupted prepare", p.string());
+  }
+}
+
 void write_json(const fs::path& path, const nlohmann::json& j) {
   std::ofstream f(path);
   f << j.dump(1) << "\n";
@@ -44,6 +61,13 @@ void write_json(const fs::path& path, const nlohmann::json& j) {
 
 void run_prepare(const config::Options& opts) {
   std::uint64_t rss_at_start = util::resident_bytes();  // mostly LibTorch's libraries
+  fs::path out = fs::path(opts.output).lexically_normal();
+  if (!out.has_filename()) out = out.parent_path();  // "dir/" -> "dir"
+  // One prepare per output at a time: the lock beside it is held until this process ends.
+  std::error_code parent_ec;
+  if (!out.parent_path().empty()) fs::create_directories(out.parent_path(), parent_ec);
+  run::DirLock lock(out.string() + ".lock", "the prepare output", /*remove_on_release=*/true);
+  remove_leftovers(out);
   check_output(opts.output);
   auto files = data::list_sample_files(opts.input);
   std::uint64_t total = 0;
@@ -74,8 +98,6 @@ void run_prepare(const config::Options& opts) {
   auto val = data::validation_indices(all.size(), opts.validation_fraction, static_cast<std::uint64_t>(opts.seed));
   auto train = data::complement_indices(all.size(), val);
 
-  fs::path out = fs::path(opts.output).lexically_normal();
-  if (!out.has_filename()) out = out.parent_path();  // "dir/" -> "dir"
   fs::path tmp = out.string() + ".tmp-" + std::to_string(getpid());
   std::error_code ec;
   fs::remove_all(tmp, ec);

@@ -345,8 +345,15 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::aux_hidden_state_layer_ids, "aux_hidden_state_layer_ids", G::model,
         kTrain | kInspect | kEval,
         "EAGLE-3 target layers whose inputs are fused, input-of-layer convention "
-        "(hidden_states[id]); empty: [2, L/2, L-3] (models under 7 layers: docs/models.md)")
-      .range(0);
+        "(hidden_states[id]); exactly 3 for EAGLE-3 (what SGLang and vLLM fuse); empty: [2, L/2, L-3] (models "
+        "under 7 layers: docs/models.md)")
+      .check([](const std::vector<std::int64_t>& v, const Options& o) {
+        for (auto id : v)
+          if (id < 0) return std::string("layer ids >= 0");
+        if (o.eagle_version == 3 && !v.empty() && v.size() != 3)
+          return std::string("3 layer ids for EAGLE-3 (low, mid, high), or none for the default");
+        return std::string();
+      });
   // draft
   t.add(&Options::eagle_version, "eagle_version", G::draft, kTrain | kEval | kExport,
         "Draft head: 3 (EAGLE-3, three fused layers, training-time test) or 1 (EAGLE-1)")

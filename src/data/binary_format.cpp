@@ -143,7 +143,8 @@ TokenStats write_dataset_file(const std::string& path, const Dataset& src, const
   h.max_length = static_cast<std::uint64_t>(stats.max_length);
   h.training_seq_len = static_cast<std::uint64_t>(training_seq_len);
   h.histogram_entries = stats.length_histogram.size();
-  h.counts_entries = stats.trained_token_counts.size();
+  const auto count_entries = stats.trained_token_counts.entries();
+  h.counts_entries = count_entries.size();
   h.trained_tokens = stats.trained_tokens;
   h.truncated = stats.truncated;
   h.dropped = stats.dropped;
@@ -172,7 +173,14 @@ TokenStats write_dataset_file(const std::string& path, const Dataset& src, const
   w.write(stats.length_histogram.data(), stats.length_histogram.size() * 8);
   w.pad();
   h.counts_offset = w.pos();
-  w.write(stats.trained_token_counts.data(), stats.trained_token_counts.size() * 8);
+  // Sparse counts: (id, count) as two uint64 per token id seen, by increasing id.
+  std::vector<std::uint64_t> pairs;
+  pairs.reserve(2 * count_entries.size());
+  for (const auto& [id, n] : count_entries) {
+    pairs.push_back(id);
+    pairs.push_back(n);
+  }
+  w.write(pairs.data(), pairs.size() * 8);
   w.pad();
   h.file_bytes = w.pos();
   h.checksum = header_checksum(h);
@@ -181,9 +189,48 @@ TokenStats write_dataset_file(const std::string& path, const Dataset& src, const
   return stats;
 }
 
+namespace {
+
+// The body against its header, once at load (a pass over the mapping, cheap next to training):
+// every token id at most max_token_id, and as many loss-mask bits set as trained_tokens. A body
+// that disagrees was damaged or written by something else; ids are then never trusted further.
+template <typename T>
+void verify_tokens(const std::string& path, const T* tokens, const DatasetStorage& st, const DatasetHeader& h) {
+  std::uint64_t trained = 0;
+  for (std::size_t i = 0; i < st.num_samples; ++i) {
+    for (std::uint64_t k = st.offsets[i]; k < st.offsets[i + 1]; ++k) {
+      if (tokens[k] > h.max_token_id)
+        throw bad_file(path, "a token id is above the header's max_token_id")
+            .place("sample " + std::to_string(i) + ", position " + std::to_string(k - st.offsets[i]))
+            .expected("ids <= " + std::to_string(h.max_token_id))
+            .found(std::to_string(tokens[k]))
+            .hint("the file is damaged; prepare it again");
+      trained += (st.mask_bits[k / 8] >> (k % 8)) & 1u;
+    }
+  }
+  if (trained != h.trained_tokens)
+    throw bad_file(path, "the loss mask does not match the header")
+        .place("section mask")
+        .expected(std::to_string(h.trained_tokens) + " trained tokens (from the header)")
+        .found(std::to_string(trained))
+        .hint("the file is damaged; prepare it again");
+}
+
+void verify_body(const std::string& path, const DatasetStorage& st, const DatasetHeader& h) {
+  for (std::size_t i = 0; i < st.num_samples; ++i)
+    if (st.offsets[i + 1] < st.offsets[i] || st.offsets[i + 1] > h.num_tokens)
+      throw bad_file(path, "dataset offsets are not increasing").place("section offsets, sample " + std::to_string(i));
+  if (st.token_bytes == 2)
+    verify_tokens(path, static_cast<const std::uint16_t*>(st.tokens), st, h);
+  else
+    verify_tokens(path, static_cast<const std::uint32_t*>(st.tokens), st, h);
+}
+
+}  // namespace
+
 DatasetHeader read_dataset_header(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw std::move(bad_file(path, "cannot open the dataset file").found(std::strerror(errno)));
+  if (fd < 0) throw bad_file(path, "cannot open the dataset file").found(std::strerror(errno));
   struct stat sb {};
   fstat(fd, &sb);
   DatasetHeader h{};
@@ -191,53 +238,54 @@ DatasetHeader read_dataset_header(const std::string& path) {
   ::close(fd);
   auto size = static_cast<std::uint64_t>(sb.st_size);
   if (got < 8 || std::memcmp(h.magic, kDatasetMagic, sizeof h.magic) != 0)
-    throw std::move(bad_file(path, "not an eagle-train dataset file")
+    throw bad_file(path, "not an eagle-train dataset file")
                         .place("header")
                         .expected("the magic bytes EAGLEDS1")
-                        .hint("create it with eagle-train prepare"));
+                        .hint("create it with eagle-train prepare");
   if (got < static_cast<ssize_t>(sizeof h))
-    throw std::move(bad_file(path, "dataset file is truncated")
+    throw bad_file(path, "dataset file is truncated")
                         .place("header")
                         .expected("256 header bytes")
-                        .found(std::to_string(size) + " bytes"));
-  if (h.version != kDatasetVersion)
-    throw std::move(bad_file(path, "unsupported dataset format version")
+                        .found(std::to_string(size) + " bytes");
+  if (h.version != kDatasetVersion && h.version != 1)
+    throw bad_file(path, "unsupported dataset format version")
                         .place("header")
-                        .expected(std::to_string(kDatasetVersion))
+                        .expected("1 or " + std::to_string(kDatasetVersion))
                         .found(std::to_string(h.version))
-                        .hint("prepare the dataset again with this eagle-train"));
+                        .hint("prepare the dataset again with this eagle-train");
   if (h.checksum != header_checksum(h))
-    throw std::move(bad_file(path, "dataset header is corrupt").place("header").expected("a matching header checksum"));
+    throw bad_file(path, "dataset header is corrupt").place("header").expected("a matching header checksum");
   if (h.file_bytes != size)
-    throw std::move(bad_file(path, size < h.file_bytes ? "dataset file is truncated" : "dataset file has extra bytes")
+    throw bad_file(path, size < h.file_bytes ? "dataset file is truncated" : "dataset file has extra bytes")
                         .expected(std::to_string(h.file_bytes) + " bytes (from the header)")
                         .found(std::to_string(size) + " bytes")
-                        .hint("prepare the dataset again"));
+                        .hint("prepare the dataset again");
   auto section = [&](const char* name, std::uint64_t offset, std::uint64_t bytes) {
     if (offset % kSectionAlign != 0 || offset < sizeof h || offset > size || bytes > size - offset)
-      throw std::move(bad_file(path, "dataset section lies outside the file")
+      throw bad_file(path, "dataset section lies outside the file")
                           .place(std::string("section ") + name)
                           .expected("an aligned range within " + std::to_string(size) + " bytes")
-                          .found("offset " + std::to_string(offset) + ", " + std::to_string(bytes) + " bytes"));
+                          .found("offset " + std::to_string(offset) + ", " + std::to_string(bytes) + " bytes");
   };
   if (h.header_bytes != sizeof h || (h.token_bytes != 2 && h.token_bytes != 4) || h.num_samples > size ||
       h.num_tokens > size || h.histogram_entries > size || h.counts_entries > size)
-    throw std::move(bad_file(path, "dataset header holds impossible values").place("header"));
+    throw bad_file(path, "dataset header holds impossible values").place("header");
   section("tokens", h.tokens_offset, h.num_tokens * h.token_bytes);
   section("mask", h.mask_offset, (h.num_tokens + 7) / 8);
   section("offsets", h.offsets_offset, (h.num_samples + 1) * 8);
   section("histogram", h.histogram_offset, h.histogram_entries * 8);
-  section("counts", h.counts_offset, h.counts_entries * 8);
+  // Version 1 stored a dense count per id, version 2 (id, count) pairs.
+  section("counts", h.counts_offset, h.counts_entries * (h.version == 1 ? 8 : 16));
   return h;
 }
 
 Dataset open_dataset_file(const std::string& path) {
   DatasetHeader h = read_dataset_header(path);
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw std::move(bad_file(path, "cannot open the dataset file").found(std::strerror(errno)));
+  if (fd < 0) throw bad_file(path, "cannot open the dataset file").found(std::strerror(errno));
   void* base = mmap(nullptr, h.file_bytes, PROT_READ, MAP_SHARED, fd, 0);
   ::close(fd);
-  if (base == MAP_FAILED) throw std::move(bad_file(path, "cannot map the dataset file").found(std::strerror(errno)));
+  if (base == MAP_FAILED) throw bad_file(path, "cannot map the dataset file").found(std::strerror(errno));
   std::size_t len = h.file_bytes;
   std::shared_ptr<const void> owner(base, [len](const void* p) { munmap(const_cast<void*>(p), len); });
   const auto* bytes = static_cast<const std::uint8_t*>(base);
@@ -250,16 +298,29 @@ Dataset open_dataset_file(const std::string& path) {
   st.offsets = reinterpret_cast<const std::uint64_t*>(bytes + h.offsets_offset);
   st.num_samples = h.num_samples;
   if (st.offsets[0] != 0 || st.offsets[h.num_samples] != h.num_tokens)
-    throw std::move(bad_file(path, "dataset offsets do not match the token count")
+    throw bad_file(path, "dataset offsets do not match the token count")
                         .place("section offsets")
                         .expected("0 .. " + std::to_string(h.num_tokens))
-                        .found(std::to_string(st.offsets[0]) + " .. " + std::to_string(st.offsets[h.num_samples])));
+                        .found(std::to_string(st.offsets[0]) + " .. " + std::to_string(st.offsets[h.num_samples]));
 
   TokenStats stats;
   const auto* hist = reinterpret_cast<const std::uint64_t*>(bytes + h.histogram_offset);
   const auto* counts = reinterpret_cast<const std::uint64_t*>(bytes + h.counts_offset);
   stats.length_histogram.assign(hist, hist + h.histogram_entries);
-  stats.trained_token_counts.assign(counts, counts + h.counts_entries);
+  if (h.version == 1) {
+    for (std::uint64_t id = 0; id < h.counts_entries; ++id)
+      if (counts[id] > 0) stats.trained_token_counts.add(static_cast<TokenId>(id), counts[id]);
+  } else {
+    for (std::uint64_t e = 0; e < h.counts_entries; ++e) {
+      if (counts[2 * e] > h.max_token_id)
+        throw bad_file(path, "a trained-token count names an id above the header's max_token_id")
+            .place("section counts, entry " + std::to_string(e))
+            .expected("ids <= " + std::to_string(h.max_token_id))
+            .found(std::to_string(counts[2 * e]));
+      stats.trained_token_counts.add(static_cast<TokenId>(counts[2 * e]), counts[2 * e + 1]);
+    }
+  }
+  verify_body(path, st, h);
   stats.samples = h.num_samples;
   stats.tokens = h.num_tokens;
   stats.trained_tokens = h.trained_tokens;

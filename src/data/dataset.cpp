@@ -15,6 +15,25 @@ struct MemoryStorage {
 
 }  // namespace
 
+TokenCounts::TokenCounts(const std::vector<Entry>& entries) {
+  for (const auto& [id, n] : entries) add(id, n);
+}
+
+std::uint64_t TokenCounts::count(TokenId id) const {
+  if (id < kDenseIds) return id < dense_.size() ? dense_[id] : 0;
+  auto it = sparse_.find(id);
+  return it == sparse_.end() ? 0 : it->second;
+}
+
+std::vector<TokenCounts::Entry> TokenCounts::entries() const {
+  std::vector<Entry> out;
+  for (std::size_t id = 0; id < dense_.size(); ++id)
+    if (dense_[id] > 0) out.emplace_back(static_cast<TokenId>(id), dense_[id]);
+  for (const auto& [id, n] : sparse_)
+    if (n > 0) out.emplace_back(id, n);
+  return out;
+}
+
 std::size_t length_bucket(std::int64_t length) {
   if (length <= 1) return 0;
   return static_cast<std::size_t>(std::bit_width(static_cast<std::uint64_t>(length)) - 1);
@@ -33,9 +52,7 @@ TokenStats compute_stats(const std::vector<Sample>& samples) {
       s.max_token_id = std::max(s.max_token_id, sm.input_ids[i]);
       if (!sm.loss_mask[i]) continue;
       ++s.trained_tokens;
-      TokenId t = sm.input_ids[i];
-      if (s.trained_token_counts.size() <= t) s.trained_token_counts.resize(t + 1, 0);
-      ++s.trained_token_counts[t];
+      s.trained_token_counts.add(sm.input_ids[i]);
     }
   }
   return s;
@@ -62,8 +79,7 @@ void add_flat_stats(const T* tokens, const DatasetStorage& st, const std::vector
       max_id = std::max(max_id, t);
       if (!((st.mask_bits[k / 8] >> (k % 8)) & 1u)) continue;
       ++s.trained_tokens;
-      if (s.trained_token_counts.size() <= t) s.trained_token_counts.resize(std::size_t{t} + 1, 0);
-      ++s.trained_token_counts[t];
+      s.trained_token_counts.add(t);
     }
   }
   s.max_token_id = max_id;

@@ -4,6 +4,8 @@
 
 #include <filesystem>
 
+#include <fmt/format.h>
+
 #include "eagle/data/binary_format.h"
 #include "eagle/data/flat_builder.h"
 #include "eagle/data/json_reader.h"
@@ -103,6 +105,17 @@ LoadOptions LoadOptions::from(const config::Options& o) {
                      static_cast<std::uint64_t>(o.seed)};
 }
 
+void check_token_ids(const Dataset& dataset, std::int64_t vocab_size) {
+  if (vocab_size <= 0 || dataset.size() == 0 || static_cast<std::int64_t>(dataset.max_token_id()) < vocab_size) return;
+  for (std::size_t i = 0; i < dataset.size(); ++i)
+    for (std::int64_t p = 0; p < dataset.length(i); ++p)
+      if (static_cast<std::int64_t>(dataset.token(i, p)) >= vocab_size)
+        throw Error(ErrorKind::input, "token id outside the target's vocabulary").file(dataset.source())
+            .place(fmt::format("sample {}, position {}", i, p)).expected(fmt::format("ids < {}", vocab_size))
+            .found(std::to_string(dataset.token(i, p)))
+            .hint("the data was tokenized for another model");
+}
+
 bool is_prepared_dataset(const std::string& path) {
   std::error_code ec;
   return fs::is_directory(path, ec) && fs::is_regular_file(fs::path(path) / kTrainFile, ec);
@@ -120,7 +133,7 @@ LoadedData load_dataset(const std::string& path, const LoadOptions& opts) {
     std::uint64_t total = 0;
     for (const auto& f : files) total += fs::file_size(f);
     FlatBuilder builder;
-    ReadOptions ro{opts.training_seq_len, opts.bad_sample_policy, opts.overlong_policy};
+    ReadOptions ro{opts.training_seq_len, opts.bad_sample_policy, opts.overlong_policy, opts.vocab_size};
     ByteProgress progress("read", total);
     ReadCounts rc =
         read_sample_files(files, ro, builder, [&](std::uint64_t b, std::uint64_t n) { progress.update(b, n); });
@@ -135,6 +148,8 @@ LoadedData load_dataset(const std::string& path, const LoadOptions& opts) {
                                  .found(std::to_string(rc.records) + " samples read, none kept"));
     out = split(builder.finish(path, counts), opts, path);
   }
+  check_token_ids(out.train, opts.vocab_size);
+  if (out.validation) check_token_ids(*out.validation, opts.vocab_size);
   log_summary("train", out.train);
   if (out.validation) log_summary("validation", *out.validation);
   return out;

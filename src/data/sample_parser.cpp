@@ -82,14 +82,16 @@ bool fast_int_array(const char* p, const char* end, Push&& push) {
 
 // Reads the integer array of field `name` into the one output given: token ids, 0/1 mask values, or
 // raw labels. Errors name the field and element.
+// Token ids above max_id are refused (the target's vocabulary when known, else the uint32 range).
 void read_int_array(od::value& field_value, const char* name, std::vector<std::int64_t>* out_wide,
-                    std::vector<TokenId>* out_ids, std::vector<std::uint8_t>* out_mask, const char* doc_end) {
+                    std::vector<TokenId>* out_ids, std::vector<std::uint8_t>* out_mask, const char* doc_end,
+                    std::uint64_t max_id = kMaxTokenId) {
   const char* text = field_value.raw_json_token().data();
   if (out_ids) {
     std::size_t n0 = out_ids->size();
     if (fast_int_array(text, doc_end, [&](std::int64_t x) {
           out_ids->push_back(static_cast<TokenId>(x));
-          return x >= 0 && static_cast<std::uint64_t>(x) <= kMaxTokenId;
+          return x >= 0 && static_cast<std::uint64_t>(x) <= max_id;
         }))
       return;
     out_ids->resize(n0);
@@ -113,9 +115,9 @@ void read_int_array(od::value& field_value, const char* name, std::vector<std::i
   od::array arr;
   if (auto e = field_value.get_array().get(arr)) {
     if (!is_type_error(e)) throw malformed(e, std::string("field ") + name);
-    throw std::move(bad(std::string("field ") + name + " is not an array", std::string("field ") + name)
+    throw bad(std::string("field ") + name + " is not an array", std::string("field ") + name)
                         .expected("an array of integers")
-                        .found(token_text(field_value)));
+                        .found(token_text(field_value));
   }
   std::size_t i = 0;
   for (auto item : arr) {
@@ -127,20 +129,24 @@ void read_int_array(od::value& field_value, const char* name, std::vector<std::i
       // A JSON value starts with one of these; anything else (a stray '}' or ',') is broken JSON.
       bool value_start =
           !text.empty() && std::string_view("\"-0123456789tfn[{").find(text[0]) != std::string_view::npos;
-      if (!is_type_error(e) || !value_start) throw std::move(malformed(e, element(name, i)).found("'" + text + "'"));
+      if (!is_type_error(e) || !value_start) throw malformed(e, element(name, i)).found("'" + text + "'");
       const char* what = out_ids ? "token id is not an integer" : "entry is not an integer";
-      throw std::move(bad(what, element(name, i)).expected("an integer").found(text));
+      throw bad(what, element(name, i)).expected("an integer").found(text);
     }
     if (out_ids) {
       if (x < 0 || static_cast<std::uint64_t>(x) > kMaxTokenId)
-        throw std::move(bad(x < 0 ? "token id is negative" : "token id is too large", element(name, i))
-                            .expected("an id in [0, 4294967295]")
-                            .found(std::to_string(x)));
+        throw bad(x < 0 ? "token id is negative" : "token id is too large", element(name, i))
+            .expected("an id in [0, 4294967295]")
+            .found(std::to_string(x));
+      if (static_cast<std::uint64_t>(x) > max_id)
+        throw bad("token id outside the target's vocabulary", element(name, i))
+            .expected("ids < " + std::to_string(max_id + 1))
+            .found(std::to_string(x))
+            .hint("the data was tokenized for another model");
       out_ids->push_back(static_cast<TokenId>(x));
     } else if (out_mask) {
       if (x != 0 && x != 1)
-        throw std::move(
-            bad("loss_mask value is not 0 or 1", element(name, i)).expected("0 or 1").found(std::to_string(x)));
+        throw bad("loss_mask value is not 0 or 1", element(name, i)).expected("0 or 1").found(std::to_string(x));
       out_mask->push_back(static_cast<std::uint8_t>(x));
     } else {
       out_wide->push_back(x);
@@ -187,29 +193,30 @@ struct SampleParser::Impl {
       if (*seen) throw bad("field given twice", "field " + std::string(key));
       *seen = true;
       if (key == "input_ids")
-        read_int_array(field.value(), "input_ids", nullptr, &ids, nullptr, doc_end);
+        read_int_array(field.value(), "input_ids", nullptr, &ids, nullptr, doc_end,
+                       opts.vocab_size > 0 ? static_cast<std::uint64_t>(opts.vocab_size) - 1 : kMaxTokenId);
       else if (key == "loss_mask")
         read_int_array(field.value(), "loss_mask", nullptr, nullptr, &mask, doc_end);
       else
         read_int_array(field.value(), "labels", &labels, nullptr, nullptr, doc_end);
     }
     if (!has_ids)
-      throw std::move(bad("field input_ids is missing", "field input_ids")
+      throw bad("field input_ids is missing", "field input_ids")
                           .expected("an array of token ids")
-                          .found("no such field"));
+                          .found("no such field");
     if (has_mask && has_labels)
-      throw std::move(bad("both labels and loss_mask are given", "fields labels, loss_mask")
-                          .hint("give one: loss_mask (0/1 per token) or labels (-100 for masked tokens)"));
-    if (ids.empty()) throw std::move(bad("empty sample", "field input_ids").expected("at least one token").found("[]"));
+      throw bad("both labels and loss_mask are given", "fields labels, loss_mask")
+                          .hint("give one: loss_mask (0/1 per token) or labels (-100 for masked tokens)");
+    if (ids.empty()) throw bad("empty sample", "field input_ids").expected("at least one token").found("[]");
     if (has_mask && mask.size() != ids.size())
-      throw std::move(bad("loss_mask length differs from input_ids", "field loss_mask")
+      throw bad("loss_mask length differs from input_ids", "field loss_mask")
                           .expected(std::to_string(ids.size()) + " entries")
-                          .found(std::to_string(mask.size())));
+                          .found(std::to_string(mask.size()));
     if (has_labels) {
       if (labels.size() != ids.size())
-        throw std::move(bad("labels length differs from input_ids", "field labels")
+        throw bad("labels length differs from input_ids", "field labels")
                             .expected(std::to_string(ids.size()) + " entries")
-                            .found(std::to_string(labels.size())));
+                            .found(std::to_string(labels.size()));
       mask.resize(ids.size());
       for (std::size_t i = 0; i < ids.size(); ++i) {
         if (labels[i] == kIgnoreLabel) {
@@ -217,11 +224,10 @@ struct SampleParser::Impl {
         } else if (labels[i] == static_cast<std::int64_t>(ids[i])) {
           mask[i] = 1;
         } else {
-          throw std::move(
-              bad("labels differ from input_ids", element("labels", i))
+          throw bad("labels differ from input_ids", element("labels", i))
                   .expected("input_ids[" + std::to_string(i) + "] = " + std::to_string(ids[i]) + " or -100")
                   .found(std::to_string(labels[i]))
-                  .hint("labels must be unshifted (labels[i] = input_ids[i]); shifted labels are not accepted"));
+                  .hint("labels must be unshifted (labels[i] = input_ids[i]); shifted labels are not accepted");
         }
       }
     }
@@ -273,10 +279,10 @@ void SampleParser::parse_line(const std::string& file, std::uint64_t line, const
     od::object obj;
     if (auto e = doc.get_object().get(obj)) {
       if (!is_type_error(e)) throw malformed(e, "");
-      throw std::move(bad("a line is not a JSON object", "").expected("{\"input_ids\": [...], ...}"));
+      throw bad("a line is not a JSON object", "").expected("{\"input_ids\": [...], ...}");
     }
     m.read_object(obj);
-    if (!at_end(doc)) throw std::move(bad("malformed JSON", "").found("content after the object"));
+    if (!at_end(doc)) throw bad("malformed JSON", "").found("content after the object");
   } catch (Error& e) {
     e.file(file);
     e.place(e.place().empty() ? "line " + std::to_string(line) : "line " + std::to_string(line) + ", " + e.place());
@@ -308,10 +314,10 @@ void SampleParser::parse_array(const std::string& file, const char* data, std::s
     }
   };
   if (auto e = m.parser.iterate(data, len, len + simdjson::SIMDJSON_PADDING).get(doc))
-    throw std::move(malformed(e, "").file(file));  // no document to name a place in
+    throw malformed(e, "").file(file);  // no document to name a place in
   od::array arr;
   if (auto e = doc.get_array().get(arr)) {
-    Error err = std::move(bad("the file is not a JSON array of samples", "").expected("[{\"input_ids\": [...]}, ...]"));
+    Error err = bad("the file is not a JSON array of samples", "").expected("[{\"input_ids\": [...]}, ...]");
     if (!is_type_error(e)) err = malformed(e, "");
     throw std::move(err.file(file));
   }
@@ -321,7 +327,7 @@ void SampleParser::parse_array(const std::string& file, const char* data, std::s
       od::object obj;
       if (auto e = item.get_object().get(obj)) {
         if (!is_type_error(e)) throw malformed(e, "");
-        throw std::move(bad("an array element is not a JSON object", "").expected("{\"input_ids\": [...], ...}"));
+        throw bad("an array element is not a JSON object", "").expected("{\"input_ids\": [...], ...}");
       }
       m.read_object(obj);
     } catch (Error& e) {
@@ -336,7 +342,7 @@ void SampleParser::parse_array(const std::string& file, const char* data, std::s
     if (on_sample && !doc.current_location().get(at)) on_sample(static_cast<std::uint64_t>(at - data));
   }
   if (!at_end(doc)) {
-    Error err = std::move(bad("malformed JSON", "").found("content after the array"));
+    Error err = bad("malformed JSON", "").found("content after the array");
     throw std::move(err.file(file));
   }
 }

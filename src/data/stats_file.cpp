@@ -27,7 +27,10 @@ nlohmann::json stats_to_json(const TokenStats& s) {
     hist.push_back({{"min_length", lo}, {"max_length", hi}, {"samples", s.length_histogram[b]}});
   }
   j["length_histogram"] = std::move(hist);
-  j["trained_token_counts"] = s.trained_token_counts;
+  // Sparse: [[id, count], ...] for the ids seen, by increasing id.
+  nlohmann::json counts = nlohmann::json::array();
+  for (const auto& [id, n] : s.trained_token_counts.entries()) counts.push_back({id, n});
+  j["trained_token_counts"] = std::move(counts);
   return j;
 }
 
@@ -53,7 +56,9 @@ TokenStats stats_from_json(const nlohmann::json& j, const std::string& file) {
   get("truncated", s.truncated);
   get("dropped", s.dropped);
   get("skipped", s.skipped);
-  get("trained_token_counts", s.trained_token_counts);
+  std::vector<TokenCounts::Entry> counts;
+  get("trained_token_counts", counts);
+  s.trained_token_counts = TokenCounts(counts);
   nlohmann::json hist;
   get("length_histogram", hist);
   for (const auto& b : hist) s.length_histogram.push_back(b.value("samples", std::uint64_t{0}));

@@ -52,33 +52,37 @@ DraftVocab DraftVocab::from_d2t(const torch::Tensor& d2t, std::int64_t target_vo
   return v;
 }
 
-DraftVocab build_draft_vocab(const std::vector<std::uint64_t>& counts, std::int64_t target_vocab_size,
-                             std::int64_t draft_size) {
+DraftVocab build_draft_vocab(const std::vector<std::pair<std::uint32_t, std::uint64_t>>& counts,
+                             std::int64_t target_vocab_size, std::int64_t draft_size) {
   EAGLE_CHECK(target_vocab_size > 0 && draft_size > 0,
               Error(ErrorKind::usage, "draft vocabulary sizes must be positive")
                   .expected("vocab_size > 0 and draft_vocab_size > 0")
                   .found(fmt::format("{} and {}", target_vocab_size, draft_size)));
-  for (std::size_t id = static_cast<std::size_t>(target_vocab_size); id < counts.size(); ++id) {
-    EAGLE_CHECK(counts[id] == 0, Error(ErrorKind::input, "the dataset holds a token id outside the target vocabulary")
-                                     .place("token statistics")
-                                     .expected(fmt::format("ids < {}", target_vocab_size))
-                                     .found(fmt::format("id {}", id))
-                                     .hint("check that the data was tokenized with the target's tokenizer"));
+  for (const auto& [id, n] : counts) {
+    EAGLE_CHECK(n == 0 || static_cast<std::int64_t>(id) < target_vocab_size,
+                Error(ErrorKind::input, "the dataset holds a token id outside the target vocabulary")
+                    .place("token statistics")
+                    .expected(fmt::format("ids < {}", target_vocab_size))
+                    .found(fmt::format("id {}", id))
+                    .hint("check that the data was tokenized with the target's tokenizer"));
   }
   if (draft_size >= target_vocab_size) return DraftVocab::identity(target_vocab_size);
-  auto count_of = [&](std::int64_t id) -> std::uint64_t {
-    return static_cast<std::size_t>(id) < counts.size() ? counts[static_cast<std::size_t>(id)] : 0;
-  };
-  std::vector<std::int64_t> order(static_cast<std::size_t>(target_vocab_size));
-  std::iota(order.begin(), order.end(), 0);
-  // Most frequent first, ties (including the never-seen ids, count 0) by lower id.
-  std::partial_sort(order.begin(), order.begin() + draft_size, order.end(), [&](std::int64_t a, std::int64_t b) {
-    auto ca = count_of(a), cb = count_of(b);
-    return ca != cb ? ca > cb : a < b;
+  // The ids seen, most frequent first (ties by lower id); then never-seen ids by increasing id.
+  std::vector<std::pair<std::uint32_t, std::uint64_t>> seen;
+  for (const auto& c : counts)
+    if (c.second > 0) seen.push_back(c);
+  std::sort(seen.begin(), seen.end(), [](const auto& a, const auto& b) {
+    return a.second != b.second ? a.second > b.second : a.first < b.first;
   });
   DraftVocab v;
   v.target_vocab_size = target_vocab_size;
-  v.draft_ids.assign(order.begin(), order.begin() + draft_size);
+  std::vector<bool> taken(static_cast<std::size_t>(target_vocab_size), false);
+  for (std::size_t i = 0; i < seen.size() && v.size() < draft_size; ++i) {
+    v.draft_ids.push_back(seen[i].first);
+    taken[seen[i].first] = true;
+  }
+  for (std::int64_t id = 0; id < target_vocab_size && v.size() < draft_size; ++id)
+    if (!taken[static_cast<std::size_t>(id)]) v.draft_ids.push_back(id);
   std::sort(v.draft_ids.begin(), v.draft_ids.end());
   return v;
 }

@@ -164,12 +164,16 @@ torch::ScalarType dtype_of_name(const std::string& s) {
 
 }  // namespace
 
+TargetConfig TargetConfig::from_model_dir(const std::string& dir) {
+  EAGLE_CHECK(fs::is_directory(dir), Error(ErrorKind::input, "model folder not found").file(dir)
+                                         .hint("--model_name_or_path must be a local Hugging Face model folder"));
+  return from_json_file((fs::path(dir) / "config.json").string());
+}
+
 TargetModel TargetModel::load(const std::string& dir_name, torch::ScalarType dtype, torch::Device device) {
   const fs::path dir(dir_name);
-  EAGLE_CHECK(fs::is_directory(dir), Error(ErrorKind::input, "model folder not found").file(dir_name)
-                                         .hint("--model_name_or_path must be a local Hugging Face model folder"));
   auto impl = std::make_shared<Impl>();
-  impl->cfg = TargetConfig::from_json_file((dir / "config.json").string());
+  impl->cfg = TargetConfig::from_model_dir(dir_name);
   const auto& c = impl->cfg;
   const auto ck = open_checkpoint(dir);
   const auto expected = expected_tensors(c);

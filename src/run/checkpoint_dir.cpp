@@ -218,8 +218,13 @@ std::size_t CheckpointDir::clean_temporaries() {
     }
   }
   std::vector<fs::path> leftovers;
-  for (const auto& entry : fs::directory_iterator(dir_))
-    if (entry.path().filename().string().rfind(".tmp-", 0) == 0) leftovers.push_back(entry.path());
+  for (const auto& entry : fs::directory_iterator(dir_)) {
+    const std::string name = entry.path().filename().string();
+    // .tmp-* folders, and checkpoint-<step> folders without COMPLETE: a rotation that was killed
+    // after it removed the marker, or a save killed between its rename and its marker.
+    if (name.rfind(".tmp-", 0) == 0 || (step_of_name(name) && !is_complete(entry.path())))
+      leftovers.push_back(entry.path());
+  }
   for (const auto& p : leftovers) {
     remove_tree(p);
     log::info("ckpt", "removed the leftover {}", p.string());

@@ -15,18 +15,22 @@ namespace eagle::train {
 namespace {
 
 // eval_data_path, whole, when given; else the validation split of data_path as loaded.
-std::optional<data::Dataset> heldout_split(const config::Options& opts, std::optional<data::Dataset> validation) {
+std::optional<data::Dataset> heldout_split(const config::Options& opts, std::int64_t vocab_size,
+                                           std::optional<data::Dataset> validation) {
   if (opts.eval_data_path.empty()) return validation;
   auto lo = data::LoadOptions::from(opts);
   lo.validation_fraction = 0;
+  lo.vocab_size = vocab_size;
   return data::load_dataset(opts.eval_data_path, lo).train;
 }
 
 }  // namespace
 
-TrainData load_train_data(const config::Options& opts) {
-  auto loaded = data::load_dataset(opts.data_path, data::LoadOptions::from(opts));
-  TrainData out{std::move(loaded.train), heldout_split(opts, std::move(loaded.validation))};
+TrainData load_train_data(const config::Options& opts, std::int64_t vocab_size) {
+  auto lo = data::LoadOptions::from(opts);
+  lo.vocab_size = vocab_size;
+  auto loaded = data::load_dataset(opts.data_path, lo);
+  TrainData out{std::move(loaded.train), heldout_split(opts, vocab_size, std::move(loaded.validation))};
   EAGLE_CHECK(out.train.size() > 0,
               Error(ErrorKind::input, "the training data holds no usable sample").file(opts.data_path));
   log::info("data", "training samples: {} ({} tokens, {} trained); held-out samples: {}", out.train.size(),
@@ -34,10 +38,12 @@ TrainData load_train_data(const config::Options& opts) {
   return out;
 }
 
-data::Dataset load_eval_data(const config::Options& opts) {
-  if (!opts.eval_data_path.empty()) return *heldout_split(opts, std::nullopt);
-  auto loaded = data::load_dataset(opts.data_path, data::LoadOptions::from(opts));
-  if (auto heldout = heldout_split(opts, std::move(loaded.validation))) return std::move(*heldout);
+data::Dataset load_eval_data(const config::Options& opts, std::int64_t vocab_size) {
+  if (!opts.eval_data_path.empty()) return *heldout_split(opts, vocab_size, std::nullopt);
+  auto lo = data::LoadOptions::from(opts);
+  lo.vocab_size = vocab_size;
+  auto loaded = data::load_dataset(opts.data_path, lo);
+  if (auto heldout = heldout_split(opts, vocab_size, std::move(loaded.validation))) return std::move(*heldout);
   log::info("eval", "{} has no validation split: evaluating on all of it", opts.data_path);
   return std::move(loaded.train);
 }
@@ -52,22 +58,10 @@ model::TargetModel load_target(const config::Options& opts, torch::Device device
   return target;
 }
 
-void check_vocabulary(const data::Dataset& dataset, const model::TargetModel& target) {
-  const auto vocab = target.config().vocab_size;
-  if (dataset.size() == 0 || static_cast<std::int64_t>(dataset.max_token_id()) < vocab) return;
-  for (std::size_t i = 0; i < dataset.size(); ++i)
-    for (std::int64_t p = 0; p < dataset.length(i); ++p)
-      if (static_cast<std::int64_t>(dataset.token(i, p)) >= vocab)
-        throw Error(ErrorKind::input, "token id outside the target's vocabulary").file(dataset.source())
-            .place(fmt::format("sample {}, position {}", i, p)).expected(fmt::format("ids < {}", vocab))
-            .found(std::to_string(dataset.token(i, p)))
-            .hint("the data was tokenized for another model");
-}
-
 std::shared_ptr<model::DraftHead> make_head(const config::Options& opts, const model::TargetModel& target,
                                             const data::TokenStats& stats, torch::Device device) {
   const auto& tc = target.config();
-  const auto& counts = stats.trained_token_counts;
+  const auto counts = stats.trained_token_counts.entries();
   const auto vocab = model::build_draft_vocab(counts, tc.vocab_size, std::min(opts.draft_vocab_size, tc.vocab_size));
   auto cfg = model::HeadConfig::from_target(tc, opts.eagle_version, target.aux_layer_ids(), vocab.size());
   cfg.ttt_steps = opts.ttt_steps;
@@ -79,8 +73,7 @@ std::shared_ptr<model::DraftHead> make_head(const config::Options& opts, const m
   head->init_from_target(target);
   if (cfg.eagle_version == 3) {
     std::uint64_t covered = 0;
-    for (auto id : vocab.draft_ids)
-      if (static_cast<std::size_t>(id) < counts.size()) covered += counts[static_cast<std::size_t>(id)];
+    for (auto id : vocab.draft_ids) covered += stats.trained_token_counts.count(static_cast<data::TokenId>(id));
     log::info(
         "model", "draft vocabulary: {} of {} target ids ({:.1f}% of trained tokens covered)", vocab.size(),
         tc.vocab_size,

@@ -15,6 +15,7 @@
 #include "eagle/data/sampler.h"
 #include "eagle/io/run_logger.h"
 #include "eagle/run/checkpoint_dir.h"
+#include "eagle/run/dir_lock.h"
 #include "eagle/run/lr_schedule.h"
 #include "eagle/run/run_files.h"
 #include "eagle/run/signals.h"
@@ -95,6 +96,7 @@ class Run {
   const TrainHooks hooks_;
   const Clock::time_point started_ = Clock::now();
   torch::Device device_{torch::kCPU};
+  std::optional<run::DirLock> lock_;  // output_dir is this run's until the process ends
   std::optional<run::CheckpointRef> resume_;
   TrainData data_;
   model::TargetModel target_;
@@ -128,14 +130,17 @@ Run::Run(const config::Options& o, const std::vector<std::string>& command_line,
     : o_(o), hooks_(hooks) {
   configure_runtime(o_);
   device_ = resolve_device(o_.device);
+  std::error_code ec;
+  std::filesystem::create_directories(o_.output_dir, ec);
+  EAGLE_CHECK(!ec, Error(ErrorKind::output, "cannot create the run folder").file(o_.output_dir).found(ec.message()));
+  lock_.emplace(std::filesystem::path(o_.output_dir) / run::kLockFile, "output_dir");
   resume_ = run::prepare_output_dir(o_.output_dir, o_.resume_from_checkpoint, o_.overwrite_output_dir);
   run::write_run_files(o_.output_dir, o_, command_line);
 
   // ---- data, target, head, sampler, optimizer, schedule ----
-  data_ = load_train_data(o_);
+  // The data is checked against the target's vocabulary (its config.json) before the weights load.
+  data_ = load_train_data(o_, model::TargetConfig::from_model_dir(o_.model_name_or_path).vocab_size);
   target_ = load_target(o_, device_);
-  check_vocabulary(data_.train, target_);
-  if (data_.heldout) check_vocabulary(*data_.heldout, target_);
   head_ = make_head(o_, target_, data_.train.stats(), device_);
   K_ = head_->config().steps();
   teacher_ = head_->teacher_spec();

@@ -12,7 +12,7 @@
 namespace eagle::data {
 
 inline constexpr char kDatasetMagic[8] = {'E', 'A', 'G', 'L', 'E', 'D', 'S', '1'};
-inline constexpr std::uint32_t kDatasetVersion = 1;
+inline constexpr std::uint32_t kDatasetVersion = 2;  // 2: sparse trained-token counts; 1 is still read
 inline constexpr std::uint64_t kSectionAlign = 64;
 
 // Little-endian, 256 bytes; every offset is from the start of the file.
@@ -30,7 +30,7 @@ struct DatasetHeader {
   std::uint64_t mask_offset;      // ceil(num_tokens / 8) bytes, bit k (LSB first) = mask of token k
   std::uint64_t offsets_offset;   // (num_samples + 1) uint64
   std::uint64_t histogram_offset; // histogram_entries uint64 (length buckets)
-  std::uint64_t counts_offset;    // counts_entries uint64 (trained count per token id)
+  std::uint64_t counts_offset;    // counts_entries (id, count) uint64 pairs, by id (version 1: a count per id)
   std::uint64_t histogram_entries;
   std::uint64_t counts_entries;
   std::uint64_t trained_tokens;
@@ -47,7 +47,8 @@ TokenStats write_dataset_file(const std::string& path, const Dataset& src, const
                               const TokenStats& counts, std::int64_t training_seq_len);
 
 // Maps a dataset file; throws ErrorKind::input naming the file for a truncated, foreign or
-// inconsistent one.
+// inconsistent one. The body is checked against the header once (token ids <= max_token_id, the
+// trained-token count), naming the sample and position of the first id that is not.
 Dataset open_dataset_file(const std::string& path);
 // Reads and checks only the header.
 DatasetHeader read_dataset_header(const std::string& path);

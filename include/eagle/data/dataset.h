@@ -4,8 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace eagle::data {
@@ -17,9 +19,37 @@ struct Sample {
   std::vector<std::uint8_t> loss_mask;  // 1: the head is trained to predict this token
 };
 
+// Counts per token id, bounded by what was seen: ids below kDenseIds in a flat array that grows to
+// the largest id seen (at most 2 MiB), the rest in a sparse map, so one huge id costs nothing.
+class TokenCounts {
+ public:
+  static constexpr TokenId kDenseIds = TokenId{1} << 18;
+  using Entry = std::pair<TokenId, std::uint64_t>;
+
+  TokenCounts() = default;
+  // From (id, count) pairs (any order; repeated ids add up).
+  explicit TokenCounts(const std::vector<Entry>& entries);
+  void add(TokenId id, std::uint64_t n = 1) {
+    if (id < kDenseIds) {
+      if (dense_.size() <= id) dense_.resize(std::size_t{id} + 1, 0);
+      dense_[id] += n;
+    } else {
+      sparse_[id] += n;
+    }
+  }
+  std::uint64_t count(TokenId id) const;
+  // (id, count) with count > 0, by increasing id.
+  std::vector<Entry> entries() const;
+  bool operator==(const TokenCounts& other) const { return entries() == other.entries(); }
+
+ private:
+  std::vector<std::uint64_t> dense_;
+  std::map<TokenId, std::uint64_t> sparse_;
+};
+
 // Statistics over the samples kept (see docs/data.md).
 struct TokenStats {
-  std::vector<std::uint64_t> trained_token_counts;  // index = token id; counts under the loss mask
+  TokenCounts trained_token_counts;                 // trained (loss-masked) occurrences per token id
   std::vector<std::uint64_t> length_histogram;      // index = length bucket (see data.md)
   std::uint64_t samples = 0, tokens = 0, trained_tokens = 0;
   std::uint64_t truncated = 0, dropped = 0, skipped = 0;

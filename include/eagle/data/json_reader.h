@@ -16,6 +16,7 @@ struct ReadOptions {
   std::int64_t training_seq_len = 2048;  // tokens; longer samples follow overlong_policy
   config::BadSamplePolicy bad_sample_policy = config::BadSamplePolicy::error;
   config::OverlongPolicy overlong_policy = config::OverlongPolicy::truncate;
+  std::int64_t vocab_size = 0;  // the target's vocabulary: ids >= it are refused by line; 0: no target known
 };
 
 struct ReadCounts {

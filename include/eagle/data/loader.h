@@ -22,6 +22,7 @@ struct LoadOptions {
   config::OverlongPolicy overlong_policy;
   double validation_fraction = 0;  // JSON input, or a prepared folder without a stored split
   std::uint64_t seed = 42;
+  std::int64_t vocab_size = 0;     // the target's vocabulary: every id must be below it; 0: unchecked
 
   // The loading options of a run (validation_fraction included; callers that want no split set it
   // to 0 on the copy).
@@ -33,13 +34,18 @@ struct LoadedData {
   std::optional<Dataset> validation;
 };
 
+// Every token id of the dataset below vocab_size: Error(input) naming the file, the sample and the
+// position of the first that is not (cheap when the stored max_token_id is below it).
+void check_token_ids(const Dataset& dataset, std::int64_t vocab_size);
+
 // True when path is a folder written by eagle-train prepare (it holds train.bin).
 bool is_prepared_dataset(const std::string& path);
 
 // path: a prepared dataset folder (its validation split is used when present), a single prepared
 // .bin file, a .jsonl/.json(.gz) file, or a folder of such files. Samples longer than
 // training_seq_len are truncated or dropped (a prepared dataset written with a larger limit is
-// then copied into memory). Throws eagle::Error (ErrorKind::input) naming file, place and field.
+// then copied into memory); ids at or above vocab_size are refused (JSON: by file and line).
+// Throws eagle::Error (ErrorKind::input) naming file, place and field.
 LoadedData load_dataset(const std::string& path, const LoadOptions& opts);
 
 }  // namespace eagle::data

@@ -8,7 +8,7 @@
 
 namespace eagle::data {
 
-inline constexpr int kStatsFormatVersion = 1;
+inline constexpr int kStatsFormatVersion = 2;  // 2: sparse trained_token_counts [[id, count], ...]
 
 // One split's statistics: counts, fractions, the length histogram (with bucket bounds) and the
 // dense per-id trained-token counts.

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include <torch/torch.h>
@@ -25,10 +26,10 @@ struct DraftVocab {
   static DraftVocab from_d2t(const torch::Tensor& d2t, std::int64_t target_vocab_size);
 };
 
-// The draft_size most frequent ids under the loss mask (counts[id]: trained occurrences of id; ties:
-// lower id first); ids never seen fill the rest by increasing id. Ordered by increasing target id.
-// draft_size >= V gives the identity.
-DraftVocab build_draft_vocab(const std::vector<std::uint64_t>& counts, std::int64_t target_vocab_size,
-                             std::int64_t draft_size);
+// The draft_size most frequent ids under the loss mask (counts: (id, trained occurrences) of the ids
+// seen, any order; ties: lower id first); ids never seen fill the rest by increasing id. Ordered by
+// increasing target id. draft_size >= V gives the identity. An id >= V is an Error(input).
+DraftVocab build_draft_vocab(const std::vector<std::pair<std::uint32_t, std::uint64_t>>& counts,
+                             std::int64_t target_vocab_size, std::int64_t draft_size);
 
 }  // namespace eagle::model

@@ -34,6 +34,9 @@ struct TargetConfig {
   // Reads config.json (transformers 4.x and 5.x spellings); refuses unsupported architectures and
   // fields that change the math, by name.
   static TargetConfig from_json_file(const std::string& path);
+  // dir/config.json of a model folder (Error(input) naming dir when it is not a folder): cheap, so
+  // the data can be checked against the vocabulary before the weights load.
+  static TargetConfig from_model_dir(const std::string& dir);
 };
 
 // One batch for the training forward (all [B, T], on the model's device).

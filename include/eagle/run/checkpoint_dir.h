@@ -54,8 +54,10 @@ class CheckpointDir {
   bool update_best(std::int64_t step, std::string_view metric, double value);
   std::optional<BestInfo> best() const;
 
-  // Removes leftovers of an interrupted write (.tmp-* entries); puts back checkpoint-best when a
-  // crash hit between the two renames of its swap. Returns the number of entries removed.
+  // Removes leftovers of an interrupted write (.tmp-* entries, checkpoint-<step> folders without
+  // COMPLETE left by a killed rotation or save); puts back checkpoint-best when a crash hit between
+  // the two renames of its swap. Returns the number of entries removed. Call it only while holding
+  // the folder's lock (dir_lock.h): nothing else may be writing there.
   std::size_t clean_temporaries();
 
   // The files and folders of an earlier run in output_dir: checkpoint-<step>, checkpoint-best,

@@ -20,15 +20,14 @@ struct TrainData {
   data::Dataset train;
   std::optional<data::Dataset> heldout;
 };
-TrainData load_train_data(const config::Options& opts);
+// Every token id must index the target's vocabulary (vocab_size; JSON data is refused by file and
+// line, prepared data by file, sample and position), checked while loading, before the weights.
+TrainData load_train_data(const config::Options& opts, std::int64_t vocab_size);
 // The held-out data of `eval`: the same choice as training, else data_path whole.
-data::Dataset load_eval_data(const config::Options& opts);
+data::Dataset load_eval_data(const config::Options& opts, std::int64_t vocab_size);
 
 // Loads the target (dtype, device, aux layers from the options) and logs what it is.
 model::TargetModel load_target(const config::Options& opts, torch::Device device);
-// Every token id of the dataset must index the target's vocabulary (Error(input) names the first
-// that does not).
-void check_vocabulary(const data::Dataset& dataset, const model::TargetModel& target);
 
 // A new draft head for this target and data: EAGLE-3 with a draft vocabulary of the most frequent
 // trained tokens (LM head started from the target's rows), or EAGLE-1; on the device, fp32.
