@@ -1,7 +1,9 @@
 // Shared test helpers (see helpers.h).
 #include "helpers.h"
 
+#include <sys/resource.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdlib>
@@ -14,14 +16,29 @@
 namespace eagle::test {
 
 ProcessResult run_command(const std::string& cmd) {
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (!pipe) throw std::runtime_error("popen failed: " + cmd);
+  // fork + exec of sh -c with a pipe for stdout, and wait4 for the child's own peak memory.
+  int fds[2];
+  if (pipe(fds) != 0) throw std::runtime_error("pipe failed: " + cmd);
+  pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork failed: " + cmd);
+  if (pid == 0) {
+    dup2(fds[1], STDOUT_FILENO);
+    close(fds[0]);
+    close(fds[1]);
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  close(fds[1]);
   ProcessResult r;
   std::array<char, 4096> buf{};
-  std::size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), pipe)) > 0) r.output.append(buf.data(), n);
-  int status = pclose(pipe);
+  ssize_t n;
+  while ((n = read(fds[0], buf.data(), buf.size())) > 0) r.output.append(buf.data(), static_cast<std::size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  struct rusage usage {};
+  wait4(pid, &status, 0, &usage);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.max_rss_kb = usage.ru_maxrss;
   return r;
 }
 

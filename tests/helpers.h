@@ -11,6 +11,7 @@ namespace eagle::test {
 struct ProcessResult {
   int exit_code = -1;
   std::string output;  // stdout and stderr together
+  long max_rss_kb = 0;  // peak resident memory of the shell and what it ran (the largest process)
 };
 
 // Runs a shell command and captures its standard output (redirect stderr in cmd to see it too).

@@ -4,8 +4,10 @@
 
 #include <unistd.h>
 #include <nlohmann/json.hpp>
+#include <fstream>
 #include <random>
 
+#include "eagle/data/binary_format.h"
 #include "eagle/data/flat_builder.h"
 #include "eagle/data/loader.h"
 #include "data_helpers.h"
@@ -188,4 +190,43 @@ TEST_CASE("prepare usage and input errors", "[data]") {
   CHECK(ext.exit_code == 3);
   CHECK_THAT(ext.output, Catch::Contains("unknown input file type"));
   CHECK_FALSE(std::filesystem::exists(dir / "x"));
+}
+
+namespace {
+
+// Overwrites `bytes` at `offset` of a file in place.
+void patch(const std::filesystem::path& file, std::uint64_t offset, const void* bytes, std::size_t n) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(static_cast<const char*>(bytes), static_cast<std::streamsize>(n));
+}
+
+}  // namespace
+
+TEST_CASE("a prepared body that disagrees with its header is refused naming the sample and position", "[data]") {
+  TempDir dir;
+  // Two samples of 4 tokens, ids < 10: the header says max_token_id 9 and 2-byte tokens.
+  write_file(dir / "in.jsonl", "{\"input_ids\": [1, 2, 3, 4], \"loss_mask\": [0, 1, 1, 1]}\n"
+                               "{\"input_ids\": [5, 6, 7, 9], \"loss_mask\": [0, 0, 1, 1]}\n");
+  REQUIRE(run_cli("prepare --input " + (dir / "in.jsonl").string() + " --output " + (dir / "ds").string()).exit_code == 0);
+  const auto bin = dir / "ds" / "train.bin";
+  const auto h = eagle::data::read_dataset_header(bin.string());
+  REQUIRE(h.token_bytes == 2);
+  SECTION("a token id above the header's max_token_id (an id the target's vocabulary lacks)") {
+    const std::uint16_t big = 60000;
+    patch(bin, h.tokens_offset + 2 * 6, &big, 2);  // sample 1, position 2
+    auto r = run_cli("data-stats --data_path " + (dir / "ds").string());
+    INFO(r.output);
+    CHECK(r.exit_code == 3);
+    CHECK_THAT(r.output, Catch::Contains("train.bin") && Catch::Contains("sample 1, position 2") &&
+                             Catch::Contains("60000") && Catch::Contains("max_token_id"));
+  }
+  SECTION("loss-mask bits that do not add up to the header's trained tokens (all zero)") {
+    const std::uint8_t zero = 0;
+    patch(bin, h.mask_offset, &zero, 1);
+    auto r = run_cli("data-stats --data_path " + (dir / "ds").string());
+    INFO(r.output);
+    CHECK(r.exit_code == 3);
+    CHECK_THAT(r.output, Catch::Contains("train.bin") && Catch::Contains("loss mask does not match the header"));
+  }
 }

@@ -236,3 +236,33 @@ TEST_CASE("max_token_id is kept in the stats (O(1)) and correct for in-memory da
   CHECK(copy.stats().trained_tokens == 3);
   CHECK(eagle::data::Dataset().max_token_id() == 0);
 }
+
+TEST_CASE("one huge token id costs no memory: counts are bounded by what was seen", "[data]") {
+  eagle::test::TempDir dir;
+  // 4294967295 is a valid id of the format (uint32); dense per-id counts would take 32 GB.
+  eagle::test::write_file(dir / "huge.jsonl", "{\"input_ids\": [1, 2, 4294967295, 3], \"loss_mask\": [0, 1, 1, 1]}\n"
+                                              "{\"input_ids\": [4, 5, 6], \"loss_mask\": [0, 1, 1]}\n");
+  const std::string data = (dir / "huge.jsonl").string();
+  constexpr long kLimitKb = 2L << 20;  // 2 GiB: LibTorch's libraries take about 0.4 of it
+  auto stats = eagle::test::run_cli("data-stats --json --data_path " + data);
+  INFO(stats.output);
+  CHECK(stats.exit_code == 0);
+  CHECK(stats.max_rss_kb < kLimitKb);
+  auto prep = eagle::test::run_cli("prepare --input " + data + " --output " + (dir / "ds").string());
+  INFO(prep.output);
+  CHECK(prep.exit_code == 0);
+  CHECK(prep.max_rss_kb < kLimitKb);
+  auto back = eagle::data::load_dataset((dir / "ds").string(), eagle::test::load_options());
+  CHECK(back.train.stats().max_token_id == 4294967295u);
+  CHECK(back.train.stats().trained_token_counts.count(4294967295u) == 1);
+  CHECK(back.train.stats().trained_token_counts.entries().size() == 5);
+  // Training refuses it by file and line (the tiny target has 512 ids), before any tensor exists.
+  auto train = eagle::test::run_cli("train --model_name_or_path " EAGLE_SOURCE_DIR
+                                    "/tests/fixtures/models/tiny-llama --data_path " + data +
+                                    " --output_dir " + (dir / "run").string());
+  INFO(train.output);
+  CHECK(train.exit_code == 3);
+  CHECK_THAT(train.output, Catch::Contains("huge.jsonl: line 1, field input_ids[2]") &&
+                               Catch::Contains("4294967295") && Catch::Contains("ids < 512"));
+  CHECK(train.max_rss_kb < kLimitKb);
+}

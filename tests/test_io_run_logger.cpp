@@ -67,7 +67,7 @@ TEST_CASE("the step line has a fixed format", "[io]") {
         "step 120/1000 | loss 2.3456 | acc - | tau 2.310 | lr 9.870e-05 | grad 0.812 | 12345 tok/s | pad 87.5% | "
         "412 ms/step | 3 non-finite steps skipped");
   s.loss = std::numeric_limits<double>::quiet_NaN();
-  CHECK_THAT(format_step_line(s), Catch::StartsWith("step 120/1000 | loss nan | "));
+  CHECK_THAT(format_step_line(s), Catch::StartsWith("step 120/1000 | loss n/a | "));  // never a number
 }
 
 TEST_CASE("the eval line reads 'step N AR: x'", "[io]") {

@@ -128,6 +128,45 @@ TEST_CASE("a resumed run continues the same run exactly", "[train]") {
   check_same_tensors(straight / "checkpoint-24/optimizer.safetensors", resumed / "checkpoint-24/optimizer.safetensors");
 }
 
+TEST_CASE("resuming a completed run says so and touches nothing", "[train]") {
+  TempDir dir;
+  auto out = dir / "run";
+  auto args = " --max_steps 4 --eval_steps 0 --eval_num_prompts 2 --output_dir " + out.string();
+  REQUIRE(run_cli("train " + kSmoke + args).exit_code == 0);
+  std::map<std::string, std::string> before;
+  for (const auto& e : fs::recursive_directory_iterator(out))
+    if (e.is_regular_file()) before[fs::relative(e.path(), out).string()] = eagle::test::read_file(e.path());
+  auto r = run_cli("train " + kSmoke + args + " --resume_from_checkpoint auto");
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("is complete") && Catch::Contains("nothing to do"));
+  std::map<std::string, std::string> after;
+  for (const auto& e : fs::recursive_directory_iterator(out))
+    if (e.is_regular_file()) after[fs::relative(e.path(), out).string()] = eagle::test::read_file(e.path());
+  after.erase(".lock");  // the lock file names its latest holder
+  before.erase(".lock");
+  CHECK(after == before);  // no line appended, no checkpoint rewritten, no new event file
+}
+
+TEST_CASE("resume refuses options that shape the head or the data, naming each", "[train]") {
+  TempDir dir;
+  auto out = dir / "run";
+  auto args = " --max_steps 4 --save_steps 2 --eval_steps 0 --eval_num_prompts 0 --output_dir " + out.string();
+  REQUIRE(run_cli("train " + kSmoke + args).exit_code == 0);
+  auto ckpt = (out / "checkpoint-2").string();
+  auto r = run_cli("train " + kSmoke + args + " --max_steps 8 --resume_from_checkpoint " + ckpt +
+                   " --ttt_steps 2 --aux_hidden_state_layer_ids 0,1,2 --draft_vocab_size 128 --eagle_version 3");
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Catch::Contains("other options (3 differ)") && Catch::Contains("ttt_steps: checkpoint 3, now 2") &&
+                           Catch::Contains("aux_hidden_state_layer_ids") && Catch::Contains("draft_vocab_size"));
+  // What may change does: a longer run with another learning rate and logging interval.
+  auto ok = run_cli("train " + kSmoke + args + " --max_steps 8 --learning_rate 0.001 --logging_steps 4" +
+                    " --resume_from_checkpoint auto");
+  INFO(ok.output);
+  CHECK(ok.exit_code == 0);
+}
+
 TEST_CASE("SIGTERM checkpoints and exits 130; auto resume finishes the run", "[train]") {
   TempDir dir;
   auto out = dir / "run";

@@ -116,3 +116,22 @@ TEST_CASE("a missed gate and a failure each write their summary", "[train]") {
   CHECK(fs_["exit_code"] == 5);
   CHECK_THAT(fs_["detail"].get<std::string>(), Catch::Contains("non-finite loss or gradient"));
 }
+
+TEST_CASE("a signal during the final evaluation still ends interrupted with the checkpoint; resuming completes",
+          "[train]") {
+  test::TempDir tmp;
+  auto o = smoke_options(tmp / "run");
+  train::TrainHooks hooks;
+  hooks.after_step = [](std::int64_t step) {
+    if (step == 6) ::raise(SIGTERM);  // arrives as the final evaluation starts
+  };
+  Error e = expect_error(o, hooks);
+  CHECK(e.kind() == ErrorKind::interrupted);
+  CHECK(read_json(tmp / "run" / "summary.json")["exit_reason"] == "interrupted");
+  REQUIRE(fs::exists(tmp / "run" / "checkpoint-6" / "COMPLETE"));
+  // Resuming runs what was cut short (the final evaluation) and completes.
+  o.resume_from_checkpoint = "auto";
+  run::RunSummary s = train::train(o, {"eagle-train", "train"});
+  CHECK(s.exit_reason == run::ExitReason::completed);
+  CHECK(read_json(tmp / "run" / "summary.json")["exit_reason"] == "completed");
+}

@@ -1,6 +1,10 @@
 // config.json and command_line.txt of a run.
 #include "eagle/run/run_files.h"
 
+#include <fmt/format.h>
+
+#include <set>
+
 #include <fstream>
 #include <iterator>
 
@@ -39,6 +43,40 @@ void write_run_files(const std::filesystem::path& output_dir, const config::Opti
     if (!history.empty() && history.back() != '\n') history += '\n';
   }
   util::write_file_atomic(cmd_path, history + shell_quote(args) + "\n");
+}
+
+bool may_change_on_resume(std::string_view option) {
+  static const std::set<std::string_view> kMayChange{
+      // optimisation schedule and length of the run
+      "learning_rate", "lr_scheduler_type", "warmup_steps", "weight_decay", "max_grad_norm", "max_steps",
+      "num_train_epochs", "nan_policy",
+      // evaluation and gates
+      "eval_data_path", "eval_steps", "eval_num_prompts", "eval_max_new_tokens", "eval_draft_len", "min_ar",
+      "max_final_loss",
+      // logging, checkpoints, where the run lives
+      "logging_steps", "log_level", "output_dir", "overwrite_output_dir", "save_steps", "save_total_limit",
+      "resume_from_checkpoint",
+      // runtime (bit-exact resumes need the same device and threads; the run itself is the same)
+      "device", "num_threads", "max_cuda_graphs", "config"};
+  return kMayChange.count(option) > 0;
+}
+
+std::vector<std::string> resume_conflicts(const nlohmann::json& saved, const nlohmann::json& now) {
+  static const std::set<std::string_view> kPaths{"data_path", "model_name_or_path"};
+  std::vector<std::string> out;
+  for (const auto& [key, value] : now.items()) {
+    if (may_change_on_resume(key) || !saved.contains(key)) continue;
+    const auto& before = saved.at(key);
+    bool same = before == value;
+    if (!same && kPaths.count(key) && before.is_string() && value.is_string()) {
+      std::error_code e1, e2;
+      auto a = std::filesystem::weakly_canonical(before.get<std::string>(), e1);
+      auto b = std::filesystem::weakly_canonical(value.get<std::string>(), e2);
+      same = !e1 && !e2 && a == b;
+    }
+    if (!same) out.push_back(fmt::format("{}: checkpoint {}, now {}", key, before.dump(), value.dump()));
+  }
+  return out;
 }
 
 }  // namespace eagle::run

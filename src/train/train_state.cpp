@@ -61,8 +61,7 @@ void write_checkpoint_files(const std::filesystem::path& dir, model::DraftHead& 
               Error(ErrorKind::output, "cannot write the trainer state").file((dir / kTrainerStateFile).string()));
 }
 
-TrainerState restore_checkpoint(const std::filesystem::path& dir, model::DraftHead& head, AdamW& optimizer,
-                                data::Sampler& sampler) {
+TrainerState read_trainer_state(const std::filesystem::path& dir) {
   const auto state_path = dir / kTrainerStateFile;
   std::ifstream in(state_path);
   EAGLE_CHECK(in.good(), Error(ErrorKind::input, "checkpoint has no trainer state").file(state_path.string())
@@ -82,6 +81,12 @@ TrainerState restore_checkpoint(const std::filesystem::path& dir, model::DraftHe
   } catch (const nlohmann::json::exception& e) {
     throw Error(ErrorKind::input, "trainer state lacks a field").file(state_path.string()).found(e.what());
   }
+  return s;
+}
+
+TrainerState restore_checkpoint(const std::filesystem::path& dir, model::DraftHead& head, AdamW& optimizer,
+                                data::Sampler& sampler) {
+  TrainerState s = read_trainer_state(dir);
   model::load_head_weights(head, dir.string());
   optimizer.load_state(model::load_safetensors((dir / kOptimizerFile).string()), (dir / kOptimizerFile).string());
   set_rng_states(model::load_safetensors((dir / kRngFile).string()));

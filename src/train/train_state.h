@@ -28,6 +28,8 @@ struct TrainerState {
 // Writes the head (SGLang layout), optimizer state, RNG state and trainer_state.json into dir.
 void write_checkpoint_files(const std::filesystem::path& dir, model::DraftHead& head, const AdamW& optimizer,
                             const TrainerState& state);
+// dir/trainer_state.json alone (Error(input) naming the file when missing or malformed).
+TrainerState read_trainer_state(const std::filesystem::path& dir);
 // Restores head weights, optimizer state, RNG state and the sampler position; returns the state.
 TrainerState restore_checkpoint(const std::filesystem::path& dir, model::DraftHead& head, AdamW& optimizer,
                                 data::Sampler& sampler);

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
@@ -62,6 +63,18 @@ struct Window {
   }
 };
 
+// Whether output_dir's summary.json records a completed run of `steps` steps.
+bool run_completed(const std::string& output_dir, std::int64_t steps) {
+  std::ifstream in(std::filesystem::path(output_dir) / "summary.json");
+  if (!in) return false;
+  try {
+    const auto j = nlohmann::json::parse(in);
+    return j.value("exit_reason", std::string()) == "completed" && j.value("steps", std::int64_t{-1}) == steps;
+  } catch (const nlohmann::json::exception&) {
+    return false;
+  }
+}
+
 std::int64_t plan_total_steps(const config::Options& o, data::Sampler& sampler) {
   if (o.max_steps > 0) return o.max_steps;
   double batches = 0;
@@ -98,6 +111,7 @@ class Run {
   torch::Device device_{torch::kCPU};
   std::optional<run::DirLock> lock_;  // output_dir is this run's until the process ends
   std::optional<run::CheckpointRef> resume_;
+  bool complete_ = false;  // resumed from the last step of a run that completed: nothing to do
   TrainData data_;
   model::TargetModel target_;
   std::shared_ptr<model::DraftHead> head_;
@@ -135,7 +149,20 @@ Run::Run(const config::Options& o, const std::vector<std::string>& command_line,
   EAGLE_CHECK(!ec, Error(ErrorKind::output, "cannot create the run folder").file(o_.output_dir).found(ec.message()));
   lock_.emplace(std::filesystem::path(o_.output_dir) / run::kLockFile, "output_dir");
   resume_ = run::prepare_output_dir(o_.output_dir, o_.resume_from_checkpoint, o_.overwrite_output_dir);
-  run::write_run_files(o_.output_dir, o_, command_line);
+  const nlohmann::json options = config::to_json(o_, config::Command::train);
+  if (resume_) {
+    // Options that shape the head, its loss or the data order must be the checkpoint's.
+    auto conflicts = run::resume_conflicts(read_trainer_state(resume_->path).config, options);
+    if (!conflicts.empty()) {
+      std::string list;
+      for (const auto& c : conflicts) list += "\n  " + c;
+      throw Error(ErrorKind::usage, fmt::format("the checkpoint was trained with other options ({} differ):{}",
+                                                conflicts.size(), list))
+          .file(resume_->path.string())
+          .hint("resume with the checkpoint's values (its trainer_state.json), or start a new run; docs/training.md "
+                "lists what may change on resume");
+    }
+  }
 
   // ---- data, target, head, sampler, optimizer, schedule ----
   // The data is checked against the target's vocabulary (its config.json) before the weights load.
@@ -156,9 +183,17 @@ Run::Run(const config::Options& o, const std::vector<std::string>& command_line,
     state_ = restore_checkpoint(resume_->path, *head_, *optimizer_, *sampler_);
     log::info("ckpt", "resumed from {} at step {}", resume_->path.string(), state_.step);
     summary_.resumed_from_step = state_.step;
+    if (state_.step >= total_steps_ && run_completed(o_.output_dir, state_.step)) {
+      // A finished run: nothing to do, and nothing of it is touched.
+      complete_ = true;
+      log::info("train", "the run in {} is complete ({} of {} steps, summary.json says completed): nothing to do",
+                o_.output_dir, state_.step, total_steps_);
+      return;
+    }
   }
   // The checkpoints of this run hold this run's options, also after a resume.
-  state_.config = config::to_json(o_, config::Command::train);
+  state_.config = options;
+  run::write_run_files(o_.output_dir, o_, command_line);
 
   logger_.emplace(o_.output_dir, total_steps_, resume_ ? std::optional<std::int64_t>(state_.step) : std::nullopt);
   checkpoints_.emplace(o_.output_dir);
@@ -173,6 +208,11 @@ Run::Run(const config::Options& o, const std::vector<std::string>& command_line,
 }
 
 run::RunSummary Run::run() {
+  if (complete_) {
+    summary_.steps = summary_.total_steps = state_.step;
+    summary_.real_tokens = state_.real_tokens;
+    return summary_;
+  }
   ExitReason reason = ExitReason::failed;
   std::exception_ptr failure;
   try {
@@ -207,6 +247,8 @@ ExitReason Run::loop() {
   loop_seconds_ = seconds_since(loop_started) - side_seconds_;
   if (const io::EvalStats* eval = evaluate()) logger_->log_eval(*eval);
   save();
+  // A signal during the final evaluation or save: the checkpoint is there; the run reports it.
+  if (signals_.requested()) return ExitReason::interrupted;
   log::info("train", "done: {} steps in {:.1f} s; head saved in {}", state_.step, seconds_since(started_),
             checkpoints_->checkpoint_path(state_.step).string());
   return ExitReason::completed;
@@ -296,7 +338,11 @@ void Run::log_window(const io::EvalStats* eval) {
   s.step = state_.step;
   s.total_steps = total_steps_;
   const auto steps = static_cast<double>(w.counts.steps);
-  s.loss = w.loss.item<double>() / steps;
+  // A window without one trained position has no loss (0 would read as a perfect head).
+  s.loss = metrics.positions > 0 ? w.loss.item<double>() / steps : std::numeric_limits<double>::quiet_NaN();
+  if (metrics.positions == 0)
+    log::warn("train", "steps {}-{} had no position to train: loss n/a (a trained token needs two tokens before it "
+              "in its sample; check the loss masks)", state_.step - w.counts.steps + 1, state_.step);
   s.acc = metrics.acc;
   s.tau = metrics.tau;
   s.lr = schedule_.lr(state_.step - 1);

@@ -5,7 +5,10 @@
 
 #include <filesystem>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "eagle/config/options.h"
 
@@ -19,5 +22,14 @@ std::string shell_quote(const std::vector<std::string>& args);
 // atomically (temporary file, fsync, rename).
 void write_run_files(const std::filesystem::path& output_dir, const config::Options& opts,
                      const std::vector<std::string>& args);
+
+// Whether a resumed run may give this option another value than the checkpoint's: the learning
+// rate and schedule, the number of steps, evaluation, logging, checkpointing and runtime options.
+// Every other option shapes the head, its loss or the data order, and must stay (docs/training.md).
+bool may_change_on_resume(std::string_view option);
+// The options of `now` (a train config as config::to_json writes it) that differ from the
+// checkpoint's `saved` one and may not change, as "name: checkpoint V, now W". Paths are compared
+// as the folders they name; options the checkpoint does not record are not compared.
+std::vector<std::string> resume_conflicts(const nlohmann::json& saved, const nlohmann::json& now);
 
 }  // namespace eagle::run
