@@ -2,6 +2,8 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <sys/stat.h>
+
 #include "helpers.h"
 
 using eagle::test::run_cli;
@@ -49,4 +51,42 @@ TEST_CASE("the binary does not need the CUDA driver library", "[cli]") {
   std::string out = eagle::test::run_command(std::string("readelf -d ") + EAGLE_TRAIN_BIN + " 2>&1").output;
   REQUIRE_THAT(out, Catch::Contains("NEEDED"));
   CHECK_THAT(out, !Catch::Contains("libcuda.so"));
+}
+
+TEST_CASE("flags and config files are read strictly: overflow, duplicate keys, files that are not files", "[cli]") {
+  eagle::test::TempDir dir;
+  // An integer that does not fit 64 bits is an error, not INT64_MAX.
+  auto big = run_cli("train --dump-config --max_steps 99999999999999999999");
+  CHECK(big.exit_code == 2);
+  CHECK_THAT(big.output, Catch::Contains("--max_steps") && Catch::Contains("out of range"));
+  auto list = run_cli("train --dump-config --aux_hidden_state_layer_ids 1,99999999999999999999,3");
+  CHECK(list.exit_code == 2);
+  CHECK_THAT(list.output, Catch::Contains("out of range"));
+  auto real = run_cli("train --dump-config --learning_rate 1e999");
+  CHECK(real.exit_code == 2);
+  CHECK_THAT(real.output, Catch::Contains("--learning_rate") && Catch::Contains("out of range"));
+  auto junk = run_cli("train --dump-config --max_steps 12abc");
+  CHECK(junk.exit_code == 2);
+  // A key twice in a config file is an error naming the file and the key.
+  eagle::test::write_file(dir / "dup.json", "{\"seed\": 1, \"max_steps\": 5, \"seed\": 2}");
+  auto dup = run_cli("train --dump-config --config " + (dir / "dup.json").string());
+  CHECK(dup.exit_code == 2);
+  CHECK_THAT(dup.output, Catch::Contains("dup.json") && Catch::Contains("key \"seed\"") &&
+                             Catch::Contains("given twice"));
+  // --config naming a folder or a FIFO: exit 2 with the path, never a hang or an internal error.
+  auto folder = run_cli("train --dump-config --config " + dir.path().string());
+  CHECK(folder.exit_code == 2);
+  CHECK_THAT(folder.output, Catch::Contains("the config file is not a regular file") && Catch::Contains("a folder"));
+  REQUIRE(::mkfifo((dir / "fifo.json").c_str(), 0600) == 0);
+  auto fifo = eagle::test::run_command("timeout 60 " EAGLE_TRAIN_BIN " train --dump-config --config " +
+                                       (dir / "fifo.json").string() + " 2>&1");
+  CHECK(fifo.exit_code == 2);
+  CHECK_THAT(fifo.output, Catch::Contains("fifo.json") && Catch::Contains("FIFO"));
+  // Lists still take both spellings.
+  auto ok = run_cli("train --dump-config --aux_hidden_state_layer_ids 1,2,3");
+  REQUIRE(ok.exit_code == 0);
+  CHECK(nlohmann::json::parse(ok.output)["aux_hidden_state_layer_ids"] == nlohmann::json::array({1, 2, 3}));
+  auto spaced = run_cli("train --dump-config --aux_hidden_state_layer_ids 1 2 3");
+  REQUIRE(spaced.exit_code == 0);
+  CHECK(nlohmann::json::parse(spaced.output)["aux_hidden_state_layer_ids"] == nlohmann::json::array({1, 2, 3}));
 }

@@ -1,5 +1,6 @@
 // Reading pretokenized samples: JSONL, JSON arrays, folders, gzip, labels/loss_mask conventions,
 // the prepared binary format (round trip, refusal of truncated or foreign files), splits.
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <catch2/catch.hpp>
@@ -265,4 +266,31 @@ TEST_CASE("one huge token id costs no memory: counts are bounded by what was see
   CHECK_THAT(train.output, Catch::Contains("huge.jsonl: line 1, field input_ids[2]") &&
                                Catch::Contains("4294967295") && Catch::Contains("ids < 512"));
   CHECK(train.max_rss_kb < kLimitKb);
+}
+
+TEST_CASE("data inputs that are not regular files are refused by path; folder walks survive symlink loops",
+          "[data]") {
+  eagle::test::TempDir dir;
+  namespace fs = std::filesystem;
+  REQUIRE(::mkfifo((dir / "pipe.jsonl").c_str(), 0600) == 0);
+  // `timeout` guards the test itself: opening a FIFO would block.
+  auto fifo = eagle::test::run_command("timeout 60 " EAGLE_TRAIN_BIN " data-stats --data_path " +
+                                       (dir / "pipe.jsonl").string() + " 2>&1");
+  INFO(fifo.output);
+  CHECK(fifo.exit_code == 3);
+  CHECK_THAT(fifo.output, Catch::Contains("pipe.jsonl") && Catch::Contains("FIFO"));
+  fs::create_symlink("/dev/null", dir / "null.jsonl");
+  auto device = eagle::test::run_cli("data-stats --data_path " + (dir / "null.jsonl").string());
+  CHECK(device.exit_code == 3);
+  CHECK_THAT(device.output, Catch::Contains("null.jsonl") && Catch::Contains("a device"));
+  // A folder whose sub-folder links back to it: each folder is read once.
+  fs::create_directories(dir / "data" / "sub");
+  eagle::test::write_file(dir / "data" / "sub" / "a.jsonl", "{\"input_ids\": [1, 2, 3, 4], \"loss_mask\": [0, 1, 1, 1]}\n");
+  fs::create_directory_symlink(dir / "data", dir / "data" / "sub" / "loop");
+  REQUIRE(::mkfifo((dir / "data" / "skipped.jsonl").c_str(), 0600) == 0);  // never opened in a folder walk
+  auto walk = eagle::test::run_command("timeout 60 " EAGLE_TRAIN_BIN " data-stats --json --data_path " +
+                                       (dir / "data").string() + " 2>&1");
+  INFO(walk.output);
+  CHECK(walk.exit_code == 0);
+  CHECK_THAT(walk.output, Catch::Contains("\"samples\": 1"));
 }

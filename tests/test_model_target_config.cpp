@@ -3,6 +3,8 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include <sys/stat.h>
+
 #include <filesystem>
 
 #include <nlohmann/json.hpp>
@@ -179,6 +181,22 @@ TEST_CASE("target checkpoint: bad tensors are named", "[model]") {
     CHECK_THAT(load_error(dir.path()), Catch::Contains("pytorch_model.bin") && Catch::Contains("never read"));
   }
   SECTION("missing folder") { CHECK_THAT(load_error(dir / "nope"), Catch::Contains("model folder not found")); }
+  SECTION("a config that claims far more layers than the files hold fails before building anything") {
+    auto config = tiny_config();
+    config["num_hidden_layers"] = 10000000;
+    write_model(dir.path(), config, tensors);
+    auto r = test::run_cli("inspect --model_name_or_path " + dir.path().string());
+    INFO(r.output);
+    CHECK(r.exit_code == 3);
+    CHECK_THAT(r.output, Catch::Contains("config.json") && Catch::Contains("num_hidden_layers") &&
+                             Catch::Contains("at most 4") && Catch::Contains("10000000"));
+    CHECK(r.max_rss_kb < (1L << 20));  // well under 1 GiB: no per-layer list was built
+  }
+  SECTION("FIFOs are refused by name, never opened (opening one blocks)") {
+    fs::copy_file(kTinyLlama / "config.json", dir / "config.json");
+    REQUIRE(::mkfifo((dir / "model.safetensors").c_str(), 0600) == 0);
+    CHECK_THAT(load_error(dir.path()), Catch::Contains("model.safetensors") && Catch::Contains("FIFO"));
+  }
 }
 
 TEST_CASE("target checkpoint: sharded folders load like single files", "[model]") {

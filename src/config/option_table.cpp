@@ -6,6 +6,8 @@
 #include <nlohmann/json.hpp>
 
 #include <array>
+#include <charconv>
+#include <cstdint>
 #include <deque>
 #include <limits>
 #include <optional>
@@ -97,16 +99,35 @@ struct Codec<bool> {
   }
 };
 
+// Flags are parsed strictly: the whole text must be the number, and a value out of the type's
+// range is an error (never clamped).
+template <typename T>
+T parse_number(const std::string& flag, const std::string& text) {
+  T v{};
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (ec == std::errc::result_out_of_range)
+    throw CLI::ValidationError(flag, fmt::format("{} is out of range for {}", text,
+                                                 std::is_integral_v<T> ? "a 64-bit integer" : "a double"));
+  if (ec != std::errc() || ptr != end || text.empty())
+    throw CLI::ValidationError(flag, fmt::format("expected {}, found \"{}\"", std::is_integral_v<T> ? "an integer" : "a number", text));
+  return v;
+}
+
 template <>
 struct Codec<std::int64_t> {
   static std::string type() { return "int"; }
   static json to(std::int64_t v) { return v; }
   static std::int64_t from(const json& j, const std::string& src, const std::string& key) {
     if (!j.is_number_integer()) throw type_error(src, key, "an integer", j);
+    if (j.is_number_unsigned() && j.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
+      throw type_error(src, key, "an integer that fits 64 bits", j);
     return j.get<std::int64_t>();
   }
   static CLI::Option* bind(CLI::App& app, const std::string& flag, std::int64_t& v) {
-    return app.add_option(flag, v)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    return app.add_option_function<std::string>(flag, [&v, flag](const std::string& s) {
+      v = parse_number<std::int64_t>(flag, s);
+    })->type_name("INT")->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }
 };
 
@@ -119,7 +140,9 @@ struct Codec<double> {
     return j.get<double>();
   }
   static CLI::Option* bind(CLI::App& app, const std::string& flag, double& v) {
-    return app.add_option(flag, v)->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    return app.add_option_function<std::string>(flag, [&v, flag](const std::string& s) {
+      v = parse_number<double>(flag, s);
+    })->type_name("FLOAT")->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }
 };
 
@@ -152,7 +175,14 @@ struct Codec<std::vector<T>> {
     return out;
   }
   static CLI::Option* bind(CLI::App& app, const std::string& flag, std::vector<T>& v) {
-    return app.add_option(flag, v)->delimiter(',');
+    if constexpr (std::is_same_v<T, std::int64_t>) {
+      return app.add_option_function<std::vector<std::string>>(flag, [&v, flag](const std::vector<std::string>& items) {
+        v.clear();
+        for (const auto& item : items) v.push_back(parse_number<std::int64_t>(flag, item));
+      })->type_name("INT,...")->delimiter(',');
+    } else {
+      return app.add_option(flag, v)->delimiter(',');
+    }
   }
 };
 

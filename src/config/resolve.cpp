@@ -1,4 +1,5 @@
 // Resolving options from defaults, a JSON config file and flags; validation, dump and docs.
+#include "eagle/util/fs_sync.h"
 #include "eagle/config/resolve.h"
 
 #include <CLI/CLI.hpp>
@@ -7,6 +8,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "eagle/util/error.h"
 
@@ -79,14 +81,25 @@ void apply_json(Options& opts, const json& doc, const std::string& source) {
 }
 
 void apply_json_file(Options& opts, const std::string& path) {
+  util::require_regular_file(path, ErrorKind::usage, "the config file");
   std::ifstream in(path);
   if (!in) throw Error(ErrorKind::usage, "cannot open the config file").file(path);
+  // A key given twice in one object is an error (JSON parsers keep the last silently).
+  std::vector<std::set<std::string>> keys;
+  auto no_duplicates = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) keys.emplace_back();
+    else if (event == json::parse_event_t::object_end) keys.pop_back();
+    else if (event == json::parse_event_t::key && !keys.back().insert(parsed.get<std::string>()).second)
+      throw Error(ErrorKind::usage, "a key is given twice").file(path)
+          .place(fmt::format("key \"{}\"", parsed.get<std::string>()))
+          .hint("keep one of them");
+    return true;
+  };
   json doc;
   try {
-    doc = json::parse(in);
+    doc = json::parse(in, no_duplicates);
   } catch (const json::parse_error& e) {
-    throw Error(ErrorKind::usage, "malformed JSON").file(path)
-        .place(fmt::format("byte {}", e.byte)).found(e.what());
+    throw Error(ErrorKind::usage, "malformed JSON").file(path).place(fmt::format("byte {}", e.byte)).found(e.what());
   }
   apply_json(opts, doc, path);
 }

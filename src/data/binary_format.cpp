@@ -1,4 +1,5 @@
 // Writing and memory-mapping prepared dataset files (layout in binary_format.h and docs/data.md).
+#include "eagle/util/fs_sync.h"
 #include "eagle/data/binary_format.h"
 
 #include <fcntl.h>
@@ -229,6 +230,7 @@ void verify_body(const std::string& path, const DatasetStorage& st, const Datase
 }  // namespace
 
 DatasetHeader read_dataset_header(const std::string& path) {
+  util::require_regular_file(path, ErrorKind::input, "the dataset file");
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw bad_file(path, "cannot open the dataset file").found(std::strerror(errno));
   struct stat sb {};

@@ -3,14 +3,17 @@
 #include "eagle/data/json_reader.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <set>
 #include <cstring>
 #include <filesystem>
 
 #include "eagle/util/error.h"
+#include "eagle/util/fs_sync.h"
 #include "sample_parser.h"
 
 namespace eagle::data {
@@ -37,6 +40,7 @@ bool is_array_ext(const std::string& p) { return ends_with(p, ".json") || ends_w
 class ByteSource {
  public:
   explicit ByteSource(const std::string& path) : path_(path) {
+    util::require_regular_file(path, ErrorKind::input, "the data file");
     if (is_gz(path)) {
       gz_ = gzopen(path.c_str(), "rb");
       if (!gz_) throw open_error();
@@ -153,6 +157,31 @@ bool is_sample_file(const std::string& path) {
          ends_with(path, ".json.gz");
 }
 
+namespace {
+
+// The sample files below a folder, recursively. Symlinked folders are followed once each (a link
+// back up the tree would otherwise loop); entries that are not regular files (FIFOs, devices,
+// sockets) are skipped, never opened.
+void walk_folder(const fs::path& root, std::vector<std::string>& found) {
+  std::set<std::pair<dev_t, ino_t>> seen;
+  std::vector<fs::path> pending{root};
+  while (!pending.empty()) {
+    fs::path dir = pending.back();
+    pending.pop_back();
+    struct stat st {};
+    if (::stat(dir.c_str(), &st) != 0 || !seen.insert({st.st_dev, st.st_ino}).second) continue;
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(dir, ec)) {
+      std::error_code e2;
+      if (entry.is_directory(e2)) pending.push_back(entry.path());
+      else if (entry.is_regular_file(e2) && is_sample_file(entry.path().string())) found.push_back(entry.path().string());
+    }
+    if (ec) throw Error(ErrorKind::input, "cannot read the folder").file(dir.string()).found(ec.message());
+  }
+}
+
+}  // namespace
+
 std::vector<std::string> list_sample_files(const std::vector<std::string>& inputs) {
   std::vector<std::string> files;
   for (const auto& in : inputs) {
@@ -168,10 +197,7 @@ std::vector<std::string> list_sample_files(const std::vector<std::string>& input
                       .file(in)
                       .hint("give it to train as --data_path, or give prepare the files it was made from"));
       std::vector<std::string> found;
-      for (const auto& entry : fs::recursive_directory_iterator(in, fs::directory_options::follow_directory_symlink)) {
-        std::string p = entry.path().string();
-        if (entry.is_regular_file() && is_sample_file(p)) found.push_back(p);
-      }
+      walk_folder(in, found);
       if (found.empty())
         throw Error(ErrorKind::input, "the folder holds no sample files")
                             .file(in)
@@ -183,6 +209,7 @@ std::vector<std::string> list_sample_files(const std::vector<std::string>& input
         throw Error(ErrorKind::input, "unknown input file type")
                             .file(in)
                             .expected("a name ending in .jsonl, .json, .jsonl.gz or .json.gz");
+      util::require_regular_file(in, ErrorKind::input, "the data file");
       files.push_back(in);
     }
   }

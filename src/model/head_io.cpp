@@ -1,4 +1,5 @@
 // Head checkpoints, export and import (see head_io.h and docs/export.md).
+#include "eagle/util/fs_sync.h"
 #include "eagle/model/head_io.h"
 
 #include <unistd.h>
@@ -136,6 +137,7 @@ void copy_parameters(DraftHead& head, const SafetensorsFile& file, HeadFormat fo
 // The config.json of a head folder.
 json read_head_config(const std::string& dir, std::string& config_path) {
   config_path = (fs::path(dir) / "config.json").string();
+  util::require_regular_file(config_path, ErrorKind::input, "the head's config.json");
   std::ifstream in(config_path);
   EAGLE_CHECK(in.good(), Error(ErrorKind::input, "cannot read the head's config").file(config_path)
                              .hint("--checkpoint must name a head folder with config.json and model.safetensors"));

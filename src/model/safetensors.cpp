@@ -1,5 +1,6 @@
 // safetensors reader (private memory mapping, full header validation, zero-copy CPU tensors) and
 // writer (sorted contiguous offsets, 8-byte padded header, temporary name then rename).
+#include "eagle/util/fs_sync.h"
 #include "eagle/model/safetensors.h"
 
 #include <fcntl.h>
@@ -88,6 +89,7 @@ struct SafetensorsFile::Impl {
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   auto impl = std::make_shared<Impl>();
   impl->path = path;
+  util::require_regular_file(path, ErrorKind::input, "the safetensors file");
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   EAGLE_CHECK(fd >= 0, Error(ErrorKind::input, "cannot open safetensors file")
                            .file(path).found(std::strerror(errno)));

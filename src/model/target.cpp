@@ -1,5 +1,6 @@
 // TargetModel loading: config.json plus model.safetensors or the shards of
 // model.safetensors.index.json, every tensor checked for presence and shape before any use.
+#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -8,6 +9,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "eagle/util/fs_sync.h"
 #include "eagle/util/log.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/util/error.h"
@@ -53,6 +55,7 @@ Checkpoint open_checkpoint(const fs::path& dir) {
                      : "point --model_name_or_path at a Hugging Face model folder");
   }
   nlohmann::json j;
+  util::require_regular_file(index, ErrorKind::input, "the safetensors index");
   try {
     std::ifstream in(index);
     j = nlohmann::json::parse(in);
@@ -116,6 +119,34 @@ std::map<std::string, std::vector<std::int64_t>> expected_tensors(const TargetCo
   return e;
 }
 
+// The config may not claim more decoder layers than the checkpoint holds (1 + the largest N of
+// "model.layers.N."; extra ones are reported with the other unexpected tensors), and the embedding
+// must have its vocabulary and hidden size.
+void check_layer_count(const fs::path& dir, const Checkpoint& ck, const TargetConfig& c) {
+  constexpr std::string_view kLayers = "model.layers.";
+  std::int64_t stored = 0;
+  for (const auto& [name, file] : ck.where) {
+    if (name.rfind(kLayers, 0) != 0) continue;
+    std::int64_t n = 0;
+    const char* begin = name.data() + kLayers.size();
+    auto [end, ec] = std::from_chars(begin, name.data() + name.size(), n);
+    if (ec == std::errc() && end != begin && *end == '.') stored = std::max(stored, n + 1);
+  }
+  const auto config_file = (dir / "config.json").string();
+  EAGLE_CHECK(c.num_hidden_layers <= stored,
+              Error(ErrorKind::input, "config.json and the checkpoint disagree on the number of layers")
+                  .file(config_file).place("num_hidden_layers").expected(fmt::format("at most {} (the checkpoint's)", stored))
+                  .found(std::to_string(c.num_hidden_layers)));
+  auto it = ck.where.find("model.embed_tokens.weight");
+  if (it == ck.where.end()) return;  // reported with every other missing tensor
+  const auto shape = ck.files[it->second].shape("model.embed_tokens.weight");
+  EAGLE_CHECK(shape == std::vector<std::int64_t>({c.vocab_size, c.hidden_size}),
+              Error(ErrorKind::input, "config.json and the checkpoint disagree on the embedding size")
+                  .file(config_file).place("vocab_size, hidden_size")
+                  .expected(fmt::format("{} (model.embed_tokens.weight)", fmt::join(shape, " x ")))
+                  .found(fmt::format("{} x {}", c.vocab_size, c.hidden_size)));
+}
+
 std::string list_some(const std::vector<std::string>& v) {
   constexpr std::size_t kShown = 8;
   std::string s;
@@ -176,6 +207,9 @@ TargetModel TargetModel::load(const std::string& dir_name, torch::ScalarType dty
   impl->cfg = TargetConfig::from_model_dir(dir_name);
   const auto& c = impl->cfg;
   const auto ck = open_checkpoint(dir);
+  // The config's sizes are checked against what the files hold before anything is built from them
+  // (a config claiming ten million layers must fail at once, not after listing their tensors).
+  check_layer_count(dir, ck, c);
   const auto expected = expected_tensors(c);
   check_tensors(dir, ck, expected, c);
 

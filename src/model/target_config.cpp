@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "eagle/util/fs_sync.h"
 #include "eagle/model/target.h"
 #include "eagle/util/error.h"
 
@@ -120,6 +121,7 @@ RopeConfig read_rope(const Reader& r, std::int64_t head_dim, std::int64_t max_po
 }  // namespace
 
 TargetConfig TargetConfig::from_json_file(const std::string& path) {
+  util::require_regular_file(path, ErrorKind::input, "the model's config.json");
   std::ifstream in(path);
   EAGLE_CHECK(in.good(), Error(ErrorKind::input, "cannot read the model config").file(path)
                              .hint("--model_name_or_path must be a Hugging Face model folder with config.json"));

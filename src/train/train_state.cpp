@@ -6,6 +6,7 @@
 
 #include <fstream>
 
+#include "eagle/util/fs_sync.h"
 #include "eagle/model/head_io.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/util/error.h"
@@ -63,6 +64,7 @@ void write_checkpoint_files(const std::filesystem::path& dir, model::DraftHead& 
 
 TrainerState read_trainer_state(const std::filesystem::path& dir) {
   const auto state_path = dir / kTrainerStateFile;
+  util::require_regular_file(state_path, ErrorKind::input, "the checkpoint's trainer state");
   std::ifstream in(state_path);
   EAGLE_CHECK(in.good(), Error(ErrorKind::input, "checkpoint has no trainer state").file(state_path.string())
                              .hint("only checkpoints written by eagle-train train can be resumed"));

@@ -73,4 +73,19 @@ void write_file_atomic(const fs::path& path, std::string_view content) {
   fsync_path(dir);
 }
 
+void require_regular_file(const fs::path& path, ErrorKind kind, std::string_view what) {
+  std::error_code ec;
+  const auto st = fs::status(path, ec);
+  if (fs::is_regular_file(st)) return;
+  if (!fs::exists(st) && (!ec || ec == std::errc::no_such_file_or_directory))
+    throw Error(kind, std::string(what) + " not found").file(path.string());
+  std::string found = "not a regular file";
+  if (ec) found = ec.message();
+  else if (fs::is_directory(st)) found = "a folder";
+  else if (fs::is_fifo(st)) found = "a FIFO (named pipe)";
+  else if (fs::is_character_file(st) || fs::is_block_file(st)) found = "a device";
+  else if (fs::is_socket(st)) found = "a socket";
+  throw Error(kind, std::string(what) + " is not a regular file").file(path.string()).expected("a regular file").found(found);
+}
+
 }  // namespace eagle::util
