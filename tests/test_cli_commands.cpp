@@ -90,3 +90,28 @@ TEST_CASE("flags and config files are read strictly: overflow, duplicate keys, f
   REQUIRE(spaced.exit_code == 0);
   CHECK(nlohmann::json::parse(spaced.output)["aux_hidden_state_layer_ids"] == nlohmann::json::array({1, 2, 3}));
 }
+
+TEST_CASE("an option error fits on one line and names the config file the value came from", "[cli]") {
+  eagle::test::TempDir dir;
+  eagle::test::write_file(dir / "run.json", "{\"bucket_granularity\": -3, \"eagle_version\": 2}");
+  auto r = run_cli("train --dump-config --config " + (dir / "run.json").string() + " --eagle_version 3");
+  CHECK(r.exit_code == 2);
+  INFO(r.output);
+  const auto line_start = r.output.find("invalid option value");
+  REQUIRE(line_start != std::string::npos);
+  CHECK(r.output.find('\n', line_start) == r.output.size() - 1);  // the message is the last, single line
+  CHECK_THAT(r.output, Catch::Contains("--bucket_granularity: expected an integer >= 0, found -3 (from " +
+                                       (dir / "run.json").string() + ")"));
+  // A value from a flag names no file.
+  auto f = run_cli("train --dump-config --bucket_granularity -3");
+  CHECK_THAT(f.output, Catch::Contains("found -3") && !Catch::Contains("(from"));
+}
+
+TEST_CASE("a prepared dataset folder without train.bin says so", "[cli]") {
+  eagle::test::TempDir dir;
+  std::filesystem::create_directories(dir / "ds");
+  eagle::test::write_file(dir / "ds" / "stats.json", "{}");
+  auto r = run_cli("data-stats --data_path " + (dir / "ds").string());
+  CHECK(r.exit_code == 3);
+  CHECK_THAT(r.output, Catch::Contains("without its train.bin"));
+}

@@ -99,6 +99,6 @@ TEST_CASE("data-stats prints the histogram and the mode grid as text and JSON", 
   auto small = run_cli("data-stats --data_path " + (dir / "none.jsonl").string() +
                        " --training_seq_len 16 --max_tokens_per_batch 15");
   CHECK(small.exit_code == 2);
-  CHECK(small.output.find("--max_tokens_per_batch (\"max_tokens_per_batch\"): expected 0 or an integer >= "
+  CHECK(small.output.find("--max_tokens_per_batch: expected 0 or an integer >= "
                           "training_seq_len (16), found 15") != std::string::npos);
 }

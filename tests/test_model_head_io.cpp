@@ -21,6 +21,7 @@ json read_json(const std::filesystem::path& p) { return json::parse(read_file(p)
 TEST_CASE("SGLang export: config fields, tensor names and shapes, round trip with identical logits", "[model]") {
   torch::manual_seed(11);
   auto cfg = tiny_head_config(3, 2);
+  cfg.target_dtype = "bfloat16";  // the target serves in bf16: SGLang must run the draft in it too
   auto target = tiny_target();
   model::Eagle3Head head(cfg, tiny_vocab());
   head.set_target_weights(target.embedding, target.lm_head);
@@ -40,7 +41,9 @@ TEST_CASE("SGLang export: config fields, tensor names and shapes, round trip wit
   CHECK(j["tie_word_embeddings"] == false);
   CHECK(j["rope_theta"] == 10000.0);
   CHECK(j.contains("rope_scaling"));
-  CHECK(j["torch_dtype"] == "float32");
+  // The config names the target's dtype (SGLang's --dtype auto follows it); the tensors stay fp32.
+  CHECK(j["torch_dtype"] == "bfloat16");
+  CHECK(j["dtype"] == "bfloat16");
   CHECK(j["eagle_aux_hidden_state_layer_ids"] == json({2, 4, 5}));                  // input-of-layer
   CHECK(j["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == json({1, 3, 4}));  // output-of-layer
   auto file = model::SafetensorsFile::open((tmp / "sglang" / "model.safetensors").string());
@@ -82,7 +85,11 @@ TEST_CASE("speculators export: Eagle3Speculator config and layers.0 names, round
   head.set_target_weights(target.embedding, target.lm_head);
   TempDir tmp;
   auto dir = (tmp / "spec").string();
-  model::export_head(head, model::HeadFormat::speculators, dir);
+  // Without the target's embedding a speculators export is refused (speculators would zero it).
+  CHECK_THROWS_WITH(model::export_head(head, model::HeadFormat::speculators, dir),
+                    Catch::Contains("embed_tokens.weight"));
+  CHECK_FALSE(std::filesystem::exists(dir));
+  model::export_head(head, model::HeadFormat::speculators, dir, target.embedding);
   auto j = read_json(tmp / "spec" / "config.json");
   CHECK(j["speculators_model_type"] == "eagle3");
   CHECK(j["architectures"] == json({"Eagle3Speculator"}));
@@ -101,6 +108,8 @@ TEST_CASE("speculators export: Eagle3Speculator config and layers.0 names, round
   CHECK(file.contains("layers.0.hidden_norm.weight"));
   CHECK(file.contains("layers.0.self_attn.q_proj.weight"));
   CHECK_FALSE(file.contains("midlayer.hidden_norm.weight"));
+  REQUIRE(file.contains("embed_tokens.weight"));
+  CHECK(torch::equal(file.get("embed_tokens.weight"), target.embedding));
   auto loaded = model::load_head(dir);
   CHECK(loaded.format == model::HeadFormat::speculators);
   CHECK(loaded.config.ttt_steps == 4);
@@ -153,12 +162,18 @@ TEST_CASE("eagle-train export converts a checkpoint and refuses what it cannot w
   TempDir tmp;
   std::filesystem::create_directories(tmp / "ckpt");
   model::write_head_files(head, model::checkpoint_format(cfg), (tmp / "ckpt").string());
-  auto ok = run_cli("export --checkpoint " + (tmp / "ckpt").string() + " --format speculators --output " +
+  // speculators needs the target's embedding: the head names "tests/tiny", which is not there.
+  auto no_target = run_cli("export --checkpoint " + (tmp / "ckpt").string() + " --format speculators --output " +
+                           (tmp / "spec").string());
+  CHECK(no_target.exit_code == 3);
+  CHECK_THAT(no_target.output, Catch::Contains("tests/tiny"));
+  CHECK_FALSE(std::filesystem::exists(tmp / "spec"));
+  auto ok = run_cli("export --checkpoint " + (tmp / "ckpt").string() + " --format sglang --output " +
                     (tmp / "out").string());
   INFO(ok.output);
   CHECK(ok.exit_code == 0);
   CHECK(std::filesystem::exists(tmp / "out" / "model.safetensors"));
-  CHECK(read_json(tmp / "out" / "config.json")["norm_before_residual"] == false);
+  CHECK(read_json(tmp / "out" / "config.json")["architectures"] == json({"LlamaForCausalLMEagle3"}));
   auto again = run_cli("export --checkpoint " + (tmp / "ckpt").string() + " --format sglang --output " +
                        (tmp / "out").string());
   CHECK(again.exit_code == 4);

@@ -180,3 +180,23 @@ TEST_CASE("safetensors unaligned offsets from other writers are read correctly",
   auto f = SafetensorsFile::open(p.string());
   CHECK(f.get("v").item<float>() == 2.5f);
 }
+
+TEST_CASE("zero-size tensors may share an offset, also with a tensor that starts there", "[model]") {
+  test::TempDir dir;
+  auto p = dir / "empty.safetensors";
+  // What the Python library writes for two empty tensors next to a real one.
+  write_raw(p,
+            R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},"b":{"dtype":"F32","shape":[2],)"
+            R"("data_offsets":[0,8]},"c":{"dtype":"F32","shape":[0,3],"data_offsets":[0,0]}})",
+            std::string(8, '\0'));
+  auto f = SafetensorsFile::open(p.string());
+  CHECK(f.get("a").numel() == 0);
+  CHECK(f.get("c").sizes() == torch::IntArrayRef({0, 3}));
+  CHECK(f.get("b").numel() == 2);
+  // Real overlaps are still refused.
+  write_raw(p,
+            R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"y":{"dtype":"F32","shape":[1],)"
+            R"("data_offsets":[4,8]}})",
+            std::string(8, '\0'));
+  CHECK_THAT(open_error(p), Catch::Contains("overlaps"));
+}

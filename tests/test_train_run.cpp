@@ -299,6 +299,13 @@ TEST_CASE("eval measures a checkpoint and its exported copy alike", "[train]") {
   auto ex = run_cli("export --checkpoint " + ckpt.string() + " --format speculators --output " + exported.string());
   INFO(ex.output);
   REQUIRE(ex.exit_code == 0);
+  // The speculators export carries the target's embedding (the head names its target), and its
+  // config the target's dtype.
+  auto spec = eagle::model::load_safetensors((exported / "model.safetensors").string());
+  auto target = eagle::model::load_safetensors(EAGLE_SOURCE_DIR "/tests/fixtures/models/tiny-llama/model.safetensors");
+  REQUIRE(spec.count("embed_tokens.weight"));
+  CHECK(torch::equal(spec.at("embed_tokens.weight"), target.at("model.embed_tokens.weight")));
+  CHECK(json::parse(eagle::test::read_file(exported / "config.json"))["torch_dtype"] == "float32");
   const std::string common = std::string(" --model_name_or_path ") + EAGLE_SOURCE_DIR +
                              "/tests/fixtures/models/tiny-llama" + " --data_path " + EAGLE_SOURCE_DIR +
                              "/tests/fixtures/data/smoke.jsonl" +
@@ -318,4 +325,27 @@ TEST_CASE("eval measures a checkpoint and its exported copy alike", "[train]") {
   CHECK(ja["eval_loss"].get<double>() == Approx(jb["eval_loss"].get<double>()).epsilon(1e-6));
   auto gate = run_cli("eval --checkpoint " + ckpt.string() + common + " --min_ar 9");
   CHECK(gate.exit_code == 6);
+  // An unwritable --output fails at once, before the evaluation.
+  auto unwritable = run_cli("eval --checkpoint " + ckpt.string() + common + " --output " +
+                            (dir / "no" / "such" / "folder" / "r.json").string());
+  CHECK(unwritable.exit_code == 4);
+  CHECK_THAT(unwritable.output, !Catch::Contains("AR ") && Catch::Contains("r.json"));
+  // A head holding NaN is refused naming the tensor, not reported as AR 1.
+  auto broken = dir / "broken";
+  fs::copy(ckpt, broken, fs::copy_options::recursive);
+  auto weights = eagle::model::load_safetensors((broken / "model.safetensors").string());
+  std::map<std::string, torch::Tensor> copy;
+  for (const auto& [name, t] : weights) copy[name] = t.clone();
+  copy["norm.weight"][0] = std::numeric_limits<float>::quiet_NaN();
+  eagle::model::save_safetensors((broken / "model.safetensors").string(), copy);
+  auto nan = run_cli("eval --checkpoint " + broken.string() + common);
+  INFO(nan.output);
+  CHECK(nan.exit_code == 3);
+  CHECK_THAT(nan.output, Catch::Contains("NaN or Inf") && Catch::Contains("norm.weight"));
+  // A head trained for another target (another hidden size and layer count) is refused.
+  auto other = run_cli("eval --checkpoint " + ckpt.string() + common + " --model_name_or_path " EAGLE_SOURCE_DIR
+                       "/tests/fixtures/models/tiny-llama3");
+  INFO(other.output);
+  CHECK(other.exit_code == 3);
+  CHECK_THAT(other.output, Catch::Contains("trained for another target"));
 }

@@ -32,3 +32,12 @@ TEST_CASE("EAGLE_CHECK throws only when the condition fails", "[util]") {
   CHECK_NOTHROW(check(true));
   CHECK_THROWS_AS(check(false), Error);
 }
+
+TEST_CASE("a huge path or value is cut in the middle, never echoed whole", "[util]") {
+  const std::string path = "/data/" + std::string(50u << 20, 'x') + "/train.jsonl";
+  Error e = Error(ErrorKind::input, "input not found").file(path).found(std::string(1u << 20, 'y'));
+  const std::string text = e.format();
+  CHECK(text.size() < 1200);
+  CHECK_THAT(text, Catch::StartsWith("/data/xxx") && Catch::Contains("/train.jsonl: input not found") &&
+                       Catch::Contains(std::to_string(path.size()) + " bytes"));
+}

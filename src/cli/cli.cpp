@@ -6,6 +6,7 @@
 
 #include <iostream>
 #include <map>
+#include <set>
 
 #include "eagle/cli/commands.h"
 #include "eagle_version.h"
@@ -38,8 +39,9 @@ int run_parsed(CLI::App& app, std::vector<config::BoundFlags>& bound, const std:
                bool dump_config) {
   for (CLI::App* sub : app.get_subcommands()) {
     config::BoundFlags& b = bound[index.at(sub)];
-    config::Options opts = config::resolve(b);
-    config::validate(opts, b.command);
+    std::set<std::string> from_config;
+    config::Options opts = config::resolve(b, &from_config);
+    config::validate(opts, b.command, from_config);
     log::LogLevel level = log::LogLevel::info;
     log::parse_log_level(opts.log_level, level);
     log::set_log_level(level);

@@ -4,6 +4,9 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 
@@ -35,15 +38,45 @@ void check_compatible(const model::HeadConfig& h, const model::TargetConfig& t, 
                 mismatch("eagle_aux_hidden_state_layer_ids", id, t.num_hidden_layers));
 }
 
+// A head holding NaN or Inf would report AR 1 and a NaN loss: refuse it, naming the tensors.
+void check_finite(model::DraftHead& head, const std::string& head_dir) {
+  std::vector<std::string> bad;
+  for (const auto& [name, p] : model::named_parameters(head))
+    if (!torch::isfinite(p).all().item<bool>()) bad.push_back(name);
+  EAGLE_CHECK(bad.empty(), Error(ErrorKind::input, "the head's weights hold NaN or Inf").file(head_dir)
+                               .found(fmt::format("{}", fmt::join(bad, ", ")))
+                               .hint("evaluate an earlier checkpoint (training with nan_policy skip keeps going)"));
+}
+
+// --output must be writable before minutes of evaluation are spent: a probe file in its folder.
+void check_output_writable(const std::string& output) {
+  if (output.empty()) return;
+  namespace fs = std::filesystem;
+  const fs::path out(output);
+  std::error_code ec;
+  EAGLE_CHECK(!fs::is_directory(out, ec), Error(ErrorKind::output, "--output names a folder").file(output)
+                                              .expected("a JSON file path"));
+  const fs::path probe = (out.parent_path().empty() ? fs::path(".") : out.parent_path()) /
+                         fmt::format(".{}.probe-{}", out.filename().string(), ::getpid());
+  {
+    std::ofstream f(probe);
+    EAGLE_CHECK(f.good(), Error(ErrorKind::output, "cannot write the output").file(output)
+                              .hint("check that its folder exists and is writable"));
+  }
+  fs::remove(probe, ec);
+}
+
 }  // namespace
 
 void run_eval(const config::Options& opts) {
+  check_output_writable(opts.output);
   train::configure_runtime(opts);
   const torch::Device device = train::resolve_device(opts.device);
   auto target = train::load_target(opts, device);
   auto loaded = model::load_head(opts.checkpoint, device);
   check_compatible(loaded.config, target.config(), opts.checkpoint);
   auto& head = *loaded.head;
+  check_finite(head, opts.checkpoint);
   head.set_target_weights(target.embedding_weight(), target.lm_head_weight());
   // The layers the head was trained on decide the target features it reads.
   if (loaded.config.eagle_version == 3) target.set_aux_layer_ids(loaded.config.aux_layer_ids);

@@ -3,6 +3,7 @@
 #include "eagle/cli/commands.h"
 #include "eagle/util/log.h"
 #include "eagle/model/head_io.h"
+#include "eagle/model/target.h"
 #include "eagle/util/error.h"
 
 namespace eagle::cli {
@@ -22,7 +23,19 @@ void run_export(const config::Options& opts) {
   auto loaded = model::load_head(opts.checkpoint);
   log::info("export", "read EAGLE-{} head ({} layout) from {}", loaded.config.eagle_version,
             model::format_name(loaded.format), opts.checkpoint);
-  model::export_head(*loaded.head, head_format(opts.format), opts.output);
+  const auto format = head_format(opts.format);
+  torch::Tensor embedding;
+  if (format == model::HeadFormat::speculators) {
+    // The target's embedding goes into the export: the target named here, else the one the head
+    // records. Loading maps the weights (CPU, stored dtype): nothing is copied but the embedding.
+    const std::string target =
+        !opts.model_name_or_path.empty() ? opts.model_name_or_path : loaded.config.target_name_or_path;
+    EAGLE_CHECK(!target.empty(), Error(ErrorKind::usage, "a speculators export carries the target's embedding, and "
+                                                         "the head names no target")
+                                     .place("--model_name_or_path").hint("name the target model folder"));
+    embedding = model::TargetModel::load(target, torch::ScalarType::Undefined, torch::kCPU).embedding_weight();
+  }
+  model::export_head(*loaded.head, format, opts.output, embedding);
 }
 
 }  // namespace eagle::cli

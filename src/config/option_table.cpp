@@ -367,8 +367,9 @@ std::vector<OptionEntry> declare_options() {
       .required(kPrepare | kExport);
   t.add(&Options::json, "json", G::log, kStats | kInspect | kEval, "Print the result as JSON");
   // model
-  t.add(&Options::model_name_or_path, "model_name_or_path", G::model, kTrain | kInspect | kEval,
-        "Target model folder in the Hugging Face layout (config.json, *.safetensors)")
+  t.add(&Options::model_name_or_path, "model_name_or_path", G::model, kTrain | kInspect | kEval | kExport,
+        "Target model folder in the Hugging Face layout (config.json, *.safetensors); export: the target whose "
+        "embedding a speculators export carries (default: the one the head names)")
       .required(kTrain | kInspect | kEval);
   t.add(&Options::target_dtype, "target_dtype", G::model, kTrain | kInspect | kEval,
         "Dtype of the frozen target's weights and forward; auto: the checkpoint's dtype");

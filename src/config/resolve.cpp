@@ -80,16 +80,16 @@ void apply_json(Options& opts, const json& doc, const std::string& source) {
   for (const auto& [key, value] : doc.items()) find_option(key)->from_json(opts, value, source);
 }
 
-void apply_json_file(Options& opts, const std::string& path) {
+void apply_json_file(Options& opts, const std::string& path, std::set<std::string>* keys) {
   util::require_regular_file(path, ErrorKind::usage, "the config file");
   std::ifstream in(path);
   if (!in) throw Error(ErrorKind::usage, "cannot open the config file").file(path);
   // A key given twice in one object is an error (JSON parsers keep the last silently).
-  std::vector<std::set<std::string>> keys;
+  std::vector<std::set<std::string>> seen;  // the keys of each open object
   auto no_duplicates = [&](int, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::object_start) keys.emplace_back();
-    else if (event == json::parse_event_t::object_end) keys.pop_back();
-    else if (event == json::parse_event_t::key && !keys.back().insert(parsed.get<std::string>()).second)
+    if (event == json::parse_event_t::object_start) seen.emplace_back();
+    else if (event == json::parse_event_t::object_end) seen.pop_back();
+    else if (event == json::parse_event_t::key && !seen.back().insert(parsed.get<std::string>()).second)
       throw Error(ErrorKind::usage, "a key is given twice").file(path)
           .place(fmt::format("key \"{}\"", parsed.get<std::string>()))
           .hint("keep one of them");
@@ -102,34 +102,41 @@ void apply_json_file(Options& opts, const std::string& path) {
     throw Error(ErrorKind::usage, "malformed JSON").file(path).place(fmt::format("byte {}", e.byte)).found(e.what());
   }
   apply_json(opts, doc, path);
+  if (keys && doc.is_object())
+    for (const auto& [key, value] : doc.items()) keys->insert(key);
 }
 
-Options resolve(const BoundFlags& bound) {
+Options resolve(const BoundFlags& bound, std::set<std::string>* from_config) {
   Options out;  // defaults
+  std::set<std::string> file_keys;
   if (!bound.parsed.config.empty()) {
-    apply_json_file(out, bound.parsed.config);
+    apply_json_file(out, bound.parsed.config, &file_keys);
     out.config = bound.parsed.config;
   }
-  for (const auto& [entry, flag] : bound.flags)
-    if (flag->count() > 0) entry->copy(out, bound.parsed);
+  for (const auto& [entry, flag] : bound.flags) {
+    if (flag->count() == 0) continue;
+    entry->copy(out, bound.parsed);
+    file_keys.erase(entry->name);  // the flag's value wins
+  }
+  if (from_config) *from_config = std::move(file_keys);
   return out;
 }
 
-void validate(const Options& opts, Command command) {
+void validate(const Options& opts, Command command, const std::set<std::string>& from_config) {
   std::vector<std::string> failures;
   for (const auto& e : option_table()) {
     if (!(e.commands & mask(command))) continue;
     std::string expected = e.check(opts);
-    if (!expected.empty())
-      failures.push_back(fmt::format("--{} (\"{}\"): expected {}, found {}", e.name, e.name, expected,
-                                     e.to_json(opts).dump()));
+    if (expected.empty()) continue;
+    std::string where = from_config.count(e.name) ? fmt::format(" (from {})", opts.config) : "";
+    failures.push_back(fmt::format("--{}: expected {}, found {}{}", e.name, expected, e.to_json(opts).dump(), where));
   }
   if (failures.empty()) return;
-  std::string msg = "invalid option value";
-  if (failures.size() > 1) msg = fmt::format("{} invalid option values", failures.size());
-  std::string detail;
-  for (const auto& f : failures) detail += "\n  " + f;
-  throw Error(ErrorKind::usage, msg + ":" + detail);
+  // One line, every failure on it.
+  std::string msg = failures.size() == 1 ? "invalid option value: "
+                                         : fmt::format("{} invalid option values: ", failures.size());
+  for (std::size_t i = 0; i < failures.size(); ++i) msg += (i ? "; " : "") + failures[i];
+  throw Error(ErrorKind::usage, msg);
 }
 
 void check_required(const Options& opts, Command command) {

@@ -129,6 +129,12 @@ LoadedData load_dataset(const std::string& path, const LoadOptions& opts) {
   } else if (path.size() > 4 && path.compare(path.size() - 4, 4, ".bin") == 0) {
     out = split(fit_length(open_dataset_file(path), opts), opts, path);
   } else {
+    std::error_code ec;
+    EAGLE_CHECK(!fs::is_directory(path, ec) ||
+                    !(fs::exists(fs::path(path) / kValidationFile, ec) || fs::exists(fs::path(path) / kStatsFile, ec)),
+                Error(ErrorKind::input, "a prepared dataset folder without its train.bin").file(path)
+                    .expected(std::string(kTrainFile) + " beside " + kStatsFile)
+                    .hint("prepare the dataset again, or give the folder of its JSON files"));
     auto files = list_sample_files({path});
     std::uint64_t total = 0;
     for (const auto& f : files) total += fs::file_size(f);

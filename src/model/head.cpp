@@ -33,6 +33,7 @@ HeadConfig HeadConfig::from_target(const TargetConfig& target, std::int64_t eagl
   if (aux_layer_ids.empty() && eagle_version == 3) aux_layer_ids = default_aux_layer_ids(l);
   c.aux_layer_ids = std::move(aux_layer_ids);
   c.target_architecture = target.architecture;
+  c.target_dtype = target.dtype;
   return c;
 }
 

@@ -64,12 +64,16 @@ json llama_fields(const HeadConfig& c) {
           {"attention_bias", false},
           {"mlp_bias", false},
           {"tie_word_embeddings", false},
-          {"torch_dtype", "float32"}};
+          // The target's dtype, not the tensors' (fp32): SGLang's --dtype auto runs the draft in the
+          // config's dtype, and a float32 config next to a bf16 target fails there (docs/export.md).
+          {"torch_dtype", c.target_dtype},
+          {"dtype", c.target_dtype}};
 }
 
 json eagle_train_fields(const HeadConfig& c) {
   return {{"eagle_version", c.eagle_version},
           {"target_name_or_path", c.target_name_or_path},
+          {"target_dtype", c.target_dtype},
           {"target_architecture", c.target_architecture},
           {"target_num_hidden_layers", c.target_num_hidden_layers},
           {"ttt_steps", c.ttt_steps},
@@ -235,17 +239,28 @@ std::map<std::string, torch::Tensor> head_tensors(DraftHead& head, HeadFormat fo
   return out;
 }
 
-void write_head_files(DraftHead& head, HeadFormat format, const std::string& dir) {
+void write_head_files(DraftHead& head, HeadFormat format, const std::string& dir,
+                      const torch::Tensor& target_embedding) {
   auto tensors = head_tensors(head, format);
+  if (target_embedding.defined()) {
+    const auto& c = head.config();
+    check_shape(target_embedding, {c.vocab_size, c.hidden_size},
+                Error(ErrorKind::input, "the target's embedding does not fit the head").place("embed_tokens.weight"));
+    tensors["embed_tokens.weight"] = target_embedding.detach().to(torch::kCPU).contiguous();
+  }
   write_text(fs::path(dir) / "config.json", head_config_json(head.config(), format).dump(2) + "\n");
   save_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
 }
 
-void export_head(DraftHead& head, HeadFormat format, const std::string& dir) {
+void export_head(DraftHead& head, HeadFormat format, const std::string& dir, const torch::Tensor& target_embedding) {
   const fs::path target(dir);
   EAGLE_CHECK(!fs::exists(target), Error(ErrorKind::output, "the output folder exists; nothing is overwritten")
                                        .file(dir).hint("choose a new --output folder"));
   head_config_json(head.config(), format);  // refuse before creating anything
+  EAGLE_CHECK(format != HeadFormat::speculators || target_embedding.defined(),
+              Error(ErrorKind::usage, "a speculators export carries the target's embedding (embed_tokens.weight)")
+                  .place("--model_name_or_path")
+                  .hint("speculators leaves embed_tokens at zero when it is missing; name the target"));
   if (format == HeadFormat::speculators && head.config().target_name_or_path.empty())
     log::warn("export", "the head does not name its target: speculators_config.verifier.name_or_path is empty");
   auto tmp = target;
@@ -254,7 +269,7 @@ void export_head(DraftHead& head, HeadFormat format, const std::string& dir) {
   fs::create_directories(tmp, ec);
   EAGLE_CHECK(!ec, Error(ErrorKind::output, "could not create the folder").file(tmp.string()).found(ec.message()));
   try {
-    write_head_files(head, format, tmp.string());
+    write_head_files(head, format, tmp.string(), target_embedding);
     fs::rename(tmp, target);
   } catch (...) {
     fs::remove_all(tmp, ec);
@@ -288,6 +303,7 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
   c.hidden_act = layer.value("hidden_act", std::string("silu"));
   c.max_position_embeddings = layer.value("max_position_embeddings", std::int64_t{2048});
   c.rope = rope_from_json(layer, c.head_dim, c.max_position_embeddings);
+  c.target_dtype = j.value("dtype", j.value("torch_dtype", layer.value("torch_dtype", c.target_dtype)));
   c.vocab_size = get_int(layer, "vocab_size", file);
   c.draft_vocab_size = c.eagle_version == 3 ? get_int(j, "draft_vocab_size", file) : c.vocab_size;
   c.target_hidden_size = j.value("target_hidden_size", c.hidden_size);
@@ -313,6 +329,7 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
     const auto& e = j["eagle_train"];
     c.target_name_or_path = e.value("target_name_or_path", c.target_name_or_path);
     c.target_architecture = e.value("target_architecture", c.target_architecture);
+    c.target_dtype = e.value("target_dtype", c.target_dtype);
     c.target_num_hidden_layers = e.value("target_num_hidden_layers", c.target_num_hidden_layers);
     c.ttt_steps = e.value("ttt_steps", c.ttt_steps);
     c.ttt_loss_decay = e.value("ttt_loss_decay", c.ttt_loss_decay);

@@ -180,8 +180,11 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     impl->entries.emplace(name, std::move(e));
   }
 
+  // Zero-size tensors occupy no bytes: any offset is theirs, shared or not (the Python library
+  // writes several at one offset).
   std::vector<std::pair<const std::string*, const Impl::Entry*>> by_offset;
-  for (const auto& [n, e] : impl->entries) by_offset.emplace_back(&n, &e);
+  for (const auto& [n, e] : impl->entries)
+    if (e.end > e.begin) by_offset.emplace_back(&n, &e);
   std::sort(by_offset.begin(), by_offset.end(),
             [](const auto& a, const auto& b) { return a.second->begin < b.second->begin; });
   for (std::size_t i = 1; i < by_offset.size(); ++i) {

@@ -203,7 +203,7 @@ Run::Run(const config::Options& o, const std::vector<std::string>& command_line,
             model::count_parameters(*head_));
 
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
-  window_.emplace(Window{torch::zeros({}, f32), torch::zeros({K_, model::kMetricColumns}, f32), torch::zeros({}, f32)});
+  window_.emplace(Window{torch::zeros({}, f32), torch::zeros({K_, model::kMetricColumns}, f32), torch::zeros({}, f32), {}});
   step_loss_ = torch::zeros({}, f32);
 }
 

@@ -16,13 +16,24 @@ ExitCode exit_code_of(ErrorKind kind) {
   return ExitCode::internal;
 }
 
+namespace {
+
+// A part longer than a line or two (a 50 MB path from a hostile config) is cut in the middle.
+std::string bounded(const std::string& s) {
+  constexpr std::size_t kMax = 400, kHead = 240, kTail = 120;
+  if (s.size() <= kMax) return s;
+  return s.substr(0, kHead) + "...(" + std::to_string(s.size()) + " bytes)..." + s.substr(s.size() - kTail);
+}
+
+}  // namespace
+
 std::string Error::format() const {
   std::string out;
-  if (!file_.empty()) out += file_ + ": ";
-  if (!place_.empty()) out += place_ + ": ";
+  if (!file_.empty()) out += bounded(file_) + ": ";
+  if (!place_.empty()) out += bounded(place_) + ": ";
   out += message_;
-  if (!expected_.empty()) out += ": expected " + expected_;
-  if (!found_.empty()) out += (expected_.empty() ? ": found " : ", found ") + found_;
+  if (!expected_.empty()) out += ": expected " + bounded(expected_);
+  if (!found_.empty()) out += (expected_.empty() ? ": found " : ", found ") + bounded(found_);
   if (!hint_.empty()) out += " (hint: " + hint_ + ")";
   return out;
 }

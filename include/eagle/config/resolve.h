@@ -2,6 +2,7 @@
 // dump (--dump-config) and the generated docs/options.md.
 #pragma once
 
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,13 +25,16 @@ void add_flags(CLI::App& sub, BoundFlags& bound);
 // Reads a JSON config file (an object). Unknown keys are an error listing all of them, with a
 // "did you mean" for near misses; wrong types name the file and key.
 void apply_json(Options& opts, const nlohmann::json& doc, const std::string& source);
-void apply_json_file(Options& opts, const std::string& path);
+// keys, when given, receives the keys the file sets.
+void apply_json_file(Options& opts, const std::string& path, std::set<std::string>* keys = nullptr);
 
-// defaults < the file named by --config < the flags given on the command line.
-Options resolve(const BoundFlags& bound);
+// defaults < the file named by --config < the flags given on the command line. from_config, when
+// given, receives the options whose value came from the file (for error messages).
+Options resolve(const BoundFlags& bound, std::set<std::string>* from_config = nullptr);
 
-// Range checks of every option the command takes; one error listing every failure.
-void validate(const Options& opts, Command command);
+// Range checks of every option the command takes; one error, on one line, listing every failure
+// (a value from the config file names the file).
+void validate(const Options& opts, Command command, const std::set<std::string>& from_config = {});
 // The options the command cannot run without (the table's required()); one error listing every
 // missing one. Not needed for --dump-config.
 void check_required(const Options& opts, Command command);

@@ -37,6 +37,8 @@ struct HeadConfig {
   double eagle1_token_weight = 0.1;     // EAGLE-1: weight of the soft cross-entropy
   std::string target_name_or_path;      // named in the exports
   std::string target_architecture;      // e.g. LlamaForCausalLM
+  std::string target_dtype = "float32"; // the target's serving dtype (its config.json), written as the
+                                        // exports' torch_dtype: SGLang runs the draft in it
   TttAttentionImpl attention = TttAttentionImpl::efficient;
 
   // The head shaped after its target: H, heads, head_dim, intermediate size, eps, RoPE.

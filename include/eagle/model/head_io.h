@@ -32,10 +32,14 @@ std::map<std::string, torch::Tensor> head_tensors(DraftHead& head, HeadFormat fo
 
 // Writes config.json and model.safetensors into the existing folder dir, each to a temporary name
 // then renamed (the trainer writes its checkpoint folder this way and adds its own state file).
-void write_head_files(DraftHead& head, HeadFormat format, const std::string& dir);
+// target_embedding [V, H], when given, is written as embed_tokens.weight in its own dtype.
+void write_head_files(DraftHead& head, HeadFormat format, const std::string& dir,
+                      const torch::Tensor& target_embedding = {});
 // Exports into a new folder: written under a temporary name beside it, then renamed. Refuses an
-// existing dir.
-void export_head(DraftHead& head, HeadFormat format, const std::string& dir);
+// existing dir. The speculators format needs target_embedding: speculators' from_pretrained leaves
+// a missing embed_tokens at zero, silently (docs/export.md).
+void export_head(DraftHead& head, HeadFormat format, const std::string& dir,
+                 const torch::Tensor& target_embedding = {});
 
 struct LoadedHead {
   HeadFormat format = HeadFormat::sglang;
