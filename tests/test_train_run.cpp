@@ -325,6 +325,20 @@ TEST_CASE("eval measures a checkpoint and its exported copy alike", "[train]") {
   CHECK(ja["eval_loss"].get<double>() == Approx(jb["eval_loss"].get<double>()).epsilon(1e-6));
   auto gate = run_cli("eval --checkpoint " + ckpt.string() + common + " --min_ar 9");
   CHECK(gate.exit_code == 6);
+  // With the run's options, eval reproduces the run's own final evaluation (same split, same
+  // numbers), whatever the batch size: the held-out loss is normalised over all its samples.
+  double trained_eval_loss = -1;
+  for (const auto& j : read_jsonl(run / "metrics.jsonl"))
+    if (j.contains("eval_loss") && j["step"] == 10) trained_eval_loss = j["eval_loss"].get<double>();
+  REQUIRE(trained_eval_loss > 0);
+  for (const char* rows : {"4", "2"}) {
+    auto same = run_cli("eval --json --checkpoint " + ckpt.string() + " " + kSmoke +
+                        " --per_device_train_batch_size " + rows);
+    INFO(same.output);
+    REQUIRE(same.exit_code == 0);
+    auto j = json::parse(same.output.substr(same.output.find("{\n")));
+    CHECK(j["eval_loss"].get<double>() == Approx(trained_eval_loss).epsilon(1e-6));
+  }
   // An unwritable --output fails at once, before the evaluation.
   auto unwritable = run_cli("eval --checkpoint " + ckpt.string() + common + " --output " +
                             (dir / "no" / "such" / "folder" / "r.json").string());

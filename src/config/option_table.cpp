@@ -329,20 +329,20 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::training_seq_len, "training_seq_len", G::data, kTrain | kPrepare | kStats | kEval,
         "Maximum tokens per sample; longer samples follow overlong_policy")
       .range(4, 1 << 20);
-  t.add(&Options::bucket_granularity, "bucket_granularity", G::data, kTrain | kStats,
+  t.add(&Options::bucket_granularity, "bucket_granularity", G::data, kTrain | kStats | kEval,
         "Each batch is padded to its longest sample rounded up to a multiple of this many tokens "
         "(capped at training_seq_len); 0: pad every batch to training_seq_len")
       .range(0);
-  t.add(&Options::bucket_boundaries, "bucket_boundaries", G::data, kTrain | kStats,
+  t.add(&Options::bucket_boundaries, "bucket_boundaries", G::data, kTrain | kStats | kEval,
         "Explicit bucket lengths in tokens, strictly increasing (a batch is padded to the smallest "
         "one that fits); empty: use bucket_granularity")
       .check([](const std::vector<std::int64_t>& v, const Options&) { return check_increasing(v); });
   t.add(&Options::group_by_length, "group_by_length", G::data, kTrain | kStats,
         "Group samples of similar length into batches (seeded shuffle, then sort within a window of "
         "batches); false: plain random order");
-  t.add(&Options::padding_free, "padding_free", G::data, kTrain | kStats,
+  t.add(&Options::padding_free, "padding_free", G::data, kTrain | kStats | kEval,
         "Pack samples into rows without padding; attention and TTT chains never cross samples");
-  t.add(&Options::max_tokens_per_batch, "max_tokens_per_batch", G::data, kTrain | kStats,
+  t.add(&Options::max_tokens_per_batch, "max_tokens_per_batch", G::data, kTrain | kStats | kEval,
         "Fill each micro-batch up to this many tokens, padding counted; 0: a fixed "
         "per_device_train_batch_size rows")
       .check([](std::int64_t v, const Options& o) {
@@ -355,8 +355,9 @@ std::vector<OptionEntry> declare_options() {
         "A malformed sample: error stops at the first, skip counts them and logs the first few");
   t.add(&Options::overlong_policy, "overlong_policy", G::data, kTrain | kPrepare | kStats | kEval,
         "A sample longer than training_seq_len: truncate it, or drop it (counted and logged)");
-  t.add(&Options::validation_fraction, "validation_fraction", G::data, kTrain | kPrepare,
-        "Fraction of samples held out as the validation split (seeded by seed); 0: none")
+  t.add(&Options::validation_fraction, "validation_fraction", G::data, kTrain | kPrepare | kEval,
+        "Fraction of samples held out as the validation split (seeded by seed; eval: the run's value finds its "
+        "split of JSON data again); 0: none")
       .range(0.0, 0.5);
   t.add(&Options::input, "input", G::data, kPrepare,
         "prepare: input .jsonl/.json files (optionally .gz) or folders of them")
@@ -400,7 +401,7 @@ std::vector<OptionEntry> declare_options() {
         "vocabulary")
       .range(2);
   // train
-  t.add(&Options::per_device_train_batch_size, "per_device_train_batch_size", G::train, kTrain | kStats,
+  t.add(&Options::per_device_train_batch_size, "per_device_train_batch_size", G::train, kTrain | kStats | kEval,
         "Rows per micro-batch (when max_tokens_per_batch is 0)")
       .range(1);
   t.add(&Options::gradient_accumulation_steps, "gradient_accumulation_steps", G::train, kTrain,

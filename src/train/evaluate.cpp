@@ -1,6 +1,8 @@
 // Held-out evaluation and the real acceptance rate (see evaluate.h).
 #include "eagle/train/evaluate.h"
 
+#include <numeric>
+
 #include "eagle/data/sampler.h"
 #include "eagle/train/batch_tensors.h"
 #include "eagle/train/loss_metrics.h"
@@ -82,7 +84,7 @@ AcceptanceResult acceptance_rate(const model::TargetModel& target, model::DraftH
 }
 
 EvalSettings EvalSettings::from(const config::Options& o, std::int64_t ttt_steps) {
-  EvalSettings s{data::SamplerOptions::from(o), kMaxEvalBatches, o.eval_num_prompts, o.eval_max_new_tokens,
+  EvalSettings s{data::SamplerOptions::from(o), kMaxEvalSamples, o.eval_num_prompts, o.eval_max_new_tokens,
                  o.eval_draft_len > 0 ? o.eval_draft_len : ttt_steps, o.bf16};
   s.batching.group_by_length = false;
   return s;
@@ -94,10 +96,13 @@ io::EvalStats evaluate(const model::TargetModel& target, model::DraftHead& head,
   io::EvalStats stats;
   stats.step = step;
   const auto steps = head.config().steps();
-  data::Sampler sampler(heldout.lengths(), settings.batching);
-  const auto count = std::min(sampler.batches_in_epoch(0), settings.max_batches);
+  std::vector<std::size_t> first(std::min<std::size_t>(heldout.size(), static_cast<std::size_t>(settings.max_samples)));
+  std::iota(first.begin(), first.end(), std::size_t{0});
+  const data::Dataset evaluated = first.size() < heldout.size() ? heldout.subset(first) : heldout;
+  data::Sampler sampler(evaluated.lengths(), settings.batching);
   std::vector<data::Batch> batches;
-  for (std::int64_t b = 0; b < count; ++b) batches.push_back(data::make_batch(heldout, sampler.next()));
+  for (std::int64_t b = 0, n = sampler.batches_in_epoch(0); b < n; ++b)
+    batches.push_back(data::make_batch(evaluated, sampler.next()));
   const auto denominators = denominator_tensor(loss_denominators(batches, steps)).to(target.device());
   auto sums = torch::zeros({steps, model::kMetricColumns}, torch::TensorOptions().device(target.device()));
   auto loss = torch::zeros({}, sums.options());

@@ -15,13 +15,14 @@
 
 namespace eagle::train {
 
-// Held-out batches read for the losses: enough for stable numbers, bounded so a large held-out set
-// does not make every evaluation long.
-inline constexpr std::int64_t kMaxEvalBatches = 64;
+// Held-out samples read for the losses (the first ones of the split, which is already a random
+// draw): enough for stable numbers, bounded so a large held-out set does not make every
+// evaluation long. A count of samples, not of batches, so the numbers do not depend on batching.
+inline constexpr std::int64_t kMaxEvalSamples = 512;
 
 struct EvalSettings {
   data::SamplerOptions batching;      // batches of the held-out split (one pass, fixed order)
-  std::int64_t max_batches = kMaxEvalBatches;
+  std::int64_t max_samples = kMaxEvalSamples;
   std::int64_t num_prompts = 16;      // prompts decoded speculatively; 0: no AR
   std::int64_t max_new_tokens = 64;
   std::int64_t draft_len = 3;         // tokens the head drafts per round
@@ -45,9 +46,10 @@ AcceptanceResult acceptance_rate(const model::TargetModel& target, model::DraftH
                                  const data::Dataset& heldout, std::int64_t num_prompts,
                                  std::int64_t max_new_tokens, std::int64_t draft_len);
 
-// Held-out losses/acc/tau plus the AR, as logged (step is the optimizer step evaluated at). The
-// loss is normalised like one optimizer step over all evaluated batches (the denominators are
-// their summed counts), so it does not depend on how the held-out samples are batched.
+// Held-out losses/acc/tau plus the AR, as logged (step is the optimizer step evaluated at), over the
+// first max_samples held-out samples. The loss is normalised like one optimizer step over all of
+// them (the denominators are their summed counts), so it does not depend on how they are batched:
+// `eagle-train eval` with the run's data options and bf16 reproduces the run's own evaluation.
 io::EvalStats evaluate(const model::TargetModel& target, model::DraftHead& head, const model::TeacherSpec& teacher,
                        const data::Dataset& heldout, const EvalSettings& settings, std::int64_t step);
 
