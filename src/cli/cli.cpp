@@ -113,6 +113,9 @@ int main(int argc, char** argv) {
   } catch (const Error& e) {
     log::error("main", "{}", e.format());
     return static_cast<int>(e.exit_code());
+  } catch (const c10::Error& e) {
+    log::error("main", "internal error: {}", e.what_without_backtrace());
+    return static_cast<int>(ExitCode::internal);
   } catch (const std::exception& e) {
     log::error("main", "internal error: {}", e.what());
     return static_cast<int>(ExitCode::internal);

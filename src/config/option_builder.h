@@ -59,6 +59,12 @@ struct EnumNames<ExportFormat> {
        {"vllm-eagle1", ExportFormat::vllm_eagle1}}};
 };
 
+template <>
+struct EnumNames<DdpBackend> {
+  static constexpr std::array<std::pair<const char*, DdpBackend>, 3> v{
+      {{"auto", DdpBackend::auto_}, {"gloo", DdpBackend::gloo}, {"nccl", DdpBackend::nccl}}};
+};
+
 template <typename E>
 std::string enum_choices() {
   std::string out;

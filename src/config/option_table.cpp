@@ -201,6 +201,17 @@ std::vector<OptionEntry> declare_options() {
       .required(kExport | kEval);
   t.add(&Options::format, "format", G::checkpoint, kExport,
         "Export layout: sglang (also loaded by vLLM), speculators, vllm-eagle1");
+  // distributed
+  t.add(&Options::ddp_backend, "ddp_backend", G::distributed, kTrain,
+        "Collectives of device tensors under torchrun: auto (nccl on CUDA, gloo on CPU), gloo or nccl; host "
+        "values always use gloo");
+  t.add(&Options::ddp_timeout_s, "ddp_timeout_s", G::distributed, kTrain,
+        "Seconds a rank waits for the others in any collective (joining, gradients, evaluation on rank 0, "
+        "checkpoints) before it fails with an error; must exceed the longest evaluation")
+      .range(1);
+  t.add(&Options::num_ranks, "num_ranks", G::distributed, kStats,
+        "data-stats: data-parallel ranks to plan for (per-rank batch counts); train takes WORLD_SIZE from torchrun")
+      .range(1, 1 << 16);
   // runtime
   t.add(&Options::device, "device", G::runtime, kTrain | kInspect | kEval,
         "auto (cuda when available, else cpu), cpu, cuda or cuda:N")
@@ -251,6 +262,7 @@ std::string_view group_name(Group g) {
     case Group::eval: return "eval";
     case Group::log: return "log";
     case Group::checkpoint: return "checkpoint";
+    case Group::distributed: return "distributed";
     case Group::runtime: return "runtime";
   }
   return "?";
@@ -273,5 +285,6 @@ std::string name_of(OverlongPolicy v) { return enum_name(v); }
 std::string name_of(NanPolicy v) { return enum_name(v); }
 std::string name_of(TargetDtype v) { return enum_name(v); }
 std::string name_of(ExportFormat v) { return enum_name(v); }
+std::string name_of(DdpBackend v) { return enum_name(v); }
 
 }  // namespace eagle::config

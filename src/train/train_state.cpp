@@ -55,6 +55,7 @@ void write_checkpoint_files(const std::filesystem::path& dir, model::DraftHead& 
   j["sampler"] = state.sampler;
   j["config"] = state.config;
   j["real_tokens"] = state.real_tokens;
+  j["world_size"] = state.world_size;
   j["format_version"] = 1;
   std::ofstream out(dir / kTrainerStateFile);
   out << j.dump(2) << "\n";
@@ -80,6 +81,7 @@ TrainerState read_trainer_state(const std::filesystem::path& dir) {
     s.sampler = j.at("sampler");
     s.config = j.at("config");
     s.real_tokens = j.value("real_tokens", 0.0);
+    s.world_size = j.value("world_size", std::int64_t{1});
   } catch (const nlohmann::json::exception& e) {
     throw Error(ErrorKind::input, "trainer state lacks a field").file(state_path.string()).found(e.what());
   }

@@ -22,7 +22,8 @@ struct TrainerState {
   std::int64_t step = 0;        // optimizer steps completed
   nlohmann::json sampler;       // Sampler::state()
   nlohmann::json config;        // the resolved options of the run
-  double real_tokens = 0;       // real tokens trained on so far
+  double real_tokens = 0;       // real tokens trained on so far (all ranks)
+  std::int64_t world_size = 1;  // data-parallel ranks of the run (a resume needs as many)
 };
 
 // Writes the head (SGLang layout), optimizer state, RNG state and trainer_state.json into dir.

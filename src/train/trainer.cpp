@@ -22,6 +22,7 @@
 #include "eagle/run/signals.h"
 #include "eagle/train/batch_tensors.h"
 #include "eagle/train/cuda_graph_cache.h"
+#include "eagle/train/distributed.h"
 #include "eagle/train/evaluate.h"
 #include "eagle/train/loss_metrics.h"
 #include "eagle/train/micro_batch.h"
@@ -109,7 +110,9 @@ class Run {
   const TrainHooks hooks_;
   const Clock::time_point started_ = Clock::now();
   torch::Device device_{torch::kCPU};
-  std::optional<run::DirLock> lock_;  // output_dir is this run's until the process ends
+  LaunchInfo launch_;
+  std::unique_ptr<ProcessGroup> group_;  // one process: a group of one, every collective the identity
+  std::optional<run::DirLock> lock_;  // rank 0: output_dir is this run's until the process ends
   std::optional<run::CheckpointRef> resume_;
   bool complete_ = false;  // resumed from the last step of a run that completed: nothing to do
   TrainData data_;
@@ -131,7 +134,9 @@ class Run {
 
   // Device state of the loop.
   std::optional<Window> window_;
-  torch::Tensor step_loss_;
+  torch::Tensor comm_;       // [parameters + 1] fp32: the gradients (the parameters' .grad are views
+                             // into it) and the step's loss, summed over ranks in one collective
+  torch::Tensor step_loss_;  // comm_'s last element
   std::map<data::Shape, ShapeBuffers> buffers_;
   double loop_seconds_ = 0, side_seconds_ = 0;  // training steps alone; evaluations and checkpoints
   double process_real_tokens_ = 0;              // real tokens of this process's steps
@@ -144,15 +149,45 @@ Run::Run(const config::Options& o, const std::vector<std::string>& command_line,
     : o_(o), hooks_(hooks) {
   configure_runtime(o_);
   device_ = resolve_device(o_.device);
-  std::error_code ec;
-  std::filesystem::create_directories(o_.output_dir, ec);
-  EAGLE_CHECK(!ec, Error(ErrorKind::output, "cannot create the run folder").file(o_.output_dir).found(ec.message()));
-  lock_.emplace(std::filesystem::path(o_.output_dir) / run::kLockFile, "output_dir");
-  resume_ = run::prepare_output_dir(o_.output_dir, o_.resume_from_checkpoint, o_.overwrite_output_dir);
+  launch_ = launch_from_env();
+  if (launch_.launched && device_.is_cuda() && o_.device.rfind("cuda:", 0) != 0) {
+    // Rank r of a node trains on that node's GPU LOCAL_RANK.
+    EAGLE_CHECK(launch_.local_rank < static_cast<int>(torch::cuda::device_count()),
+                Error(ErrorKind::usage, "LOCAL_RANK has no GPU").place("LOCAL_RANK")
+                    .expected(fmt::format("< {} (the GPUs of this node)", torch::cuda::device_count()))
+                    .found(std::to_string(launch_.local_rank)));
+    device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(launch_.local_rank));
+  }
+  const auto backend = o_.ddp_backend == config::DdpBackend::gloo   ? Backend::gloo
+                       : o_.ddp_backend == config::DdpBackend::nccl ? Backend::nccl
+                                                                    : Backend::auto_;
+  group_ = std::make_unique<ProcessGroup>(launch_, device_, backend, std::chrono::seconds(o_.ddp_timeout_s));
+  if (!group_->is_main()) {
+    // Rank 0 logs for the run; the others only report their own errors.
+    log::set_line_prefix(fmt::format("[rank {}] ", group_->rank()));
+    if (log::log_level() < log::LogLevel::error) log::set_log_level(log::LogLevel::error);
+  }
+  if (group_->is_main()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o_.output_dir, ec);
+    EAGLE_CHECK(!ec, Error(ErrorKind::output, "cannot create the run folder").file(o_.output_dir).found(ec.message()));
+    lock_.emplace(std::filesystem::path(o_.output_dir) / run::kLockFile, "output_dir");
+    resume_ = run::prepare_output_dir(o_.output_dir, o_.resume_from_checkpoint, o_.overwrite_output_dir);
+  }
+  group_->barrier();  // rank 0 has decided on output_dir (and cleaned it); the others read the same answer
+  if (!group_->is_main()) resume_ = run::find_resume(o_.resume_from_checkpoint, o_.output_dir);
   const nlohmann::json options = config::to_json(o_, config::Command::train);
   if (resume_) {
+    const TrainerState saved = read_trainer_state(resume_->path);
+    EAGLE_CHECK(saved.world_size == group_->size(),
+                Error(ErrorKind::usage, "the checkpoint was trained with another number of ranks")
+                    .file(resume_->path.string()).place("world_size")
+                    .expected(fmt::format("{} (the checkpoint's)", saved.world_size))
+                    .found(std::to_string(group_->size()))
+                    .hint("resume with as many processes (torchrun --nproc-per-node and --nnodes); the data "
+                          "order is planned per rank"));
     // Options that shape the head, its loss or the data order must be the checkpoint's.
-    auto conflicts = run::resume_conflicts(read_trainer_state(resume_->path).config, options);
+    auto conflicts = run::resume_conflicts(saved.config, options);
     if (!conflicts.empty()) {
       std::string list;
       for (const auto& c : conflicts) list += "\n  " + c;
@@ -171,10 +206,23 @@ Run::Run(const config::Options& o, const std::vector<std::string>& command_line,
   head_ = make_head(o_, target_, data_.train.stats(), device_);
   K_ = head_->config().steps();
   teacher_ = head_->teacher_spec();
-  sampler_.emplace(data_.train.lengths(), data::SamplerOptions::from(o_));
+  sampler_.emplace(data_.train.lengths(), data::SamplerOptions::from(o_, group_->size(), group_->rank()));
   graphs_.emplace(device_, o_.max_cuda_graphs, sampler_->shapes());
-  optimizer_.emplace(model::named_parameters(*head_), AdamWConfig{o_.adam_beta1, o_.adam_beta2, o_.adam_epsilon,
-                                                                  o_.weight_decay, o_.max_grad_norm});
+  // The gradients live in one flat buffer followed by the step's loss: summing them over the ranks
+  // is one collective on one tensor, and no gradient is ever copied.
+  const auto params = model::named_parameters(*head_);
+  std::int64_t numel = 0;
+  for (const auto& [name, p] : params) numel += p.numel();
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
+  comm_ = torch::zeros({numel + 1}, f32);
+  std::int64_t offset = 0;
+  for (const auto& [name, p] : params) {
+    p.mutable_grad() = comm_.narrow(0, offset, p.numel()).view_as(p);
+    offset += p.numel();
+  }
+  step_loss_ = comm_.select(0, numel);  // a 0-dim view
+  optimizer_.emplace(params, AdamWConfig{o_.adam_beta1, o_.adam_beta2, o_.adam_epsilon, o_.weight_decay,
+                                         o_.max_grad_norm});
   total_steps_ = plan_total_steps(o_, *sampler_);
   schedule_ = run::make_lr_schedule(o_, total_steps_);
   eval_settings_ = EvalSettings::from(o_, K_);
@@ -183,7 +231,7 @@ Run::Run(const config::Options& o, const std::vector<std::string>& command_line,
     state_ = restore_checkpoint(resume_->path, *head_, *optimizer_, *sampler_);
     log::info("ckpt", "resumed from {} at step {}", resume_->path.string(), state_.step);
     summary_.resumed_from_step = state_.step;
-    if (state_.step >= total_steps_ && run_completed(o_.output_dir, state_.step)) {
+    if (state_.step >= total_steps_ && group_->any(run_completed(o_.output_dir, state_.step))) {
       // A finished run: nothing to do, and nothing of it is touched.
       complete_ = true;
       log::info("train", "the run in {} is complete ({} of {} steps, summary.json says completed): nothing to do",
@@ -193,18 +241,18 @@ Run::Run(const config::Options& o, const std::vector<std::string>& command_line,
   }
   // The checkpoints of this run hold this run's options, also after a resume.
   state_.config = options;
-  run::write_run_files(o_.output_dir, o_, command_line);
-
-  logger_.emplace(o_.output_dir, total_steps_, resume_ ? std::optional<std::int64_t>(state_.step) : std::nullopt);
+  state_.world_size = group_->size();
+  if (group_->is_main()) {
+    run::write_run_files(o_.output_dir, o_, command_line);
+    logger_.emplace(o_.output_dir, total_steps_, resume_ ? std::optional<std::int64_t>(state_.step) : std::nullopt);
+  }
   checkpoints_.emplace(o_.output_dir);
   summary_.total_steps = total_steps_;
-  log::info("train", "{} optimizer steps of {} micro-batch(es); EAGLE-{} head with {} TTT step(s), {} parameters",
-            total_steps_, o_.gradient_accumulation_steps, head_->config().eagle_version, K_,
-            model::count_parameters(*head_));
-
-  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
+  log::info("train", "{} optimizer steps of {} micro-batch(es){}; EAGLE-{} head with {} TTT step(s), {} parameters",
+            total_steps_, o_.gradient_accumulation_steps,
+            group_->size() > 1 ? fmt::format(" on each of {} ranks", group_->size()) : "",
+            head_->config().eagle_version, K_, model::count_parameters(*head_));
   window_.emplace(Window{torch::zeros({}, f32), torch::zeros({K_, model::kMetricColumns}, f32), torch::zeros({}, f32), {}});
-  step_loss_ = torch::zeros({}, f32);
 }
 
 run::RunSummary Run::run() {
@@ -232,10 +280,11 @@ ExitReason Run::loop() {
     const io::EvalStats* eval = nullptr;
     if (o_.eval_steps > 0 && step % o_.eval_steps == 0 && !last) eval = evaluate();
     if (step % o_.logging_steps == 0 || last) log_window(eval);
-    else if (eval) logger_->log_eval(*eval);
+    else if (eval && logger_) logger_->log_eval(*eval);
     if (o_.save_steps > 0 && step % o_.save_steps == 0 && !last) save();
     if (hooks_.after_step) hooks_.after_step(step);
-    if (signals_.requested() && !last) {
+    // Every rank takes the same decision: a signal on any of them stops them all after this step.
+    if (group_->any(signals_.requested()) && !last) {
       loop_seconds_ = seconds_since(loop_started) - side_seconds_;
       if (window_->counts.steps > 0) log_window(nullptr);
       save();
@@ -245,10 +294,10 @@ ExitReason Run::loop() {
   // ---- the end: evaluate, save ----
   graphs_->synchronize();
   loop_seconds_ = seconds_since(loop_started) - side_seconds_;
-  if (const io::EvalStats* eval = evaluate()) logger_->log_eval(*eval);
+  if (const io::EvalStats* eval = evaluate(); eval && logger_) logger_->log_eval(*eval);
   save();
   // A signal during the final evaluation or save: the checkpoint is there; the run reports it.
-  if (signals_.requested()) return ExitReason::interrupted;
+  if (group_->any(signals_.requested())) return ExitReason::interrupted;
   log::info("train", "done: {} steps in {:.1f} s; head saved in {}", state_.step, seconds_since(started_),
             checkpoints_->checkpoint_path(state_.step).string());
   return ExitReason::completed;
@@ -260,11 +309,23 @@ void Run::train_step() {
   std::vector<data::Batch> micro;
   for (std::int64_t m = 0; m < o_.gradient_accumulation_steps; ++m)
     micro.push_back(data::make_batch(data_.train, sampler_->next()));
-  const auto denominators = denominator_tensor(loss_denominators(micro, K_));
+  // Host counts of all ranks at once: the loss denominators (normalised by the global count, so the
+  // summed gradients are exact), then the real and computed tokens of the step.
+  auto counts = loss_denominators(micro, K_);
+  for (const auto& batch : micro) {
+    counts.push_back(batch.real_tokens);
+    counts.push_back(batch.computed_tokens());
+  }
+  counts = group_->sum(std::move(counts));
+  const auto denominators = denominator_tensor({counts.begin(), counts.begin() + K_});
+  std::int64_t real = 0, computed = 0;
+  for (std::size_t i = static_cast<std::size_t>(K_); i < counts.size(); i += 2) {
+    real += counts[i];
+    computed += counts[i + 1];
+  }
   optimizer_->zero_grad();
   optimizer_->set_lr(schedule_.lr(step - 1));
   step_loss_.zero_();
-  std::int64_t real = 0, computed = 0;
   for (const auto& batch : micro) {
     const data::Shape shape{batch.rows, batch.length};
     auto it = buffers_.find(shape);
@@ -281,9 +342,9 @@ void Run::train_step() {
       step_loss_.add_(out.loss.detach());
       window_->metrics.add_(out.metric_sums);
     });
-    real += batch.real_tokens;
-    computed += batch.computed_tokens();
   }
+  // The gradients and the loss of every rank, summed (between the graphs on GPU; nothing on one rank).
+  group_->sum(comm_);
   // (b) clip + update, independent of the batch shape.
   graphs_->run(kOptimizerUpdate, [&] {
     optimizer_->step(step_loss_);
@@ -293,7 +354,7 @@ void Run::train_step() {
   window_->counts.add(real, computed);
   process_real_tokens_ += static_cast<double>(real);
   state_.real_tokens += static_cast<double>(real);
-  logger_->on_step(step);
+  if (logger_) logger_->on_step(step);
 }
 
 template <typename F>
@@ -308,24 +369,31 @@ void Run::side_work(F&& f) {
 const io::EvalStats* Run::evaluate() {
   if (!data_.heldout || data_.heldout->size() == 0) return nullptr;
   graphs_->synchronize();
+  // Rank 0 evaluates (every rank holds the same head); the others wait for it.
   side_work([&] {
-    last_eval_ = train::evaluate(target_, *head_, teacher_, *data_.heldout, eval_settings_, state_.step);
+    if (group_->is_main())
+      last_eval_ = train::evaluate(target_, *head_, teacher_, *data_.heldout, eval_settings_, state_.step);
+    group_->barrier();
   });
-  return &*last_eval_;
+  return group_->is_main() ? &*last_eval_ : nullptr;
 }
 
 void Run::save() {
+  // Rank 0 writes (the optimizer state is the same on every rank); the others wait for it.
   side_work([&] {
     const std::int64_t step = state_.step;
-    state_.sampler = sampler_->state();
     graphs_->synchronize();
-    checkpoints_->save(step, [&](const std::filesystem::path& dir) {
-      write_checkpoint_files(dir, *head_, *optimizer_, state_);
-    });
-    checkpoints_->rotate(o_.save_total_limit);
-    if (last_eval_ && last_eval_->step == step)
-      checkpoints_->update_best(step, last_eval_->ar ? "ar" : "tau",
-                                last_eval_->ar ? *last_eval_->ar : last_eval_->tau);
+    if (group_->is_main()) {
+      state_.sampler = sampler_->state();
+      checkpoints_->save(step, [&](const std::filesystem::path& dir) {
+        write_checkpoint_files(dir, *head_, *optimizer_, state_);
+      });
+      checkpoints_->rotate(o_.save_total_limit);
+      if (last_eval_ && last_eval_->step == step)
+        checkpoints_->update_best(step, last_eval_->ar ? "ar" : "tau",
+                                  last_eval_->ar ? *last_eval_->ar : last_eval_->tau);
+    }
+    group_->barrier();
   });
 }
 
@@ -333,6 +401,7 @@ void Run::log_window(const io::EvalStats* eval) {
   graphs_->synchronize();
   Window& w = *window_;
   const double elapsed = std::max(1e-9, seconds_since(w.start) - w.side_seconds);
+  group_->sum(w.metrics);  // every rank's positions (the loss and gradient norm are global already)
   auto metrics = summarize_metrics(w.metrics.cpu());
   io::StepStats s;
   s.step = state_.step;
@@ -349,7 +418,7 @@ void Run::log_window(const io::EvalStats* eval) {
   s.grad_norm = w.grad_norm.item<double>() / steps;
   w.counts.fill(s, elapsed);
   s.nonfinite_steps = static_cast<std::int64_t>(optimizer_->nonfinite_steps().item<double>());
-  logger_->log_step(s, eval);
+  if (logger_) logger_->log_step(s, eval);
   last_loss_ = s.loss;
   w.reset();
   if (s.nonfinite_steps > nonfinite_reported_) {
@@ -377,13 +446,16 @@ run::RunSummary Run::finish(ExitReason reason, std::exception_ptr failure) {
   s.tokens_per_s = process_real_tokens_ / std::max(1e-9, loop_seconds_);
   s.wall_time_s = seconds_since(started_);
   if (auto best = checkpoints_->best()) s.best_step = best->step;
-  // Gates are recorded for every run; only a completed run can miss one.
-  std::optional<Error> error = run::apply_gates(s, o_.min_ar, o_.max_final_loss);
+  // Gates are recorded for every run; only a completed run can miss one (rank 0 evaluates).
+  std::optional<Error> error;
+  if (group_->is_main()) error = run::apply_gates(s, o_.min_ar, o_.max_final_loss);
   if (failure) {
     try {
       std::rethrow_exception(failure);
     } catch (const Error& e) {
       error = e;
+    } catch (const c10::Error& e) {
+      error = Error(ErrorKind::internal, e.what_without_backtrace());
     } catch (const std::exception& e) {
       error = Error(ErrorKind::internal, e.what());
     } catch (...) {
@@ -392,14 +464,26 @@ run::RunSummary Run::finish(ExitReason reason, std::exception_ptr failure) {
     s.detail = error->format();
     s.exit_code = static_cast<int>(error->exit_code());
   } else if (reason == ExitReason::interrupted) {
-    s.detail = signals_.signal_name();
+    s.detail = *signals_.signal_name() ? signals_.signal_name() : "a signal on another rank";
     s.exit_code = static_cast<int>(ExitCode::interrupted);
     error = Error(ErrorKind::interrupted, fmt::format("stopped by {} after step {}", s.detail, state_.step))
                 .hint(fmt::format("resume with --resume_from_checkpoint auto --output_dir {}", o_.output_dir));
   }
-  run::write_summary(o_.output_dir, s);
-  logger_->finish();
+  if (group_->is_main()) {
+    run::write_summary(o_.output_dir, s);
+    logger_->finish();
+  }
   if (failure) std::rethrow_exception(failure);
+  // Every rank ends with rank 0's exit code (a missed gate is known there only).
+  if (group_->size() > 1) {
+    const auto code = group_->broadcast_from_main(s.exit_code);
+    if (!group_->is_main() && code != s.exit_code) {
+      const auto kind = code == static_cast<int>(ExitCode::gate)          ? ErrorKind::gate
+                        : code == static_cast<int>(ExitCode::interrupted) ? ErrorKind::interrupted
+                                                                          : ErrorKind::training;
+      throw Error(kind, fmt::format("rank 0 ended the run with exit code {}", code));
+    }
+  }
   if (error) throw *error;
   return s;
 }

@@ -11,6 +11,7 @@ namespace {
 
 LogLevel g_level = LogLevel::info;
 std::function<void()> g_before, g_after;
+std::string g_prefix;
 
 spdlog::logger& logger() {
   static std::shared_ptr<spdlog::logger> instance = [] {
@@ -57,10 +58,12 @@ void set_console_hooks(std::function<void()> before, std::function<void()> after
 void set_log_level(LogLevel level) { g_level = level; }
 LogLevel log_level() { return g_level; }
 
+void set_line_prefix(std::string prefix) { g_prefix = std::move(prefix); }
+
 void log_line(LogLevel level, std::string_view area, std::string_view message) {
   if (level == LogLevel::off || static_cast<int>(level) < static_cast<int>(g_level)) return;
   if (g_before) g_before();
-  logger().log(to_spdlog(level), "[{}] {}", area, message);
+  logger().log(to_spdlog(level), "{}[{}] {}", g_prefix, area, message);
   // A bar is redrawn right after the line, so the line must be out first.
   if (level >= LogLevel::warn || g_after) logger().flush();
   if (g_after) g_after();

@@ -32,7 +32,7 @@ std::string_view command_name(Command c);
 const std::vector<Command>& all_commands();
 
 // Groups only organise help and docs; the JSON config is flat.
-enum class Group { data, model, draft, train, optim, eval, log, checkpoint, runtime };
+enum class Group { data, model, draft, train, optim, eval, log, checkpoint, distributed, runtime };
 std::string_view group_name(Group g);
 
 struct OptionEntry {
@@ -70,5 +70,6 @@ std::string name_of(OverlongPolicy v);
 std::string name_of(NanPolicy v);
 std::string name_of(TargetDtype v);
 std::string name_of(ExportFormat v);
+std::string name_of(DdpBackend v);
 
 }  // namespace eagle::config

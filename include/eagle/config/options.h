@@ -14,6 +14,7 @@ enum class OverlongPolicy { truncate, drop };
 enum class NanPolicy { error, skip };
 enum class TargetDtype { auto_, float32, bfloat16, float16 };
 enum class ExportFormat { sglang, speculators, vllm_eagle1 };
+enum class DdpBackend { auto_, gloo, nccl };
 
 // Field comments give units; the help text in option_table.cpp is the user-facing description.
 struct Options {
@@ -84,6 +85,11 @@ struct Options {
   std::string resume_from_checkpoint;         // "auto", a path, or empty
   std::string checkpoint;                     // export/eval: a checkpoint or head folder
   ExportFormat format = ExportFormat::sglang;
+
+  // distributed (torchrun sets the ranks through the environment, docs/distributed.md)
+  DdpBackend ddp_backend = DdpBackend::auto_;  // tensors: auto = nccl on CUDA, gloo on CPU
+  std::int64_t ddp_timeout_s = 600;           // seconds any collective may wait for the other ranks
+  std::int64_t num_ranks = 1;                 // data-stats: ranks to plan the per-rank batches for
 
   // runtime
   std::string device = "auto";                // auto, cpu, cuda, cuda:N
