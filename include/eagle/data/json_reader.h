@@ -16,6 +16,7 @@ struct ReadOptions {
   std::int64_t training_seq_len = 2048;  // tokens; longer samples follow overlong_policy
   config::BadSamplePolicy bad_sample_policy = config::BadSamplePolicy::error;
   config::OverlongPolicy overlong_policy = config::OverlongPolicy::truncate;
+  bool allow_untrained = false;  // keep samples without a trained token (generate copies them)
 };
 
 struct ReadCounts {

@@ -22,6 +22,7 @@ struct LoadOptions {
   config::OverlongPolicy overlong_policy;
   double validation_fraction = 0;  // JSON input, or a prepared folder without a stored split
   std::uint64_t seed = 42;
+  bool allow_untrained = false;  // JSON input: keep samples without a trained token
 
   // The loading options of a run (validation_fraction included; callers that want no split set it
   // to 0 on the copy).
