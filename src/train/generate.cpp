@@ -70,6 +70,7 @@ namespace {
 
 constexpr std::int64_t kPrefillTokens = 4096;  // padded tokens per prefill forward (more when one prompt needs it)
 constexpr std::int64_t kGraphColumns = 256;    // graphed decode steps read a multiple of this many columns
+constexpr std::int64_t kRefillFraction = 8;    // free rows are refilled once batch_size / 8 of them are free
 
 class Generator {
  public:
@@ -130,6 +131,12 @@ class Generator {
   // Each free row takes the next sample that needs the target; samples copied or dropped at once
   // only wait for their turn to be emitted.
   void fill_free_rows() {
+    // Free rows wait until an eighth of them is free (or none is busy), so that new prompts are
+    // prefilled several at a time: a prefill forward of one prompt costs about as much as a decode
+    // step of every row.
+    const auto free = std::count_if(slots_.begin(), slots_.end(), [](const auto& s) { return !s; });
+    const auto busy = static_cast<std::int64_t>(slots_.size()) - free;
+    if (busy > 0 && free < std::max<std::int64_t>(1, s_.batch_size / kRefillFraction)) return;
     for (auto& slot : slots_) {
       while (!slot && next_ < dataset_.size()) {
         const auto index = next_++;
@@ -185,9 +192,8 @@ class Generator {
     auto tensor = [&](std::vector<std::int64_t>& v, torch::IntArrayRef sizes) {
       return torch::from_blob(v.data(), sizes, torch::kInt64).to(device);
     };
-    model::RaggedStep step{tensor(ids, {R, N}), tensor(columns, {R, N}), {}, tensor(last, {R}), key_len};
-    if (R < s_.batch_size || !std::is_sorted(rows.begin(), rows.end())) step.rows = tensor(row_ids, {R});
-    return target_.forward_ragged(cache_, step);
+    return target_.forward_ragged(
+        cache_, {tensor(ids, {R, N}), tensor(columns, {R, N}), tensor(row_ids, {R}), tensor(last, {R}), key_len});
   }
 
   // New prompts and next turns, grouped by length so that padding stays small.
@@ -216,11 +222,16 @@ class Generator {
     for (std::size_t b = 0; b < slots_.size(); ++b)
       if (slots_[b] && job(b).pending().size() == 1) rows.push_back(b);
     if (rows.empty()) return;
-    accept(rows, graphs_ ? graphed_decode(rows) : forward(rows));
+    // Every row at once reads the cache in place; the decoding rows alone need a gather of their
+    // cache rows, which costs more than computing the idle rows unless most rows idle.
+    const bool all_rows = graphs_ || 2 * rows.size() >= slots_.size();
+    accept(rows, all_rows ? decode_all_rows(rows) : forward(rows));
   }
 
-  // The decode step of all rows at a fixed shape; rows not decoding write to the spare column.
-  torch::Tensor graphed_decode(const std::vector<std::size_t>& rows) {
+  // The decode step of all rows; rows not decoding write to the spare column. On GPU it has a fixed
+  // shape per kGraphColumns columns read, replayed from a CUDA graph.
+  torch::Tensor decode_all_rows(const std::vector<std::size_t>& rows) {
+    const auto B = s_.batch_size;
     std::vector<std::int64_t> ids(slots_.size(), 0), columns(slots_.size(), spare_);
     std::int64_t key_len = 1;
     for (auto row : rows) {
@@ -229,17 +240,31 @@ class Generator {
       columns[row] = r.cached();
       key_len = std::max(key_len, r.cached() + 1);
     }
-    const auto B = s_.batch_size;
-    ids_.copy_(torch::from_blob(ids.data(), {B, 1}, torch::kInt64));
-    columns_.copy_(torch::from_blob(columns.data(), {B, 1}, torch::kInt64));
-    const auto bucket = std::min((key_len + kGraphColumns - 1) / kGraphColumns * kGraphColumns, spare_ + 1);
-    graphs_->run({B, bucket}, [&] {
-      logits_.copy_(target_.forward_ragged(cache_, {ids_, columns_, {}, last_, bucket}));
-    });
+    auto ids_host = torch::from_blob(ids.data(), {B, 1}, torch::kInt64);
+    auto columns_host = torch::from_blob(columns.data(), {B, 1}, torch::kInt64);
+    torch::Tensor logits;
+    if (graphs_) {
+      ids_.copy_(ids_host);
+      columns_.copy_(columns_host);
+      const auto bucket = std::min((key_len + kGraphColumns - 1) / kGraphColumns * kGraphColumns, spare_ + 1);
+      graphs_->run({B, bucket}, [&] {
+        logits_.copy_(target_.forward_ragged(cache_, {ids_, columns_, {}, last_, bucket}));
+      });
+      logits = logits_;
+    } else {
+      const auto device = target_.device();
+      logits =
+          target_.forward_ragged(cache_, {ids_host.to(device),
+                                          columns_host.to(device),
+                                          {},
+                                          torch::zeros({B}, torch::TensorOptions().dtype(torch::kInt64).device(device)),
+                                          key_len});
+    }
+    if (static_cast<std::int64_t>(rows.size()) == B) return logits;
     std::vector<std::int64_t> index(rows.begin(), rows.end());
-    const auto R = static_cast<std::int64_t>(rows.size());
-    return R == B ? logits_
-                  : logits_.index_select(0, torch::from_blob(index.data(), {R}, torch::kInt64).to(logits_.device()));
+    return logits.index_select(
+        0,
+        torch::from_blob(index.data(), {static_cast<std::int64_t>(index.size())}, torch::kInt64).to(logits.device()));
   }
 
   void show(util::ProgressDisplay& display, double elapsed_s, bool final) {
