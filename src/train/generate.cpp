@@ -94,12 +94,12 @@ class Generator {
       for (std::int64_t c = kGraphColumns; c < s.limits.context + 1 + kGraphColumns; c += kGraphColumns)
         shapes.push_back({s.batch_size, std::min(c, s.limits.context + 1)});
       graphs_.emplace(device, s.max_cuda_graphs, shapes);
-      const auto iopts = torch::TensorOptions().dtype(torch::kInt64).device(device);
-      ids_ = torch::zeros({s.batch_size, 1}, iopts);
-      columns_ = torch::full({s.batch_size, 1}, spare_, iopts);
-      last_ = torch::zeros({s.batch_size}, iopts);
-      logits_ = torch::zeros({s.batch_size, target.config().vocab_size}, iopts.dtype(torch::kFloat32));
     }
+    const auto iopts = torch::TensorOptions().dtype(torch::kInt64).device(device);
+    ids_ = torch::zeros({s.batch_size, 1}, iopts);
+    columns_ = torch::full({s.batch_size, 1}, spare_, iopts);
+    last_ = torch::zeros({s.batch_size}, iopts);
+    logits_ = torch::zeros({s.batch_size, target.config().vocab_size}, iopts.dtype(torch::kFloat32));
   }
 
   GenerateResult run(const EmitFn& emit, const std::function<bool()>& stop_requested) {
@@ -122,6 +122,8 @@ class Generator {
     result_.seconds = elapsed();
     show(display, result_.seconds, true);
     result_.graphed_shapes = graphs_ ? graphs_->captured_count() : 0;
+    log::debug("generate", "{} decode steps ({} row-steps), {} prefill forwards ({} tokens, {} with padding)",
+               decode_steps_, decode_rows_, prefills_, prefill_tokens_, prefill_padded_);
     return result_;
   }
 
@@ -188,12 +190,8 @@ class Generator {
       }
       last[i] = static_cast<std::int64_t>(pending.size()) - 1;
     }
-    const auto device = target_.device();
-    auto tensor = [&](std::vector<std::int64_t>& v, torch::IntArrayRef sizes) {
-      return torch::from_blob(v.data(), sizes, torch::kInt64).to(device);
-    };
-    return target_.forward_ragged(
-        cache_, {tensor(ids, {R, N}), tensor(columns, {R, N}), tensor(row_ids, {R}), tensor(last, {R}), key_len});
+    return target_.forward_ragged(cache_, {on_device(ids, {R, N}), on_device(columns, {R, N}), on_device(row_ids, {R}),
+                                           on_device(last, {R}), key_len});
   }
 
   // New prompts and next turns, grouped by length so that padding stays small.
@@ -203,14 +201,22 @@ class Generator {
       if (slots_[b] && job(b).pending().size() > 1) rows.push_back(b);
     std::sort(rows.begin(), rows.end(),
               [&](auto a, auto b) { return job(a).pending().size() < job(b).pending().size(); });
+    auto length = [&](std::size_t i) { return static_cast<std::int64_t>(job(rows[i]).pending().size()); };
     std::size_t begin = 0;
     while (begin < rows.size()) {
+      // A group grows while it fits the token budget and padding stays under a quarter of it.
       std::size_t end = begin + 1;
-      while (end < rows.size() &&
-             static_cast<std::int64_t>((end + 1 - begin) * job(rows[end]).pending().size()) <= kPrefillTokens)
-        ++end;
+      std::int64_t real = length(begin);
+      while (end < rows.size()) {
+        const auto padded = static_cast<std::int64_t>(end + 1 - begin) * length(end);
+        if (padded > kPrefillTokens || 4 * (padded - real - length(end)) > padded) break;
+        real += length(end++);
+      }
       std::vector<std::size_t> group(rows.begin() + static_cast<std::ptrdiff_t>(begin),
                                      rows.begin() + static_cast<std::ptrdiff_t>(end));
+      ++prefills_;
+      for (auto row : group) prefill_tokens_ += static_cast<std::int64_t>(job(row).pending().size());
+      prefill_padded_ += static_cast<std::int64_t>(group.size() * job(group.back()).pending().size());
       accept(group, forward(group));
       begin = end;
     }
@@ -225,11 +231,13 @@ class Generator {
     // Every row at once reads the cache in place; the decoding rows alone need a gather of their
     // cache rows, which costs more than computing the idle rows unless most rows idle.
     const bool all_rows = graphs_ || 2 * rows.size() >= slots_.size();
+    ++decode_steps_;
+    decode_rows_ += all_rows ? s_.batch_size : static_cast<std::int64_t>(rows.size());
     accept(rows, all_rows ? decode_all_rows(rows) : forward(rows));
   }
 
-  // The decode step of all rows; rows not decoding write to the spare column. On GPU it has a fixed
-  // shape per kGraphColumns columns read, replayed from a CUDA graph.
+  // The decode step of all rows from fixed storage; rows not decoding write to the spare column. On
+  // GPU it has a fixed shape per kGraphColumns columns read and is replayed from a CUDA graph.
   torch::Tensor decode_all_rows(const std::vector<std::size_t>& rows) {
     const auto B = s_.batch_size;
     std::vector<std::int64_t> ids(slots_.size(), 0), columns(slots_.size(), spare_);
@@ -240,31 +248,21 @@ class Generator {
       columns[row] = r.cached();
       key_len = std::max(key_len, r.cached() + 1);
     }
-    auto ids_host = torch::from_blob(ids.data(), {B, 1}, torch::kInt64);
-    auto columns_host = torch::from_blob(columns.data(), {B, 1}, torch::kInt64);
-    torch::Tensor logits;
-    if (graphs_) {
-      ids_.copy_(ids_host);
-      columns_.copy_(columns_host);
-      const auto bucket = std::min((key_len + kGraphColumns - 1) / kGraphColumns * kGraphColumns, spare_ + 1);
-      graphs_->run({B, bucket}, [&] {
-        logits_.copy_(target_.forward_ragged(cache_, {ids_, columns_, {}, last_, bucket}));
-      });
-      logits = logits_;
-    } else {
-      const auto device = target_.device();
-      logits =
-          target_.forward_ragged(cache_, {ids_host.to(device),
-                                          columns_host.to(device),
-                                          {},
-                                          torch::zeros({B}, torch::TensorOptions().dtype(torch::kInt64).device(device)),
-                                          key_len});
-    }
-    if (static_cast<std::int64_t>(rows.size()) == B) return logits;
+    ids_.copy_(torch::from_blob(ids.data(), {B, 1}, torch::kInt64));
+    columns_.copy_(torch::from_blob(columns.data(), {B, 1}, torch::kInt64));
+    if (graphs_) key_len = std::min((key_len + kGraphColumns - 1) / kGraphColumns * kGraphColumns, spare_ + 1);
+    auto step = [&] { logits_.copy_(target_.forward_ragged(cache_, {ids_, columns_, {}, last_, key_len})); };
+    if (graphs_)
+      graphs_->run({B, key_len}, step);
+    else
+      step();
+    if (static_cast<std::int64_t>(rows.size()) == B) return logits_;
     std::vector<std::int64_t> index(rows.begin(), rows.end());
-    return logits.index_select(
-        0,
-        torch::from_blob(index.data(), {static_cast<std::int64_t>(index.size())}, torch::kInt64).to(logits.device()));
+    return logits_.index_select(0, on_device(index, {static_cast<std::int64_t>(index.size())}));
+  }
+
+  torch::Tensor on_device(std::vector<std::int64_t>& v, torch::IntArrayRef sizes) const {
+    return torch::from_blob(v.data(), sizes, torch::kInt64).to(target_.device());
   }
 
   void show(util::ProgressDisplay& display, double elapsed_s, bool final) {
@@ -292,8 +290,9 @@ class Generator {
   model::KvCache cache_;
   TokenChooser chooser_;
   std::optional<CudaGraphCache> graphs_;
-  torch::Tensor ids_, columns_, last_, logits_;  // fixed storage of the graphed decode step
+  torch::Tensor ids_, columns_, last_, logits_;  // fixed storage of the all-rows decode step
   GenerateResult result_;
+  std::int64_t decode_steps_ = 0, decode_rows_ = 0, prefills_ = 0, prefill_tokens_ = 0, prefill_padded_ = 0;
 };
 
 }  // namespace
