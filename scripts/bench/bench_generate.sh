@@ -63,26 +63,34 @@ effect)
   for name in original regenerated; do
     data="$TARGET/alpaca.jsonl"
     [ "$name" = regenerated ] && data="$REGEN"
+    [ -f "$OUT/head-$name/summary.json" ] && continue  # trained by an earlier run of this script
     t0=$(date +%s)
     "$BIN" train --config "$ROOT/configs/alpaca-demo.json" --model_name_or_path "$TARGET" --data_path "$data" \
       --output_dir "$OUT/head-$name" --overwrite_output_dir --device "$DEVICE" --num_threads "$THREADS" \
       >"$OUT/train-$name.log" 2>&1
     echo "trained on $name: $(($(date +%s) - t0)) s, load $(load)"
   done
-  echo "| training data | final train loss | AR (training's final eval, 16 prompts) | AR ($EVAL_PROMPTS held-out prompts) | acc (held-out, original responses) |"
-  echo "|---|---|---|---|---|"
+  echo "| training data | final train loss | AR (training's final eval, 16 prompts) | AR ($EVAL_PROMPTS held-out prompts) | acc, held-out original responses | acc, held-out regenerated responses |"
+  echo "|---|---|---|---|---|---|"
   for name in original regenerated; do
     final="$(ls -d "$OUT/head-$name"/checkpoint-[0-9]* | sort -t- -k2 -n | tail -1)"
-    # The same held-out prompts for both heads: the seeded validation split of the original data.
-    "$BIN" eval --config "$ROOT/configs/alpaca-demo.json" --model_name_or_path "$TARGET" --checkpoint "$final" \
-      --data_path "$TARGET/alpaca.jsonl" --eval_num_prompts "$EVAL_PROMPTS" --device "$DEVICE" \
-      --num_threads "$THREADS" --json >"$OUT/eval-$name.json" 2>"$OUT/eval-$name.log"
-    "$PY" - "$OUT/head-$name/summary.json" "$OUT/eval-$name.json" "$name" <<'PYEOF'
+    # The same held-out samples for both heads: the seeded validation split (same indices) of the
+    # original data and of the regenerated data; AR depends only on their prompts, which are equal.
+    for held in original regenerated; do
+      data="$TARGET/alpaca.jsonl"
+      [ "$held" = regenerated ] && data="$REGEN"
+      "$BIN" eval --config "$ROOT/configs/alpaca-demo.json" --model_name_or_path "$TARGET" --checkpoint "$final" \
+        --data_path "$data" --eval_num_prompts "$EVAL_PROMPTS" --device "$DEVICE" --num_threads "$THREADS" \
+        --json >"$OUT/eval-$name-on-$held.json" 2>"$OUT/eval-$name-on-$held.log"
+    done
+    "$PY" - "$OUT/head-$name/summary.json" "$OUT/eval-$name-on-original.json" "$OUT/eval-$name-on-regenerated.json" \
+      "$name" <<'PYEOF'
 import json, sys
-s, e, name = json.load(open(sys.argv[1])), json.load(open(sys.argv[2])), sys.argv[3]
+s, o, r, name = *(json.load(open(p)) for p in sys.argv[1:4]), sys.argv[4]
 num = lambda v, f: format(v, f) if v is not None else "n/a"
-print(f"| {name} | {num(s.get('final_loss'), '.4f')} | {num(s.get('ar'), '.3f')} | {num(e.get('ar'), '.3f')} | "
-      f"{' '.join(format(a, '.3f') for a in e['eval_acc'])} |")
+acc = lambda e: " ".join(format(a, ".3f") for a in e["eval_acc"])
+print(f"| {name} | {num(s.get('final_loss'), '.4f')} | {num(s.get('ar'), '.3f')} | {num(o.get('ar'), '.3f')} | "
+      f"{acc(o)} | {acc(r)} |")
 PYEOF
   done
   ;;

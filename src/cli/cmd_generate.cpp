@@ -55,6 +55,7 @@ void run_generate(const config::Options& opts) {
   if (data::is_prepared_dataset(opts.data_path))
     log::info("generate", "{}: regenerating its train split (its validation.bin is a --data_path of its own)",
               opts.data_path);
+  // The end ids from the config alone, so that the output's settings are checked before the weights load.
   const auto config = model::TargetConfig::from_json_file(opts.model_name_or_path + "/config.json");
   const auto end_ids = model::generation_end_ids(opts.model_name_or_path, config);
   if (end_ids.empty())

@@ -28,7 +28,7 @@ struct Turn {
 std::vector<Turn> split_turns(const Sample& s);
 
 struct GenerationLimits {
-  std::int64_t max_new_tokens = 256;  // tokens per reply, its end id included
+  std::int64_t max_new_tokens = 512;  // tokens per reply, its end id included
   std::int64_t context = 2048;        // tokens per sample, prompts and replies (training_seq_len)
   config::OverlongPolicy overlong = config::OverlongPolicy::truncate;
   std::vector<TokenId> end_ids;  // a reply ends after the first of these it generates

@@ -24,10 +24,10 @@ class SampleWriter {
   // settings is refused (Error(usage), naming the first setting that differs).
   SampleWriter(const std::string& output, const nlohmann::json& settings);
   ~SampleWriter();
-  // The constructor's checks of the name alone, for a command to run before any heavy work.
-  static void check_output(const std::string& output);
   SampleWriter(const SampleWriter&) = delete;
   SampleWriter& operator=(const SampleWriter&) = delete;
+  // The constructor's checks of the name alone, for a command to run before any heavy work.
+  static void check_output(const std::string& output);
 
   // Input samples done (written or skipped), those of an interrupted run included.
   std::uint64_t samples_done() const { return samples_done_; }
