@@ -1,5 +1,6 @@
 // TargetConfig::from_json_file: reads a Hugging Face config.json in the transformers 4.x and 5.x
-// spellings and refuses, by name, every architecture or field that would change the math.
+// spellings and refuses, by name, every architecture or field that would change the math; and
+// generation_end_ids, which adds generation_config.json's eos ids.
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
