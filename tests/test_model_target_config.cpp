@@ -266,3 +266,21 @@ TEST_CASE("eagle-train inspect names weights holding NaN", "[model]") {
   CHECK(r.exit_code == 3);
   CHECK_THAT(r.output, Catch::Contains("NaN or Inf") && Catch::Contains("model.layers.2.mlp.down_proj.weight"));
 }
+
+TEST_CASE("generation end ids: config.json's eos ids, then generation_config.json's", "[model]") {
+  test::TempDir dir;
+  auto config = tiny_config();
+  config["eos_token_id"] = {2, 3};
+  test::write_file(dir / "config.json", config.dump());
+  const auto c = TargetConfig::from_json_file((dir / "config.json").string());
+  CHECK(model::generation_end_ids(dir.path().string(), c) == std::vector<std::int64_t>{2, 3});
+  test::write_file(dir / "generation_config.json", R"({"eos_token_id": [3, 7], "temperature": 0.6})");
+  CHECK(model::generation_end_ids(dir.path().string(), c) == std::vector<std::int64_t>{2, 3, 7});
+  test::write_file(dir / "generation_config.json", R"({"eos_token_id": 9})");
+  CHECK(model::generation_end_ids(dir.path().string(), c) == std::vector<std::int64_t>{2, 3, 9});
+  test::write_file(dir / "generation_config.json", R"({"eos_token_id": ["</s>"]})");
+  CHECK_THROWS_WITH(model::generation_end_ids(dir.path().string(), c),
+                    Catch::Contains("generation_config.json") && Catch::Contains("eos_token_id"));
+  test::write_file(dir / "generation_config.json", "{");
+  CHECK_THROWS_WITH(model::generation_end_ids(dir.path().string(), c), Catch::Contains("not valid JSON"));
+}

@@ -33,6 +33,8 @@ const CommandInfo kCommands[] = {
     {Command::inspect, "Check a target model folder and print its architecture", run_inspect},
     {Command::export_, "Export a trained head for SGLang, vLLM or speculators", run_export},
     {Command::eval, "Measure the acceptance rate of a trained or imported head", run_eval},
+    {Command::generate, "Regenerate the replies of training samples with the target (batched, resumable)",
+     run_generate},
 };
 
 int run_parsed(CLI::App& app, std::vector<config::BoundFlags>& bound, const std::map<CLI::App*, std::size_t>& index,

@@ -16,7 +16,8 @@ constexpr CommandMask kStats = mask(Command::data_stats);
 constexpr CommandMask kInspect = mask(Command::inspect);
 constexpr CommandMask kExport = mask(Command::export_);
 constexpr CommandMask kEval = mask(Command::eval);
-constexpr CommandMask kAll = kTrain | kPrepare | kStats | kInspect | kExport | kEval;
+constexpr CommandMask kGenerate = mask(Command::generate);
+constexpr CommandMask kAll = kTrain | kPrepare | kStats | kInspect | kExport | kEval | kGenerate;
 
 std::string check_increasing(const std::vector<std::int64_t>& v) {
   for (std::size_t i = 0; i < v.size(); ++i) {
@@ -30,16 +31,18 @@ std::vector<OptionEntry> declare_options() {
   Table t;
   using G = Group;
   // data
-  t.add(&Options::data_path, "data_path", G::data, kTrain | kStats | kEval,
+  t.add(&Options::data_path, "data_path", G::data, kTrain | kStats | kEval | kGenerate,
         "Training data: a prepared dataset folder (eagle-train prepare), a .jsonl/.json file "
-        "(optionally .gz), or a folder of them")
-      .required(kTrain | kStats)
+        "(optionally .gz), or a folder of them; generate: the samples whose replies are regenerated "
+        "(of a prepared folder, its train split)")
+      .required(kTrain | kStats | kGenerate)
       .required(kEval, "eval_data_path");
   t.add(&Options::eval_data_path, "eval_data_path", G::data, kTrain | kEval,
         "Held-out data for evaluation, same formats as data_path; empty: the validation split of a "
         "prepared data_path");
-  t.add(&Options::training_seq_len, "training_seq_len", G::data, kTrain | kPrepare | kStats | kEval,
-        "Maximum tokens per sample; longer samples follow overlong_policy")
+  t.add(&Options::training_seq_len, "training_seq_len", G::data, kTrain | kPrepare | kStats | kEval | kGenerate,
+        "Maximum tokens per sample; longer samples follow overlong_policy; generate: the context, prompts "
+        "and replies together")
       .range(4, 1 << 20);
   t.add(&Options::bucket_granularity, "bucket_granularity", G::data, kTrain | kStats | kEval,
         "Each batch is padded to its longest sample rounded up to a multiple of this many tokens "
@@ -63,10 +66,11 @@ std::vector<OptionEntry> declare_options() {
                    ? std::string()
                    : fmt::format("0 or an integer >= training_seq_len ({})", o.training_seq_len);
       });
-  t.add(&Options::bad_sample_policy, "bad_sample_policy", G::data, kTrain | kPrepare | kStats | kEval,
+  t.add(&Options::bad_sample_policy, "bad_sample_policy", G::data, kTrain | kPrepare | kStats | kEval | kGenerate,
         "A malformed sample: error stops at the first, skip counts them and logs the first few");
-  t.add(&Options::overlong_policy, "overlong_policy", G::data, kTrain | kPrepare | kStats | kEval,
-        "A sample longer than training_seq_len: truncate it, or drop it (counted and logged)");
+  t.add(&Options::overlong_policy, "overlong_policy", G::data, kTrain | kPrepare | kStats | kEval | kGenerate,
+        "A sample longer than training_seq_len: truncate it, or drop it (counted and logged); generate: "
+        "a turn whose prompt does not fit ends the sample before it (truncate) or drops the sample (drop)");
   t.add(&Options::validation_fraction, "validation_fraction", G::data, kTrain | kPrepare | kEval,
         "Fraction of samples held out as the validation split (seeded by seed; eval: the run's value finds its "
         "split of JSON data again); 0: none")
@@ -74,17 +78,18 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::input, "input", G::data, kPrepare,
         "prepare: input .jsonl/.json files (optionally .gz) or folders of them")
       .required(kPrepare);
-  t.add(&Options::output, "output", G::data, kPrepare | kExport | kEval,
+  t.add(&Options::output, "output", G::data, kPrepare | kExport | kEval | kGenerate,
         "prepare: the dataset folder to write; export: the head folder to write; eval: a JSON file "
-        "to write the result to")
-      .required(kPrepare | kExport);
+        "to write the result to; generate: the .jsonl file to write")
+      .required(kPrepare | kExport | kGenerate);
   t.add(&Options::json, "json", G::log, kStats | kInspect | kEval, "Print the result as JSON");
   // model
-  t.add(&Options::model_name_or_path, "model_name_or_path", G::model, kTrain | kInspect | kEval | kExport,
+  t.add(&Options::model_name_or_path, "model_name_or_path", G::model,
+        kTrain | kInspect | kEval | kExport | kGenerate,
         "Target model folder in the Hugging Face layout (config.json, *.safetensors); export: the target whose "
         "embedding a speculators export carries (default: the one the head names)")
-      .required(kTrain | kInspect | kEval);
-  t.add(&Options::target_dtype, "target_dtype", G::model, kTrain | kInspect | kEval,
+      .required(kTrain | kInspect | kEval | kGenerate);
+  t.add(&Options::target_dtype, "target_dtype", G::model, kTrain | kInspect | kEval | kGenerate,
         "Dtype of the frozen target's weights and forward; auto: the checkpoint's dtype");
   t.add(&Options::aux_hidden_state_layer_ids, "aux_hidden_state_layer_ids", G::model,
         kTrain | kInspect | kEval,
@@ -130,10 +135,12 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::nan_policy, "nan_policy", G::train, kTrain,
         "A non-finite loss or gradient: error stops the run naming the step; skip skips the update "
         "and goes on");
-  t.add(&Options::max_cuda_graphs, "max_cuda_graphs", G::train, kTrain,
-        "Batch shapes captured as CUDA graphs on GPU; others run eagerly; 0: none")
+  t.add(&Options::max_cuda_graphs, "max_cuda_graphs", G::train, kTrain | kGenerate,
+        "Batch shapes captured as CUDA graphs on GPU; others run eagerly; 0: none (generate: decode "
+        "steps, one shape per 256 cached columns)")
       .range(0);
-  t.add(&Options::seed, "seed", G::train, kAll, "Seed of every random choice (data order, splits, init)")
+  t.add(&Options::seed, "seed", G::train, kAll,
+        "Seed of every random choice (data order, splits, init, generate's sampling)")
       .range(0);
   // optim
   t.add(&Options::learning_rate, "learning_rate", G::optim, kTrain, "Peak AdamW learning rate")
@@ -171,6 +178,20 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::max_final_loss, "max_final_loss", G::eval, kTrain,
         "CI gate: exit non-zero when the final training loss is above this; 0: no gate")
       .range(0.0);
+  // generate
+  t.add(&Options::max_new_tokens, "max_new_tokens", G::generate, kGenerate,
+        "Tokens the target writes per reply at most, its end-of-turn id included")
+      .range(1);
+  t.add(&Options::temperature, "temperature", G::generate, kGenerate,
+        "Sampling temperature of the regenerated replies; 0: greedy (the target's most likely token)")
+      .range(0.0, 100.0);
+  t.add(&Options::top_p, "top_p", G::generate, kGenerate,
+        "Sample from the smallest set of tokens whose probability reaches top_p (with temperature > 0); "
+        "1: the whole vocabulary")
+      .check([](double v, const Options&) { return v > 0.0 && v <= 1.0 ? "" : "a number in (0, 1]"; });
+  t.add(&Options::generate_batch_size, "generate_batch_size", G::generate, kGenerate,
+        "Sequences generated together (rows of the KV cache); a finished row takes the next sample")
+      .range(1, 4096);
   // log
   t.add(&Options::logging_steps, "logging_steps", G::log, kTrain,
         "Log a step line and metrics every this many optimizer steps")
@@ -213,7 +234,7 @@ std::vector<OptionEntry> declare_options() {
         "data-stats: data-parallel ranks to plan for (per-rank batch counts); train takes WORLD_SIZE from torchrun")
       .range(1, 1 << 16);
   // runtime
-  t.add(&Options::device, "device", G::runtime, kTrain | kInspect | kEval,
+  t.add(&Options::device, "device", G::runtime, kTrain | kInspect | kEval | kGenerate,
         "auto (cuda when available, else cpu), cpu, cuda or cuda:N")
       .check([](const std::string& d, const Options&) {
         if (d == "auto" || d == "cpu" || d == "cuda") return std::string();
@@ -242,13 +263,14 @@ std::string_view command_name(Command c) {
     case Command::inspect: return "inspect";
     case Command::export_: return "export";
     case Command::eval: return "eval";
+    case Command::generate: return "generate";
   }
   return "?";
 }
 
 const std::vector<Command>& all_commands() {
-  static const std::vector<Command> v{Command::train,   Command::prepare, Command::data_stats,
-                                      Command::inspect, Command::export_, Command::eval};
+  static const std::vector<Command> v{Command::train,   Command::prepare, Command::data_stats, Command::inspect,
+                                      Command::export_, Command::eval,    Command::generate};
   return v;
 }
 
@@ -260,6 +282,7 @@ std::string_view group_name(Group g) {
     case Group::train: return "train";
     case Group::optim: return "optim";
     case Group::eval: return "eval";
+    case Group::generate: return "generate";
     case Group::log: return "log";
     case Group::checkpoint: return "checkpoint";
     case Group::distributed: return "distributed";

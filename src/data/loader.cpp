@@ -139,7 +139,8 @@ LoadedData load_dataset(const std::string& path, const LoadOptions& opts) {
     std::uint64_t total = 0;
     for (const auto& f : files) total += fs::file_size(f);
     FlatBuilder builder;
-    ReadOptions ro{opts.training_seq_len, opts.bad_sample_policy, opts.overlong_policy, opts.vocab_size};
+    ReadOptions ro{opts.training_seq_len, opts.bad_sample_policy, opts.overlong_policy, opts.vocab_size,
+                   opts.allow_untrained};
     ByteProgress progress("read", total);
     ReadCounts rc =
         read_sample_files(files, ro, builder, [&](std::uint64_t b, std::uint64_t n) { progress.update(b, n); });

@@ -232,7 +232,7 @@ struct SampleParser::Impl {
       }
     }
     if (!has_mask && !has_labels) mask.assign(ids.size(), 1);
-    if (std::find(mask.begin(), mask.end(), 1) == mask.end())
+    if (!opts.allow_untrained && std::find(mask.begin(), mask.end(), 1) == mask.end())
       throw bad("sample has no trained token (every loss_mask entry is 0)",
                 has_labels ? "field labels" : "field loss_mask");
   }

@@ -228,6 +228,9 @@ TargetModel TargetModel::load(const std::string& dir_name, torch::ScalarType dty
                     .file(ck.files[ck.where.at(name)].path()).place(fmt::format("tensor \"{}\"", name))
                     .found(std::string(c10::toString(t))));
   }
+  // "cuda" means the current device; tensors report it with its index, so the model's device does too.
+  if (device.is_cuda() && !device.has_index())
+    device = torch::empty({0}, torch::TensorOptions().device(device)).device();
   impl->device = device;
   impl->dtype = dtype;
   // On CPU in the stored dtype, to() returns the mapping's view itself: no copy.

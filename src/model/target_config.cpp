@@ -1,5 +1,8 @@
 // TargetConfig::from_json_file: reads a Hugging Face config.json in the transformers 4.x and 5.x
-// spellings and refuses, by name, every architecture or field that would change the math.
+// spellings and refuses, by name, every architecture or field that would change the math; and
+// generation_end_ids, which adds generation_config.json's eos ids.
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -51,7 +54,32 @@ struct Reader {
     EAGLE_CHECK(j[key].is_string(), bad(key, "not a string").found(j[key].dump()));
     return j[key].get<std::string>();
   }
+  // A token id or a list of them (eos_token_id); empty when absent.
+  std::vector<std::int64_t> id_list(const std::string& key) const {
+    std::vector<std::int64_t> ids;
+    if (!has(key)) return ids;
+    if (!j[key].is_array()) return {integer(key)};
+    for (const auto& x : j[key]) {
+      EAGLE_CHECK(x.is_number_integer(), bad(key, "not an integer").found(x.dump()));
+      ids.push_back(x.get<std::int64_t>());
+    }
+    return ids;
+  }
 };
+
+json read_json_object(const std::string& path, const char* what, const char* hint) {
+  util::require_regular_file(path, ErrorKind::input, fmt::format("the {}", what));
+  std::ifstream in(path);
+  EAGLE_CHECK(in.good(), Error(ErrorKind::input, fmt::format("cannot read the {}", what)).file(path).hint(hint));
+  json j;
+  try {
+    j = json::parse(in);
+  } catch (const json::exception& e) {
+    throw Error(ErrorKind::input, fmt::format("{} is not valid JSON", what)).file(path).found(e.what());
+  }
+  EAGLE_CHECK(j.is_object(), Error(ErrorKind::input, fmt::format("{} is not a JSON object", what)).file(path));
+  return j;
+}
 
 struct Family {
   const char* architecture;
@@ -121,17 +149,8 @@ RopeConfig read_rope(const Reader& r, std::int64_t head_dim, std::int64_t max_po
 }  // namespace
 
 TargetConfig TargetConfig::from_json_file(const std::string& path) {
-  util::require_regular_file(path, ErrorKind::input, "the model's config.json");
-  std::ifstream in(path);
-  EAGLE_CHECK(in.good(), Error(ErrorKind::input, "cannot read the model config").file(path)
-                             .hint("--model_name_or_path must be a Hugging Face model folder with config.json"));
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error(ErrorKind::input, "config is not valid JSON").file(path).found(e.what());
-  }
-  EAGLE_CHECK(j.is_object(), Error(ErrorKind::input, "config is not a JSON object").file(path));
+  const json j = read_json_object(path, "model config",
+                                  "--model_name_or_path must be a Hugging Face model folder with config.json");
   const Reader r{path, j};
 
   TargetConfig c;
@@ -216,19 +235,19 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
     EAGLE_CHECK(!r.has(key), r.bad(key, "field changes the model's math and is not supported by this architecture")
                                  .hint("is this really a " + c.architecture + " checkpoint?"));
 
-  if (r.has("eos_token_id")) {
-    const auto& e = j["eos_token_id"];
-    if (e.is_array()) {
-      for (const auto& x : e) {
-        EAGLE_CHECK(x.is_number_integer(), r.bad("eos_token_id", "not an integer").found(x.dump()));
-        c.eos_token_ids.push_back(x.get<std::int64_t>());
-      }
-    } else {
-      c.eos_token_ids.push_back(r.integer("eos_token_id"));
-    }
-  }
+  c.eos_token_ids = r.id_list("eos_token_id");
   c.bos_token_id = r.integer_or("bos_token_id", -1);
   return c;
+}
+
+std::vector<std::int64_t> generation_end_ids(const std::string& model_dir, const TargetConfig& config) {
+  std::vector<std::int64_t> ids = config.eos_token_ids;
+  const std::string path = model_dir + "/generation_config.json";
+  if (!std::filesystem::exists(path)) return ids;
+  const json j = read_json_object(path, "generation config", "remove the file or fix its JSON");
+  for (auto id : Reader{path, j}.id_list("eos_token_id"))
+    if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  return ids;
 }
 
 }  // namespace eagle::model

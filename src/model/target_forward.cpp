@@ -15,7 +15,8 @@ std::pair<torch::Tensor, torch::Tensor> TargetModel::Impl::rope(const torch::Ten
 }
 
 torch::Tensor TargetModel::Impl::layer(std::size_t l, const torch::Tensor& x, const torch::Tensor& cos,
-                                       const torch::Tensor& sin, const torch::Tensor& mask, KvCache* cache) const {
+                                       const torch::Tensor& sin, const torch::Tensor& mask,
+                                       const CacheWrite* kv) const {
   const auto& w = layers[l];
   const auto B = x.size(0), T = x.size(1);
   const auto nh = cfg.num_attention_heads, kvh = cfg.num_key_value_heads, hd = cfg.head_dim;
@@ -32,13 +33,7 @@ torch::Tensor TargetModel::Impl::layer(std::size_t l, const torch::Tensor& x, co
   }
   q = apply_rope(q.transpose(1, 2), cos, sin);
   k = apply_rope(k.transpose(1, 2), cos, sin);
-  if (cache != nullptr) {
-    const auto start = cache->length, end = start + T;
-    cache->keys[l].narrow(2, start, T).copy_(k);
-    cache->values[l].narrow(2, start, T).copy_(v);
-    k = cache->keys[l].narrow(2, 0, end);
-    v = cache->values[l].narrow(2, 0, end);
-  }
+  if (kv != nullptr) std::tie(k, v) = kv->apply(l, k, v);
   // Expanded explicitly rather than with enable_gqa: with an arbitrary mask CUDA's memory-efficient
   // kernel is the one that applies, and it does not take grouped key/value heads.
   k = repeat_kv(k, nh / kvh);
@@ -169,10 +164,11 @@ TargetStepOutput TargetModel::forward_cached(KvCache& cache, const torch::Tensor
     for (auto a : m.aux_ids)
       if (a == id) aux.push_back(h);
   };
+  const CacheWrite write{&cache};
   auto x = torch::embedding(m.embed, ids);
   keep(0, x);
   for (std::int64_t l = 0; l < L; ++l) {
-    x = m.layer(static_cast<std::size_t>(l), x, cos, sin, mask, &cache);
+    x = m.layer(static_cast<std::size_t>(l), x, cos, sin, mask, &write);
     if (l + 1 < L) keep(l + 1, x);
   }
   cache.length = start + n;

@@ -19,6 +19,22 @@ struct TargetLayerWeights {
   torch::Tensor down_w;                 // [H, I]
 };
 
+// Where one cached forward writes a layer's new keys and values, and which keys it then attends
+// (target_ragged.cpp). Shared length (forward_cached): every row's new tokens go to columns
+// [cache->length, cache->length + T) and [0, cache->length + T) is attended. Per-row
+// (forward_ragged): row r's token i goes to column columns[r, i] of cache row row_index[r] and
+// columns [0, key_len) of those rows are attended (the mask decides which of them each token sees).
+struct CacheWrite {
+  KvCache* cache = nullptr;
+  torch::Tensor row_index;  // [R, 1] int64 cache rows; per-row only
+  torch::Tensor columns;    // [R, T] int64 cache columns; undefined: shared length
+  bool all_rows = false;    // per-row: the rows are 0..B-1 in order, so the cache is read without a gather
+  std::int64_t key_len = 0;  // per-row: columns attended
+
+  // Writes k, v [R, kv_heads, T, head_dim] of layer l; returns the keys and values to attend.
+  std::pair<torch::Tensor, torch::Tensor> apply(std::size_t l, const torch::Tensor& k, const torch::Tensor& v) const;
+};
+
 struct TargetModel::Impl {
   TargetConfig cfg;
   torch::Device device{torch::kCPU};
@@ -29,10 +45,10 @@ struct TargetModel::Impl {
   std::vector<std::int64_t> aux_ids;
   std::int64_t parameter_count = 0;
 
-  // One decoder layer. mask: bool, broadcastable to [B, heads, T, keys]. With a cache, the new keys
-  // and values are written at [cache->length, cache->length + T) and attention covers [0, length + T).
+  // One decoder layer. mask: bool, broadcastable to [B, heads, T, keys]. With a cache write, the new
+  // keys and values go to the cache and attention covers the keys it returns (CacheWrite).
   torch::Tensor layer(std::size_t l, const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                      const torch::Tensor& mask, KvCache* cache) const;
+                      const torch::Tensor& mask, const CacheWrite* kv) const;
   // cos, sin [B, T, head_dim] in the model dtype for position_ids [B, T]; max_len bounds dynamic RoPE.
   std::pair<torch::Tensor, torch::Tensor> rope(const torch::Tensor& position_ids, std::int64_t max_len) const;
 };

@@ -25,6 +25,7 @@ enum class Command : unsigned {
   inspect = 1u << 3,
   export_ = 1u << 4,
   eval = 1u << 5,
+  generate = 1u << 6,
 };
 using CommandMask = unsigned;
 constexpr CommandMask mask(Command c) { return static_cast<CommandMask>(c); }
@@ -32,7 +33,7 @@ std::string_view command_name(Command c);
 const std::vector<Command>& all_commands();
 
 // Groups only organise help and docs; the JSON config is flat.
-enum class Group { data, model, draft, train, optim, eval, log, checkpoint, distributed, runtime };
+enum class Group { data, model, draft, train, optim, eval, generate, log, checkpoint, distributed, runtime };
 std::string_view group_name(Group g);
 
 struct OptionEntry {

@@ -31,7 +31,7 @@ struct Options {
   OverlongPolicy overlong_policy = OverlongPolicy::truncate;
   double validation_fraction = 0.0;           // fraction of samples held out by prepare
   std::vector<std::string> input;             // prepare: input files or folders
-  std::string output;                         // prepare/export: output folder
+  std::string output;                         // prepare/export: output folder; generate: .jsonl file
   bool json = false;                          // data-stats/inspect/eval: print JSON
 
   // model
@@ -72,6 +72,12 @@ struct Options {
   std::int64_t eval_draft_len = 0;            // tokens drafted per round; 0: ttt_steps
   double min_ar = 0.0;                        // gate; 0: none
   double max_final_loss = 0.0;                // gate; 0: none
+
+  // generate
+  std::int64_t max_new_tokens = 512;          // tokens per generated reply, end id included
+  double temperature = 0.0;                   // 0: greedy
+  double top_p = 1.0;                         // nucleus mass kept when sampling; 1: all
+  std::int64_t generate_batch_size = 32;      // sequences decoded together
 
   // log
   std::int64_t logging_steps = 10;            // optimizer steps

@@ -17,6 +17,7 @@ struct ReadOptions {
   config::BadSamplePolicy bad_sample_policy = config::BadSamplePolicy::error;
   config::OverlongPolicy overlong_policy = config::OverlongPolicy::truncate;
   std::int64_t vocab_size = 0;  // the target's vocabulary: ids >= it are refused by line; 0: no target known
+  bool allow_untrained = false;  // keep samples without a trained token (generate copies them)
 };
 
 struct ReadCounts {

@@ -23,6 +23,7 @@ struct LoadOptions {
   double validation_fraction = 0;  // JSON input, or a prepared folder without a stored split
   std::uint64_t seed = 42;
   std::int64_t vocab_size = 0;     // the target's vocabulary: every id must be below it; 0: unchecked
+  bool allow_untrained = false;  // JSON input: keep samples without a trained token
 
   // The loading options of a run (validation_fraction included; callers that want no split set it
   // to 0 on the copy).

@@ -39,6 +39,10 @@ struct TargetConfig {
   static TargetConfig from_model_dir(const std::string& dir);
 };
 
+// The ids that end a reply: config's eos_token_ids plus generation_config.json's eos_token_id (an id
+// or a list) in model_dir when that file exists; each id once, in that order.
+std::vector<std::int64_t> generation_end_ids(const std::string& model_dir, const TargetConfig& config);
+
 // One batch for the training forward (all [B, T], on the model's device).
 struct TargetBatch {
   torch::Tensor input_ids;     // int64
@@ -63,6 +67,19 @@ struct TargetOutput {
 struct KvCache {
   std::vector<torch::Tensor> keys, values;  // per layer [B, kv_heads, capacity, head_dim]
   std::int64_t length = 0;                  // tokens currently cached
+};
+
+// One forward of batched generation (target_ragged.cpp) over a KvCache whose rows hold sequences of
+// different lengths: a row's tokens sit at columns 0, 1, ... of its cache row, and the column is the
+// token's position id. KvCache::length is not used.
+struct RaggedStep {
+  torch::Tensor ids;        // [R, N] int64: each row's new tokens, right-padded
+  torch::Tensor columns;    // [R, N] int64: the column (= position) of each new token; padding tokens go to
+                            // a spare column no real token reaches (the generator keeps the cache's last)
+  torch::Tensor rows;       // [R] int64: the cache rows extended; undefined: all B rows in order (no gather)
+  torch::Tensor last;       // [R] int64 in [0, N): the token of each row whose logits are returned
+  std::int64_t key_len = 0; // columns [0, key_len) are read (> every real column); each token attends
+                            // the columns <= its own; dynamic RoPE scales for key_len positions
 };
 
 struct TargetStepOutput {
@@ -104,6 +121,10 @@ class TargetModel {
   KvCache new_cache(std::int64_t batch, std::int64_t capacity) const;
   TargetStepOutput forward_cached(KvCache& cache, const torch::Tensor& ids) const;
   void truncate(KvCache& cache, std::int64_t length) const;  // roll back to the accepted length
+  // Batched generation with per-row lengths: writes the step's keys and values into the cache and
+  // returns [R, V] fp32 logits of each row's `last` token. No host synchronisation, so a fixed-shape
+  // step can be captured as a CUDA graph.
+  torch::Tensor forward_ragged(KvCache& cache, const RaggedStep& step) const;
 
   struct Impl;
 

@@ -1,0 +1,118 @@
+// eagle-train generate: the target rewrites the replies of pretokenized samples itself (batched,
+// resumable) and the result is written as JSONL that prepare and train read (docs/data.md).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <limits>
+
+#include "eagle/cli/commands.h"
+#include "eagle/config/option_table.h"
+#include "eagle/data/loader.h"
+#include "eagle/data/regeneration.h"
+#include "eagle/data/sample_writer.h"
+#include "eagle/run/signals.h"
+#include "eagle/train/generate.h"
+#include "eagle/train/runtime.h"
+#include "eagle/train/setup.h"
+#include "eagle/util/error.h"
+#include "eagle/util/log.h"
+
+namespace eagle::cli {
+namespace {
+
+constexpr double kCommitIntervalS = 1.0;  // at most this much finished work is lost to a kill
+
+// Everything the output depends on; a resumed run must match it (batch size, device and threads may
+// change between runs).
+nlohmann::json output_settings(const config::Options& o, const data::Dataset& ds,
+                               const std::vector<std::int64_t>& end_ids) {
+  return {{"model_name_or_path", o.model_name_or_path},
+          {"target_dtype", config::name_of(o.target_dtype)},
+          {"data_path", o.data_path},
+          {"samples", ds.size()},
+          {"tokens", ds.total_tokens()},
+          {"training_seq_len", o.training_seq_len},
+          {"overlong_policy", config::name_of(o.overlong_policy)},
+          {"max_new_tokens", o.max_new_tokens},
+          {"temperature", o.temperature},
+          {"top_p", o.top_p},
+          {"seed", o.seed},
+          {"end_ids", end_ids}};
+}
+
+}  // namespace
+
+void run_generate(const config::Options& opts) {
+  data::SampleWriter::check_output(opts.output);
+  train::configure_runtime(opts);
+  const torch::Device device = train::resolve_device(opts.device);
+  // The config alone first: the data is checked against its vocabulary, and the output's settings
+  // (end ids) before the weights load.
+  const auto config = model::TargetConfig::from_model_dir(opts.model_name_or_path);
+  // Samples are read whole: the context limit applies per turn while generating.
+  data::LoadOptions lo{std::numeric_limits<std::int64_t>::max(), opts.bad_sample_policy, opts.overlong_policy};
+  lo.allow_untrained = true;
+  lo.vocab_size = config.vocab_size;
+  const data::Dataset dataset = data::load_dataset(opts.data_path, lo).train;
+  if (data::is_prepared_dataset(opts.data_path))
+    log::info("generate", "{}: regenerating its train split (its validation.bin is a --data_path of its own)",
+              opts.data_path);
+  const auto end_ids = model::generation_end_ids(opts.model_name_or_path, config);
+  if (end_ids.empty())
+    log::warn("generate", "the target names no eos_token_id: every reply runs to max_new_tokens ({})",
+              opts.max_new_tokens);
+  if (opts.temperature == 0.0 && opts.top_p < 1.0)
+    log::warn("generate", "top_p {} has no effect at temperature 0 (greedy)", opts.top_p);
+
+  data::SampleWriter writer(opts.output, output_settings(opts, dataset, end_ids));
+  auto counts = data::RegenerationCounts::from_json(writer.resumed_counts(), opts.output + data::kProgressSuffix);
+  const auto first = writer.samples_done();
+  auto target = train::load_target(opts, device);
+  const auto settings = train::GenerateSettings::from(opts, end_ids);
+  log::info("generate",
+            "{} samples from {} ({} done before), {} rows, context {}, up to {} tokens per reply, {}, "
+            "end ids [{}]",
+            dataset.size(), opts.data_path, first, settings.batch_size, settings.limits.context,
+            settings.limits.max_new_tokens,
+            opts.temperature > 0 ? fmt::format("temperature {} top_p {}", opts.temperature, opts.top_p) : "greedy",
+            fmt::join(end_ids, ", "));
+
+  run::StopSignals signals;
+  auto last_commit = std::chrono::steady_clock::now();
+  auto emit = [&](std::size_t, const data::Regeneration& r) {
+    if (r.outcome() == data::Outcome::dropped)
+      writer.skip();
+    else
+      writer.write(r.output());
+    counts.add(r);
+    const auto now = std::chrono::steady_clock::now();
+    if (std::chrono::duration<double>(now - last_commit).count() >= kCommitIntervalS) {
+      writer.commit(counts.to_json());
+      last_commit = now;
+    }
+  };
+  const auto result = train::generate(target, dataset, first, settings, emit, [&] { return signals.requested(); });
+  if (result.interrupted) {
+    writer.commit(counts.to_json());
+    throw Error(ErrorKind::interrupted, fmt::format("stopped by {} after {} of {} samples", signals.signal_name(),
+                                                    writer.samples_done(), dataset.size()))
+        .file(opts.output + data::kPartSuffix)
+        .hint("rerun the same command to continue where it stopped");
+  }
+  writer.finish(counts.to_json());
+
+  log::info("generate",
+            "wrote {}: {} samples: {} regenerated ({} cut at the context), {} copied unchanged (no "
+            "trained token or no prompt), {} dropped (a prompt longer than the context)",
+            opts.output, counts.samples, counts.regenerated, counts.truncated, counts.copied, counts.dropped);
+  log::info("generate",
+            "{} tokens generated; replies stopped by an end id: {}, by length: {}; this run: {} tokens in "
+            "{:.1f} s ({:.0f} tokens/s){}",
+            counts.generated_tokens, counts.stopped_by_end, counts.stopped_by_length, result.generated_tokens,
+            result.seconds, static_cast<double>(result.generated_tokens) / std::max(result.seconds, 1e-9),
+            result.graphed_shapes ? fmt::format(", {} decode shapes as CUDA graphs", result.graphed_shapes) : "");
+}
+
+}  // namespace eagle::cli

@@ -1,0 +1,81 @@
+// Cached forwards of TargetModel with per-row lengths (batched generation): where a layer's new keys
+// and values go (CacheWrite, also for the shared-length forward_cached) and forward_ragged.
+#include <fmt/format.h>
+
+#include "eagle/util/error.h"
+#include "target_impl.h"
+
+namespace eagle::model {
+
+std::pair<torch::Tensor, torch::Tensor> CacheWrite::apply(std::size_t l, const torch::Tensor& k,
+                                                          const torch::Tensor& v) const {
+  auto& keys = cache->keys[l];
+  auto& values = cache->values[l];
+  if (!columns.defined()) {
+    const auto start = cache->length, T = k.size(2), end = start + T;
+    keys.narrow(2, start, T).copy_(k);
+    values.narrow(2, start, T).copy_(v);
+    return {keys.narrow(2, 0, end), values.narrow(2, 0, end)};
+  }
+  // Advanced indices on dims 0 and 2 with a slice between them index as [R, T, kv_heads, head_dim].
+  using torch::indexing::Slice;
+  keys.index_put_({row_index, Slice(), columns}, k.transpose(1, 2));
+  values.index_put_({row_index, Slice(), columns}, v.transpose(1, 2));
+  if (all_rows) return {keys.narrow(2, 0, key_len), values.narrow(2, 0, key_len)};
+  const auto rows = row_index.view({-1});
+  return {keys.narrow(2, 0, key_len).index_select(0, rows), values.narrow(2, 0, key_len).index_select(0, rows)};
+}
+
+namespace {
+
+Error malformed_step(const char* field, const std::string& expected, const torch::Tensor& t) {
+  return Error(ErrorKind::internal, "malformed ragged step")
+      .place(field)
+      .expected(expected)
+      .found(t.defined()
+                 ? fmt::format("{} {} on {}", c10::toString(t.scalar_type()), c10::str(t.sizes()), t.device().str())
+                 : "undefined");
+}
+
+bool is_index(const torch::Tensor& t, torch::IntArrayRef sizes, torch::Device device) {
+  return t.defined() && t.sizes() == sizes && t.scalar_type() == torch::kInt64 && t.device() == device;
+}
+
+}  // namespace
+
+torch::Tensor TargetModel::forward_ragged(KvCache& cache, const RaggedStep& step) const {
+  torch::NoGradGuard no_grad;
+  const auto& m = *impl_;
+  const auto L = m.cfg.num_hidden_layers;
+  EAGLE_CHECK(static_cast<std::int64_t>(cache.keys.size()) == L,
+              Error(ErrorKind::internal, "KV cache was not made by this model's new_cache"));
+  const auto B = cache.keys[0].size(0), capacity = cache.keys[0].size(2);
+  EAGLE_CHECK(step.ids.defined() && step.ids.dim() == 2 && step.ids.size(1) > 0,
+              malformed_step("ids", "int64 [R, N] with N > 0", step.ids));
+  const auto R = step.ids.size(0), N = step.ids.size(1);
+  const auto where = fmt::format("int64 [{}, {}] on {}", R, N, m.device.str());
+  EAGLE_CHECK(is_index(step.ids, {R, N}, m.device), malformed_step("ids", where, step.ids));
+  EAGLE_CHECK(is_index(step.columns, {R, N}, m.device), malformed_step("columns", where, step.columns));
+  EAGLE_CHECK(is_index(step.last, {R}, m.device), malformed_step("last", fmt::format("int64 [{}]", R), step.last));
+  EAGLE_CHECK(step.rows.defined() ? is_index(step.rows, {R}, m.device) : R == B,
+              malformed_step("rows", fmt::format("int64 [{}], or undefined with {} rows", R, B), step.rows));
+  EAGLE_CHECK(step.key_len > 0 && step.key_len <= capacity,
+              Error(ErrorKind::internal, "ragged step reads outside the KV cache")
+                  .expected(fmt::format("key_len in 1..{}", capacity))
+                  .found(std::to_string(step.key_len)));
+
+  const auto iopts = torch::TensorOptions().dtype(torch::kInt64).device(m.device);
+  CacheWrite write{&cache, step.rows.defined() ? step.rows.view({R, 1}) : torch::arange(R, iopts).view({R, 1}),
+                   step.columns, !step.rows.defined(), step.key_len};
+  auto [cos, sin] = m.rope(step.columns, step.key_len);
+  // Token (r, i) attends the columns j <= columns[r, i] of its row: its own earlier tokens (cached or
+  // written by this step) and nothing a previous occupant of the row left beyond them.
+  const auto mask = (torch::arange(step.key_len, iopts).view({1, 1, 1, -1}) <= step.columns.view({R, 1, N, 1}));
+
+  auto x = torch::embedding(m.embed, step.ids);
+  for (std::int64_t l = 0; l < L; ++l) x = m.layer(static_cast<std::size_t>(l), x, cos, sin, mask, &write);
+  auto h = x.index({torch::arange(R, iopts), step.last});  // [R, H]
+  return torch::linear(rms_norm(h, m.final_norm, m.cfg.rms_norm_eps), m.lm_head).to(torch::kFloat32);
+}
+
+}  // namespace eagle::model
