@@ -84,6 +84,8 @@ TEST_CASE("data-stats prints the histogram and the mode grid as text and JSON", 
     if (m["mode"] == "padding-free, grouped") {
       CHECK(m["padding_efficiency"] == Approx(29.0 / 32.0));
       CHECK(m["batches"] == 1);
+      // Per document: 12^2 + 3^2 + 1 (padding) and 9^2 + 5^2 + 2^2, over 3^2 + 5^2 + 9^2 + 12^2.
+      CHECK(m["attention_vs_ideal"] == Approx(264.0 / 259.0));
     }
   }
   CHECK(configured == 1);

@@ -47,8 +47,8 @@ void print_text(const data::Dataset& ds, const data::LengthSummary& s, const std
     std::cout << fmt::format("{} {:<40} {:>10.3f} {:>14} {:>9} {:>12.2f}\n", is_configured(r, o) ? "*" : " ", r.name,
                              r.efficiency, fmt::format("{}/{}", r.shapes_used, r.shapes_possible), r.batches,
                              r.attention_vs_ideal);
-  std::cout << "  (*: the options given; efficiency: real / computed tokens; attention x: dense attention cost over\n"
-               "   the cost of attending within each sample only)\n";
+  std::cout << "  (*: the options given; efficiency: real / computed tokens; attention x: the attention the trainer\n"
+               "   computes (padded rows whole, packed rows per sample) over attending within each sample only)\n";
   std::cout << fmt::format("suggested bucket_boundaries (16 buckets, least padding): {}\n", fmt::join(suggested, ","));
 }
 

@@ -28,9 +28,10 @@ struct ModeReport {
   double efficiency = 0;          // real / computed tokens (for padding-free: the fill ratio)
   std::int64_t shapes_used = 0;   // distinct (rows, length) in epoch 0
   std::int64_t shapes_possible = 0;
-  // Attention cost of dense (masked) attention, sum over rows of length^2, divided by the cost of
-  // attending within each sample only (sum of length^2): 1.0 is the floor a document-aware kernel
-  // reaches.
+  // Attention cost of what the trainer computes (model/attention.h) divided by the cost of attending
+  // within each sample only (sum of sample length^2): a padded row costs its length^2 (causal over
+  // the whole row, padding included); a packed row the sum of its samples' length^2 plus its padding
+  // run's (document-aware kernels), so packing sits just above the floor of 1.0.
   double attention_vs_ideal = 0;
   double plan_ms = 0;             // time to plan the epoch
 };
