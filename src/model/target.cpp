@@ -168,9 +168,7 @@ TargetModel TargetModel::load(const std::string& dir_name, torch::ScalarType dty
   const fs::path dir(dir_name);
   EAGLE_CHECK(fs::is_directory(dir), Error(ErrorKind::input, "model folder not found").file(dir_name)
                                          .hint("--model_name_or_path must be a local Hugging Face model folder"));
-  auto impl = std::make_shared<Impl>();
-  impl->cfg = TargetConfig::from_json_file((dir / "config.json").string());
-  const auto& c = impl->cfg;
+  const auto c = TargetConfig::from_json_file((dir / "config.json").string());
   const auto ck = open_checkpoint(dir);
   const auto expected = expected_tensors(c);
   check_tensors(dir, ck, expected, c);
@@ -190,11 +188,34 @@ TargetModel TargetModel::load(const std::string& dir_name, torch::ScalarType dty
                     .file(ck.files[ck.where.at(name)].path()).place(fmt::format("tensor \"{}\"", name))
                     .found(std::string(c10::toString(t))));
   }
+  // On CPU in the stored dtype, to() returns the mapping's view itself: no copy.
+  auto m = assemble(c, dtype, device, [&](const std::string& name) { return raw(name).to(device, dtype); });
+  log::info("model", "loaded {} ({} layers, hidden {}, vocab {}, {} parameters) as {} on {}", c.architecture,
+            c.num_hidden_layers, c.hidden_size, c.vocab_size, m.parameter_count(), c10::toString(dtype),
+            device.str());
+  return m;
+}
+
+TargetModel TargetModel::random(const TargetConfig& config, torch::ScalarType dtype, torch::Device device) {
+  const auto shapes = expected_tensors(config);
+  const auto opts = torch::TensorOptions().dtype(dtype).device(device);
+  auto m = assemble(config, dtype, device, [&](const std::string& name) {
+    const auto& shape = shapes.at(name);
+    if (name.find("norm.weight") != std::string::npos) return torch::ones(shape, opts);
+    return torch::randn(shape, opts).mul_(0.02);  // transformers' initializer_range
+  });
+  log::info("model", "random {} ({} layers, hidden {}, vocab {}, {} parameters) as {} on {}", config.architecture,
+            config.num_hidden_layers, config.hidden_size, config.vocab_size, m.parameter_count(),
+            c10::toString(dtype), device.str());
+  return m;
+}
+
+TargetModel TargetModel::assemble(const TargetConfig& c, torch::ScalarType dtype, torch::Device device,
+                                  const std::function<torch::Tensor(const std::string&)>& get) {
+  auto impl = std::make_shared<Impl>();
+  impl->cfg = c;
   impl->device = device;
   impl->dtype = dtype;
-  // On CPU in the stored dtype, to() returns the mapping's view itself: no copy.
-  auto get = [&](const std::string& name) { return raw(name).to(device, dtype); };
-
   impl->embed = get("model.embed_tokens.weight");
   impl->final_norm = get("model.norm.weight");
   impl->lm_head = c.tie_word_embeddings ? impl->embed : get("lm_head.weight");
@@ -218,16 +239,13 @@ TargetModel TargetModel::load(const std::string& dir_name, torch::ScalarType dty
     w.down_w = get(p + "mlp.down_proj.weight");
     impl->layers.push_back(std::move(w));
   }
-  for (const auto& [name, shape] : expected) {
+  for (const auto& [name, shape] : expected_tensors(c)) {
     std::int64_t n = 1;
     for (auto d : shape) n *= d;
     impl->parameter_count += n;
   }
   impl->inv_freq = rope_inv_freq(c.rope).to(device);
   impl->aux_ids = default_aux_layer_ids(c.num_hidden_layers);
-  log::info("model", "loaded {} ({} layers, hidden {}, vocab {}, {} parameters) as {} on {}", c.architecture,
-            c.num_hidden_layers, c.hidden_size, c.vocab_size, impl->parameter_count, c10::toString(dtype),
-            device.str());
   TargetModel m;
   m.impl_ = std::move(impl);
   return m;
