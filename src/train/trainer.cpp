@@ -117,6 +117,7 @@ class Run {
   std::optional<Window> window_;
   torch::Tensor step_loss_;
   std::map<data::Shape, ShapeBuffers> buffers_;
+  std::int64_t max_segments_ = 0;  // packed rows: runs of document ids per row at most (0: not packed)
   double loop_seconds_ = 0, side_seconds_ = 0;  // training steps alone; evaluations and checkpoints
   double process_real_tokens_ = 0;              // real tokens of this process's steps
   std::int64_t nonfinite_reported_ = 0;
@@ -140,7 +141,9 @@ Run::Run(const config::Options& o, const std::vector<std::string>& command_line,
   K_ = head_->config().steps();
   teacher_ = head_->teacher_spec();
   sampler_.emplace(data_.train.lengths(), data::SamplerOptions::from(o_));
-  graphs_.emplace(device_, o_.max_cuda_graphs, sampler_->shapes());
+  // Packed rows: the most documents a row can hold, the static size of the attention offsets.
+  max_segments_ = o_.padding_free ? data::max_segments_per_row(data_.train.lengths(), o_.training_seq_len) : 0;
+  graphs_.emplace(device_, o_.max_cuda_graphs, sampler_->shape_counts(0));
   optimizer_.emplace(model::named_parameters(*head_), AdamWConfig{o_.adam_beta1, o_.adam_beta2, o_.adam_epsilon,
                                                                   o_.weight_decay, o_.max_grad_norm});
   total_steps_ = plan_total_steps(o_, *sampler_);
@@ -204,6 +207,9 @@ ExitReason Run::loop() {
   save();
   log::info("train", "done: {} steps in {:.1f} s; head saved in {}", state_.step, seconds_since(started_),
             checkpoints_->checkpoint_path(state_.step).string());
+  if (device_.is_cuda())
+    log::info("train", "CUDA graphs: {} captured, {} replays; {} shapes ran eagerly", graphs_->captured_count(),
+              graphs_->replay_count(), graphs_->eager_count());
   return ExitReason::completed;
 }
 
@@ -222,17 +228,16 @@ void Run::train_step() {
     const data::Shape shape{batch.rows, batch.length};
     auto it = buffers_.find(shape);
     if (it == buffers_.end())
-      it =
-          buffers_.emplace(shape, ShapeBuffers{allocate_like(batch, device_), torch::zeros({K_}, step_loss_.options())})
-              .first;
+      it = buffers_
+               .emplace(shape, ShapeBuffers{allocate_like(batch, device_, max_segments_),
+                                            torch::zeros({K_}, step_loss_.options())})
+               .first;
     ShapeBuffers& buf = it->second;
     copy_into(batch, buf.batch);
     buf.denominators.copy_(denominators, /*non_blocking=*/device_.is_cuda());
     graphs_->run(shape, [&] {
-      auto out = forward_micro_batch(target_, *head_, teacher_, buf.batch, buf.denominators, o_.bf16);
-      out.loss.backward();
-      step_loss_.add_(out.loss.detach());
-      window_->metrics.add_(out.metric_sums);
+      train_micro_batch(target_, *head_, teacher_, buf.batch, buf.denominators, o_.bf16, step_loss_,
+                        window_->metrics);
     });
     real += batch.real_tokens;
     computed += batch.computed_tokens();
