@@ -78,7 +78,9 @@ prove() {
   done
   printf '%s\n' "${files[@]}" >"$BUNDLE/hidden-files.txt"
   echo "gpu_bundle: hiding ${#files[@]} system files of the bundled packages (list: $BUNDLE/hidden-files.txt)"
-  EAGLE_BUILD_DIR="${EAGLE_BUILD_DIR:-$ROOT/build-bundle}" unshare -m --propagation private bash -c '
+  # The venv's torch, as scripts/setup.sh made it (the system python3 has none here).
+  EAGLE_PYTHON="${EAGLE_PYTHON:-${EAGLE_DEPS_DIR:-$HOME/.cache/eagle-train}/venv/bin/python}" \
+    EAGLE_BUILD_DIR="${EAGLE_BUILD_DIR:-$ROOT/build-bundle}" unshare -m --propagation private bash -c '
     set -euo pipefail
     while IFS= read -r f; do mount --bind /dev/null "$f"; done <"$1/hidden-files.txt"
     test ! -s /usr/include/zlib.h && test ! -s /usr/include/spdlog/spdlog.h

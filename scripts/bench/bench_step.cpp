@@ -138,7 +138,7 @@ void synchronize(torch::Device d) {
 
 ModeResult run_mode(const std::string& name, config::Options o, bool graphed, const Args& a,
                     const model::TargetModel& target, const data::Dataset& dataset, torch::Device device) {
-  ModeResult r{name, graphed ? "CUDA graphs" : "eager"};
+  ModeResult r{name, !graphed ? "eager" : device.is_cuda() ? "CUDA graphs" : "graphs asked (CPU: eager)"};
 #ifdef EAGLE_WITH_CUDA
   if (device.is_cuda()) {
     c10::cuda::CUDACachingAllocator::emptyCache();
