@@ -181,7 +181,7 @@ TEST_CASE("padding-free batches are exact", "[data]") {
   std::vector<std::int64_t> lengths{5, 3, 7, 2, 4, 6, 1};
   SamplerOptions o = opts(10, 0, 1);
   o.padding_free = true;
-  std::vector<BatchPlan> want{{1, 10, {{5, 4}}}, {1, 10, {{2, 1}}}, {1, 10, {{0, 3, 6}}}};
+  std::vector<BatchPlan> want{{1, 10, {{5, 4}}, true}, {1, 10, {{2, 1}}, true}, {1, 10, {{0, 3, 6}}, true}};
   CHECK(sorted_rank0(plan_epoch(lengths, o, 0)) == sorted(want));
   // With buckets, the row holding 8 tokens is padded to 8 only.
   o.bucket_granularity = 2;
@@ -189,7 +189,7 @@ TEST_CASE("padding-free batches are exact", "[data]") {
   CHECK(sorted_rank0(plan_epoch(lengths, o, 0)) == sorted(want));
   // Two rows a batch: the two fullest rows together, the 8-token row with an empty row.
   o.rows = 2;
-  std::vector<BatchPlan> two{{2, 10, {{2, 1}, {5, 4}}}, {2, 8, {{0, 3, 6}, {}}}};
+  std::vector<BatchPlan> two{{2, 10, {{2, 1}, {5, 4}}, true}, {2, 8, {{0, 3, 6}, {}}, true}};
   CHECK(sorted_rank0(plan_epoch(lengths, o, 0)) == sorted(two));
 }
 
@@ -217,6 +217,9 @@ TEST_CASE("make_batch fills ids, masks, positions and document ids exactly", "[d
   CHECK(p.sample_indices == std::vector<std::int64_t>{2, 0, 1});
   CHECK(p.real_tokens == 9);
   CHECK(p.computed_tokens() == 24);
+  CHECK_FALSE(p.packed);  // the plan was not made padding-free
+  CHECK(p.max_segments_per_row() == 3);  // row 0: two samples and padding
+  CHECK(b.max_segments_per_row() == 2);
 
   CHECK_THROWS_AS(make_batch(ds, BatchPlan{1, 4, {{2, 0}}}), Error);  // 7 tokens in a row of 4
   CHECK_THROWS_AS(make_batch(ds, BatchPlan{1, 4, {{3}}}), Error);     // no sample 3
@@ -240,8 +243,11 @@ TEST_CASE("packed rows never cross a document boundary", "[data]") {
   o.padding_free = true;
   o.window_batches = 8;
   std::size_t seen = 0;
+  const std::int64_t bound = max_segments_per_row(lengths, 256);
   for (const auto& step : plan_epoch(lengths, o, 3)) {
     Batch b = make_batch(ds, step[0]);
+    CHECK(b.packed);
+    CHECK(b.max_segments_per_row() <= bound);  // the static size of the attention offsets holds
     std::size_t next_sample = 0;
     for (std::int64_t r = 0; r < b.rows; ++r) {
       std::int32_t doc = -1;
@@ -271,6 +277,28 @@ TEST_CASE("packed rows never cross a document boundary", "[data]") {
     seen += b.sample_indices.size();
   }
   CHECK(seen == lengths.size());
+}
+
+TEST_CASE("the bound on runs per packed row: the shortest samples that fit, plus padding", "[data]") {
+  CHECK(max_segments_per_row({5, 3, 7, 2, 4, 6, 1}, 10) == 5);  // 1 + 2 + 3 + 4 = 10, then padding
+  CHECK(max_segments_per_row({5, 3, 7, 2, 4, 6, 1}, 9) == 4);   // 1 + 2 + 3
+  CHECK(max_segments_per_row({10}, 10) == 2);
+  // Planned packed batches: every batch of several epochs stays within it, and the epoch's shape
+  // counts add up to its batches.
+  std::vector<std::int64_t> lengths = random_lengths(400, 128, 9);
+  SamplerOptions o = opts(128, 32, 3);
+  o.padding_free = true;
+  const auto bound = max_segments_per_row(lengths, 128);
+  Sampler sampler(lengths, o);
+  for (std::int64_t e = 0; e < 3; ++e) {
+    std::int64_t counted = 0;
+    for (const auto& [shape, n] : sampler.shape_counts(e)) counted += n;
+    CHECK(counted == sampler.batches_in_epoch(e));
+    for (const auto& step : plan_epoch(lengths, o, e)) {
+      CHECK(step[0].packed);
+      for (const auto& row : step[0].row_samples) CHECK(static_cast<std::int64_t>(row.size()) + 1 <= bound);
+    }
+  }
 }
 
 TEST_CASE("every mode covers the epoch with known shapes", "[data]") {

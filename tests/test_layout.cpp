@@ -122,7 +122,7 @@ TEST_CASE("nothing in the repository reads a path outside it", "[layout]") {
         it.disable_recursion_pending();
       continue;
     }
-    // A git worktree's .git is a file naming the main checkout's folder.
+    // A git worktree's .git is a file naming the main checkout's folder, not part of the repository.
     if (!it->is_regular_file() || name == ".git" || binary.count(it->path().extension().string())) continue;
     ++files;
     std::ifstream in(it->path());

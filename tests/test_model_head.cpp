@@ -38,40 +38,59 @@ torch::Tensor denominators(const model::HeadInputs& in, std::int64_t steps) {
 
 TEST_CASE("efficient TTT attention equals the per-step reference in values and gradients", "[model]") {
   torch::manual_seed(1);
-  const std::int64_t b = 2, h = 3, t = 9, d = 5;
+  // Grouped heads (4 query heads over 2 key/value heads); row 0 padded, row 1 packed.
+  const std::int64_t b = 2, h = 4, kvh = 2, t = 9, d = 5;
   auto doc = torch::tensor({0, 0, 0, 0, 0, 0, 0, -1, -1, 0, 0, 0, 1, 1, 1, 1, 2, 2}, torch::kInt64).view({b, t});
   for (std::int64_t k : {0, 1, 3}) {
     auto q = torch::randn({b, h, t, d}, torch::requires_grad());
-    auto k0 = torch::randn({b, h, t, d}, torch::requires_grad());
-    auto v0 = torch::randn({b, h, t, d}, torch::requires_grad());
+    auto k0 = torch::randn({b, kvh, t, d}, torch::requires_grad());
+    auto v0 = torch::randn({b, kvh, t, d}, torch::requires_grad());
     std::vector<torch::Tensor> kd, vd;
     for (std::int64_t j = 0; j < k; ++j) {
-      kd.push_back(torch::randn({b, h, t, d}, torch::requires_grad()));
-      vd.push_back(torch::randn({b, h, t, d}, torch::requires_grad()));
+      kd.push_back(torch::randn({b, kvh, t, d}, torch::requires_grad()));
+      vd.push_back(torch::randn({b, kvh, t, d}, torch::requires_grad()));
     }
-    auto ref = model::ttt_attention_reference(q, k0, v0, kd, vd, doc, 0.4);
+    const model::AttentionLayout packed(doc, {});
+    auto ref = model::ttt_attention_reference(q, k0, v0, kd, vd, packed, 0.4);
     auto w = torch::randn_like(ref);
     std::vector<torch::Tensor> inputs = {q, k0, v0};
     inputs.insert(inputs.end(), kd.begin(), kd.end());
     inputs.insert(inputs.end(), vd.begin(), vd.end());
     auto g_ref = torch::autograd::grad({(ref * w).sum()}, inputs);
-    for (std::int64_t chunk : {1, 4, 64}) {
-      auto eff = model::ttt_attention_efficient(q, k0, v0, kd, vd, doc, 0.4, chunk);
+    // The CPU flash kernel per document (its log-sum-exp gradient through the extra columns), with
+    // the tight segment bound and the default one.
+    for (std::int64_t max_segments : {0, 3}) {
+      const model::AttentionLayout layout(doc, {true, max_segments});
+      auto eff = model::ttt_attention_efficient(q, k0, v0, kd, vd, layout, 0.4);
       CHECK(torch::allclose(eff, ref, 1e-5, 1e-5));
       auto g_eff = torch::autograd::grad({(eff * w).sum()}, inputs);
       for (std::size_t i = 0; i < inputs.size(); ++i) CHECK(torch::allclose(g_eff[i], g_ref[i], 1e-4, 1e-5));
     }
+    // Padded rows only (row 0 alone): causal attention without a mask, equal at the real positions.
+    auto first = [](const torch::Tensor& x) { return x.narrow(0, 0, 1); };
+    std::vector<torch::Tensor> kd0, vd0;
+    for (std::int64_t j = 0; j < k; ++j) {
+      kd0.push_back(first(kd[j]));
+      vd0.push_back(first(vd[j]));
+    }
+    auto ref0 = model::ttt_attention_reference(first(q), first(k0), first(v0), kd0, vd0,
+                                               model::AttentionLayout(first(doc), {}), 0.4);
+    auto pad0 = model::ttt_attention_efficient(first(q), first(k0), first(v0), kd0, vd0,
+                                               model::AttentionLayout(first(doc), {false, 0}), 0.4);
+    CHECK(torch::allclose(pad0.narrow(2, 0, 7), ref0.narrow(2, 0, 7), 1e-5, 1e-5));
+    CHECK(torch::isfinite(pad0).all().item<bool>());
   }
 }
 
 TEST_CASE("TTT attention respects causality and document boundaries", "[model]") {
   torch::manual_seed(2);
   auto doc = torch::tensor({0, 0, 0, 1, 1, 1}, torch::kInt64).view({1, 6});
+  const model::AttentionLayout layout(doc, {});
   auto q = torch::randn({1, 1, 6, 4}), k0 = torch::randn({1, 1, 6, 4}), v0 = torch::randn({1, 1, 6, 4});
-  auto out = model::ttt_attention_efficient(q, k0, v0, {}, {}, doc, 0.5, 2);
+  auto out = model::ttt_attention_efficient(q, k0, v0, {}, {}, layout, 0.5);
   auto v1 = v0.clone();
   v1.index_put_({0, 0, 4}, 100.0);  // a later key of document 1 changes nothing at positions 0..3
-  auto out1 = model::ttt_attention_efficient(q, k0, v1, {}, {}, doc, 0.5, 2);
+  auto out1 = model::ttt_attention_efficient(q, k0, v1, {}, {}, layout, 0.5);
   CHECK(torch::equal(out.narrow(2, 0, 4), out1.narrow(2, 0, 4)));
   CHECK_FALSE(torch::allclose(out.narrow(2, 4, 2), out1.narrow(2, 4, 2)));
   // Position 3 starts document 1: it sees only itself.

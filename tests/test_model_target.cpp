@@ -215,6 +215,20 @@ TEST_CASE("RoPE inverse frequencies of the scaled types match transformers", "[m
   // Within max_position_embeddings dynamic scaling leaves the frequencies unchanged.
   model::RopeConfig plain{.head_dim = 64, .theta = 10000.0};
   CHECK(max_err(model::rope_inv_freq(dynamic, 100), model::rope_inv_freq(plain)) == 0.0);
+  // The device-side form (the length never read on the host) equals the host one on both sides of
+  // max_position_embeddings.
+  const auto base_inv = model::rope_inv_freq(dynamic);
+  for (std::int64_t len : {1, 100, 128, 129, 300, 5000}) {
+    INFO("seq_len " << len);
+    CHECK(max_err(model::rope_inv_freq_dynamic(dynamic, base_inv, torch::tensor(len)),
+                  model::rope_inv_freq(dynamic, len)) <= 1e-7);
+  }
+  // What a draft head uses: vLLM's fixed base theta * (s^2 - s + 1)^(d / (d - 2)) = 3^(64/62) theta.
+  auto serving = model::rope_inv_freq_serving(dynamic);
+  auto want = 1.0 / torch::pow(torch::tensor(10000.0 * std::pow(3.0, 64.0 / 62.0)),
+                               torch::arange(0, 64, 2).to(torch::kFloat64) / 64.0);
+  CHECK(max_err(serving, want) <= 1e-6 * want.max().item<double>());
+  CHECK(max_err(model::rope_inv_freq_serving(linear), model::rope_inv_freq(linear)) == 0.0);
   model::RopeConfig llama3{.head_dim = 64, .theta = 500000.0, .type = "llama3", .factor = 8.0,
                            .low_freq_factor = 1.0, .high_freq_factor = 4.0, .original_max_position_embeddings = 64};
   CHECK(max_err(model::rope_inv_freq(llama3), ref.at("llama3")) <= 1e-7);

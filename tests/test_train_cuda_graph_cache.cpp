@@ -10,13 +10,23 @@ using eagle::data::Shape;
 using eagle::train::CudaGraphCache;
 
 TEST_CASE("on CPU every shape runs eagerly and nothing is captured", "[train]") {
-  CudaGraphCache cache(torch::kCPU, 8, {{4, 128}, {4, 256}, {2, 512}});
+  CudaGraphCache cache(torch::kCPU, 8, {{{4, 128}, 5}, {{4, 256}, 2}, {{2, 512}, 1}});
   CHECK(cache.graphed_count() == 0);
   CHECK(cache.eager_count() == 3);
   int calls = 0;
   for (int i = 0; i < 3; ++i) cache.run({4, 128}, [&] { ++calls; });
   CHECK(calls == 3);
   CHECK(cache.captured_count() == 0);
+  CHECK(cache.replay_count() == 0);
+}
+
+TEST_CASE("the most frequent shapes of the epoch plan are the ones graphed", "[train]") {
+  const std::map<Shape, std::int64_t> counts{{{4, 128}, 5}, {{4, 256}, 9}, {{2, 512}, 5}, {{8, 64}, 1}};
+  // 9 batches of 4x256 first; 2x512 and 4x128 tie on count (5): the one with more tokens first.
+  CHECK(eagle::train::most_frequent_shapes(counts, 3) == std::vector<Shape>{{4, 256}, {2, 512}, {4, 128}});
+  CHECK(eagle::train::most_frequent_shapes(counts, 1) == std::vector<Shape>{{4, 256}});
+  CHECK(eagle::train::most_frequent_shapes(counts, 0).empty());
+  CHECK(eagle::train::most_frequent_shapes(counts, 9).size() == 4);
 }
 
 namespace {
@@ -27,7 +37,7 @@ torch::Tensor train_linear(torch::Device device, std::int64_t max_graphs, int st
   auto w = torch::randn({16, 4}, device).requires_grad_(true);
   eagle::train::AdamW opt({{"w", w}}, eagle::train::AdamWConfig{0.9, 0.95, 1e-8, 0.0, 1.0});
   std::vector<Shape> shapes{{8, 16}, {4, 32}};
-  CudaGraphCache cache(device, max_graphs, shapes);
+  CudaGraphCache cache(device, max_graphs, {{shapes[0], 4}, {shapes[1], 4}});
   std::map<Shape, torch::Tensor> inputs;
   for (auto s : shapes) inputs[s] = torch::zeros({s.rows * s.length, 16}, device);
   auto loss_acc = torch::zeros({}, device);

@@ -3,12 +3,15 @@
 # steps, backward, AdamW) by batching mode: bucket_granularity 0 (every batch padded to
 # training_seq_len: the baseline), 1024, 256 and padding_free, on (a) the Alpaca demo data at
 # training_seq_len 512 and (b) long-tailed synthetic lengths (log-normal, median ~600, sigma 0.8,
-# capped at 4096; real text ids cut from the demo data's token stream) at training_seq_len 4096.
+# capped at 4096; real text ids cut from the demo data's token stream) at training_seq_len 4096;
+# and (c) granularity 0, 128 and padding_free on the same long tail capped at 2048, at 2048.
 # Same seed, same number of optimizer steps and the same rows per micro-batch in every mode; no
 # evaluation or checkpoint inside the loop. Prints a Markdown table (scripts/bench/train_table.py).
 #
-# Knobs (environment): BENCH_DEMO_STEPS (48), BENCH_DEMO_ROWS (4), BENCH_LONG_STEPS (24),
-# BENCH_LONG_ROWS (2), BENCH_THREADS (2), BENCH_OUT (/tmp/eagle-bench-train), BENCH_NICE (0: no nice).
+# Knobs (environment): BENCH_SETS ("alpaca longtail longtail2048": which of (a), (b), (c) to run),
+# BENCH_DEMO_STEPS (48), BENCH_DEMO_ROWS (4), BENCH_LONG_STEPS (24), BENCH_LONG_ROWS (2),
+# BENCH_MID_STEPS (24), BENCH_MID_ROWS (4), BENCH_THREADS (2), BENCH_OUT (/tmp/eagle-bench-train),
+# BENCH_NICE (0: no nice).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 DEPS_DIR="${EAGLE_DEPS_DIR:-$HOME/.cache/eagle-train}"
@@ -20,6 +23,9 @@ DEMO_STEPS="${BENCH_DEMO_STEPS:-48}"
 DEMO_ROWS="${BENCH_DEMO_ROWS:-4}"
 LONG_STEPS="${BENCH_LONG_STEPS:-24}"
 LONG_ROWS="${BENCH_LONG_ROWS:-2}"
+MID_STEPS="${BENCH_MID_STEPS:-24}"
+MID_ROWS="${BENCH_MID_ROWS:-4}"
+SETS="${BENCH_SETS:-alpaca longtail longtail2048}"
 THREADS="${BENCH_THREADS:-2}"
 NICE=()
 [ "${BENCH_NICE:-0}" != 0 ] && NICE=(nice -n "${BENCH_NICE}")
@@ -31,6 +37,9 @@ mkdir -p "$OUT"
 LONG_DATA="$OUT/longtail.jsonl"
 [ -f "$LONG_DATA" ] || "$PY" "$ROOT/scripts/bench/make_longtail_jsonl.py" \
   --source "$TARGET/alpaca.jsonl" --output "$LONG_DATA" --samples 2000 --median 600 --sigma 0.8 --cap 4096
+MID_DATA="$OUT/longtail2048.jsonl"
+[ -f "$MID_DATA" ] || "$PY" "$ROOT/scripts/bench/make_longtail_jsonl.py" \
+  --source "$TARGET/alpaca.jsonl" --output "$MID_DATA" --samples 2000 --median 600 --sigma 0.8 --cap 2048
 
 echo "host: $(nproc) cores; $(uptime)"
 RUNS=()
@@ -55,15 +64,21 @@ MODES=("granularity 0 (baseline)|--bucket_granularity 0"
        "granularity 1024|--bucket_granularity 1024"
        "granularity 256|--bucket_granularity 256"
        "padding_free|--padding_free --bucket_granularity 0")
+MID_MODES=("granularity 0 (baseline)|--bucket_granularity 0"
+           "granularity 128|--bucket_granularity 128"
+           "padding_free|--padding_free --bucket_granularity 0")
 # At training_seq_len 512 granularity 1024 pads to 512 like the baseline (the cap); the demo
 # config's own granularity 64 is added there.
 for spec in "alpaca|$TARGET/alpaca.jsonl|512|$DEMO_ROWS|$DEMO_STEPS|8" \
-            "longtail|$LONG_DATA|4096|$LONG_ROWS|$LONG_STEPS|4"; do
+            "longtail|$LONG_DATA|4096|$LONG_ROWS|$LONG_STEPS|4" \
+            "longtail2048|$MID_DATA|2048|$MID_ROWS|$MID_STEPS|4"; do
   IFS='|' read -r set data seq rows steps log_steps <<<"$spec"
+  [[ " $SETS " == *" $set "* ]] || continue
   i=0
-  extra=()
-  [ "$seq" -le 512 ] && extra=("granularity 64|--bucket_granularity 64")
-  for m in "${MODES[@]}" "${extra[@]}"; do
+  modes=("${MODES[@]}")
+  [ "$seq" -le 512 ] && modes+=("granularity 64|--bucket_granularity 64")
+  [ "$set" = longtail2048 ] && modes=("${MID_MODES[@]}")
+  for m in "${modes[@]}"; do
     label="${m%%|*}"
     flags="${m#*|}"
     name="$set-$seq-mode$i"

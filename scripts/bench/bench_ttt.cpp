@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
   // One unroll of K steps (forward and backward) at length len; returns the wall seconds.
   auto run = [&](std::int64_t len, long* rss_before) {
     torch::manual_seed(0);
-    auto doc = torch::zeros({b, len}, torch::kInt64);
+    const eagle::model::AttentionLayout doc(torch::zeros({b, len}, torch::kInt64), {false, 0});
     std::vector<torch::Tensor> qs, ks, vs;
     for (std::int64_t k = 0; k < steps; ++k) {
       qs.push_back(torch::randn({b, h, len, d}).requires_grad_());

@@ -76,7 +76,7 @@ class Planner {
 
   std::vector<BatchPlan> split(const GlobalBatch& gb) const {
     const std::int64_t n = o_.num_ranks, r = gb.rows_per_rank;
-    std::vector<BatchPlan> plans(n, BatchPlan{r, gb.length, {}});
+    std::vector<BatchPlan> plans(n, BatchPlan{r, gb.length, {}, o_.padding_free});
     std::vector<std::size_t> idx(gb.rows.size());
     std::iota(idx.begin(), idx.end(), 0);
     // With several ranks, longest rows first, each to the rank holding the fewest tokens so far
@@ -320,6 +320,18 @@ std::vector<Shape> possible_shapes(const SamplerOptions& o) {
     out.push_back(Shape{rows, len});
   }
   return out;
+}
+
+std::int64_t max_segments_per_row(const std::vector<std::int64_t>& lengths, std::int64_t row_length) {
+  std::vector<std::int64_t> sorted = lengths;
+  std::sort(sorted.begin(), sorted.end());
+  std::int64_t used = 0, samples = 0;
+  for (std::int64_t l : sorted) {
+    if (used + std::max<std::int64_t>(l, 1) > row_length) break;
+    used += std::max<std::int64_t>(l, 1);
+    ++samples;
+  }
+  return std::max<std::int64_t>(samples, 1) + 1;
 }
 
 std::vector<std::vector<std::int64_t>> pack_first_fit_decreasing(const std::vector<std::int64_t>& samples,

@@ -92,6 +92,12 @@ BatchPlan Sampler::next() {
 
 std::int64_t Sampler::batches_in_epoch(std::int64_t e) { return static_cast<std::int64_t>(plans_of(e).size()); }
 
+std::map<Shape, std::int64_t> Sampler::shape_counts(std::int64_t e) {
+  std::map<Shape, std::int64_t> counts;
+  for (const BatchPlan& p : plans_of(e)) ++counts[Shape{p.rows, p.length}];
+  return counts;
+}
+
 json Sampler::state() const {
   json s{{"format", kStateFormat}, {"version", kStateVersion}, {"epoch", epoch_}, {"batch", index_}};
   s["identity"] = identity(options_, lengths_.size(), fingerprint_);
@@ -147,6 +153,7 @@ Batch make_batch(const Dataset& dataset, const BatchPlan& plan) {
   Batch b;
   b.rows = plan.rows;
   b.length = plan.length;
+  b.packed = plan.packed;
   const auto n = static_cast<std::size_t>(plan.rows * plan.length);
   b.input_ids.assign(n, 0);
   b.loss_mask.assign(n, 0);
@@ -176,6 +183,18 @@ Batch make_batch(const Dataset& dataset, const BatchPlan& plan) {
     }
   }
   return b;
+}
+
+std::int64_t Batch::max_segments_per_row() const {
+  std::int64_t most = 0;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    std::int64_t runs = 0;
+    for (std::int64_t p = 0; p < length; ++p)
+      runs += p == 0 || document_ids[static_cast<std::size_t>(at(r, p))] !=
+                            document_ids[static_cast<std::size_t>(at(r, p - 1))];
+    most = std::max(most, runs);
+  }
+  return most;
 }
 
 }  // namespace eagle::data

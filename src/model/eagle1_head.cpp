@@ -16,7 +16,7 @@ Eagle1Head::Eagle1Head(HeadConfig cfg) : cfg_(std::move(cfg)) {
                                                    .bias(cfg_.fc_bias)));
   layer = HeadLayer(cfg_, /*eagle3=*/false);
   layers = register_module("layers", torch::nn::ModuleList(layer));
-  inv_freq_ = rope_inv_freq(cfg_.rope);
+  inv_freq_ = rope_inv_freq_serving(cfg_.rope);
 }
 
 void Eagle1Head::set_target_weights(const torch::Tensor& embedding, const torch::Tensor& lm_head) {
@@ -25,6 +25,9 @@ void Eagle1Head::set_target_weights(const torch::Tensor& embedding, const torch:
                 Error(ErrorKind::input, "a target tensor does not fit the head").place(name));
   embedding_ = embedding.detach();
   lm_head_ = lm_head.detach();
+  // Onto the head's device now, not lazily in the first training step: a host-to-device copy there
+  // would synchronise inside a CUDA graph's warm-up.
+  inv_freq_ = inv_freq_.to(fc->weight.device());
 }
 
 torch::Tensor Eagle1Head::embed(const torch::Tensor& ids) const {
@@ -46,7 +49,8 @@ torch::Tensor Eagle1Head::predict_features(const HeadInputs& in) {
   auto f = in.final_hidden.to(fc->weight.scalar_type());
   auto x = fc->forward(torch::cat({embed(shift_left(in.input_ids, 1, 0.0)), f}, -1));
   auto qkv = project_qkv(*layer->self_attn, cfg_, x, inv_freq_, in.position_ids);
-  auto a = ttt_attention(cfg_.attention, qkv.q, qkv.k, qkv.v, {}, {}, in.document_ids, scale);
+  const AttentionLayout layout(in.document_ids, in.attention);
+  auto a = ttt_attention(cfg_.attention, qkv.q, qkv.k, qkv.v, {}, {}, layout, scale);
   return layer->finish(x, a);
 }
 
@@ -86,7 +90,7 @@ torch::Tensor Eagle1Head::draft(DraftCache& cache, const torch::Tensor& features
     const auto len = ids.size(1);
     auto x = fc->forward(torch::cat({embed(ids), f}, -1));
     auto positions = torch::arange(start, start + len, opts).unsqueeze(0).expand({b, len});
-    auto raw = project_qkv_raw(*layer->self_attn, cfg_, x, inv_freq_, positions);
+    auto raw = project_qkv(*layer->self_attn, cfg_, x, inv_freq_, positions);
     return layer->finish(x, cached_attention(cache, cfg_, start, raw.q, raw.k, raw.v));
   };
   const auto start = cache.length;

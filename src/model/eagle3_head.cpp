@@ -26,7 +26,7 @@ Eagle3Head::Eagle3Head(HeadConfig cfg, const DraftVocab& vocab) : cfg_(std::move
   d2t = register_buffer("d2t", vocab.d2t());
   t2d = register_buffer("t2d", vocab.t2d());
   draft_ids = register_buffer("draft_ids", vocab.ids());
-  inv_freq_ = rope_inv_freq(cfg_.rope);
+  inv_freq_ = rope_inv_freq_serving(cfg_.rope);
 }
 
 DraftVocab Eagle3Head::vocab() const { return DraftVocab::from_d2t(d2t, cfg_.vocab_size); }
@@ -35,6 +35,9 @@ void Eagle3Head::set_target_weights(const torch::Tensor& embedding, const torch:
   check_shape(embedding, {cfg_.vocab_size, cfg_.hidden_size},
               Error(ErrorKind::input, "target embedding does not fit the head").place("embed_tokens.weight"));
   embedding_ = embedding.detach();
+  // Onto the head's device now, not lazily in the first training step: a host-to-device copy there
+  // would synchronise inside a CUDA graph's warm-up.
+  inv_freq_ = inv_freq_.to(fc->weight.device());
 }
 
 void Eagle3Head::init_from_target(const TargetModel& target) {
@@ -62,6 +65,7 @@ void Eagle3Head::unroll(const HeadInputs& in, Visit&& visit) {
   auto& layer = *midlayer;
   const double scale = 1.0 / std::sqrt(static_cast<double>(cfg_.head_dim));
   auto hidden = fc->forward(in.aux_hidden.to(fc->weight.scalar_type()));
+  const AttentionLayout layout(in.document_ids, in.attention);
   torch::Tensor k0, v0;
   std::vector<torch::Tensor> kds, vds;
   for (std::int64_t k = 0; k < cfg_.ttt_steps; ++k) {
@@ -76,7 +80,7 @@ void Eagle3Head::unroll(const HeadInputs& in, Visit&& visit) {
       kds.push_back(qkv.k);
       vds.push_back(qkv.v);
     }
-    auto a = ttt_attention(cfg_.attention, qkv.q, k0, v0, kds, vds, in.document_ids, scale);
+    auto a = ttt_attention(cfg_.attention, qkv.q, k0, v0, kds, vds, layout, scale);
     auto h = layer.finish(hidden, a);
     auto logits = lm_head->forward(norm->forward(h));
     visit(k, StepResult{h, logits});
@@ -144,7 +148,7 @@ torch::Tensor Eagle3Head::draft(DraftCache& cache, const torch::Tensor& features
     const auto len = ids.size(1);
     auto x = torch::cat({layer.input_layernorm->forward(embed(ids)), layer.hidden_norm->forward(hidden)}, -1);
     auto positions = (torch::arange(pos0, pos0 + len, opts)).unsqueeze(0).expand({b, len});
-    auto raw = project_qkv_raw(*layer.self_attn, cfg_, x, inv_freq_, positions);
+    auto raw = project_qkv(*layer.self_attn, cfg_, x, inv_freq_, positions);
     return layer.finish(hidden, cached_attention(cache, cfg_, start, raw.q, raw.k, raw.v));
   };
   const auto start = cache.length;

@@ -49,21 +49,14 @@ torch::Tensor HeadLayerImpl::finish(const torch::Tensor& residual, const torch::
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
 
-UnrepeatedQkv project_qkv_raw(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& x,
-                      const torch::Tensor& inv_freq, const torch::Tensor& positions) {
+Qkv project_qkv(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& x,
+                const torch::Tensor& inv_freq, const torch::Tensor& positions) {
   const auto b = x.size(0), t = x.size(1), d = cfg.head_dim;
   auto q = torch::linear(x, attn.q_proj->weight).view({b, t, cfg.num_attention_heads, d}).transpose(1, 2);
   auto k = torch::linear(x, attn.k_proj->weight).view({b, t, cfg.num_key_value_heads, d}).transpose(1, 2);
   auto v = torch::linear(x, attn.v_proj->weight).view({b, t, cfg.num_key_value_heads, d}).transpose(1, 2);
   auto [cos, sin] = rope_cos_sin(inv_freq, positions, q.scalar_type());
   return {apply_rope(q, cos, sin), apply_rope(k, cos, sin), v};
-}
-
-Qkv project_qkv(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& x,
-                const torch::Tensor& inv_freq, const torch::Tensor& positions) {
-  auto raw = project_qkv_raw(attn, cfg, x, inv_freq, positions);
-  const auto rep = cfg.num_attention_heads / cfg.num_key_value_heads;
-  return {raw.q, repeat_kv(raw.k, rep), repeat_kv(raw.v, rep)};
 }
 
 torch::Tensor attention_output(const HeadAttentionImpl& attn, const torch::Tensor& a) {

@@ -13,21 +13,32 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
   return weight * h.to(x.scalar_type());
 }
 
+namespace {
+
+// The dynamic-NTK base for a sequence length: theta * (factor * len / max_pos - factor + 1)^(d / (d - 2)).
+double dynamic_base(const RopeConfig& cfg, double len, double max_pos) {
+  const double d = static_cast<double>(cfg.head_dim);
+  return cfg.theta * std::pow(cfg.factor * len / max_pos - (cfg.factor - 1.0), d / (d - 2.0));
+}
+
+double dynamic_max_pos(const RopeConfig& cfg) {
+  return static_cast<double>(cfg.original_max_position_embeddings > 0 ? cfg.original_max_position_embeddings
+                                                                       : cfg.max_position_embeddings);
+}
+
+// 1 / base^(2j / d) for j < d/2, in fp32 (base given as an fp32 tensor of any shape broadcasting).
+torch::Tensor inv_freq_of(const RopeConfig& cfg, const torch::Tensor& base) {
+  auto idx = torch::arange(0, cfg.head_dim, 2, base.options().dtype(torch::kInt64)).to(torch::kFloat32);
+  return 1.0 / torch::pow(base, idx / static_cast<double>(cfg.head_dim));
+}
+
+}  // namespace
+
 torch::Tensor rope_inv_freq(const RopeConfig& cfg, std::int64_t seq_len) {
-  const auto opts = torch::TensorOptions().dtype(torch::kFloat32);
   double base = cfg.theta;
-  if (cfg.type == "dynamic") {
-    std::int64_t max_pos = cfg.original_max_position_embeddings > 0 ? cfg.original_max_position_embeddings
-                                                                     : cfg.max_position_embeddings;
-    if (seq_len > max_pos) {
-      double d = static_cast<double>(cfg.head_dim);
-      base = cfg.theta * std::pow(cfg.factor * static_cast<double>(seq_len) / static_cast<double>(max_pos) -
-                                      (cfg.factor - 1.0),
-                                  d / (d - 2.0));
-    }
-  }
-  auto idx = torch::arange(0, cfg.head_dim, 2, torch::TensorOptions().dtype(torch::kInt64)).to(torch::kFloat32);
-  auto inv = 1.0 / torch::pow(torch::tensor(base, opts), idx / static_cast<double>(cfg.head_dim));
+  if (cfg.type == "dynamic" && static_cast<double>(seq_len) > dynamic_max_pos(cfg))
+    base = dynamic_base(cfg, static_cast<double>(seq_len), dynamic_max_pos(cfg));
+  auto inv = inv_freq_of(cfg, torch::tensor(base, torch::TensorOptions().dtype(torch::kFloat32)));
   if (cfg.type == "linear") return inv / cfg.factor;
   if (cfg.type == "llama3") {
     const double old_ctx = static_cast<double>(cfg.original_max_position_embeddings);
@@ -41,6 +52,24 @@ torch::Tensor rope_inv_freq(const RopeConfig& cfg, std::int64_t seq_len) {
     return torch::where(is_medium, smoothed, scaled);
   }
   return inv;
+}
+
+torch::Tensor rope_inv_freq_dynamic(const RopeConfig& cfg, const torch::Tensor& inv_freq,
+                                    const torch::Tensor& seq_len) {
+  const double max_pos = dynamic_max_pos(cfg), d = static_cast<double>(cfg.head_dim);
+  // rope_inv_freq's arithmetic on the device: the base in float64, then fp32 like the host path.
+  auto len = seq_len.to(torch::kFloat64);
+  auto ratio = (cfg.factor * len / max_pos - (cfg.factor - 1.0)).clamp_min(1.0);
+  auto scaled = inv_freq_of(cfg, (cfg.theta * torch::pow(ratio, d / (d - 2.0))).to(torch::kFloat32));
+  return torch::where(len > max_pos, scaled, inv_freq.to(seq_len.device()));
+}
+
+torch::Tensor rope_inv_freq_serving(const RopeConfig& cfg) {
+  if (cfg.type != "dynamic") return rope_inv_freq(cfg);
+  // vLLM: max_len = max_position_embeddings * factor, fed to the dynamic formula once.
+  const double m = static_cast<double>(cfg.max_position_embeddings);
+  const double base = dynamic_base(cfg, cfg.factor * m, m);
+  return inv_freq_of(cfg, torch::tensor(base, torch::TensorOptions().dtype(torch::kFloat32)));
 }
 
 std::pair<torch::Tensor, torch::Tensor> rope_cos_sin(const torch::Tensor& inv_freq, const torch::Tensor& position_ids,
@@ -60,9 +89,10 @@ torch::Tensor rotate_half(const torch::Tensor& x) {
 }
 }  // namespace
 
-torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  auto c = cos.unsqueeze(1);
-  auto s = sin.unsqueeze(1);
+torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                         std::int64_t head_axis) {
+  auto c = cos.unsqueeze(head_axis);
+  auto s = sin.unsqueeze(head_axis);
   return x * c + rotate_half(x) * s;
 }
 

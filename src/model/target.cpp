@@ -203,9 +203,7 @@ TargetConfig TargetConfig::from_model_dir(const std::string& dir) {
 
 TargetModel TargetModel::load(const std::string& dir_name, torch::ScalarType dtype, torch::Device device) {
   const fs::path dir(dir_name);
-  auto impl = std::make_shared<Impl>();
-  impl->cfg = TargetConfig::from_model_dir(dir_name);
-  const auto& c = impl->cfg;
+  const auto c = TargetConfig::from_model_dir(dir_name);
   const auto ck = open_checkpoint(dir);
   // The config's sizes are checked against what the files hold before anything is built from them
   // (a config claiming ten million layers must fail at once, not after listing their tensors).
@@ -228,14 +226,37 @@ TargetModel TargetModel::load(const std::string& dir_name, torch::ScalarType dty
                     .file(ck.files[ck.where.at(name)].path()).place(fmt::format("tensor \"{}\"", name))
                     .found(std::string(c10::toString(t))));
   }
+  // On CPU in the stored dtype, to() returns the mapping's view itself: no copy.
+  auto m = assemble(c, dtype, device, [&](const std::string& name) { return raw(name).to(device, dtype); });
+  log::info("model", "loaded {} ({} layers, hidden {}, vocab {}, {} parameters) as {} on {}", c.architecture,
+            c.num_hidden_layers, c.hidden_size, c.vocab_size, m.parameter_count(), c10::toString(dtype),
+            device.str());
+  return m;
+}
+
+TargetModel TargetModel::random(const TargetConfig& config, torch::ScalarType dtype, torch::Device device) {
+  const auto shapes = expected_tensors(config);
+  const auto opts = torch::TensorOptions().dtype(dtype).device(device);
+  auto m = assemble(config, dtype, device, [&](const std::string& name) {
+    const auto& shape = shapes.at(name);
+    if (name.find("norm.weight") != std::string::npos) return torch::ones(shape, opts);
+    return torch::randn(shape, opts).mul_(0.02);  // transformers' initializer_range
+  });
+  log::info("model", "random {} ({} layers, hidden {}, vocab {}, {} parameters) as {} on {}", config.architecture,
+            config.num_hidden_layers, config.hidden_size, config.vocab_size, m.parameter_count(),
+            c10::toString(dtype), device.str());
+  return m;
+}
+
+TargetModel TargetModel::assemble(const TargetConfig& c, torch::ScalarType dtype, torch::Device device,
+                                  const std::function<torch::Tensor(const std::string&)>& get) {
+  auto impl = std::make_shared<Impl>();
+  impl->cfg = c;
   // "cuda" means the current device; tensors report it with its index, so the model's device does too.
   if (device.is_cuda() && !device.has_index())
     device = torch::empty({0}, torch::TensorOptions().device(device)).device();
   impl->device = device;
   impl->dtype = dtype;
-  // On CPU in the stored dtype, to() returns the mapping's view itself: no copy.
-  auto get = [&](const std::string& name) { return raw(name).to(device, dtype); };
-
   impl->embed = get("model.embed_tokens.weight");
   impl->final_norm = get("model.norm.weight");
   impl->lm_head = c.tie_word_embeddings ? impl->embed : get("lm_head.weight");
@@ -259,16 +280,13 @@ TargetModel TargetModel::load(const std::string& dir_name, torch::ScalarType dty
     w.down_w = get(p + "mlp.down_proj.weight");
     impl->layers.push_back(std::move(w));
   }
-  for (const auto& [name, shape] : expected) {
+  for (const auto& [name, shape] : expected_tensors(c)) {
     std::int64_t n = 1;
     for (auto d : shape) n *= d;
     impl->parameter_count += n;
   }
   impl->inv_freq = rope_inv_freq(c.rope).to(device);
   impl->aux_ids = default_aux_layer_ids(c.num_hidden_layers);
-  log::info("model", "loaded {} ({} layers, hidden {}, vocab {}, {} parameters) as {} on {}", c.architecture,
-            c.num_hidden_layers, c.hidden_size, c.vocab_size, impl->parameter_count, c10::toString(dtype),
-            device.str());
   TargetModel m;
   m.impl_ = std::move(impl);
   return m;

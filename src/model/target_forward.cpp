@@ -1,5 +1,7 @@
 // TargetModel forward passes: the training forward over padded or packed batches (aux hidden
 // states, final hidden, chunked teacher) and the incremental forward over a KV cache.
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "eagle/util/error.h"
@@ -7,16 +9,16 @@
 
 namespace eagle::model {
 
-std::pair<torch::Tensor, torch::Tensor> TargetModel::Impl::rope(const torch::Tensor& position_ids,
-                                                                std::int64_t max_len) const {
-  // Dynamic NTK scaling depends on the longest position, so only it recomputes the frequencies.
-  const auto inv = cfg.rope.type == "dynamic" ? rope_inv_freq(cfg.rope, max_len).to(device) : inv_freq;
-  return rope_cos_sin(inv, position_ids, dtype);
+std::pair<torch::Tensor, torch::Tensor> TargetModel::Impl::rope(const torch::Tensor& position_ids) const {
+  if (cfg.rope.type != "dynamic") return rope_cos_sin(inv_freq, position_ids, dtype);
+  // Dynamic NTK scales with the longest position of the call (transformers' formula); it stays a
+  // device tensor, so nothing waits for the host and a captured graph recomputes it per replay.
+  auto seq_len = position_ids.max() + 1;
+  return rope_cos_sin(rope_inv_freq_dynamic(cfg.rope, inv_freq, seq_len), position_ids, dtype);
 }
 
 torch::Tensor TargetModel::Impl::layer(std::size_t l, const torch::Tensor& x, const torch::Tensor& cos,
-                                       const torch::Tensor& sin, const torch::Tensor& mask,
-                                       const CacheWrite* kv) const {
+                                       const torch::Tensor& sin, const Attend& attend) const {
   const auto& w = layers[l];
   const auto B = x.size(0), T = x.size(1);
   const auto nh = cfg.num_attention_heads, kvh = cfg.num_key_value_heads, hd = cfg.head_dim;
@@ -24,21 +26,18 @@ torch::Tensor TargetModel::Impl::layer(std::size_t l, const torch::Tensor& x, co
 
   auto h = rms_norm(x, w.input_norm, eps);
   auto qkv = torch::linear(h, w.qkv_w, w.qkv_b);
+  // Token-major [B, T, heads, d] throughout: the layout of variable-length flash attention, so the
+  // kernels get views, not copies.
   auto q = qkv.narrow(-1, 0, nh * hd).view({B, T, nh, hd});
   auto k = qkv.narrow(-1, nh * hd, kvh * hd).view({B, T, kvh, hd});
-  auto v = qkv.narrow(-1, (nh + kvh) * hd, kvh * hd).view({B, T, kvh, hd}).transpose(1, 2);
+  auto v = qkv.narrow(-1, (nh + kvh) * hd, kvh * hd).view({B, T, kvh, hd});
   if (cfg.qk_norm) {
     q = rms_norm(q, w.q_norm, eps);
     k = rms_norm(k, w.k_norm, eps);
   }
-  q = apply_rope(q.transpose(1, 2), cos, sin);
-  k = apply_rope(k.transpose(1, 2), cos, sin);
-  if (kv != nullptr) std::tie(k, v) = kv->apply(l, k, v);
-  // Expanded explicitly rather than with enable_gqa: with an arbitrary mask CUDA's memory-efficient
-  // kernel is the one that applies, and it does not take grouped key/value heads.
-  k = repeat_kv(k, nh / kvh);
-  v = repeat_kv(v, nh / kvh);
-  auto o = at::scaled_dot_product_attention(q, k, v, mask);
+  q = apply_rope(q, cos, sin, /*head_axis=*/2);
+  k = apply_rope(k, cos, sin, /*head_axis=*/2);
+  auto o = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));  // [B, heads, T, d]
   o = o.transpose(1, 2).reshape({B, T, nh * hd});
   auto r = x + torch::linear(o, w.o_w, w.o_b);
 
@@ -48,17 +47,6 @@ torch::Tensor TargetModel::Impl::layer(std::size_t l, const torch::Tensor& x, co
 }
 
 namespace {
-
-// Block-diagonal causal mask [B, 1, T, T] from document ids: i attends j iff doc[i] == doc[j] >= 0
-// and j <= i. Padding rows (-1) attend only themselves, which keeps their (unused) outputs finite.
-torch::Tensor document_mask(const torch::Tensor& doc) {
-  const auto T = doc.size(1);
-  const auto opts = torch::TensorOptions().dtype(torch::kBool).device(doc.device());
-  auto same = doc.unsqueeze(2) == doc.unsqueeze(1);
-  auto valid_key = (doc >= 0).unsqueeze(1);
-  auto causal = torch::ones({T, T}, opts).tril();
-  return ((same & valid_key & causal) | torch::eye(T, opts)).unsqueeze(1);
-}
 
 void check_batch_tensor(const torch::Tensor& t, const char* name, const torch::Tensor& ids, torch::Device device) {
   EAGLE_CHECK(t.defined() && t.dim() == 2 && t.sizes() == ids.sizes() && t.scalar_type() == torch::kInt64 &&
@@ -83,10 +71,13 @@ TargetOutput TargetModel::forward(const TargetBatch& batch, const TeacherSpec& t
   EAGLE_CHECK(teacher.chunk_tokens > 0, Error(ErrorKind::usage, "chunk_tokens must be positive"));
   const auto B = batch.input_ids.size(0), T = batch.input_ids.size(1), L = m.cfg.num_hidden_layers;
 
-  // Dynamic RoPE needs the longest position (one host sync); the other RoPE types need none.
-  const std::int64_t max_len = m.cfg.rope.type == "dynamic" ? batch.position_ids.max().item<std::int64_t>() + 1 : T;
-  auto [cos, sin] = m.rope(batch.position_ids, max_len);
-  const auto mask = document_mask(batch.document_ids);
+  auto [cos, sin] = m.rope(batch.position_ids);
+  // Causal attention alone for padded rows; within each document for packed ones (attention.h).
+  const AttentionLayout layout(batch.document_ids, batch.attention);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(m.cfg.head_dim));
+  const Impl::Attend attend = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    return layout_attention(q, k, v, layout, scale);
+  };
 
   std::vector<torch::Tensor> aux;
   auto keep = [&](std::int64_t id, const torch::Tensor& h) {
@@ -96,7 +87,7 @@ TargetOutput TargetModel::forward(const TargetBatch& batch, const TeacherSpec& t
   auto x = torch::embedding(m.embed, batch.input_ids);
   keep(0, x);
   for (std::int64_t l = 0; l < L; ++l) {
-    x = m.layer(static_cast<std::size_t>(l), x, cos, sin, mask, nullptr);
+    x = m.layer(static_cast<std::size_t>(l), x, cos, sin, attend);
     if (l + 1 < L) keep(l + 1, x);
   }
   TargetOutput out;
@@ -154,22 +145,28 @@ TargetStepOutput TargetModel::forward_cached(KvCache& cache, const torch::Tensor
                                          .found(fmt::format("{} + {}", start, n)));
   const auto iopts = torch::TensorOptions().dtype(torch::kInt64).device(m.device);
   const auto positions = torch::arange(start, start + n, iopts).unsqueeze(0).expand({B, n});
-  auto [cos, sin] = m.rope(positions, start + n);
+  auto [cos, sin] = m.rope(positions);
   // New token i (absolute position start + i) attends cached and new keys j <= start + i.
   const auto mask =
       (torch::arange(start + n, iopts).unsqueeze(0) <= positions[0].unsqueeze(1)).view({1, 1, n, start + n});
+  const auto rep = m.cfg.num_attention_heads / m.cfg.num_key_value_heads;
+  std::size_t l = 0;
+  const CacheWrite write{&cache};
+  const Impl::Attend attend = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    const auto [keys, values] = write.apply(l, k, v);
+    return at::scaled_dot_product_attention(q, repeat_kv(keys, rep), repeat_kv(values, rep), mask);
+  };
 
   std::vector<torch::Tensor> aux;
   auto keep = [&](std::int64_t id, const torch::Tensor& h) {
     for (auto a : m.aux_ids)
       if (a == id) aux.push_back(h);
   };
-  const CacheWrite write{&cache};
   auto x = torch::embedding(m.embed, ids);
   keep(0, x);
-  for (std::int64_t l = 0; l < L; ++l) {
-    x = m.layer(static_cast<std::size_t>(l), x, cos, sin, mask, &write);
-    if (l + 1 < L) keep(l + 1, x);
+  for (; l < static_cast<std::size_t>(L); ++l) {
+    x = m.layer(l, x, cos, sin, attend);
+    if (l + 1 < static_cast<std::size_t>(L)) keep(static_cast<std::int64_t>(l) + 1, x);
   }
   cache.length = start + n;
   TargetStepOutput out;

@@ -2,6 +2,7 @@
 // (target_forward.cpp): device-resident weights, fused where that makes fewer, larger matmuls.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include <torch/torch.h>
@@ -41,16 +42,20 @@ struct TargetModel::Impl {
   torch::ScalarType dtype = torch::kFloat32;
   torch::Tensor embed, final_norm, lm_head;  // lm_head aliases embed when tied
   std::vector<TargetLayerWeights> layers;
-  torch::Tensor inv_freq;  // [head_dim / 2] fp32 on device (recomputed per call for dynamic RoPE)
+  torch::Tensor inv_freq;  // [head_dim / 2] fp32 on device (dynamic RoPE rescales it per call)
   std::vector<std::int64_t> aux_ids;
   std::int64_t parameter_count = 0;
 
-  // One decoder layer. mask: bool, broadcastable to [B, heads, T, keys]. With a cache write, the new
-  // keys and values go to the cache and attention covers the keys it returns (CacheWrite).
+  // The attention of a layer: q [B, heads, T, d], k, v [B, kv_heads, T, d] (with RoPE) -> [B, heads,
+  // T, d]. The training forward attends within the batch's documents; the incremental one writes
+  // k, v into the KV cache and attends it.
+  using Attend = std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&)>;
+  // One decoder layer.
   torch::Tensor layer(std::size_t l, const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                      const torch::Tensor& mask, const CacheWrite* kv) const;
-  // cos, sin [B, T, head_dim] in the model dtype for position_ids [B, T]; max_len bounds dynamic RoPE.
-  std::pair<torch::Tensor, torch::Tensor> rope(const torch::Tensor& position_ids, std::int64_t max_len) const;
+                      const Attend& attend) const;
+  // cos, sin [B, T, head_dim] in the model dtype for position_ids [B, T] (dynamic RoPE from their
+  // largest value, on the device).
+  std::pair<torch::Tensor, torch::Tensor> rope(const torch::Tensor& position_ids) const;
 };
 
 }  // namespace eagle::model

@@ -67,13 +67,22 @@ torch::Tensor TargetModel::forward_ragged(KvCache& cache, const RaggedStep& step
   const auto iopts = torch::TensorOptions().dtype(torch::kInt64).device(m.device);
   CacheWrite write{&cache, step.rows.defined() ? step.rows.view({R, 1}) : torch::arange(R, iopts).view({R, 1}),
                    step.columns, !step.rows.defined(), step.key_len};
-  auto [cos, sin] = m.rope(step.columns, step.key_len);
+  // Idle and padding rows write to the spare last column; clamped, they do not raise the longest
+  // position that dynamic-NTK RoPE scales with (their outputs are discarded).
+  auto [cos, sin] = m.rope(step.columns.clamp_max(step.key_len - 1));
   // Token (r, i) attends the columns j <= columns[r, i] of its row: its own earlier tokens (cached or
   // written by this step) and nothing a previous occupant of the row left beyond them.
   const auto mask = (torch::arange(step.key_len, iopts).view({1, 1, 1, -1}) <= step.columns.view({R, 1, N, 1}));
 
+  const auto rep = m.cfg.num_attention_heads / m.cfg.num_key_value_heads;
+  std::size_t l = 0;
+  const Impl::Attend attend = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+    const auto [keys, values] = write.apply(l, k, v);
+    return at::scaled_dot_product_attention(q, repeat_kv(keys, rep), repeat_kv(values, rep), mask);
+  };
+
   auto x = torch::embedding(m.embed, step.ids);
-  for (std::int64_t l = 0; l < L; ++l) x = m.layer(static_cast<std::size_t>(l), x, cos, sin, mask, &write);
+  for (; l < static_cast<std::size_t>(L); ++l) x = m.layer(l, x, cos, sin, attend);
   auto h = x.index({torch::arange(R, iopts), step.last});  // [R, H]
   return torch::linear(rms_norm(h, m.final_norm, m.cfg.rms_norm_eps), m.lm_head).to(torch::kFloat32);
 }

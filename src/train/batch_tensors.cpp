@@ -1,6 +1,8 @@
 // Batch -> tensors (see batch_tensors.h).
 #include "eagle/train/batch_tensors.h"
 
+#include <fmt/format.h>
+
 #include "eagle/util/error.h"
 
 namespace eagle::train {
@@ -30,14 +32,26 @@ BatchTensors host_tensors(const data::Batch& b, bool pin) {
 
 }  // namespace
 
-BatchTensors allocate_like(const data::Batch& b, torch::Device device) {
+BatchTensors allocate_like(const data::Batch& b, torch::Device device, std::int64_t max_segments) {
   auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(device);
   return {torch::zeros({b.rows, b.length}, i64), torch::zeros({b.rows, b.length}, i64),
           torch::full({b.rows, b.length}, -1, i64),
-          torch::zeros({b.rows, b.length}, torch::TensorOptions().dtype(torch::kBool).device(device))};
+          torch::zeros({b.rows, b.length}, torch::TensorOptions().dtype(torch::kBool).device(device)),
+          model::AttentionSpec{b.packed, max_segments}};
 }
 
 void copy_into(const data::Batch& b, BatchTensors& dst) {
+  EAGLE_CHECK(b.packed == dst.attention.packed,
+              Error(ErrorKind::internal, "a batch does not match its buffers' attention layout")
+                  .expected(dst.attention.packed ? "a packed batch" : "a padded batch")
+                  .found(b.packed ? "a packed batch" : "a padded batch"));
+  if (b.packed && dst.attention.max_segments > 0) {
+    const auto runs = b.max_segments_per_row();
+    EAGLE_CHECK(runs <= dst.attention.max_segments,
+                Error(ErrorKind::internal, "a packed row holds more samples than its attention offsets have room for")
+                    .expected(fmt::format("at most {} runs of document ids per row", dst.attention.max_segments))
+                    .found(std::to_string(runs)));
+  }
   const bool to_cuda = dst.input_ids.is_cuda();
   BatchTensors src = host_tensors(b, /*pin=*/to_cuda);
   dst.input_ids.copy_(src.input_ids, /*non_blocking=*/to_cuda);

@@ -88,11 +88,15 @@ class Generator {
     const auto device = target.device();
     // Real tokens use columns [0, context); the last column takes the writes of padding and idle rows.
     cache_ = target.new_cache(s.batch_size, s.limits.context + 1);
-    const bool dynamic_rope = target.config().rope.type == "dynamic";  // its RoPE is computed on the host
+    // Dynamic-NTK RoPE scales with the step's key length, which graphed steps round up: such targets run eagerly.
+    const bool dynamic_rope = target.config().rope.type == "dynamic";
     if (device.is_cuda() && s.max_cuda_graphs > 0 && !dynamic_rope) {
-      std::vector<data::Shape> shapes;
+      // Every reply passes the shorter key lengths first: they get the graphs when there are too few.
+      std::map<data::Shape, std::int64_t> shapes;
+      std::int64_t rank = 0;
       for (std::int64_t c = kGraphColumns; c < s.limits.context + 1 + kGraphColumns; c += kGraphColumns)
-        shapes.push_back({s.batch_size, std::min(c, s.limits.context + 1)});
+        shapes[{s.batch_size, std::min(c, s.limits.context + 1)}] = --rank;
+      for (auto& [shape, count] : shapes) count -= rank - 1;  // positive, shorter shapes higher
       graphs_.emplace(device, s.max_cuda_graphs, shapes);
     }
     const auto iopts = torch::TensorOptions().dtype(torch::kInt64).device(device);

@@ -21,7 +21,7 @@ torch::Tensor denominator_tensor(const std::vector<std::int64_t>& denominators) 
 
 model::HeadInputs head_inputs(const model::TargetModel& target, const BatchTensors& b,
                               const model::TeacherSpec& teacher) {
-  auto out = target.forward(model::TargetBatch{b.input_ids, b.position_ids, b.document_ids}, teacher);
+  auto out = target.forward(model::TargetBatch{b.input_ids, b.position_ids, b.document_ids, b.attention}, teacher);
   model::HeadInputs in;
   in.input_ids = b.input_ids;
   in.loss_mask = b.loss_mask;
@@ -31,6 +31,7 @@ model::HeadInputs head_inputs(const model::TargetModel& target, const BatchTenso
   in.final_hidden = out.final_hidden;
   in.teacher_logits = out.teacher_logits;
   in.target_argmax = out.target_argmax;
+  in.attention = b.attention;
   return in;
 }
 
@@ -39,6 +40,15 @@ model::HeadStepOutput forward_micro_batch(const model::TargetModel& target, mode
                                           const torch::Tensor& denominators, bool bf16) {
   AutocastGuard autocast(batch.input_ids.device(), bf16);
   return head.train_step_forward(head_inputs(target, batch, teacher), denominators);
+}
+
+void train_micro_batch(const model::TargetModel& target, model::DraftHead& head, const model::TeacherSpec& teacher,
+                       const BatchTensors& batch, const torch::Tensor& denominators, bool bf16,
+                       torch::Tensor& loss_sum, torch::Tensor& metric_sums) {
+  auto out = forward_micro_batch(target, head, teacher, batch, denominators, bf16);
+  out.loss.backward();
+  loss_sum.add_(out.loss.detach());
+  metric_sums.add_(out.metric_sums);
 }
 
 }  // namespace eagle::train

@@ -138,6 +138,7 @@ class Run {
                              // into it) and the step's loss, summed over ranks in one collective
   torch::Tensor step_loss_;  // comm_'s last element
   std::map<data::Shape, ShapeBuffers> buffers_;
+  std::int64_t max_segments_ = 0;  // packed rows: runs of document ids per row at most (0: not packed)
   double loop_seconds_ = 0, side_seconds_ = 0;  // training steps alone; evaluations and checkpoints
   double process_real_tokens_ = 0;              // real tokens of this process's steps
   std::int64_t nonfinite_reported_ = 0;
@@ -207,7 +208,9 @@ Run::Run(const config::Options& o, const std::vector<std::string>& command_line,
   K_ = head_->config().steps();
   teacher_ = head_->teacher_spec();
   sampler_.emplace(data_.train.lengths(), data::SamplerOptions::from(o_, group_->size(), group_->rank()));
-  graphs_.emplace(device_, o_.max_cuda_graphs, sampler_->shapes());
+  // Packed rows: the most documents a row can hold, the static size of the attention offsets.
+  max_segments_ = o_.padding_free ? data::max_segments_per_row(data_.train.lengths(), o_.training_seq_len) : 0;
+  graphs_.emplace(device_, o_.max_cuda_graphs, sampler_->shape_counts(0));
   // The gradients live in one flat buffer followed by the step's loss: summing them over the ranks
   // is one collective on one tensor, and no gradient is ever copied.
   const auto params = model::named_parameters(*head_);
@@ -231,6 +234,15 @@ Run::Run(const config::Options& o, const std::vector<std::string>& command_line,
     state_ = restore_checkpoint(resume_->path, *head_, *optimizer_, *sampler_);
     log::info("ckpt", "resumed from {} at step {}", resume_->path.string(), state_.step);
     summary_.resumed_from_step = state_.step;
+  }
+  // Every rank resumes rank 0's checkpoint: an output_dir that is not one shared folder would not.
+  if (group_->size() > 1 && group_->any(group_->broadcast_from_main(state_.step) != state_.step))
+    throw Error(ErrorKind::usage, "the ranks did not resume from the same checkpoint")
+        .file(o_.output_dir)
+        .place(fmt::format("rank {}", group_->rank()))
+        .found(resume_ ? resume_->path.string() : "no checkpoint")
+        .hint("output_dir must be one folder that every node sees (a shared file system)");
+  if (resume_) {
     if (state_.step >= total_steps_ && group_->any(run_completed(o_.output_dir, state_.step))) {
       // A finished run: nothing to do, and nothing of it is touched.
       complete_ = true;
@@ -300,6 +312,9 @@ ExitReason Run::loop() {
   if (group_->any(signals_.requested())) return ExitReason::interrupted;
   log::info("train", "done: {} steps in {:.1f} s; head saved in {}", state_.step, seconds_since(started_),
             checkpoints_->checkpoint_path(state_.step).string());
+  if (device_.is_cuda())
+    log::info("train", "CUDA graphs: {} captured, {} replays; {} shapes ran eagerly", graphs_->captured_count(),
+              graphs_->replay_count(), graphs_->eager_count());
   return ExitReason::completed;
 }
 
@@ -330,17 +345,16 @@ void Run::train_step() {
     const data::Shape shape{batch.rows, batch.length};
     auto it = buffers_.find(shape);
     if (it == buffers_.end())
-      it =
-          buffers_.emplace(shape, ShapeBuffers{allocate_like(batch, device_), torch::zeros({K_}, step_loss_.options())})
-              .first;
+      it = buffers_
+               .emplace(shape, ShapeBuffers{allocate_like(batch, device_, max_segments_),
+                                            torch::zeros({K_}, step_loss_.options())})
+               .first;
     ShapeBuffers& buf = it->second;
     copy_into(batch, buf.batch);
     buf.denominators.copy_(denominators, /*non_blocking=*/device_.is_cuda());
     graphs_->run(shape, [&] {
-      auto out = forward_micro_batch(target_, *head_, teacher_, buf.batch, buf.denominators, o_.bf16);
-      out.loss.backward();
-      step_loss_.add_(out.loss.detach());
-      window_->metrics.add_(out.metric_sums);
+      train_micro_batch(target_, *head_, teacher_, buf.batch, buf.denominators, o_.bf16, step_loss_,
+                        window_->metrics);
     });
   }
   // The gradients and the loss of every rank, summed (between the graphs on GPU; nothing on one rank).

@@ -19,9 +19,14 @@ struct Batch {
   std::vector<std::int32_t> document_ids;
   std::vector<std::int64_t> sample_indices;  // dataset indices of the samples, in row order
   std::int64_t real_tokens = 0;              // non-padding tokens
+  // Padding-free (a run's SamplerOptions.padding_free): rows may hold several samples, so attention
+  // must stay within each; false: one sample per row, then padding (causal attention is exact).
+  bool packed = false;
 
   std::int64_t computed_tokens() const { return rows * length; }
   std::int64_t at(std::int64_t row, std::int64_t pos) const { return row * length + pos; }
+  // The most runs of equal document ids in a row (its samples, plus one for trailing padding).
+  std::int64_t max_segments_per_row() const;
 };
 
 }  // namespace eagle::data

@@ -40,6 +40,7 @@ struct BatchPlan {
   // rows entries, each the dataset indices of the samples of that row in order (one sample per
   // row unless padding-free); an empty row is all padding.
   std::vector<std::vector<std::int64_t>> row_samples;
+  bool packed = false;  // planned padding-free (rows may hold several samples)
 
   std::int64_t computed_tokens() const { return rows * length; }
   std::int64_t real_tokens(const std::vector<std::int64_t>& lengths) const;
@@ -66,6 +67,10 @@ std::int64_t rows_for_length(const SamplerOptions& o, std::int64_t length);
 std::int64_t packed_rows(const SamplerOptions& o);
 // Every (rows, length) a batch can have, known before training (one CUDA graph per shape).
 std::vector<Shape> possible_shapes(const SamplerOptions& o);
+// The most runs of equal document ids a packed row of row_length tokens can hold over any epoch:
+// as many of the shortest samples as fit, plus one padding run (a static bound on the segments of
+// variable-length attention, known before training).
+std::int64_t max_segments_per_row(const std::vector<std::int64_t>& lengths, std::int64_t row_length);
 
 // First-fit-decreasing: packs the samples (dataset indices with their lengths) into rows of
 // `capacity` tokens. Samples are placed longest first (ties: the given order) into the first row

@@ -5,6 +5,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include "eagle/data/batch.h"
@@ -27,6 +28,8 @@ class Sampler {
   std::int64_t batches_in_epoch(std::int64_t e);
   // Every (rows, length) a batch of this sampler can have.
   std::vector<Shape> shapes() const { return possible_shapes(options_); }
+  // How many of this rank's batches in epoch e have each shape (the shapes worth a CUDA graph).
+  std::map<Shape, std::int64_t> shape_counts(std::int64_t e);
   const SamplerOptions& options() const { return options_; }
   const std::vector<std::int64_t>& lengths() const { return lengths_; }
 

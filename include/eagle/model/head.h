@@ -57,6 +57,7 @@ struct HeadInputs {
   torch::Tensor final_hidden;    // EAGLE-1: [B, T, H] final normed hidden (TargetOutput)
   torch::Tensor teacher_logits;  // EAGLE-3: [B, T, V_d] fp32 over the draft ids (TargetOutput)
   torch::Tensor target_argmax;   // [B, T] int64 target argmax over the full vocabulary
+  AttentionSpec attention{};     // packed or padded rows (default: packed, exact for any layout)
 };
 
 struct HeadStepOutput {

@@ -45,10 +45,10 @@ struct HeadLayerImpl : torch::nn::Module {
 };
 TORCH_MODULE(HeadLayer);
 
-// q, k, v of x [B, T, in] as [B, heads, T, d] with RoPE at positions [B, T]; k and v repeated to
-// the query heads.
+// q, k, v of x [B, T, in] with RoPE at positions [B, T]; k and v keep the key/value heads (what the
+// attention kernels and a KV cache take).
 struct Qkv {
-  torch::Tensor q, k, v;
+  torch::Tensor q, k, v;  // q [B, h, T, d]; k, v [B, kv_heads, T, d]
 };
 Qkv project_qkv(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& x,
                 const torch::Tensor& inv_freq, const torch::Tensor& positions);
@@ -59,13 +59,6 @@ torch::Tensor attention_output(const HeadAttentionImpl& attn, const torch::Tenso
 // start+n slots, causally; writes k, v [B, kv_heads, n, d] (not repeated) into the cache first.
 torch::Tensor cached_attention(DraftCache& cache, const HeadConfig& cfg, std::int64_t start, const torch::Tensor& q,
                                const torch::Tensor& k, const torch::Tensor& v);
-
-// q, k and v with k and v not yet repeated to the query heads (what a KV cache stores).
-struct UnrepeatedQkv {
-  torch::Tensor q, k, v;  // q [B, h, T, d]; k, v [B, kv_heads, T, d]
-};
-UnrepeatedQkv project_qkv_raw(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& x,
-                      const torch::Tensor& inv_freq, const torch::Tensor& positions);
 
 DraftCache make_draft_cache(const HeadConfig& cfg, std::int64_t batch, std::int64_t capacity,
                             torch::TensorOptions options);

@@ -25,13 +25,24 @@ struct RopeConfig {
 // Inverse frequencies [head_dim/2] in fp32. For dynamic scaling, seq_len is the longest position+1
 // in the batch (Hugging Face recomputes the base when it exceeds max_position_embeddings).
 torch::Tensor rope_inv_freq(const RopeConfig& cfg, std::int64_t seq_len = 0);
+// Dynamic scaling from a sequence length that stays on the device (an int64 scalar tensor): equal
+// to rope_inv_freq(cfg, seq_len) without reading seq_len on the host, so a captured CUDA graph
+// recomputes it on every replay. inv_freq is rope_inv_freq(cfg) on seq_len's device.
+torch::Tensor rope_inv_freq_dynamic(const RopeConfig& cfg, const torch::Tensor& inv_freq,
+                                    const torch::Tensor& seq_len);
+// What vLLM and SGLang apply for a dynamic-NTK config (DynamicNTKScalingRotaryEmbedding): one
+// fixed base for every length, theta * (factor^2 - factor + 1)^(d / (d - 2)), i.e. transformers'
+// formula at seq_len = factor * max_position_embeddings. Other types: rope_inv_freq(cfg).
+torch::Tensor rope_inv_freq_serving(const RopeConfig& cfg);
 
 // cos and sin [B, T, head_dim] for integer position_ids [B, T], in dtype.
 std::pair<torch::Tensor, torch::Tensor> rope_cos_sin(const torch::Tensor& inv_freq, const torch::Tensor& position_ids,
                                                      torch::ScalarType dtype);
 
-// x [B, heads, T, head_dim]; cos/sin [B, T, head_dim] (rotate-half convention).
-torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+// x [B, heads, T, head_dim] (or [B, T, heads, head_dim] with head_axis 2); cos/sin [B, T, head_dim]
+// (rotate-half convention).
+torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                         std::int64_t head_axis = 1);
 
 // [B, kv_heads, T, D] -> [B, kv_heads * n_rep, T, D]
 torch::Tensor repeat_kv(const torch::Tensor& x, std::int64_t n_rep);

@@ -4,12 +4,14 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <torch/torch.h>
 
+#include "eagle/model/attention.h"
 #include "eagle/model/layers.h"
 
 namespace eagle::model {
@@ -48,6 +50,7 @@ struct TargetBatch {
   torch::Tensor input_ids;     // int64
   torch::Tensor position_ids;  // int64, position within its own sample
   torch::Tensor document_ids;  // int64; -1 padding; token i attends j iff same id >= 0 and j <= i
+  AttentionSpec attention{};   // packed or padded rows (default: packed, exact for any layout)
 };
 
 struct TeacherSpec {
@@ -98,6 +101,9 @@ class TargetModel {
   // model.safetensors.index.json; checks every tensor's presence and shape. dtype Undefined: the
   // checkpoint's dtype.
   static TargetModel load(const std::string& dir, torch::ScalarType dtype, torch::Device device);
+  // A model of this config with random weights made on the device (normal with std 0.02, norms 1;
+  // LibTorch's generator): benchmarks at real shapes without a checkpoint.
+  static TargetModel random(const TargetConfig& config, torch::ScalarType dtype, torch::Device device);
 
   const TargetConfig& config() const;
   torch::Device device() const;
@@ -129,6 +135,9 @@ class TargetModel {
   struct Impl;
 
  private:
+  // The model from one tensor per checkpoint name, already on the device in dtype.
+  static TargetModel assemble(const TargetConfig& config, torch::ScalarType dtype, torch::Device device,
+                              const std::function<torch::Tensor(const std::string&)>& get);
   std::shared_ptr<Impl> impl_;
 };
 

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "eagle/data/batch.h"
+#include "eagle/model/attention.h"
 
 namespace eagle::train {
 
@@ -13,11 +14,14 @@ struct BatchTensors {
   torch::Tensor position_ids;  // [B, T] int64
   torch::Tensor document_ids;  // [B, T] int64, -1 padding
   torch::Tensor loss_mask;     // [B, T] bool
+  model::AttentionSpec attention{};  // padded or packed rows (host values, fixed for the buffers)
 };
 
-// Allocates device buffers of the batch's shape.
-BatchTensors allocate_like(const data::Batch& batch, torch::Device device);
-// Copies the batch into buffers of the same shape without synchronising the host.
+// Allocates device buffers of the batch's shape. max_segments: the static bound on runs of equal
+// document ids per packed row (data::max_segments_per_row of the run's lengths; 0: the row length).
+BatchTensors allocate_like(const data::Batch& batch, torch::Device device, std::int64_t max_segments = 0);
+// Copies the batch into buffers of the same shape without synchronising the host; refuses a batch
+// whose layout the buffers were not made for (padded vs packed, more segments than the bound).
 void copy_into(const data::Batch& batch, BatchTensors& buffers);
 
 }  // namespace eagle::train

@@ -31,4 +31,11 @@ model::HeadStepOutput forward_micro_batch(const model::TargetModel& target, mode
                                           const model::TeacherSpec& teacher, const BatchTensors& batch,
                                           const torch::Tensor& denominators, bool bf16);
 
+// The trainer's step body for one micro-batch: forward_micro_batch, backward (gradients added into
+// the parameters' .grad), and the detached loss and metric sums added into loss_sum [] and
+// metric_sums [K, kMetricColumns]. Reads only tensors, never the host: what a CUDA graph captures.
+void train_micro_batch(const model::TargetModel& target, model::DraftHead& head, const model::TeacherSpec& teacher,
+                       const BatchTensors& batch, const torch::Tensor& denominators, bool bf16,
+                       torch::Tensor& loss_sum, torch::Tensor& metric_sums);
+
 }  // namespace eagle::train
