@@ -84,6 +84,8 @@ TEST_CASE("data-stats prints the histogram and the mode grid as text and JSON", 
     if (m["mode"] == "padding-free, grouped") {
       CHECK(m["padding_efficiency"] == Approx(29.0 / 32.0));
       CHECK(m["batches"] == 1);
+      // Per document: 12^2 + 3^2 + 1 (padding) and 9^2 + 5^2 + 2^2, over 3^2 + 5^2 + 9^2 + 12^2.
+      CHECK(m["attention_vs_ideal"] == Approx(264.0 / 259.0));
     }
   }
   CHECK(configured == 1);
@@ -101,4 +103,37 @@ TEST_CASE("data-stats prints the histogram and the mode grid as text and JSON", 
   CHECK(small.exit_code == 2);
   CHECK(small.output.find("--max_tokens_per_batch: expected 0 or an integer >= "
                           "training_seq_len (16), found 15") != std::string::npos);
+}
+
+TEST_CASE("data-stats --num_ranks shows each rank's share of the epoch", "[data]") {
+  TempDir dir;
+  // Eight samples of 3..10 tokens (52 in all); one row a rank: each global batch of 2 rows splits
+  // into one batch per rank, so both ranks get 4 batches and every token lands on one of them.
+  std::string jsonl;
+  for (int n = 3; n <= 10; ++n) {
+    std::string ids, mask;
+    for (int i = 0; i < n; ++i) {
+      ids += (i ? "," : "") + std::to_string(i + 1);
+      mask += (i ? ",1" : "0");
+    }
+    jsonl += "{\"input_ids\": [" + ids + "], \"loss_mask\": [" + mask + "]}\n";
+  }
+  eagle::test::write_file(dir / "d.jsonl", jsonl);
+  const std::string args = "data-stats --data_path " + (dir / "d.jsonl").string() +
+                           " --training_seq_len 16 --per_device_train_batch_size 1 --log_level warn";
+  auto r = run_cli(args + " --num_ranks 2 --json");
+  REQUIRE(r.exit_code == 0);
+  nlohmann::json j = nlohmann::json::parse(r.output);
+  CHECK(j["num_ranks"] == 2);
+  REQUIRE(j["ranks"].size() == 2);
+  CHECK(j["ranks"][0]["batches"] == 4);
+  CHECK(j["ranks"][1]["batches"] == 4);
+  CHECK(j["ranks"][0]["real_tokens"].get<std::int64_t>() + j["ranks"][1]["real_tokens"].get<std::int64_t>() == 52);
+  auto t = run_cli(args + " --num_ranks 2");
+  REQUIRE(t.exit_code == 0);
+  CHECK(t.output.find("per rank, the options given, 2 ranks (epoch 0)") != std::string::npos);
+  auto one = run_cli(args);
+  REQUIRE(one.exit_code == 0);
+  CHECK(one.output.find("per rank") == std::string::npos);
+  CHECK(run_cli(args + " --num_ranks 0").exit_code == 2);
 }

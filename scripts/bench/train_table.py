@@ -1,9 +1,8 @@
 #!/usr/bin/env python3
 """Summarises the runs of scripts/bench/bench_train.sh into a Markdown table.
 
-Real tokens/s come from output_dir/metrics.jsonl, not summary.json: summary.json's tokens_per_s
-divides by the time since the loop started *including* the final held-out evaluation and the final
-checkpoint, which are not training steps. Here the windows of metrics.jsonl (logging_steps steps
+Real tokens/s come from output_dir/metrics.jsonl rather than summary.json (whose tokens_per_s covers
+every training step, the first ones included): the windows of metrics.jsonl (logging_steps steps
 each) are summed, the first window left out (it holds the first step of each new shape: allocation
 and warm-up), as real tokens over seconds: sum(tokens_per_s * ms_per_step * steps) / sum(ms)."""
 import json

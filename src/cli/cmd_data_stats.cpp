@@ -24,7 +24,8 @@ bool is_configured(const data::ModeReport& r, const data::SamplerOptions& o) {
 }
 
 void print_text(const data::Dataset& ds, const data::LengthSummary& s, const std::vector<data::ModeReport>& modes,
-                const data::SamplerOptions& o, const std::vector<std::int64_t>& suggested) {
+                const data::SamplerOptions& o, const std::vector<std::int64_t>& suggested,
+                const std::vector<data::RankReport>& ranks) {
   const data::TokenStats& st = ds.stats();
   std::cout << fmt::format("{}: {} samples, {} tokens ({} trained); truncated {}, dropped {}, skipped {}\n",
                            ds.source(), s.samples, s.tokens, st.trained_tokens, st.truncated, st.dropped, st.skipped);
@@ -47,9 +48,14 @@ void print_text(const data::Dataset& ds, const data::LengthSummary& s, const std
     std::cout << fmt::format("{} {:<40} {:>10.3f} {:>14} {:>9} {:>12.2f}\n", is_configured(r, o) ? "*" : " ", r.name,
                              r.efficiency, fmt::format("{}/{}", r.shapes_used, r.shapes_possible), r.batches,
                              r.attention_vs_ideal);
-  std::cout << "  (*: the options given; efficiency: real / computed tokens; attention x: dense attention cost over\n"
-               "   the cost of attending within each sample only)\n";
+  std::cout << "  (*: the options given; efficiency: real / computed tokens; attention x: the attention the trainer\n"
+               "   computes (padded rows whole, packed rows per sample) over attending within each sample only)\n";
   std::cout << fmt::format("suggested bucket_boundaries (16 buckets, least padding): {}\n", fmt::join(suggested, ","));
+  if (ranks.size() < 2) return;
+  std::cout << fmt::format("\nper rank, the options given, {} ranks (epoch 0):\n", ranks.size());
+  std::cout << fmt::format("  {:>4} {:>9} {:>14} {:>16}\n", "rank", "batches", "real tokens", "computed tokens");
+  for (const auto& r : ranks)
+    std::cout << fmt::format("  {:>4} {:>9} {:>14} {:>16}\n", r.rank, r.batches, r.real_tokens, r.computed_tokens);
 }
 
 }  // namespace
@@ -64,8 +70,10 @@ void run_data_stats(const config::Options& opts) {
   const data::LengthSummary summary = data::summarize_lengths(lengths);
   const std::vector<data::ModeReport> modes = data::evaluate_grid(lengths, o);
   const std::vector<std::int64_t> suggested = data::suggest_boundaries(lengths, o.training_seq_len);
+  // The configured mode split over num_ranks data-parallel ranks (as torchrun would run it).
+  const std::vector<data::RankReport> ranks = data::evaluate_ranks(lengths, o, opts.num_ranks);
   if (!opts.json) {
-    print_text(ds, summary, modes, o, suggested);
+    print_text(ds, summary, modes, o, suggested, ranks);
     return;
   }
   nlohmann::json j;
@@ -85,6 +93,9 @@ void run_data_stats(const config::Options& opts) {
     j["modes"].back()["configured"] = is_configured(r, o);
   }
   j["suggested_bucket_boundaries"] = suggested;
+  j["num_ranks"] = opts.num_ranks;
+  j["ranks"] = nlohmann::json::array();
+  for (const auto& r : ranks) j["ranks"].push_back(data::to_json(r));
   std::cout << j.dump(2) << "\n";
 }
 

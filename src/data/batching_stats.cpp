@@ -48,21 +48,49 @@ ModeReport evaluate_mode(const std::vector<std::int64_t>& lengths, const Sampler
   EpochPlan plan = plan_epoch(lengths, r.options, 0);
   r.plan_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   std::set<Shape> used;
-  double dense = 0, ideal = 0;
+  double computed = 0, ideal = 0;
+  auto square = [](std::int64_t n) { return static_cast<double>(n) * static_cast<double>(n); };
   for (const auto& step : plan) {
     const BatchPlan& p = step[0];
     ++r.batches;
     r.real_tokens += p.real_tokens(lengths);
     r.computed_tokens += p.computed_tokens();
     used.insert(Shape{p.rows, p.length});
-    dense += static_cast<double>(p.rows) * static_cast<double>(p.length) * static_cast<double>(p.length);
+    if (!p.packed) {
+      computed += static_cast<double>(p.rows) * square(p.length);  // causal over the whole padded row
+      continue;
+    }
+    for (const auto& row : p.row_samples) {  // each document, and the padding run, on its own
+      std::int64_t used_tokens = 0;
+      for (std::int64_t s : row) {
+        computed += square(lengths[static_cast<std::size_t>(s)]);
+        used_tokens += lengths[static_cast<std::size_t>(s)];
+      }
+      computed += square(p.length - used_tokens);
+    }
   }
   for (std::int64_t l : lengths) ideal += static_cast<double>(l) * static_cast<double>(l);
   r.efficiency = r.computed_tokens ? static_cast<double>(r.real_tokens) / static_cast<double>(r.computed_tokens) : 0;
   r.shapes_used = static_cast<std::int64_t>(used.size());
   r.shapes_possible = static_cast<std::int64_t>(possible_shapes(r.options).size());
-  r.attention_vs_ideal = ideal > 0 ? dense / ideal : 0;
+  r.attention_vs_ideal = ideal > 0 ? computed / ideal : 0;
   return r;
+}
+
+std::vector<RankReport> evaluate_ranks(const std::vector<std::int64_t>& lengths, const SamplerOptions& o,
+                                       std::int64_t num_ranks) {
+  std::vector<RankReport> out(static_cast<std::size_t>(num_ranks));
+  for (std::int64_t r = 0; r < num_ranks; ++r) out[static_cast<std::size_t>(r)].rank = r;
+  SamplerOptions ro = o;
+  ro.num_ranks = num_ranks;
+  ro.rank = 0;
+  for (const auto& step : plan_epoch(lengths, ro, 0))
+    for (std::size_t r = 0; r < step.size() && r < out.size(); ++r) {
+      ++out[r].batches;
+      out[r].real_tokens += step[r].real_tokens(lengths);
+      out[r].computed_tokens += step[r].computed_tokens();
+    }
+  return out;
 }
 
 std::vector<std::int64_t> suggest_boundaries(const std::vector<std::int64_t>& lengths, std::int64_t training_seq_len,
@@ -164,6 +192,13 @@ nlohmann::json to_json(const ModeReport& r) {
           {"shapes_used", r.shapes_used},
           {"shapes_possible", r.shapes_possible},
           {"attention_vs_ideal", r.attention_vs_ideal}};
+}
+
+nlohmann::json to_json(const RankReport& r) {
+  return {{"rank", r.rank},
+          {"batches", r.batches},
+          {"real_tokens", r.real_tokens},
+          {"computed_tokens", r.computed_tokens}};
 }
 
 }  // namespace eagle::data

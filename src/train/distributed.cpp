@@ -85,6 +85,9 @@ struct ProcessGroup::Groups {
 ProcessGroup::ProcessGroup(const LaunchInfo& info, torch::Device device, Backend backend, std::chrono::seconds timeout)
     : rank_(info.rank), size_(info.world_size), timeout_(timeout) {
   if (!info.launched) return;
+  EAGLE_CHECK(backend != Backend::nccl || device.is_cuda(),
+              Error(ErrorKind::usage, "ddp_backend nccl reduces CUDA tensors only").place("ddp_backend")
+                  .expected("--device cuda, or ddp_backend auto or gloo").found(device.str()));
   groups_ = std::make_unique<Groups>();
   auto& g = *groups_;
   const std::chrono::milliseconds ms(timeout);
@@ -137,7 +140,10 @@ void ProcessGroup::sum(torch::Tensor& t) {
     std::vector<torch::Tensor> list{t};
     c10d::AllreduceOptions opts;
     opts.timeout = timeout_;
-    return groups_->device->allreduce(list, opts)->wait(timeout_);
+    auto work = groups_->device->allreduce(list, opts);
+    // NCCL: wait() orders the current stream after the collective without blocking the host (its
+    // watchdog enforces the timeout); a wait with a timeout would synchronise every step.
+    return groups_->device_name == "nccl" ? work->wait() : work->wait(timeout_);
   });
 }
 

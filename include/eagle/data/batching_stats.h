@@ -28,15 +28,29 @@ struct ModeReport {
   double efficiency = 0;          // real / computed tokens (for padding-free: the fill ratio)
   std::int64_t shapes_used = 0;   // distinct (rows, length) in epoch 0
   std::int64_t shapes_possible = 0;
-  // Attention cost of dense (masked) attention, sum over rows of length^2, divided by the cost of
-  // attending within each sample only (sum of length^2): 1.0 is the floor a document-aware kernel
-  // reaches.
+  // Attention cost of what the trainer computes (model/attention.h) divided by the cost of attending
+  // within each sample only (sum of sample length^2): a padded row costs its length^2 (causal over
+  // the whole row, padding included); a packed row the sum of its samples' length^2 plus its padding
+  // run's (document-aware kernels), so packing sits just above the floor of 1.0.
   double attention_vs_ideal = 0;
   double plan_ms = 0;             // time to plan the epoch
 };
 
 // Plans epoch 0 with these options (one rank) and measures it.
 ModeReport evaluate_mode(const std::vector<std::int64_t>& lengths, const SamplerOptions& o, std::string name);
+
+// One rank's share of epoch 0 under data parallelism: every rank gets the same number of batches
+// (the planner splits each global batch evenly), the tokens in them differ.
+struct RankReport {
+  std::int64_t rank = 0;
+  std::int64_t batches = 0;
+  std::int64_t real_tokens = 0;
+  std::int64_t computed_tokens = 0;
+};
+
+// Plans epoch 0 with these options for num_ranks ranks and returns each rank's share.
+std::vector<RankReport> evaluate_ranks(const std::vector<std::int64_t>& lengths, const SamplerOptions& o,
+                                       std::int64_t num_ranks);
 
 // The comparison data-stats prints: granularities 0 (the baseline), 64, 128, 256, 512, 1024, the
 // given bucket_boundaries (or the suggested ones), and padding-free, each grouped and not; rows,
@@ -51,5 +65,6 @@ std::vector<std::int64_t> suggest_boundaries(const std::vector<std::int64_t>& le
 
 nlohmann::json to_json(const LengthSummary& s);
 nlohmann::json to_json(const ModeReport& r);
+nlohmann::json to_json(const RankReport& r);
 
 }  // namespace eagle::data
