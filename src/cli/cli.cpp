@@ -33,6 +33,8 @@ const CommandInfo kCommands[] = {
     {Command::inspect, "Check a target model folder and print its architecture", run_inspect},
     {Command::export_, "Export a trained head for SGLang, vLLM or speculators", run_export},
     {Command::eval, "Measure the acceptance rate of a trained or imported head", run_eval},
+    {Command::dump_features, "Run the target once over a dataset and store its features for training without it",
+     run_dump_features},
 };
 
 int run_parsed(CLI::App& app, std::vector<config::BoundFlags>& bound, const std::map<CLI::App*, std::size_t>& index,

@@ -65,7 +65,9 @@ struct Region {
   const std::string* file;
 
   Error bad(const std::string& what) const {
-    return Error(ErrorKind::input, "not an Arrow stream this reader handles").file(*file).found(what)
+    return Error(ErrorKind::input, "not an Arrow stream this reader handles")
+        .file(*file)
+        .found(what)
         .hint("speculators data folders are written by datasets.save_to_disk (Arrow IPC stream, uncompressed)");
   }
   void need(std::size_t pos, std::size_t n) const {
@@ -162,8 +164,8 @@ FieldType parse_field(const Table& field, const Region& r) {
   const auto type = field.scalar<std::uint8_t>(2, 0);
   if (type == kIntType) return int_type(field, r, f);
   if (type != kListType && type != kLargeListType)
-    throw r.bad(fmt::format("column \"{}\" has Arrow type id {} (integers and lists of integers are read)", f.name,
-                            type));
+    throw r.bad(
+        fmt::format("column \"{}\" has Arrow type id {} (integers and lists of integers are read)", f.name, type));
   auto children = field.tables(5);
   if (children.size() != 1 || children[0].scalar<std::uint8_t>(2, 0) != kIntType || children[0].has(4))
     throw r.bad(fmt::format("column \"{}\" is a list of something other than integers", f.name));
@@ -223,7 +225,8 @@ ArrowBatch read_batch(const Table& header, const Region& meta, const Region& fil
       std::int64_t prev = 0;
       for (std::int64_t r = 0; r <= c.rows; ++r) {
         std::int64_t o;
-        if (f.large) std::memcpy(&o, c.offsets + 8 * r, 8);
+        if (f.large)
+          std::memcpy(&o, c.offsets + 8 * r, 8);
         else {
           std::int32_t o32;
           std::memcpy(&o32, c.offsets + 4 * r, 4);
@@ -244,7 +247,8 @@ ArrowBatch read_batch(const Table& header, const Region& meta, const Region& fil
 std::int64_t ArrowColumn::value(std::int64_t k) const {
   const std::uint8_t* p = values + k * (bits / 8);
   switch (bits) {
-    case 8: return is_signed ? static_cast<std::int64_t>(static_cast<std::int8_t>(*p)) : *p;
+    case 8:
+      return is_signed ? static_cast<std::int64_t>(static_cast<std::int8_t>(*p)) : *p;
     case 16: {
       std::uint16_t v;
       std::memcpy(&v, p, 2);

@@ -31,14 +31,18 @@ std::vector<std::string> arrow_files(const fs::path& dir) {
     throw Error(ErrorKind::input, "not valid JSON").file(state.string()).found(e.what());
   }
   EAGLE_CHECK(j.is_object() && j.contains("_data_files") && j["_data_files"].is_array() && !j["_data_files"].empty(),
-              Error(ErrorKind::input, "no data files listed").file(state.string()).place("_data_files")
+              Error(ErrorKind::input, "no data files listed")
+                  .file(state.string())
+                  .place("_data_files")
                   .expected("a list of {\"filename\": \"data-XXXXX-of-YYYYY.arrow\"}"));
   std::vector<std::string> out;
   for (const auto& f : j["_data_files"]) {
     const std::string name = f.is_object() ? f.value("filename", "") : "";
     EAGLE_CHECK(!name.empty() && name.find('/') == std::string::npos && name.find("..") == std::string::npos,
-                Error(ErrorKind::input, "a data file entry is not a plain file name").file(state.string())
-                    .place("_data_files").found(f.dump()));
+                Error(ErrorKind::input, "a data file entry is not a plain file name")
+                    .file(state.string())
+                    .place("_data_files")
+                    .found(f.dump()));
     out.push_back((dir / name).string());
   }
   return out;
@@ -73,8 +77,10 @@ SpeculatorsRows read_speculators_folder(const std::string& path, const LoadOptio
         auto place = [&] { return fmt::format("row {} (hidden_states/hs_{}.safetensors)", row, row); };
         auto [ib, ie] = id_col.list_range(r);
         auto [mb, me] = mask_col.list_range(r);
-        EAGLE_CHECK(ie - ib == me - mb, Error(ErrorKind::input, "input_ids and loss_mask differ in length").file(file)
-                                            .place(place()).found(fmt::format("{} and {}", ie - ib, me - mb)));
+        EAGLE_CHECK(ie - ib == me - mb, Error(ErrorKind::input, "input_ids and loss_mask differ in length")
+                                            .file(file)
+                                            .place(place())
+                                            .found(fmt::format("{} and {}", ie - ib, me - mb)));
         std::int64_t n = ie - ib;
         if (n > opts.training_seq_len) {
           if (opts.overlong_policy == config::OverlongPolicy::drop) {
@@ -93,10 +99,13 @@ SpeculatorsRows read_speculators_folder(const std::string& path, const LoadOptio
         for (std::int64_t p = 0; p < n; ++p) {
           const std::int64_t id = id_col.value(ib + p), m = mask_col.value(mb + p);
           EAGLE_CHECK(id >= 0 && (opts.vocab_size <= 0 || id < opts.vocab_size) && id <= UINT32_MAX,
-                      Error(ErrorKind::input, "token id outside the target's vocabulary").file(file)
+                      Error(ErrorKind::input, "token id outside the target's vocabulary")
+                          .file(file)
                           .place(fmt::format("{}, position {}", place(), p))
-                          .expected(fmt::format("ids in [0, {})", opts.vocab_size)).found(std::to_string(id)));
-          EAGLE_CHECK(m == 0 || m == 1, Error(ErrorKind::input, "loss_mask values must be 0 or 1").file(file)
+                          .expected(fmt::format("ids in [0, {})", opts.vocab_size))
+                          .found(std::to_string(id)));
+          EAGLE_CHECK(m == 0 || m == 1, Error(ErrorKind::input, "loss_mask values must be 0 or 1")
+                                            .file(file)
                                             .place(fmt::format("{}, position {}", place(), p))
                                             .found(std::to_string(m)));
           ids[static_cast<std::size_t>(p)] = static_cast<TokenId>(id);
@@ -107,8 +116,9 @@ SpeculatorsRows read_speculators_folder(const std::string& path, const LoadOptio
       }
     });
   }
-  EAGLE_CHECK(!out.rows.empty(), Error(ErrorKind::input, "the folder holds no usable row").file(path)
-                                     .found(fmt::format("{} rows read", row)));
+  EAGLE_CHECK(
+      !out.rows.empty(),
+      Error(ErrorKind::input, "the folder holds no usable row").file(path).found(fmt::format("{} rows read", row)));
   if (counts.truncated || counts.dropped)
     log::info("data", "{}: {} rows truncated to training_seq_len {}, {} dropped", path, counts.truncated,
               opts.training_seq_len, counts.dropped);

@@ -112,11 +112,10 @@ class Run {
   std::optional<run::DirLock> lock_;  // output_dir is this run's until the process ends
   std::optional<run::CheckpointRef> resume_;
   bool complete_ = false;  // resumed from the last step of a run that completed: nothing to do
-  TrainData data_;
-  model::TargetModel target_;
+  RunInputs inputs_;  // the data; the target, or the stored features standing in for it
   std::shared_ptr<model::DraftHead> head_;
   std::int64_t K_ = 0;
-  model::TeacherSpec teacher_;
+  std::unique_ptr<FeatureSource> features_, heldout_features_;  // the head inputs of each batch
   std::optional<data::Sampler> sampler_;
   std::optional<CudaGraphCache> graphs_;
   std::optional<AdamW> optimizer_;
@@ -164,14 +163,13 @@ Run::Run(const config::Options& o, const std::vector<std::string>& command_line,
     }
   }
 
-  // ---- data, target, head, sampler, optimizer, schedule ----
-  // The data is checked against the target's vocabulary (its config.json) before the weights load.
-  data_ = load_train_data(o_, model::TargetConfig::from_model_dir(o_.model_name_or_path).vocab_size);
-  target_ = load_target(o_, device_);
-  head_ = make_head(o_, target_, data_.train.stats(), device_);
+  // ---- data, target or stored features, head, sampler, optimizer, schedule ----
+  inputs_ = load_run_inputs(o_, device_, Purpose::train);
+  head_ = make_head(o_, inputs_, inputs_.data.train.stats(), device_);
   K_ = head_->config().steps();
-  teacher_ = head_->teacher_spec();
-  sampler_.emplace(data_.train.lengths(), data::SamplerOptions::from(o_));
+  features_ = inputs_.features(/*heldout=*/false, head_->teacher_spec(), device_);
+  if (inputs_.data.heldout) heldout_features_ = inputs_.features(/*heldout=*/true, head_->teacher_spec(), device_);
+  sampler_.emplace(inputs_.data.train.lengths(), data::SamplerOptions::from(o_));
   graphs_.emplace(device_, o_.max_cuda_graphs, sampler_->shapes());
   optimizer_.emplace(model::named_parameters(*head_), AdamWConfig{o_.adam_beta1, o_.adam_beta2, o_.adam_epsilon,
                                                                   o_.weight_decay, o_.max_grad_norm});
@@ -259,7 +257,7 @@ void Run::train_step() {
   // (a) forward + backward of each micro-batch; the loss denominators of the whole step first.
   std::vector<data::Batch> micro;
   for (std::int64_t m = 0; m < o_.gradient_accumulation_steps; ++m)
-    micro.push_back(data::make_batch(data_.train, sampler_->next()));
+    micro.push_back(data::make_batch(inputs_.data.train, sampler_->next()));
   const auto denominators = denominator_tensor(loss_denominators(micro, K_));
   optimizer_->zero_grad();
   optimizer_->set_lr(schedule_.lr(step - 1));
@@ -269,14 +267,13 @@ void Run::train_step() {
     const data::Shape shape{batch.rows, batch.length};
     auto it = buffers_.find(shape);
     if (it == buffers_.end())
-      it =
-          buffers_.emplace(shape, ShapeBuffers{allocate_like(batch, device_), torch::zeros({K_}, step_loss_.options())})
-              .first;
+      it = buffers_.emplace(shape, ShapeBuffers{features_->allocate(batch), torch::zeros({K_}, step_loss_.options())})
+               .first;
     ShapeBuffers& buf = it->second;
-    copy_into(batch, buf.batch);
+    features_->fill(batch, buf.batch);
     buf.denominators.copy_(denominators, /*non_blocking=*/device_.is_cuda());
     graphs_->run(shape, [&] {
-      auto out = forward_micro_batch(target_, *head_, teacher_, buf.batch, buf.denominators, o_.bf16);
+      auto out = forward_micro_batch(*features_, *head_, buf.batch, buf.denominators, o_.bf16);
       out.loss.backward();
       step_loss_.add_(out.loss.detach());
       window_->metrics.add_(out.metric_sums);
@@ -306,10 +303,11 @@ void Run::side_work(F&& f) {
 }
 
 const io::EvalStats* Run::evaluate() {
-  if (!data_.heldout || data_.heldout->size() == 0) return nullptr;
+  if (!inputs_.data.heldout || inputs_.data.heldout->size() == 0) return nullptr;
   graphs_->synchronize();
   side_work([&] {
-    last_eval_ = train::evaluate(target_, *head_, teacher_, *data_.heldout, eval_settings_, state_.step);
+    last_eval_ = train::evaluate(*heldout_features_, inputs_.target ? &*inputs_.target : nullptr, *head_,
+                                 *inputs_.data.heldout, eval_settings_, state_.step);
   });
   return &*last_eval_;
 }

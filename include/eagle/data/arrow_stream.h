@@ -15,11 +15,11 @@ namespace eagle::data {
 // One column of one record batch, viewing the mapped file.
 struct ArrowColumn {
   std::string name;
-  bool is_list = false;            // list<int> (or large_list<int>) instead of one int per row
-  int bits = 64;                   // width of the integers: 8, 16, 32 or 64
+  bool is_list = false;  // list<int> (or large_list<int>) instead of one int per row
+  int bits = 64;         // width of the integers: 8, 16, 32 or 64
   bool is_signed = true;
   std::int64_t rows = 0;
-  std::int64_t value_count = 0;    // integers in `values` (= rows for a plain column)
+  std::int64_t value_count = 0;  // integers in `values` (= rows for a plain column)
   const std::uint8_t* values = nullptr;
   const std::uint8_t* offsets = nullptr;  // lists: rows + 1 offsets into values
   bool large_offsets = false;             // int64 offsets (large_list) instead of int32
