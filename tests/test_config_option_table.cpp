@@ -96,10 +96,16 @@ TEST_CASE("bad values are rejected naming the flag", "[config]") {
 TEST_CASE("required options are declared in the table and all missing ones are named at once", "[config]") {
   Options o;
   std::string msg = error_text([&] { check_required(o, Command::train); });
-  CHECK(msg == "train needs --data_path, --model_name_or_path (hint: eagle-train train --help describes every option)");
+  CHECK(msg == "train needs --data_path (or --features_path), --model_name_or_path (or --features_path) (hint: "
+               "eagle-train train --help describes every option)");
   msg = error_text([&] { check_required(o, Command::eval); });
-  CHECK(msg == "eval needs --data_path (or --eval_data_path), --model_name_or_path, --checkpoint (hint: eagle-train "
-               "eval --help describes every option)");
+  CHECK(msg == "eval needs --data_path (or --eval_data_path or --features_path), --model_name_or_path (or "
+               "--features_path), --checkpoint (hint: eagle-train eval --help describes every option)");
+  Options offline;
+  offline.features_path = "features";
+  CHECK_NOTHROW(check_required(offline, Command::train));  // stored features stand in for data and target
+  CHECK_THAT(error_text([] { check_required(Options{}, Command::dump_features); }),
+             Catch::Contains("dump-features needs --data_path, --output, --model_name_or_path"));
   o.eval_data_path = "held.jsonl";
   o.model_name_or_path = "m";
   o.checkpoint = "c";

@@ -47,10 +47,9 @@ config::Options smoke_options(bool packed, const std::string& model_dir = "") {
 struct Rig {
   config::Options o;
   torch::Device device;
-  train::TrainData data;
-  model::TargetModel target;
+  train::RunInputs inputs;
   std::shared_ptr<model::DraftHead> head;
-  model::TeacherSpec teacher;
+  std::unique_ptr<train::FeatureSource> features;
   data::Sampler sampler;
   train::AdamW optimizer;
   std::int64_t max_segments;
@@ -59,21 +58,21 @@ struct Rig {
   Rig(config::Options opts, torch::Device dev)
       : o(std::move(opts)),
         device(dev),
-        data(train::load_train_data(o, model::TargetConfig::from_model_dir(o.model_name_or_path).vocab_size)),
-        target(train::load_target(o, device)),
-        head(seeded_head(o, target, data, device)),
-        teacher(head->teacher_spec()),
-        sampler(data.train.lengths(), data::SamplerOptions::from(o)),
+        inputs(train::load_run_inputs(o, device, train::Purpose::train)),
+        head(seeded_head(o, inputs, device)),
+        features(inputs.features(/*heldout=*/false, head->teacher_spec(), device)),
+        sampler(inputs.data.train.lengths(), data::SamplerOptions::from(o)),
         optimizer(model::named_parameters(*head), train::AdamWConfig{0.9, 0.95, 1e-8, 0.0, 1.0}),
-        max_segments(o.padding_free ? data::max_segments_per_row(data.train.lengths(), o.training_seq_len) : 0) {
+        max_segments(o.padding_free ? data::max_segments_per_row(inputs.data.train.lengths(), o.training_seq_len)
+                                    : 0) {
     const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
     step_loss = torch::zeros({}, f32);
     metrics = torch::zeros({head->config().steps(), model::kMetricColumns}, f32);
   }
-  static std::shared_ptr<model::DraftHead> seeded_head(const config::Options& o, const model::TargetModel& target,
-                                                       const train::TrainData& data, torch::Device device) {
+  static std::shared_ptr<model::DraftHead> seeded_head(const config::Options& o, const train::RunInputs& inputs,
+                                                       torch::Device device) {
     torch::manual_seed(7);
-    return train::make_head(o, target, data.train.stats(), device);
+    return train::make_head(o, inputs, inputs.data.train.stats(), device);
   }
 };
 
@@ -99,7 +98,7 @@ TEST_CASE("the training step body reads nothing back on the host, padded and pac
       INFO("packed " << packed << ", model " << (model_dir.empty() ? "tiny-llama" : "dynamic RoPE"));
       Rig rig(smoke_options(packed, model_dir), torch::kCPU);
       for (int step = 0; step < 2; ++step) {
-        auto batch = data::make_batch(rig.data.train, rig.sampler.next());
+        auto batch = data::make_batch(rig.inputs.data.train, rig.sampler.next());
         CHECK(batch.packed == packed);
         auto buffers = train::allocate_like(batch, torch::kCPU, rig.max_segments);
         train::copy_into(batch, buffers);
@@ -109,8 +108,7 @@ TEST_CASE("the training step body reads nothing back on the host, padded and pac
         // fused CPU kernel reads the lr and step tensors on the host where its CUDA kernel reads
         // them on the device; the [gpu] test counts without that exemption.
         test::HostSyncProbe probe({"aten::_fused_adamw_"});
-        train::train_micro_batch(rig.target, *rig.head, rig.teacher, buffers, denominators, false, rig.step_loss,
-                                 rig.metrics);
+        train::train_micro_batch(*rig.features, *rig.head, buffers, denominators, false, rig.step_loss, rig.metrics);
         rig.optimizer.step(rig.step_loss);
         INFO(probe.names());
         CHECK(probe.count() == 0);
@@ -140,7 +138,7 @@ TEST_CASE("graphed training steps equal eager ones, one capture per shape, then 
       std::map<data::Shape, torch::Tensor> denominators;
       test::HostSyncProbe probe;
       for (int step = 0; step < 12; ++step) {
-        auto batch = data::make_batch(rig.data.train, rig.sampler.next());
+        auto batch = data::make_batch(rig.inputs.data.train, rig.sampler.next());
         const data::Shape shape{batch.rows, batch.length};
         if (!buffers.count(shape)) {
           buffers.emplace(shape, train::allocate_like(batch, rig.device, rig.max_segments));
@@ -155,7 +153,7 @@ TEST_CASE("graphed training steps equal eager ones, one capture per shape, then 
         rig.step_loss.zero_();
         const int before = probe.count();
         cache.run(shape, [&] {
-          train::train_micro_batch(rig.target, *rig.head, rig.teacher, buffers.at(shape), denominators.at(shape), false,
+          train::train_micro_batch(*rig.features, *rig.head, buffers.at(shape), denominators.at(shape), false,
                                    rig.step_loss, rig.metrics);
         });
         cache.run(train::kOptimizerUpdate, [&] { rig.optimizer.step(rig.step_loss); });

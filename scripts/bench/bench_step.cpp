@@ -146,9 +146,10 @@ ModeResult run_mode(const std::string& name, config::Options o, bool graphed, co
   }
 #endif
   torch::manual_seed(7);
-  auto head = train::make_head(o, target, dataset.stats(), device);
+  const auto inputs = train::online_inputs(target, "random " + target.config().architecture);
+  auto head = train::make_head(o, inputs, dataset.stats(), device);
   train::AdamW optimizer(model::named_parameters(*head), train::AdamWConfig{0.9, 0.95, 1e-8, 0.0, 0.5});
-  const auto teacher = head->teacher_spec();
+  const auto features = train::online_features(target, head->teacher_spec());
   const auto K = head->config().steps();
   data::Sampler sampler(dataset.lengths(), data::SamplerOptions::from(o));
   const auto counts = sampler.shape_counts(0);
@@ -188,7 +189,7 @@ ModeResult run_mode(const std::string& name, config::Options o, bool graphed, co
       optimizer.set_lr(1e-5);
       step_loss.zero_();
       cache.run(shape, [&] {
-        train::train_micro_batch(target, *head, teacher, buffers, denominators, o.bf16, step_loss, metrics);
+        train::train_micro_batch(*features, *head, buffers, denominators, o.bf16, step_loss, metrics);
       });
       cache.run(train::kOptimizerUpdate, [&] { optimizer.step(step_loss); });
     };

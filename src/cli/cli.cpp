@@ -35,6 +35,8 @@ const CommandInfo kCommands[] = {
     {Command::eval, "Measure the acceptance rate of a trained or imported head", run_eval},
     {Command::generate, "Regenerate the replies of training samples with the target (batched, resumable)",
      run_generate},
+    {Command::dump_features, "Run the target once over a dataset and store its features for training without it",
+     run_dump_features},
 };
 
 int run_parsed(CLI::App& app, std::vector<config::BoundFlags>& bound, const std::map<CLI::App*, std::size_t>& index,

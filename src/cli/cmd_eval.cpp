@@ -16,6 +16,7 @@
 #include "eagle/model/head_io.h"
 #include "eagle/run/summary.h"
 #include "eagle/train/evaluate.h"
+#include "eagle/train/feature_store.h"
 #include "eagle/train/runtime.h"
 #include "eagle/train/setup.h"
 #include "eagle/util/error.h"
@@ -72,18 +73,28 @@ void run_eval(const config::Options& opts) {
   check_output_writable(opts.output);
   train::configure_runtime(opts);
   const torch::Device device = train::resolve_device(opts.device);
-  auto target = train::load_target(opts, device);
   auto loaded = model::load_head(opts.checkpoint, device);
-  check_compatible(loaded.config, target.config(), opts.checkpoint);
   auto& head = *loaded.head;
   check_finite(head, opts.checkpoint);
-  head.set_target_weights(target.embedding_weight(), target.lm_head_weight());
-  // The layers the head was trained on decide the target features it reads.
-  if (loaded.config.eagle_version == 3) target.set_aux_layer_ids(loaded.config.aux_layer_ids);
-  const data::Dataset heldout = train::load_eval_data(opts, target.config().vocab_size);
+  // Checked against the target's config.json before anything heavy is read.
+  const std::string target_dir = !opts.model_name_or_path.empty() ? opts.model_name_or_path
+                                 : train::is_features_folder(opts.features_path)
+                                     ? (std::filesystem::path(opts.features_path) / train::kFeaturesTargetDir).string()
+                                     : std::string();
+  if (!target_dir.empty())
+    check_compatible(loaded.config, model::TargetConfig::from_model_dir(target_dir), opts.checkpoint);
+  // The head decides what it reads: the target layers it was trained on.
+  config::Options o = opts;
+  o.eagle_version = loaded.config.eagle_version;
+  if (loaded.config.eagle_version == 3) o.aux_hidden_state_layer_ids = loaded.config.aux_layer_ids;
+  const auto inputs = train::load_run_inputs(o, device, train::Purpose::eval);
+  head.set_target_weights(inputs.ends.embed, inputs.ends.lm_head);
+  const data::Dataset& heldout = *inputs.data.heldout;
 
   const auto settings = train::EvalSettings::from(opts, loaded.config.ttt_steps);
-  auto stats = train::evaluate(target, head, head.teacher_spec(), heldout, settings, 0);
+  const auto features = inputs.features(/*heldout=*/true, head.teacher_spec(), device);
+  auto stats =
+      train::evaluate(*features, inputs.target ? &*inputs.target : nullptr, head, heldout, settings, /*step=*/0);
 
   nlohmann::json j = io::to_json(stats);
   j.erase("step");

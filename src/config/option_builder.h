@@ -242,9 +242,9 @@ class Entry {
     e_.check = [field = field_, f = std::move(f)](const Options& o) { return f(o.*field, o); };
     return *this;
   }
-  // The subcommands that cannot run without it (or without `alternative`, when that is given).
-  Entry& required(CommandMask commands, std::string alternative = "") {
-    e_.required.push_back({commands, std::move(alternative)});
+  // The subcommands that cannot run without it (or without one of `alternatives`).
+  Entry& required(CommandMask commands, std::vector<std::string> alternatives = {}) {
+    e_.required.push_back({commands, std::move(alternatives)});
     return *this;
   }
   Entry& not_in_config() {

@@ -17,7 +17,8 @@ constexpr CommandMask kInspect = mask(Command::inspect);
 constexpr CommandMask kExport = mask(Command::export_);
 constexpr CommandMask kEval = mask(Command::eval);
 constexpr CommandMask kGenerate = mask(Command::generate);
-constexpr CommandMask kAll = kTrain | kPrepare | kStats | kInspect | kExport | kEval | kGenerate;
+constexpr CommandMask kDump = mask(Command::dump_features);
+constexpr CommandMask kAll = kTrain | kPrepare | kStats | kInspect | kExport | kEval | kGenerate | kDump;
 
 std::string check_increasing(const std::vector<std::int64_t>& v) {
   for (std::size_t i = 0; i < v.size(); ++i) {
@@ -31,24 +32,26 @@ std::vector<OptionEntry> declare_options() {
   Table t;
   using G = Group;
   // data
-  t.add(&Options::data_path, "data_path", G::data, kTrain | kStats | kEval | kGenerate,
+  t.add(&Options::data_path, "data_path", G::data, kTrain | kStats | kEval | kGenerate | kDump,
         "Training data: a prepared dataset folder (eagle-train prepare), a .jsonl/.json file "
         "(optionally .gz), or a folder of them; generate: the samples whose replies are regenerated "
         "(of a prepared folder, its train split)")
-      .required(kTrain | kStats | kGenerate)
-      .required(kEval, "eval_data_path");
-  t.add(&Options::eval_data_path, "eval_data_path", G::data, kTrain | kEval,
+      .required(kStats | kGenerate | kDump)
+      .required(kTrain, {"features_path"})
+      .required(kEval, {"eval_data_path", "features_path"});
+  t.add(&Options::eval_data_path, "eval_data_path", G::data, kTrain | kEval | kDump,
         "Held-out data for evaluation, same formats as data_path; empty: the validation split of a "
         "prepared data_path");
-  t.add(&Options::training_seq_len, "training_seq_len", G::data, kTrain | kPrepare | kStats | kEval | kGenerate,
+  t.add(&Options::training_seq_len, "training_seq_len", G::data,
+        kTrain | kPrepare | kStats | kEval | kGenerate | kDump,
         "Maximum tokens per sample; longer samples follow overlong_policy; generate: the context, prompts "
         "and replies together")
       .range(4, 1 << 20);
-  t.add(&Options::bucket_granularity, "bucket_granularity", G::data, kTrain | kStats | kEval,
+  t.add(&Options::bucket_granularity, "bucket_granularity", G::data, kTrain | kStats | kEval | kDump,
         "Each batch is padded to its longest sample rounded up to a multiple of this many tokens "
         "(capped at training_seq_len); 0: pad every batch to training_seq_len")
       .range(0);
-  t.add(&Options::bucket_boundaries, "bucket_boundaries", G::data, kTrain | kStats | kEval,
+  t.add(&Options::bucket_boundaries, "bucket_boundaries", G::data, kTrain | kStats | kEval | kDump,
         "Explicit bucket lengths in tokens, strictly increasing (a batch is padded to the smallest "
         "one that fits); empty: use bucket_granularity")
       .check([](const std::vector<std::int64_t>& v, const Options&) { return check_increasing(v); });
@@ -57,7 +60,7 @@ std::vector<OptionEntry> declare_options() {
         "batches); false: plain random order");
   t.add(&Options::padding_free, "padding_free", G::data, kTrain | kStats | kEval,
         "Pack samples into rows without padding; attention and TTT chains never cross samples");
-  t.add(&Options::max_tokens_per_batch, "max_tokens_per_batch", G::data, kTrain | kStats | kEval,
+  t.add(&Options::max_tokens_per_batch, "max_tokens_per_batch", G::data, kTrain | kStats | kEval | kDump,
         "Fill each micro-batch up to this many tokens, padding counted; 0: a fixed "
         "per_device_train_batch_size rows")
       .check([](std::int64_t v, const Options& o) {
@@ -66,33 +69,46 @@ std::vector<OptionEntry> declare_options() {
                    ? std::string()
                    : fmt::format("0 or an integer >= training_seq_len ({})", o.training_seq_len);
       });
-  t.add(&Options::bad_sample_policy, "bad_sample_policy", G::data, kTrain | kPrepare | kStats | kEval | kGenerate,
+  t.add(&Options::bad_sample_policy, "bad_sample_policy", G::data,
+        kTrain | kPrepare | kStats | kEval | kGenerate | kDump,
         "A malformed sample: error stops at the first, skip counts them and logs the first few");
-  t.add(&Options::overlong_policy, "overlong_policy", G::data, kTrain | kPrepare | kStats | kEval | kGenerate,
+  t.add(&Options::overlong_policy, "overlong_policy", G::data, kTrain | kPrepare | kStats | kEval | kGenerate | kDump,
         "A sample longer than training_seq_len: truncate it, or drop it (counted and logged); generate: "
         "a turn whose prompt does not fit ends the sample before it (truncate) or drops the sample (drop)");
-  t.add(&Options::validation_fraction, "validation_fraction", G::data, kTrain | kPrepare | kEval,
+  t.add(&Options::validation_fraction, "validation_fraction", G::data, kTrain | kPrepare | kEval | kDump,
         "Fraction of samples held out as the validation split (seeded by seed; eval: the run's value finds its "
         "split of JSON data again); 0: none")
       .range(0.0, 0.5);
   t.add(&Options::input, "input", G::data, kPrepare,
         "prepare: input .jsonl/.json files (optionally .gz) or folders of them")
       .required(kPrepare);
-  t.add(&Options::output, "output", G::data, kPrepare | kExport | kEval | kGenerate,
+  t.add(&Options::output, "output", G::data, kPrepare | kExport | kEval | kGenerate | kDump,
         "prepare: the dataset folder to write; export: the head folder to write; eval: a JSON file "
-        "to write the result to; generate: the .jsonl file to write")
-      .required(kPrepare | kExport | kGenerate);
+        "to write the result to; generate: the .jsonl file to write; dump-features: the features folder to write (or "
+        "to complete)")
+      .required(kPrepare | kExport | kGenerate | kDump);
+  t.add(&Options::features_path, "features_path", G::data, kTrain | kEval,
+        "Train or evaluate from stored target features instead of running the target in every step: a folder "
+        "written by dump-features, or a speculators offline data folder (docs/offline.md); empty: run the target");
+  t.add(&Options::features_dtype, "features_dtype", G::data, kDump,
+        "dump-features: dtype of the stored hidden states; auto: the dtype the target runs in (the teacher is then "
+        "the online one exactly)");
+  t.add(&Options::features_shard_mb, "features_shard_mb", G::data, kDump,
+        "dump-features: largest shard file in MiB (a longer sample gets a shard of its own)")
+      .range(1, 1 << 24);
   t.add(&Options::json, "json", G::log, kStats | kInspect | kEval, "Print the result as JSON");
   // model
   t.add(&Options::model_name_or_path, "model_name_or_path", G::model,
-        kTrain | kInspect | kEval | kExport | kGenerate,
+        kTrain | kInspect | kEval | kExport | kGenerate | kDump,
         "Target model folder in the Hugging Face layout (config.json, *.safetensors); export: the target whose "
-        "embedding a speculators export carries (default: the one the head names)")
-      .required(kTrain | kInspect | kEval | kGenerate);
-  t.add(&Options::target_dtype, "target_dtype", G::model, kTrain | kInspect | kEval | kGenerate,
+        "embedding a speculators export carries (default: the one the head names); with features_path: the "
+        "target for the AR (a speculators folder also takes its final norm and LM head from it)")
+      .required(kInspect | kGenerate | kDump)
+      .required(kTrain | kEval, {"features_path"});
+  t.add(&Options::target_dtype, "target_dtype", G::model, kTrain | kInspect | kEval | kGenerate | kDump,
         "Dtype of the frozen target's weights and forward; auto: the checkpoint's dtype");
   t.add(&Options::aux_hidden_state_layer_ids, "aux_hidden_state_layer_ids", G::model,
-        kTrain | kInspect | kEval,
+        kTrain | kInspect | kEval | kDump,
         "EAGLE-3 target layers whose inputs are fused, input-of-layer convention "
         "(hidden_states[id]); exactly 3 for EAGLE-3 (what SGLang and vLLM fuse); empty: [2, L/2, L-3] (models "
         "under 7 layers: docs/models.md)")
@@ -104,7 +120,7 @@ std::vector<OptionEntry> declare_options() {
         return std::string();
       });
   // draft
-  t.add(&Options::eagle_version, "eagle_version", G::draft, kTrain | kEval | kExport,
+  t.add(&Options::eagle_version, "eagle_version", G::draft, kTrain | kEval | kExport | kDump,
         "Draft head: 3 (EAGLE-3, three fused layers, training-time test) or 1 (EAGLE-1)")
       .check([](std::int64_t v, const Options&) { return v == 1 || v == 3 ? "" : "1 or 3"; });
   t.add(&Options::ttt_steps, "ttt_steps", G::draft, kTrain | kEval,
@@ -118,7 +134,8 @@ std::vector<OptionEntry> declare_options() {
         "vocabulary")
       .range(2);
   // train
-  t.add(&Options::per_device_train_batch_size, "per_device_train_batch_size", G::train, kTrain | kStats | kEval,
+  t.add(&Options::per_device_train_batch_size, "per_device_train_batch_size", G::train,
+        kTrain | kStats | kEval | kDump,
         "Rows per micro-batch (when max_tokens_per_batch is 0)")
       .range(1);
   t.add(&Options::gradient_accumulation_steps, "gradient_accumulation_steps", G::train, kTrain,
@@ -135,7 +152,7 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::nan_policy, "nan_policy", G::train, kTrain,
         "A non-finite loss or gradient: error stops the run naming the step; skip skips the update "
         "and goes on");
-  t.add(&Options::max_cuda_graphs, "max_cuda_graphs", G::train, kTrain | kGenerate,
+  t.add(&Options::max_cuda_graphs, "max_cuda_graphs", G::train, kTrain | kGenerate | kDump,
         "Batch shapes captured as CUDA graphs on GPU; others run eagerly; 0: none (generate: decode "
         "steps, one shape per 256 cached columns)")
       .range(0);
@@ -234,7 +251,7 @@ std::vector<OptionEntry> declare_options() {
         "data-stats: data-parallel ranks to plan for (per-rank batch counts); train takes WORLD_SIZE from torchrun")
       .range(1, 1 << 16);
   // runtime
-  t.add(&Options::device, "device", G::runtime, kTrain | kInspect | kEval | kGenerate,
+  t.add(&Options::device, "device", G::runtime, kTrain | kInspect | kEval | kGenerate | kDump,
         "auto (cuda when available, else cpu), cpu, cuda or cuda:N")
       .check([](const std::string& d, const Options&) {
         if (d == "auto" || d == "cpu" || d == "cuda") return std::string();
@@ -264,13 +281,14 @@ std::string_view command_name(Command c) {
     case Command::export_: return "export";
     case Command::eval: return "eval";
     case Command::generate: return "generate";
+    case Command::dump_features: return "dump-features";
   }
   return "?";
 }
 
 const std::vector<Command>& all_commands() {
   static const std::vector<Command> v{Command::train,   Command::prepare, Command::data_stats, Command::inspect,
-                                      Command::export_, Command::eval,    Command::generate};
+                                      Command::export_, Command::eval,    Command::generate, Command::dump_features};
   return v;
 }
 

@@ -145,9 +145,15 @@ void check_required(const Options& opts, Command command) {
   for (const auto& e : option_table()) {
     for (const auto& r : e.required) {
       if (!(r.commands & mask(command)) || e.is_set(opts)) continue;
-      const OptionEntry* alt = r.alternative.empty() ? nullptr : find_option(r.alternative);
-      if (alt && alt->is_set(opts)) continue;
-      missing.push_back(alt ? fmt::format("--{} (or --{})", e.name, alt->name) : "--" + e.name);
+      bool stood_in = false;
+      std::string alternatives;
+      for (const auto& name : r.alternatives) {
+        const OptionEntry* alt = find_option(name);
+        stood_in = stood_in || (alt && alt->is_set(opts));
+        alternatives += (alternatives.empty() ? " (or --" : " or --") + name;
+      }
+      if (stood_in) continue;
+      missing.push_back("--" + e.name + alternatives + (alternatives.empty() ? "" : ")"));
     }
   }
   if (!missing.empty()) {

@@ -40,9 +40,9 @@ void Eagle3Head::set_target_weights(const torch::Tensor& embedding, const torch:
   inv_freq_ = inv_freq_.to(fc->weight.device());
 }
 
-void Eagle3Head::init_from_target(const TargetModel& target) {
-  set_target_weights(target.embedding_weight(), target.lm_head_weight());
-  init_lm_head_from_target(target.lm_head_weight());
+void Eagle3Head::init_from_target(const torch::Tensor& embedding, const torch::Tensor& lm_head_weight) {
+  set_target_weights(embedding, lm_head_weight);
+  init_lm_head_from_target(lm_head_weight);
 }
 
 void Eagle3Head::init_lm_head_from_target(const torch::Tensor& target_lm_head) {

@@ -155,9 +155,11 @@ std::string list_some(const std::vector<std::string>& v) {
   return s;
 }
 
-// Checks names and shapes against the config and throws one error naming every problem.
+// Checks names and shapes against the config and throws one error naming every problem; tensors
+// beyond `expected` are problems too unless extras_allowed.
 void check_tensors(const fs::path& dir, const Checkpoint& ck,
-                   const std::map<std::string, std::vector<std::int64_t>>& expected, const TargetConfig& c) {
+                   const std::map<std::string, std::vector<std::int64_t>>& expected, const TargetConfig& c,
+                   bool extras_allowed = false) {
   std::vector<std::string> missing, unexpected, wrong;
   for (const auto& [name, shape] : expected) {
     auto it = ck.where.find(name);
@@ -169,7 +171,7 @@ void check_tensors(const fs::path& dir, const Checkpoint& ck,
     if (got != shape) wrong.push_back(fmt::format("{} {} (expected {})", name, got, shape));
   }
   for (const auto& [name, file] : ck.where) {
-    if (expected.count(name)) continue;
+    if (expected.count(name) || extras_allowed) continue;
     // Harmless extras: a tied checkpoint that still stores lm_head, and the RoPE buffers of old exports.
     if (c.tie_word_embeddings && name == "lm_head.weight") continue;
     if (name.size() > 20 && name.ends_with("rotary_emb.inv_freq")) continue;
@@ -193,6 +195,27 @@ torch::ScalarType dtype_of_name(const std::string& s) {
   return torch::kFloat32;
 }
 
+bool is_float(torch::ScalarType t) { return t == torch::kFloat32 || t == torch::kBFloat16 || t == torch::kFloat16; }
+
+// The dtype the target runs in: `dtype`, or for Undefined the checkpoint's (its embedding's, else
+// config.json's); every expected tensor must be floating point.
+torch::ScalarType resolve_dtype(torch::ScalarType dtype, const Checkpoint& ck,
+                                const std::map<std::string, std::vector<std::int64_t>>& expected,
+                                const TargetConfig& c) {
+  const auto stored = ck.files[ck.where.at("model.embed_tokens.weight")].dtype("model.embed_tokens.weight");
+  if (dtype == torch::ScalarType::Undefined) dtype = is_float(stored) ? stored : dtype_of_name(c.dtype);
+  EAGLE_CHECK(is_float(dtype), Error(ErrorKind::usage, "the target dtype must be float32, bfloat16 or float16")
+                                   .found(std::string(c10::toString(dtype))));
+  for (const auto& [name, shape] : expected) {
+    const auto t = ck.files[ck.where.at(name)].dtype(name);
+    EAGLE_CHECK(is_float(t),
+                Error(ErrorKind::input, "weights must be floating point (quantized checkpoints are not read)")
+                    .file(ck.files[ck.where.at(name)].path()).place(fmt::format("tensor \"{}\"", name))
+                    .found(std::string(c10::toString(t))));
+  }
+  return dtype;
+}
+
 }  // namespace
 
 TargetConfig TargetConfig::from_model_dir(const std::string& dir) {
@@ -212,20 +235,7 @@ TargetModel TargetModel::load(const std::string& dir_name, torch::ScalarType dty
   check_tensors(dir, ck, expected, c);
 
   auto raw = [&](const std::string& name) { return ck.files[ck.where.at(name)].get(name); };
-  const auto stored = raw("model.embed_tokens.weight").scalar_type();
-  if (dtype == torch::ScalarType::Undefined)
-    dtype = (stored == torch::kFloat32 || stored == torch::kBFloat16 || stored == torch::kFloat16)
-                ? stored : dtype_of_name(c.dtype);
-  EAGLE_CHECK(dtype == torch::kFloat32 || dtype == torch::kBFloat16 || dtype == torch::kFloat16,
-              Error(ErrorKind::usage, "the target dtype must be float32, bfloat16 or float16")
-                  .found(std::string(c10::toString(dtype))));
-  for (const auto& [name, shape] : expected) {
-    const auto t = ck.files[ck.where.at(name)].dtype(name);
-    EAGLE_CHECK(t == torch::kFloat32 || t == torch::kBFloat16 || t == torch::kFloat16,
-                Error(ErrorKind::input, "weights must be floating point (quantized checkpoints are not read)")
-                    .file(ck.files[ck.where.at(name)].path()).place(fmt::format("tensor \"{}\"", name))
-                    .found(std::string(c10::toString(t))));
-  }
+  dtype = resolve_dtype(dtype, ck, expected, c);
   // On CPU in the stored dtype, to() returns the mapping's view itself: no copy.
   auto m = assemble(c, dtype, device, [&](const std::string& name) { return raw(name).to(device, dtype); });
   log::info("model", "loaded {} ({} layers, hidden {}, vocab {}, {} parameters) as {} on {}", c.architecture,
@@ -290,6 +300,28 @@ TargetModel TargetModel::assemble(const TargetConfig& c, torch::ScalarType dtype
   TargetModel m;
   m.impl_ = std::move(impl);
   return m;
+}
+
+TargetEnds TargetModel::load_ends(const std::string& dir_name, torch::ScalarType dtype, torch::Device device) {
+  TargetEnds e;
+  e.config = TargetConfig::from_model_dir(dir_name);
+  const auto& c = e.config;
+  const auto ck = open_checkpoint(fs::path(dir_name));
+  auto expected = expected_tensors(c);
+  std::erase_if(expected, [](const auto& kv) { return kv.first.rfind("model.layers.", 0) == 0; });
+  check_tensors(fs::path(dir_name), ck, expected, c, /*extras_allowed=*/true);
+  e.dtype = resolve_dtype(dtype, ck, expected, c);
+  auto get = [&](const std::string& name) { return ck.files[ck.where.at(name)].get(name).to(device, e.dtype); };
+  e.embed = get("model.embed_tokens.weight");
+  e.final_norm = get("model.norm.weight");
+  e.lm_head = c.tie_word_embeddings ? e.embed : get("lm_head.weight");
+  log::info("model", "loaded the ends of {} (embedding, final norm, LM head; no decoder layer) as {} on {}", dir_name,
+            c10::toString(e.dtype), device.str());
+  return e;
+}
+
+TargetEnds TargetModel::ends() const {
+  return {impl_->cfg, impl_->dtype, impl_->embed, impl_->final_norm, impl_->lm_head};
 }
 
 const TargetConfig& TargetModel::config() const { return impl_->cfg; }

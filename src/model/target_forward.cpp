@@ -68,8 +68,7 @@ TargetOutput TargetModel::forward(const TargetBatch& batch, const TeacherSpec& t
   check_batch_tensor(batch.input_ids, "input_ids", batch.input_ids, m.device);
   check_batch_tensor(batch.position_ids, "position_ids", batch.input_ids, m.device);
   check_batch_tensor(batch.document_ids, "document_ids", batch.input_ids, m.device);
-  EAGLE_CHECK(teacher.chunk_tokens > 0, Error(ErrorKind::usage, "chunk_tokens must be positive"));
-  const auto B = batch.input_ids.size(0), T = batch.input_ids.size(1), L = m.cfg.num_hidden_layers;
+  const auto T = batch.input_ids.size(1), L = m.cfg.num_hidden_layers;
 
   auto [cos, sin] = m.rope(batch.position_ids);
   // Causal attention alone for padded rows; within each document for packed ones (attention.h).
@@ -95,19 +94,36 @@ TargetOutput TargetModel::forward(const TargetBatch& batch, const TeacherSpec& t
   keep(L, out.final_hidden);
   out.aux_hidden = aux.size() == 1 ? aux[0] : torch::cat(aux, -1);
 
-  // The LM head in chunks of rows: [chunk, V] at a time instead of [B, T, V].
+  auto t = lm_head_teacher(out.final_hidden, m.lm_head, teacher);
+  out.target_argmax = t.argmax;
+  out.teacher_logits = t.logits;
+  return out;
+}
+
+TeacherOutput lm_head_teacher(const torch::Tensor& final_hidden, const torch::Tensor& lm_head,
+                              const TeacherSpec& teacher) {
+  torch::NoGradGuard no_grad;
+  EAGLE_CHECK(teacher.chunk_tokens > 0, Error(ErrorKind::usage, "chunk_tokens must be positive"));
+  // The LM head in chunks of rows: [chunk, V] at a time instead of [.., V].
   const bool with_draft = teacher.draft_ids.defined();
-  const auto draft_ids = with_draft ? teacher.draft_ids.to(m.device, torch::kInt64) : torch::Tensor();
-  const auto flat = out.final_hidden.reshape({B * T, -1});
+  const auto draft_ids = with_draft ? teacher.draft_ids.to(lm_head.device(), torch::kInt64) : torch::Tensor();
+  const auto flat = final_hidden.reshape({-1, final_hidden.size(-1)});
+  const auto rows = flat.size(0);
   std::vector<torch::Tensor> argmax, draft_logits;
-  for (std::int64_t s = 0; s < B * T; s += teacher.chunk_tokens) {
-    const auto n = std::min(teacher.chunk_tokens, B * T - s);
-    auto logits = torch::linear(flat.narrow(0, s, n), m.lm_head);
+  for (std::int64_t s = 0; s < rows; s += teacher.chunk_tokens) {
+    const auto n = std::min(teacher.chunk_tokens, rows - s);
+    auto logits = torch::linear(flat.narrow(0, s, n), lm_head);
     argmax.push_back(logits.argmax(-1));
     if (with_draft) draft_logits.push_back(logits.index_select(1, draft_ids).to(torch::kFloat32));
   }
-  out.target_argmax = torch::cat(argmax).view({B, T});
-  if (with_draft) out.teacher_logits = torch::cat(draft_logits).view({B, T, draft_ids.size(0)});
+  auto lead = final_hidden.sizes().vec();
+  lead.pop_back();
+  TeacherOutput out;
+  out.argmax = torch::cat(argmax).view(lead);
+  if (with_draft) {
+    lead.push_back(draft_ids.size(0));
+    out.logits = torch::cat(draft_logits).view(lead);
+  }
   return out;
 }
 

@@ -62,7 +62,7 @@ bool may_change_on_resume(std::string_view option) {
 }
 
 std::vector<std::string> resume_conflicts(const nlohmann::json& saved, const nlohmann::json& now) {
-  static const std::set<std::string_view> kPaths{"data_path", "model_name_or_path"};
+  static const std::set<std::string_view> kPaths{"data_path", "model_name_or_path", "features_path"};
   std::vector<std::string> out;
   for (const auto& [key, value] : now.items()) {
     if (may_change_on_resume(key) || !saved.contains(key)) continue;

@@ -34,10 +34,13 @@ BatchTensors host_tensors(const data::Batch& b, bool pin) {
 
 BatchTensors allocate_like(const data::Batch& b, torch::Device device, std::int64_t max_segments) {
   auto i64 = torch::TensorOptions().dtype(torch::kInt64).device(device);
-  return {torch::zeros({b.rows, b.length}, i64), torch::zeros({b.rows, b.length}, i64),
-          torch::full({b.rows, b.length}, -1, i64),
-          torch::zeros({b.rows, b.length}, torch::TensorOptions().dtype(torch::kBool).device(device)),
-          model::AttentionSpec{b.packed, max_segments}};
+  BatchTensors t;
+  t.input_ids = torch::zeros({b.rows, b.length}, i64);
+  t.position_ids = torch::zeros({b.rows, b.length}, i64);
+  t.document_ids = torch::full({b.rows, b.length}, -1, i64);
+  t.loss_mask = torch::zeros({b.rows, b.length}, torch::TensorOptions().dtype(torch::kBool).device(device));
+  t.attention = model::AttentionSpec{b.packed, max_segments};
+  return t;
 }
 
 void copy_into(const data::Batch& b, BatchTensors& dst) {

@@ -90,7 +90,7 @@ EvalSettings EvalSettings::from(const config::Options& o, std::int64_t ttt_steps
   return s;
 }
 
-io::EvalStats evaluate(const model::TargetModel& target, model::DraftHead& head, const model::TeacherSpec& teacher,
+io::EvalStats evaluate(const FeatureSource& features, const model::TargetModel* target, model::DraftHead& head,
                        const data::Dataset& heldout, const EvalSettings& settings, std::int64_t step) {
   torch::NoGradGuard no_grad;
   io::EvalStats stats;
@@ -103,13 +103,14 @@ io::EvalStats evaluate(const model::TargetModel& target, model::DraftHead& head,
   std::vector<data::Batch> batches;
   for (std::int64_t b = 0, n = sampler.batches_in_epoch(0); b < n; ++b)
     batches.push_back(data::make_batch(evaluated, sampler.next()));
-  const auto denominators = denominator_tensor(loss_denominators(batches, steps)).to(target.device());
-  auto sums = torch::zeros({steps, model::kMetricColumns}, torch::TensorOptions().device(target.device()));
+  const auto device = features.device();
+  const auto denominators = denominator_tensor(loss_denominators(batches, steps)).to(device);
+  auto sums = torch::zeros({steps, model::kMetricColumns}, torch::TensorOptions().device(device));
   auto loss = torch::zeros({}, sums.options());
   for (const auto& batch : batches) {
-    auto tensors = allocate_like(batch, target.device());
-    copy_into(batch, tensors);
-    auto out = forward_micro_batch(target, head, teacher, tensors, denominators, settings.bf16);
+    auto tensors = features.allocate(batch, /*max_segments=*/0);  // eager: the row length bounds it
+    features.fill(batch, tensors);
+    auto out = forward_micro_batch(features, head, tensors, denominators, settings.bf16);
     sums += out.metric_sums;
     loss += out.loss;
   }
@@ -117,8 +118,9 @@ io::EvalStats evaluate(const model::TargetModel& target, model::DraftHead& head,
   auto summary = summarize_metrics(sums.cpu());
   stats.acc = summary.acc;
   stats.tau = summary.tau;
-  if (settings.num_prompts > 0) {
-    auto ar = acceptance_rate(target, head, heldout, settings.num_prompts, settings.max_new_tokens, settings.draft_len);
+  if (settings.num_prompts > 0 && target != nullptr) {
+    auto ar =
+        acceptance_rate(*target, head, heldout, settings.num_prompts, settings.max_new_tokens, settings.draft_len);
     if (ar.rounds > 0) stats.ar = ar.ar;
     log::debug("eval", "AR over {} prompts, {} rounds, {} tokens", ar.prompts, ar.rounds, ar.generated);
   }

@@ -19,33 +19,16 @@ torch::Tensor denominator_tensor(const std::vector<std::int64_t>& denominators) 
   return torch::tensor(std::vector<float>(denominators.begin(), denominators.end()), torch::kFloat32);
 }
 
-model::HeadInputs head_inputs(const model::TargetModel& target, const BatchTensors& b,
-                              const model::TeacherSpec& teacher) {
-  auto out = target.forward(model::TargetBatch{b.input_ids, b.position_ids, b.document_ids, b.attention}, teacher);
-  model::HeadInputs in;
-  in.input_ids = b.input_ids;
-  in.loss_mask = b.loss_mask;
-  in.position_ids = b.position_ids;
-  in.document_ids = b.document_ids;
-  in.aux_hidden = out.aux_hidden;
-  in.final_hidden = out.final_hidden;
-  in.teacher_logits = out.teacher_logits;
-  in.target_argmax = out.target_argmax;
-  in.attention = b.attention;
-  return in;
-}
-
-model::HeadStepOutput forward_micro_batch(const model::TargetModel& target, model::DraftHead& head,
-                                          const model::TeacherSpec& teacher, const BatchTensors& batch,
-                                          const torch::Tensor& denominators, bool bf16) {
+model::HeadStepOutput forward_micro_batch(const FeatureSource& features, model::DraftHead& head,
+                                          const BatchTensors& batch, const torch::Tensor& denominators, bool bf16) {
   AutocastGuard autocast(batch.input_ids.device(), bf16);
-  return head.train_step_forward(head_inputs(target, batch, teacher), denominators);
+  return head.train_step_forward(features.head_inputs(batch), denominators);
 }
 
-void train_micro_batch(const model::TargetModel& target, model::DraftHead& head, const model::TeacherSpec& teacher,
-                       const BatchTensors& batch, const torch::Tensor& denominators, bool bf16,
-                       torch::Tensor& loss_sum, torch::Tensor& metric_sums) {
-  auto out = forward_micro_batch(target, head, teacher, batch, denominators, bf16);
+void train_micro_batch(const FeatureSource& features, model::DraftHead& head, const BatchTensors& batch,
+                       const torch::Tensor& denominators, bool bf16, torch::Tensor& loss_sum,
+                       torch::Tensor& metric_sums) {
+  auto out = forward_micro_batch(features, head, batch, denominators, bf16);
   out.loss.backward();
   loss_sum.add_(out.loss.detach());
   metric_sums.add_(out.metric_sums);

@@ -10,6 +10,7 @@
 #include "eagle/train/runtime.h"
 #include "eagle/util/error.h"
 #include "eagle/util/log.h"
+#include "offline_inputs.h"
 
 namespace eagle::train {
 namespace {
@@ -58,19 +59,46 @@ model::TargetModel load_target(const config::Options& opts, torch::Device device
   return target;
 }
 
-std::shared_ptr<model::DraftHead> make_head(const config::Options& opts, const model::TargetModel& target,
+std::unique_ptr<FeatureSource> RunInputs::features(bool heldout, const model::TeacherSpec& teacher,
+                                                   torch::Device device) const {
+  if (!store) return online_features(*target, teacher);
+  return offline_features(store, heldout ? heldout_samples : train_samples, ends, teacher, device);
+}
+
+RunInputs load_run_inputs(const config::Options& opts, torch::Device device, Purpose purpose) {
+  if (!opts.features_path.empty()) return load_offline_inputs(opts, device, purpose == Purpose::eval);
+  // The data is checked against the target's vocabulary (its config.json) before the weights load.
+  const auto vocab_size = model::TargetConfig::from_model_dir(opts.model_name_or_path).vocab_size;
+  TrainData data;
+  if (purpose == Purpose::train) data = load_train_data(opts, vocab_size);
+  else data.heldout = load_eval_data(opts, vocab_size);
+  RunInputs in = online_inputs(load_target(opts, device), opts.model_name_or_path);
+  in.data = std::move(data);
+  return in;
+}
+
+RunInputs online_inputs(model::TargetModel target, std::string target_name) {
+  RunInputs in;
+  in.ends = target.ends();
+  in.aux_layer_ids = target.aux_layer_ids();
+  in.target = std::move(target);
+  in.target_name = std::move(target_name);
+  return in;
+}
+
+std::shared_ptr<model::DraftHead> make_head(const config::Options& opts, const RunInputs& inputs,
                                             const data::TokenStats& stats, torch::Device device) {
-  const auto& tc = target.config();
+  const auto& tc = inputs.ends.config;
   const auto counts = stats.trained_token_counts.entries();
   const auto vocab = model::build_draft_vocab(counts, tc.vocab_size, std::min(opts.draft_vocab_size, tc.vocab_size));
-  auto cfg = model::HeadConfig::from_target(tc, opts.eagle_version, target.aux_layer_ids(), vocab.size());
+  auto cfg = model::HeadConfig::from_target(tc, opts.eagle_version, inputs.aux_layer_ids, vocab.size());
   cfg.ttt_steps = opts.ttt_steps;
   cfg.ttt_loss_decay = opts.ttt_loss_decay;
-  cfg.target_name_or_path = opts.model_name_or_path;
+  cfg.target_name_or_path = inputs.target_name;
   cfg.target_architecture = tc.architecture;
   auto head = model::make_head(cfg, vocab);
   head->module().to(device);
-  head->init_from_target(target);
+  head->init_from_target(inputs.ends.embed, inputs.ends.lm_head);
   if (cfg.eagle_version == 3) {
     std::uint64_t covered = 0;
     for (auto id : vocab.draft_ids) covered += stats.trained_token_counts.count(static_cast<data::TokenId>(id));

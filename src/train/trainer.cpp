@@ -115,11 +115,10 @@ class Run {
   std::optional<run::DirLock> lock_;  // rank 0: output_dir is this run's until the process ends
   std::optional<run::CheckpointRef> resume_;
   bool complete_ = false;  // resumed from the last step of a run that completed: nothing to do
-  TrainData data_;
-  model::TargetModel target_;
+  RunInputs inputs_;  // the data; the target, or the stored features standing in for it
   std::shared_ptr<model::DraftHead> head_;
   std::int64_t K_ = 0;
-  model::TeacherSpec teacher_;
+  std::unique_ptr<FeatureSource> features_, heldout_features_;  // the head inputs of each batch
   std::optional<data::Sampler> sampler_;
   std::optional<CudaGraphCache> graphs_;
   std::optional<AdamW> optimizer_;
@@ -200,16 +199,16 @@ Run::Run(const config::Options& o, const std::vector<std::string>& command_line,
     }
   }
 
-  // ---- data, target, head, sampler, optimizer, schedule ----
-  // The data is checked against the target's vocabulary (its config.json) before the weights load.
-  data_ = load_train_data(o_, model::TargetConfig::from_model_dir(o_.model_name_or_path).vocab_size);
-  target_ = load_target(o_, device_);
-  head_ = make_head(o_, target_, data_.train.stats(), device_);
+  // ---- data, target or stored features, head, sampler, optimizer, schedule ----
+  inputs_ = load_run_inputs(o_, device_, Purpose::train);
+  head_ = make_head(o_, inputs_, inputs_.data.train.stats(), device_);
   K_ = head_->config().steps();
-  teacher_ = head_->teacher_spec();
-  sampler_.emplace(data_.train.lengths(), data::SamplerOptions::from(o_, group_->size(), group_->rank()));
+  features_ = inputs_.features(/*heldout=*/false, head_->teacher_spec(), device_);
+  if (inputs_.data.heldout) heldout_features_ = inputs_.features(/*heldout=*/true, head_->teacher_spec(), device_);
+  const auto lengths = inputs_.data.train.lengths();
+  sampler_.emplace(lengths, data::SamplerOptions::from(o_, group_->size(), group_->rank()));
   // Packed rows: the most documents a row can hold, the static size of the attention offsets.
-  max_segments_ = o_.padding_free ? data::max_segments_per_row(data_.train.lengths(), o_.training_seq_len) : 0;
+  max_segments_ = o_.padding_free ? data::max_segments_per_row(lengths, o_.training_seq_len) : 0;
   graphs_.emplace(device_, o_.max_cuda_graphs, sampler_->shape_counts(0));
   // The gradients live in one flat buffer followed by the step's loss: summing them over the ranks
   // is one collective on one tensor, and no gradient is ever copied.
@@ -323,7 +322,7 @@ void Run::train_step() {
   // (a) forward + backward of each micro-batch; the loss denominators of the whole step first.
   std::vector<data::Batch> micro;
   for (std::int64_t m = 0; m < o_.gradient_accumulation_steps; ++m)
-    micro.push_back(data::make_batch(data_.train, sampler_->next()));
+    micro.push_back(data::make_batch(inputs_.data.train, sampler_->next()));
   // Host counts of all ranks at once: the loss denominators (normalised by the global count, so the
   // summed gradients are exact), then the real and computed tokens of the step.
   auto counts = loss_denominators(micro, K_);
@@ -346,15 +345,14 @@ void Run::train_step() {
     auto it = buffers_.find(shape);
     if (it == buffers_.end())
       it = buffers_
-               .emplace(shape, ShapeBuffers{allocate_like(batch, device_, max_segments_),
+               .emplace(shape, ShapeBuffers{features_->allocate(batch, max_segments_),
                                             torch::zeros({K_}, step_loss_.options())})
                .first;
     ShapeBuffers& buf = it->second;
-    copy_into(batch, buf.batch);
+    features_->fill(batch, buf.batch);
     buf.denominators.copy_(denominators, /*non_blocking=*/device_.is_cuda());
     graphs_->run(shape, [&] {
-      train_micro_batch(target_, *head_, teacher_, buf.batch, buf.denominators, o_.bf16, step_loss_,
-                        window_->metrics);
+      train_micro_batch(*features_, *head_, buf.batch, buf.denominators, o_.bf16, step_loss_, window_->metrics);
     });
   }
   // The gradients and the loss of every rank, summed (between the graphs on GPU; nothing on one rank).
@@ -381,12 +379,13 @@ void Run::side_work(F&& f) {
 }
 
 const io::EvalStats* Run::evaluate() {
-  if (!data_.heldout || data_.heldout->size() == 0) return nullptr;
+  if (!inputs_.data.heldout || inputs_.data.heldout->size() == 0) return nullptr;
   graphs_->synchronize();
   // Rank 0 evaluates (every rank holds the same head); the others wait for it.
   side_work([&] {
     if (group_->is_main())
-      last_eval_ = train::evaluate(target_, *head_, teacher_, *data_.heldout, eval_settings_, state_.step);
+      last_eval_ = train::evaluate(*heldout_features_, inputs_.target ? &*inputs_.target : nullptr, *head_,
+                                   *inputs_.data.heldout, eval_settings_, state_.step);
     group_->barrier();
   });
   return group_->is_main() ? &*last_eval_ : nullptr;

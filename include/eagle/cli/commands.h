@@ -21,6 +21,7 @@ void run_inspect(const config::Options& opts);
 void run_export(const config::Options& opts);
 void run_eval(const config::Options& opts);
 void run_generate(const config::Options& opts);
+void run_dump_features(const config::Options& opts);
 
 // "eagle-train 0.1.0, LibTorch 2.11.0, CUDA compiled in: yes, CUDA available: no"
 std::string version_text();

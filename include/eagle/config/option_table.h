@@ -26,6 +26,7 @@ enum class Command : unsigned {
   export_ = 1u << 4,
   eval = 1u << 5,
   generate = 1u << 6,
+  dump_features = 1u << 7,
 };
 using CommandMask = unsigned;
 constexpr CommandMask mask(Command c) { return static_cast<CommandMask>(c); }
@@ -53,10 +54,10 @@ struct OptionEntry {
   std::function<std::string(const Options&)> check;
   // Whether the value was given (a non-empty string or list; numbers and booleans always are).
   std::function<bool(const Options&)> is_set;
-  // The subcommands that cannot run without it; `alternative` names an option that may stand in.
+  // The subcommands that cannot run without it; `alternatives` name options that may stand in.
   struct Requirement {
     CommandMask commands = 0;
-    std::string alternative;
+    std::vector<std::string> alternatives;
   };
   std::vector<Requirement> required;
 };

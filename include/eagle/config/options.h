@@ -31,7 +31,10 @@ struct Options {
   OverlongPolicy overlong_policy = OverlongPolicy::truncate;
   double validation_fraction = 0.0;           // fraction of samples held out by prepare
   std::vector<std::string> input;             // prepare: input files or folders
-  std::string output;                         // prepare/export: output folder; generate: .jsonl file
+  std::string output;                         // prepare/export/dump-features: output folder; generate: .jsonl file
+  std::string features_path;                  // stored target features (dump-features or speculators folder)
+  TargetDtype features_dtype = TargetDtype::bfloat16;  // dump-features: stored dtype; auto: the target's
+  std::int64_t features_shard_mb = 2048;      // dump-features: MiB per shard file (bound)
   bool json = false;                          // data-stats/inspect/eval: print JSON
 
   // model

@@ -22,8 +22,8 @@ class Eagle1Head : public torch::nn::Module, public DraftHead {
   torch::Tensor draft(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids,
                       std::int64_t draft_len) override;
   void set_target_weights(const torch::Tensor& embedding, const torch::Tensor& lm_head) override;
-  void init_from_target(const TargetModel& target) override {
-    set_target_weights(target.embedding_weight(), target.lm_head_weight());
+  void init_from_target(const torch::Tensor& embedding, const torch::Tensor& lm_head) override {
+    set_target_weights(embedding, lm_head);
   }
   TeacherSpec teacher_spec() const override { return {}; }
 

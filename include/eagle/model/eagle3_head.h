@@ -23,7 +23,7 @@ class Eagle3Head : public torch::nn::Module, public DraftHead {
                       std::int64_t draft_len) override;
   void set_target_weights(const torch::Tensor& embedding, const torch::Tensor& lm_head) override;
   // set_target_weights, then the target LM-head rows of the draft ids into lm_head (EAGLE.md).
-  void init_from_target(const TargetModel& target) override;
+  void init_from_target(const torch::Tensor& embedding, const torch::Tensor& lm_head) override;
   TeacherSpec teacher_spec() const override { return TeacherSpec{draft_ids}; }
   // Copies the target LM-head rows of the draft ids into lm_head (a good start, EAGLE.md).
   void init_lm_head_from_target(const torch::Tensor& target_lm_head);

@@ -97,9 +97,10 @@ class DraftHead {
   // The frozen target tensors the head uses but does not train: the embedding [V, H] (both) and
   // the LM head [V, H] (EAGLE-1's output layer). Kept by reference, never registered.
   virtual void set_target_weights(const torch::Tensor& embedding, const torch::Tensor& lm_head) = 0;
-  // A new head's start from its target: set_target_weights, and for EAGLE-3 the LM head rows of the
-  // draft ids (EAGLE.md). A head loaded from a checkpoint needs only set_target_weights.
-  virtual void init_from_target(const TargetModel& target) = 0;
+  // A new head's start from its target's embedding and LM head [V, H] (TargetEnds):
+  // set_target_weights, and for EAGLE-3 the LM head rows of the draft ids (EAGLE.md). A head loaded
+  // from a checkpoint needs only set_target_weights.
+  virtual void init_from_target(const torch::Tensor& embedding, const torch::Tensor& lm_head) = 0;
   // What the target computes as this head's teacher (EAGLE-3: logits over its draft ids, on the
   // head's device; EAGLE-1: nothing beyond the target's own outputs).
   virtual TeacherSpec teacher_spec() const = 0;

@@ -66,6 +66,26 @@ struct TargetOutput {
   torch::Tensor target_argmax;   // [B, T] int64 argmax over the full vocabulary
 };
 
+// The teacher of a head from final normed hidden states [.., H]: the LM head [V, H] applied in
+// chunks of teacher.chunk_tokens rows (never [.., V] at once), giving the full-vocabulary argmax
+// [..] int64 and, when teacher.draft_ids is defined, the fp32 logits over the draft ids [.., V_d].
+struct TeacherOutput {
+  torch::Tensor logits, argmax;
+};
+TeacherOutput lm_head_teacher(const torch::Tensor& final_hidden, const torch::Tensor& lm_head,
+                              const TeacherSpec& teacher);
+
+// The target's tensors on either side of its decoder layers: all that the head (the embedding)
+// and its teacher (final norm, LM head) need of it, so training from stored features
+// (docs/offline.md) loads only these.
+struct TargetEnds {
+  TargetConfig config;
+  torch::ScalarType dtype = torch::kFloat32;
+  torch::Tensor embed;       // [V, H]
+  torch::Tensor final_norm;  // [H]
+  torch::Tensor lm_head;     // [V, H]; the embedding itself when tied
+};
+
 // Per-layer key/value cache of one sequence batch, for incremental decoding.
 struct KvCache {
   std::vector<torch::Tensor> keys, values;  // per layer [B, kv_heads, capacity, head_dim]
@@ -104,6 +124,9 @@ class TargetModel {
   // A model of this config with random weights made on the device (normal with std 0.02, norms 1;
   // LibTorch's generator): benchmarks at real shapes without a checkpoint.
   static TargetModel random(const TargetConfig& config, torch::ScalarType dtype, torch::Device device);
+  // Only the ends of the same folder (config.json, the embedding, the final norm and the LM head,
+  // each checked), without the decoder layers.
+  static TargetEnds load_ends(const std::string& dir, torch::ScalarType dtype, torch::Device device);
 
   const TargetConfig& config() const;
   torch::Device device() const;
@@ -122,6 +145,7 @@ class TargetModel {
   torch::Tensor embed(const torch::Tensor& ids) const;           // [.., H]
   torch::Tensor lm_head_weight() const;                           // [V, H]
   torch::Tensor embedding_weight() const;                         // [V, H]
+  TargetEnds ends() const;                                        // views of the loaded tensors
 
   // Incremental decoding: appends ids [B, n] at positions cache.length.. and returns their outputs.
   KvCache new_cache(std::int64_t batch, std::int64_t capacity) const;

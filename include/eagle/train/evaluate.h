@@ -12,6 +12,7 @@
 #include "eagle/io/step_stats.h"
 #include "eagle/model/head.h"
 #include "eagle/model/target.h"
+#include "eagle/train/feature_source.h"
 
 namespace eagle::train {
 
@@ -47,10 +48,13 @@ AcceptanceResult acceptance_rate(const model::TargetModel& target, model::DraftH
                                  std::int64_t max_new_tokens, std::int64_t draft_len);
 
 // Held-out losses/acc/tau plus the AR, as logged (step is the optimizer step evaluated at), over the
-// first max_samples held-out samples. The loss is normalised like one optimizer step over all of
-// them (the denominators are their summed counts), so it does not depend on how they are batched:
+// first max_samples held-out samples, whose head inputs come from `features` (a source over the
+// held-out data). The loss is normalised like one optimizer step over all of them (the
+// denominators are their summed counts), so it does not depend on how they are batched:
 // `eagle-train eval` with the run's data options and bf16 reproduces the run's own evaluation.
-io::EvalStats evaluate(const model::TargetModel& target, model::DraftHead& head, const model::TeacherSpec& teacher,
+// The AR needs the whole target: without one (offline training without --model_name_or_path) it
+// is left out.
+io::EvalStats evaluate(const FeatureSource& features, const model::TargetModel* target, model::DraftHead& head,
                        const data::Dataset& heldout, const EvalSettings& settings, std::int64_t step);
 
 }  // namespace eagle::train

@@ -1,6 +1,6 @@
-// One micro-batch through the frozen target and the head, written once and used by the training
-// step and the held-out evaluation alike: the loss denominators of a set of batches (host side),
-// the target's features as the head's inputs, and the head's forward under autocast.
+// One micro-batch through the head, written once and used by the training step and the held-out
+// evaluation alike: the loss denominators of a set of batches (host side) and the head's forward
+// on the inputs of a feature source (the frozen target, or stored features) under autocast.
 #pragma once
 
 #include <cstdint>
@@ -10,8 +10,8 @@
 
 #include "eagle/data/batch.h"
 #include "eagle/model/head.h"
-#include "eagle/model/target.h"
 #include "eagle/train/batch_tensors.h"
+#include "eagle/train/feature_source.h"
 
 namespace eagle::train {
 
@@ -21,21 +21,16 @@ std::vector<std::int64_t> loss_denominators(const std::vector<data::Batch>& batc
 // As an fp32 host tensor, ready to be copied into a device buffer.
 torch::Tensor denominator_tensor(const std::vector<std::int64_t>& denominators);
 
-// The target forward of one batch turned into the head's inputs (no gradients flow into them).
-model::HeadInputs head_inputs(const model::TargetModel& target, const BatchTensors& batch,
-                              const model::TeacherSpec& teacher);
-
-// head.train_step_forward(head_inputs(...), denominators) under bf16 autocast when bf16. Reads
-// only the tensors given, never the host: safe inside a captured CUDA graph.
-model::HeadStepOutput forward_micro_batch(const model::TargetModel& target, model::DraftHead& head,
-                                          const model::TeacherSpec& teacher, const BatchTensors& batch,
-                                          const torch::Tensor& denominators, bool bf16);
+// head.train_step_forward(features.head_inputs(batch), denominators) under bf16 autocast when bf16.
+// Reads only the tensors given, never the host: safe inside a captured CUDA graph.
+model::HeadStepOutput forward_micro_batch(const FeatureSource& features, model::DraftHead& head,
+                                          const BatchTensors& batch, const torch::Tensor& denominators, bool bf16);
 
 // The trainer's step body for one micro-batch: forward_micro_batch, backward (gradients added into
 // the parameters' .grad), and the detached loss and metric sums added into loss_sum [] and
 // metric_sums [K, kMetricColumns]. Reads only tensors, never the host: what a CUDA graph captures.
-void train_micro_batch(const model::TargetModel& target, model::DraftHead& head, const model::TeacherSpec& teacher,
-                       const BatchTensors& batch, const torch::Tensor& denominators, bool bf16,
-                       torch::Tensor& loss_sum, torch::Tensor& metric_sums);
+void train_micro_batch(const FeatureSource& features, model::DraftHead& head, const BatchTensors& batch,
+                       const torch::Tensor& denominators, bool bf16, torch::Tensor& loss_sum,
+                       torch::Tensor& metric_sums);
 
 }  // namespace eagle::train

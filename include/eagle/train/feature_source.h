@@ -1,0 +1,47 @@
+// Where a micro-batch's head inputs come from: the frozen target run on the batch (online), or
+// target features stored on disk (offline, --features_path: docs/offline.md). Both fill fixed
+// per-shape buffers before the step (host work and asynchronous copies) and compute the head's
+// inputs from them inside it (device work only), so the step can be captured as a CUDA graph.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "eagle/data/batch.h"
+#include "eagle/model/head.h"
+#include "eagle/model/target.h"
+#include "eagle/train/batch_tensors.h"
+#include "eagle/train/feature_store.h"
+
+namespace eagle::train {
+
+class FeatureSource {
+ public:
+  virtual ~FeatureSource() = default;
+  // Where the buffers and the head's inputs live.
+  virtual torch::Device device() const = 0;
+  // New buffers of the batch's shape on the device; max_segments: the bound on document runs per
+  // packed row (model::AttentionSpec; 0: the row length).
+  virtual BatchTensors allocate(const data::Batch& batch, std::int64_t max_segments) const = 0;
+  // Copies the batch, and offline its stored features, into buffers of its shape without
+  // synchronising the device.
+  virtual void fill(const data::Batch& batch, BatchTensors& buffers) const = 0;
+  // The head's inputs from the buffers (no gradients flow into them); never reads the host.
+  virtual model::HeadInputs head_inputs(const BatchTensors& buffers) const = 0;
+};
+
+// The target's forward on every batch, with the teacher it computes for the head.
+std::unique_ptr<FeatureSource> online_features(const model::TargetModel& target, const model::TeacherSpec& teacher);
+
+// Stored features of a dataset's samples: sample i of the dataset is the store's samples[i]. The
+// teacher comes from the stored last hidden state: the target's final norm when it was stored
+// before it, then the LM head rows of the draft ids (and, when the store has no argmax, the whole
+// LM head in chunks for the full-vocabulary argmax), computed in the ends' dtype on `device`.
+std::unique_ptr<FeatureSource> offline_features(std::shared_ptr<const FeatureStore> store,
+                                                std::vector<std::int64_t> samples, const model::TargetEnds& ends,
+                                                const model::TeacherSpec& teacher, torch::Device device);
+
+}  // namespace eagle::train

@@ -1,0 +1,422 @@
+// dump-features (see feature_dump.h): the folder's set-up or resumption, the size estimate, then
+// the target's forward over each missing shard's samples, written shard by shard.
+#include "eagle/train/feature_dump.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <numeric>
+#include <set>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "eagle/config/option_table.h"
+#include "eagle/data/binary_format.h"
+#include "eagle/data/loader.h"
+#include "eagle/data/plan.h"
+#include "eagle/data/sampler.h"
+#include "eagle/data/stats_file.h"
+#include "eagle/model/safetensors.h"
+#include "eagle/run/dir_lock.h"
+#include "eagle/train/batch_tensors.h"
+#include "eagle/train/cuda_graph_cache.h"
+#include "eagle/train/feature_store.h"
+#include "eagle/train/runtime.h"
+#include "eagle/train/setup.h"
+#include "eagle/util/error.h"
+#include "eagle/util/fs_sync.h"
+#include "eagle/util/log.h"
+#include "eagle/util/progress.h"
+
+namespace eagle::train {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+// What a dump writes in its folder; anything else there is the user's and is never touched.
+const std::set<std::string>& dump_names() {
+  static const std::set<std::string> names{kFeaturesManifest, data::kTrainFile,   data::kValidationFile,
+                                           data::kStatsFile,  kFeaturesTargetDir, kFeaturesShardDir,
+                                           run::kLockFile};
+  return names;
+}
+
+std::string canonical(const std::string& p) {
+  if (p.empty()) return p;
+  std::error_code ec;
+  auto c = fs::weakly_canonical(p, ec);
+  return ec ? p : c.string();
+}
+
+// The options that decide what the folder holds: a resumed dump must be given the same ones
+// (batching, device and threads only change how fast it goes).
+json content_options(const config::Options& o, const std::vector<std::int64_t>& aux_ids) {
+  return json{{"model_name_or_path", canonical(o.model_name_or_path)},
+              {"data_path", canonical(o.data_path)},
+              {"eval_data_path", canonical(o.eval_data_path)},
+              {"training_seq_len", o.training_seq_len},
+              {"overlong_policy", config::name_of(o.overlong_policy)},
+              {"bad_sample_policy", config::name_of(o.bad_sample_policy)},
+              {"validation_fraction", o.validation_fraction},
+              {"seed", o.seed},
+              {"target_dtype", config::name_of(o.target_dtype)},
+              {"eagle_version", o.eagle_version},
+              {"aux_hidden_state_layer_ids", aux_ids},
+              {"features_dtype", config::name_of(o.features_dtype)},
+              {"features_shard_mb", o.features_shard_mb}};
+}
+
+// A folder without a manifest: new, empty, or holding only what a dump killed before writing its
+// manifest left (removed); anything else is refused.
+void prepare_fresh(const fs::path& out) {
+  std::vector<fs::path> ours;
+  for (const auto& e : fs::directory_iterator(out)) {
+    const auto name = e.path().filename().string();
+    EAGLE_CHECK(dump_names().count(name), Error(ErrorKind::output, "the output folder holds other files")
+                                              .file(out.string())
+                                              .found(name)
+                                              .expected("a new or empty folder, or a dump-features folder")
+                                              .hint("choose another --output"));
+    if (name != run::kLockFile) ours.push_back(e.path());
+  }
+  for (const auto& p : ours) {
+    fs::remove_all(p);
+    log::info("dump", "removed {}, left by a dump stopped before its manifest", p.string());
+  }
+}
+
+// Temporary shard files of a killed dump (nobody writes them: this process holds the lock).
+void remove_leftovers(const fs::path& out) {
+  std::error_code ec;
+  if (!fs::is_directory(out / kFeaturesShardDir, ec)) return;
+  std::vector<fs::path> tmp;
+  for (const auto& e : fs::directory_iterator(out / kFeaturesShardDir, ec))
+    if (e.path().filename().string().find(".tmp.") != std::string::npos) tmp.push_back(e.path());
+  for (const auto& p : tmp) fs::remove(p, ec);
+}
+
+void check_same_options(const FeatureManifest& m, const json& now, const fs::path& out) {
+  std::vector<std::string> diff;
+  for (const auto& [key, value] : now.items())
+    if (!m.options.contains(key) || m.options[key] != value)
+      diff.push_back(fmt::format("{}: folder {}, now {}", key, m.options.contains(key) ? m.options[key].dump() : "none",
+                                 value.dump()));
+  if (diff.empty()) return;
+  throw Error(ErrorKind::usage, fmt::format("the folder was dumped with other options ({} differ):\n  {}", diff.size(),
+                                            fmt::join(diff, "\n  ")))
+      .file((out / kFeaturesManifest).string())
+      .hint("run with the folder's options (its manifest.json) to complete it, or choose another --output");
+}
+
+// The prepared dataset of the folder (train.bin, validation.bin, stats.json): what train reads.
+void write_data(const fs::path& out, const TrainData& d, const config::Options& o) {
+  json stats{{"format", "eagle-train dataset statistics"},
+             {"version", data::kStatsFormatVersion},
+             {"inputs", {o.data_path}},
+             {"training_seq_len", o.training_seq_len}};
+  auto write = [&](const data::Dataset& ds, const char* file, const char* split, const data::TokenStats& counts) {
+    std::vector<std::size_t> all(ds.size());
+    std::iota(all.begin(), all.end(), std::size_t{0});
+    auto s = data::write_dataset_file((out / file).string(), ds, all, counts, o.training_seq_len);
+    stats["splits"][split] = data::stats_to_json(s);
+    stats["splits"][split]["file"] = file;
+  };
+  write(d.train, data::kTrainFile, "train", d.train.stats());
+  if (d.heldout) write(*d.heldout, data::kValidationFile, "validation", data::TokenStats{});
+  util::write_file_atomic(out / data::kStatsFile, stats.dump(1) + "\n");
+}
+
+// The target's ends (target/config.json and target/model.safetensors): what training from the
+// folder needs of the target when no --model_name_or_path is given.
+std::uint64_t write_ends(const fs::path& out, const config::Options& o, const model::TargetEnds& e) {
+  fs::create_directories(out / kFeaturesTargetDir);
+  fs::copy_file(fs::path(o.model_name_or_path) / "config.json", out / kFeaturesTargetDir / "config.json",
+                fs::copy_options::overwrite_existing);
+  std::map<std::string, torch::Tensor> t{{"model.embed_tokens.weight", e.embed}, {"model.norm.weight", e.final_norm}};
+  if (!e.config.tie_word_embeddings) t.emplace("lm_head.weight", e.lm_head);
+  const auto file = out / kFeaturesTargetDir / "model.safetensors";
+  model::save_safetensors(file.string(), t);
+  return fs::file_size(file);
+}
+
+void write_manifest(const fs::path& out, const FeatureManifest& m) {
+  util::write_file_atomic(out / kFeaturesManifest, to_json(m).dump(1) + "\n");
+}
+
+// The batches of a shard: its samples longest first, each batch padded to its bucket length with
+// as many rows as that length allows (the last one padded with empty rows: one shape per length).
+std::vector<data::BatchPlan> plan_batches(const data::Dataset& ds, const ShardInfo& s, const data::SamplerOptions& so) {
+  std::vector<std::int64_t> order(static_cast<std::size_t>(s.samples));
+  std::iota(order.begin(), order.end(), s.first_sample);
+  std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
+    return ds.length(static_cast<std::size_t>(a)) > ds.length(static_cast<std::size_t>(b));
+  });
+  std::vector<data::BatchPlan> plans;
+  for (std::size_t i = 0; i < order.size();) {
+    data::BatchPlan p;
+    p.length = data::bucket_length(so, ds.length(static_cast<std::size_t>(order[i])));
+    p.rows = data::rows_for_length(so, p.length);
+    p.row_samples.resize(static_cast<std::size_t>(p.rows));
+    for (std::int64_t r = 0; r < p.rows && i < order.size(); ++r)
+      p.row_samples[static_cast<std::size_t>(r)] = {order[i++]};
+    plans.push_back(std::move(p));
+  }
+  return plans;
+}
+
+// Fixed device buffers of one batch shape: the inputs and the outputs a captured graph writes.
+struct ShapeBuffers {
+  BatchTensors in;
+  torch::Tensor aux, last, argmax;
+};
+
+// Every possible shape counted once: the dump plans shard by shard, so the graphs go to the
+// largest shapes (CudaGraphCache's tie rule), those whose launches cost the most.
+std::map<data::Shape, std::int64_t> shape_counts(const data::SamplerOptions& so) {
+  std::map<data::Shape, std::int64_t> counts;
+  for (const auto& shape : data::possible_shapes(so)) counts[shape] = 1;
+  return counts;
+}
+
+class Dumper {
+ public:
+  Dumper(const model::TargetModel& target, const FeatureLayout& layout, const data::SamplerOptions& so,
+         std::int64_t max_cuda_graphs)
+      : target_(target),
+        layout_(layout),
+        so_(so),
+        graphs_(target.device(), max_cuda_graphs, shape_counts(so)) {}
+
+  // The tensors of one shard (write_shard); on_tokens(n) after each batch of n real tokens.
+  std::map<std::string, torch::Tensor> run(const data::Dataset& ds, const ShardInfo& s,
+                                           const std::function<void(std::int64_t)>& on_tokens) {
+    torch::NoGradGuard no_grad;
+    auto offsets = torch::empty({s.samples + 1}, torch::kInt64);
+    auto* off = offsets.data_ptr<std::int64_t>();
+    off[0] = 0;
+    for (std::int64_t j = 0; j < s.samples; ++j)
+      off[j + 1] = off[j] + ds.length(static_cast<std::size_t>(s.first_sample + j));
+    std::map<std::string, torch::Tensor> t{
+        {"last_hidden", torch::empty({s.tokens, layout_.hidden_size}, layout_.dtype)},
+        {"target_argmax", torch::empty({s.tokens}, torch::kInt32)},
+        {"sample_offsets", offsets}};
+    if (layout_.aux_width > 0) t["aux_hidden"] = torch::empty({s.tokens, layout_.aux_width}, layout_.dtype);
+    for (const auto& plan : plan_batches(ds, s, so_)) {
+      const auto batch = data::make_batch(ds, plan);
+      const data::Shape shape{batch.rows, batch.length};
+      auto it = buffers_.find(shape);
+      if (it == buffers_.end()) it = buffers_.emplace(shape, allocate(batch)).first;
+      ShapeBuffers& b = it->second;
+      copy_into(batch, b.in);
+      graphs_.run(shape, [&] {
+        auto out = target_.forward(
+            model::TargetBatch{b.in.input_ids, b.in.position_ids, b.in.document_ids, b.in.attention}, {});
+        // Outputs copied into fixed buffers: a replayed graph rewrites them in place.
+        if (b.aux.defined()) b.aux.copy_(out.aux_hidden);
+        b.last.copy_(out.final_hidden);
+        b.argmax.copy_(out.target_argmax);
+      });
+      const auto last = b.last.to(torch::kCPU, layout_.dtype);
+      const auto aux = layout_.aux_width > 0 ? b.aux.to(torch::kCPU, layout_.dtype) : torch::Tensor();
+      const auto argmax = b.argmax.to(torch::kCPU);
+      for (std::int64_t r = 0; r < plan.rows; ++r) {
+        const auto& row = plan.row_samples[static_cast<std::size_t>(r)];
+        if (row.empty()) continue;
+        const auto t0 = off[row[0] - s.first_sample], n = ds.length(static_cast<std::size_t>(row[0]));
+        t["last_hidden"].narrow(0, t0, n).copy_(last[r].narrow(0, 0, n));
+        t["target_argmax"].narrow(0, t0, n).copy_(argmax[r].narrow(0, 0, n));
+        if (aux.defined()) t["aux_hidden"].narrow(0, t0, n).copy_(aux[r].narrow(0, 0, n));
+      }
+      on_tokens(batch.real_tokens);
+    }
+    return t;
+  }
+
+ private:
+  ShapeBuffers allocate(const data::Batch& batch) const {
+    const auto opts = torch::TensorOptions().dtype(target_.dtype()).device(target_.device());
+    ShapeBuffers b{allocate_like(batch, target_.device()), {}, {}, {}};
+    if (layout_.aux_width > 0) b.aux = torch::zeros({batch.rows, batch.length, layout_.aux_width}, opts);
+    b.last = torch::zeros({batch.rows, batch.length, layout_.hidden_size}, opts);
+    b.argmax = torch::zeros({batch.rows, batch.length}, opts.dtype(torch::kInt64));
+    return b;
+  }
+
+  const model::TargetModel& target_;
+  FeatureLayout layout_;
+  data::SamplerOptions so_;
+  CudaGraphCache graphs_;
+  std::map<data::Shape, ShapeBuffers> buffers_;
+};
+
+// A line of progress: tokens of the folder done, shards, speed and ETA of this process's part.
+class DumpProgress {
+ public:
+  DumpProgress(std::int64_t total_tokens, std::int64_t done_tokens, std::int64_t shards)
+      : total_(total_tokens), done_(done_tokens), start_done_(done_tokens), shards_(shards), display_("dump") {}
+  void add(std::int64_t tokens, std::int64_t shards_done, bool final = false) {
+    done_ += tokens;
+    const double s = std::chrono::duration<double>(Clock::now() - start_).count();
+    if (!display_.due(s, final)) return;
+    const double frac = total_ ? static_cast<double>(done_) / static_cast<double>(total_) : 1.0;
+    const double mine = static_cast<double>(done_ - start_done_);
+    const auto text = fmt::format("{}/{} tokens, shard {}/{}, {:.0f} tokens/s | {} elapsed | {}", done_, total_,
+                                  shards_done, shards_, mine / std::max(s, 1e-9), util::format_duration(s),
+                                  util::format_eta(mine, static_cast<double>(total_ - start_done_), s));
+    display_.show(fmt::format("dump {} {:3.0f}% {}", util::format_bar(frac), 100 * frac, text),
+                  fmt::format("dump {:.0f}%: {}", 100 * frac, text), s, final);
+  }
+  void finish() { display_.finish(); }
+
+ private:
+  std::int64_t total_, done_, start_done_, shards_;
+  Clock::time_point start_ = Clock::now();
+  util::ProgressDisplay display_;
+};
+
+}  // namespace
+
+DumpSummary dump_features(const config::Options& o, const DumpHooks& hooks) {
+  configure_runtime(o);
+  const torch::Device device = resolve_device(o.device);
+  fs::path out = fs::path(o.output).lexically_normal();
+  if (!out.has_filename()) out = out.parent_path();
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  EAGLE_CHECK(!ec,
+              Error(ErrorKind::output, "cannot create the features folder").file(out.string()).found(ec.message()));
+  run::DirLock lock(out / run::kLockFile, "the features folder");
+  remove_leftovers(out);
+
+  const auto config = model::TargetConfig::from_model_dir(o.model_name_or_path);
+  std::vector<std::int64_t> aux_ids;
+  if (o.eagle_version == 3)
+    aux_ids = o.aux_hidden_state_layer_ids.empty() ? model::default_aux_layer_ids(config.num_hidden_layers)
+                                                   : o.aux_hidden_state_layer_ids;
+  const json options = content_options(o, aux_ids);
+  std::optional<FeatureManifest> existing;
+  if (is_features_folder(out.string())) {
+    existing = read_manifest(out.string());
+    check_same_options(*existing, options, out);
+  } else {
+    prepare_fresh(out);
+  }
+  DumpSummary summary;
+  if (existing && existing->complete) {
+    for (const auto& s : existing->shards) {
+      summary.tokens += s.tokens;
+      summary.samples += s.samples;
+    }
+    summary.shards = static_cast<std::int64_t>(existing->shards.size());
+    summary.bytes_per_token = existing->bytes_per_token();
+    summary.already_complete = true;
+    log::info("dump", "{} is complete ({} shards, {} tokens): nothing to do", out.string(), summary.shards,
+              summary.tokens);
+    return summary;
+  }
+
+  auto target = load_target(o, device);
+  if (!aux_ids.empty()) target.set_aux_layer_ids(aux_ids);
+  const auto& tc = target.config();
+  const auto ends = target.ends();
+  const auto identity = target_identity(canonical(o.model_name_or_path), tc.architecture, tc.num_hidden_layers,
+                                        tc.hidden_size, tc.vocab_size, ends.final_norm, ends.lm_head);
+  TrainData data;
+  FeatureManifest m;
+  std::uint64_t ends_bytes = 0;
+  if (existing) {
+    m = *existing;
+    EAGLE_CHECK(m.target == identity, Error(ErrorKind::usage, "the target changed since the dump started")
+                                          .file((out / kFeaturesManifest).string())
+                                          .place("target")
+                                          .expected(m.target.dump())
+                                          .found(identity.dump())
+                                          .hint("complete the dump with its own target, or choose another --output"));
+    data.train = data::open_dataset_file((out / data::kTrainFile).string());
+    if (fs::exists(out / data::kValidationFile))
+      data.heldout = data::open_dataset_file((out / data::kValidationFile).string());
+    log::info("dump", "continuing the dump in {}", out.string());
+  } else {
+    data = load_train_data(o, tc.vocab_size);
+    write_data(out, data, o);
+    ends_bytes = write_ends(out, o, ends);
+    m.layout.aux_width = o.eagle_version == 3 ? static_cast<std::int64_t>(aux_ids.size()) * tc.hidden_size : 0;
+    m.layout.hidden_size = tc.hidden_size;
+    m.layout.dtype = o.features_dtype == config::TargetDtype::auto_ ? target.dtype() : target_dtype(o.features_dtype);
+    m.layout.has_argmax = true;
+    m.aux_layer_ids = aux_ids;
+    m.target = identity;
+    m.options = options;
+    const auto max_bytes = static_cast<std::uint64_t>(o.features_shard_mb) << 20;
+    m.shards = plan_shards("train", data.train, m.bytes_per_token(), max_bytes);
+    if (data.heldout) {
+      auto v = plan_shards("validation", *data.heldout, m.bytes_per_token(), max_bytes);
+      m.shards.insert(m.shards.end(), v.begin(), v.end());
+    }
+    fs::create_directories(out / kFeaturesShardDir);
+    write_manifest(out, m);
+  }
+
+  // ---- the size estimate, then the shards still missing ----
+  std::int64_t todo_tokens = 0, done_tokens = 0, done_shards = 0;
+  std::vector<bool> done;
+  for (const auto& s : m.shards) {
+    done.push_back(shard_done(out.string(), s, m.layout));
+    (done.back() ? done_tokens : todo_tokens) += s.tokens;
+    done_shards += done.back() ? 1 : 0;
+    summary.samples += s.samples;
+  }
+  summary.tokens = done_tokens + todo_tokens;
+  summary.shards = static_cast<std::int64_t>(m.shards.size());
+  summary.bytes_per_token = m.bytes_per_token();
+  const std::uint64_t todo_bytes = static_cast<std::uint64_t>(todo_tokens) * m.bytes_per_token();
+  const auto space = fs::space(out, ec);
+  log::info("dump",
+            "{} samples, {} tokens at {} bytes per token ({} {} values + the target's argmax): {:.3f} GB in "
+            "{} shards of at most {} MiB, plus the target's ends ({:.3f} GB); {:.3f} GB still to write, {:.1f} GB "
+            "free",
+            summary.samples, summary.tokens, m.bytes_per_token(), m.layout.aux_width + m.layout.hidden_size,
+            dtype_name(m.layout.dtype),
+            1e-9 * static_cast<double>(summary.tokens) * static_cast<double>(m.bytes_per_token()), m.shards.size(),
+            o.features_shard_mb, 1e-9 * static_cast<double>(ends_bytes), 1e-9 * static_cast<double>(todo_bytes),
+            ec ? -1.0 : 1e-9 * static_cast<double>(space.available));
+  EAGLE_CHECK(ec || todo_bytes <= space.available,
+              Error(ErrorKind::output, "not enough free disk space for the features")
+                  .file(out.string())
+                  .expected(fmt::format("{:.3f} GB", 1e-9 * static_cast<double>(todo_bytes)))
+                  .found(fmt::format("{:.3f} GB free", 1e-9 * static_cast<double>(space.available)))
+                  .hint("free space or choose another --output; --features_dtype bfloat16 halves float32's size"));
+
+  auto so = data::SamplerOptions::from(o);
+  so.padding_free = false;
+  Dumper dumper(target, m.layout, so, o.max_cuda_graphs);
+  DumpProgress progress(summary.tokens, done_tokens, summary.shards);
+  const auto t0 = Clock::now();
+  for (std::size_t i = 0; i < m.shards.size(); ++i) {
+    if (done[i]) continue;
+    const auto& s = m.shards[i];
+    const data::Dataset& ds = s.split == "train" ? data.train : *data.heldout;
+    auto tensors = dumper.run(ds, s, [&](std::int64_t n) { progress.add(n, done_shards); });
+    write_shard(out.string(), s, tensors);
+    ++done_shards;
+    ++summary.shards_written;
+    summary.shard_bytes += static_cast<std::uint64_t>(s.tokens) * m.bytes_per_token();
+    if (hooks.after_shard) hooks.after_shard(summary.shards_written);
+  }
+  progress.add(0, done_shards, /*final=*/true);
+  progress.finish();
+  summary.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  summary.tokens_per_s = static_cast<double>(todo_tokens) / std::max(summary.seconds, 1e-9);
+  m.complete = true;
+  write_manifest(out, m);
+  log::info("dump", "wrote {}: {} shards ({} by this run), {} tokens in {:.1f} s ({:.0f} tokens/s)", out.string(),
+            summary.shards, summary.shards_written, todo_tokens, summary.seconds, summary.tokens_per_s);
+  return summary;
+}
+
+}  // namespace eagle::train

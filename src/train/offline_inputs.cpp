@@ -1,0 +1,198 @@
+// Opening stored features for a run (see offline_inputs.h): a dump-features folder (its manifest,
+// prepared data and shards) or a speculators folder (its Arrow rows and hidden-state files).
+#include "offline_inputs.h"
+
+#include <filesystem>
+#include <numeric>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "eagle/data/binary_format.h"
+#include "eagle/data/flat_builder.h"
+#include "eagle/data/loader.h"
+#include "eagle/data/speculators_folder.h"
+#include "eagle/train/runtime.h"
+#include "eagle/util/error.h"
+#include "eagle/util/log.h"
+
+namespace eagle::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::int64_t> pick(const std::vector<std::int64_t>& ids, const std::vector<std::size_t>& at) {
+  std::vector<std::int64_t> out;
+  out.reserve(at.size());
+  for (auto i : at) out.push_back(ids[i]);
+  return out;
+}
+
+// The run's data from a folder's samples (ids: the store's sample of each) and its stored
+// validation split, if any: validation_fraction of the samples is held out when none is stored;
+// eval reads the held-out split, else all samples.
+void set_data(RunInputs& in, data::Dataset all, std::vector<std::int64_t> all_ids, std::optional<data::Dataset> val,
+              std::vector<std::int64_t> val_ids, const config::Options& o, bool eval) {
+  if (!val && o.validation_fraction > 0) {
+    const auto vi = data::validation_indices(all.size(), o.validation_fraction, static_cast<std::uint64_t>(o.seed));
+    if (!vi.empty()) {
+      const auto ti = data::complement_indices(all.size(), vi);
+      val = data::copy_samples(all, vi, all.source() + " (validation split)");
+      val_ids = pick(all_ids, vi);
+      all = data::copy_samples(all, ti, all.source(), all.stats());
+      all_ids = pick(all_ids, ti);
+    }
+  }
+  if (eval) {
+    const bool split = val.has_value();
+    in.data.heldout = split ? std::move(*val) : std::move(all);
+    in.heldout_samples = split ? std::move(val_ids) : std::move(all_ids);
+    if (!split) log::info("eval", "{} has no validation split: evaluating on all of it", in.store->source());
+    return;
+  }
+  in.data.train = std::move(all);
+  in.train_samples = std::move(all_ids);
+  in.data.heldout = std::move(val);
+  in.heldout_samples = std::move(val_ids);
+  EAGLE_CHECK(in.data.train.size() > 0,
+              Error(ErrorKind::input, "the features hold no training sample").file(in.store->source()));
+}
+
+// The target: whole when the AR is measured (eval_num_prompts > 0 and model_name_or_path given),
+// else only its ends, read from ends_dir.
+void load_target_part(const config::Options& o, torch::Device device, const std::string& ends_dir, RunInputs& in) {
+  if (o.eval_num_prompts > 0 && !o.model_name_or_path.empty()) {
+    in.target = load_target(o, device);
+    if (!in.aux_layer_ids.empty()) in.target->set_aux_layer_ids(in.aux_layer_ids);
+    in.ends = in.target->ends();
+    return;
+  }
+  in.ends = model::TargetModel::load_ends(ends_dir, target_dtype(o.target_dtype), device);
+  if (o.eval_num_prompts > 0)
+    log::info("eval",
+              "no --model_name_or_path: the acceptance rate (AR) is not measured (it decodes with the "
+              "target); evaluations report the held-out loss, acc and tau of the stored features");
+}
+
+RunInputs open_dumped(const config::Options& o, torch::Device device, bool eval) {
+  const std::string& dir = o.features_path;
+  const auto m = read_manifest(dir);
+  const auto manifest_file = (fs::path(dir) / kFeaturesManifest).string();
+  EAGLE_CHECK(m.complete, Error(ErrorKind::input, "the features folder is incomplete (its dump did not finish)")
+                              .file(manifest_file)
+                              .place("complete")
+                              .hint("run the same dump-features command again: it continues where it stopped"));
+  EAGLE_CHECK(o.aux_hidden_state_layer_ids.empty() || o.aux_hidden_state_layer_ids == m.aux_layer_ids,
+              Error(ErrorKind::usage, "the features hold other target layers")
+                  .place("aux_hidden_state_layer_ids")
+                  .expected(fmt::format("[{}] (the dump's) or none", fmt::join(m.aux_layer_ids, ", ")))
+                  .found(fmt::format("[{}]", fmt::join(o.aux_hidden_state_layer_ids, ", "))));
+  EAGLE_CHECK(o.eagle_version == 1 || m.layout.aux_width > 0,
+              Error(ErrorKind::usage, "an EAGLE-3 head needs aux features; these were dumped for EAGLE-1")
+                  .file(manifest_file)
+                  .hint("dump the features again with --eagle_version 3"));
+  RunInputs in;
+  in.aux_layer_ids = o.eagle_version == 3 ? m.aux_layer_ids : std::vector<std::int64_t>{};
+  load_target_part(o, device,
+                   o.model_name_or_path.empty() ? (fs::path(dir) / kFeaturesTargetDir).string() : o.model_name_or_path,
+                   in);
+  const auto& c = in.ends.config;
+  if (!o.model_name_or_path.empty()) {
+    // Another target (or another fine-tune of it) would train the head against the wrong teacher.
+    const auto now = target_identity(o.model_name_or_path, c.architecture, c.num_hidden_layers, c.hidden_size,
+                                     c.vocab_size, in.ends.final_norm, in.ends.lm_head);
+    for (const char* key : {"architecture", "num_hidden_layers", "hidden_size", "vocab_size", "weights_fnv1a"})
+      EAGLE_CHECK(m.target.contains(key) && m.target[key] == now[key],
+                  Error(ErrorKind::usage, "the features were computed by another target")
+                      .file(manifest_file)
+                      .place(fmt::format("target.{}", key))
+                      .expected(fmt::format("{} ({})", now[key].dump(), o.model_name_or_path))
+                      .found(m.target.contains(key) ? m.target[key].dump() : "none")
+                      .hint("give the target the features were dumped from, or none (the folder holds its ends)"));
+  }
+  in.target_name =
+      o.model_name_or_path.empty() ? m.target.value("model_name_or_path", std::string()) : o.model_name_or_path;
+
+  auto train = data::open_dataset_file((fs::path(dir) / data::kTrainFile).string());
+  std::optional<data::Dataset> val;
+  if (fs::exists(fs::path(dir) / data::kValidationFile))
+    val = data::open_dataset_file((fs::path(dir) / data::kValidationFile).string());
+  for (const data::Dataset* ds : {&train, val ? &*val : nullptr}) {
+    if (!ds) continue;
+    EAGLE_CHECK(
+        ds->stats().max_length <= o.training_seq_len,
+        Error(ErrorKind::usage, "the features hold samples longer than training_seq_len")
+            .file(ds->source())
+            .expected(fmt::format("at most {} tokens", o.training_seq_len))
+            .found(std::to_string(ds->stats().max_length))
+            .hint(fmt::format("train with --training_seq_len {} (the dump's), or dump again", ds->stats().max_length)));
+    data::check_token_ids(*ds, c.vocab_size);
+  }
+  in.store = open_dumped_features(dir, m, train, val ? &*val : nullptr);
+  std::vector<std::int64_t> train_ids(train.size()), val_ids(val ? val->size() : 0);
+  std::iota(train_ids.begin(), train_ids.end(), std::int64_t{0});
+  std::iota(val_ids.begin(), val_ids.end(), static_cast<std::int64_t>(train.size()));
+  set_data(in, std::move(train), std::move(train_ids), std::move(val), std::move(val_ids), o, eval);
+  return in;
+}
+
+RunInputs open_speculators(const config::Options& o, torch::Device device, bool eval) {
+  const std::string& dir = o.features_path;
+  EAGLE_CHECK(!o.model_name_or_path.empty(),
+              Error(ErrorKind::usage, "a speculators folder needs its target")
+                  .file(dir)
+                  .hint("give --model_name_or_path: its final norm and LM head turn the stored last hidden states "
+                        "into the teacher, and the head uses its embedding"));
+  const auto config = model::TargetConfig::from_model_dir(o.model_name_or_path);
+  auto lo = data::LoadOptions::from(o);
+  lo.vocab_size = config.vocab_size;
+  auto rows = data::read_speculators_folder(dir, lo);
+  RunInputs in;
+  if (o.eagle_version == 3) {
+    in.aux_layer_ids = o.aux_hidden_state_layer_ids.empty() ? model::default_aux_layer_ids(config.num_hidden_layers)
+                                                            : o.aux_hidden_state_layer_ids;
+    if (o.aux_hidden_state_layer_ids.empty())
+      log::warn("data",
+                "{} does not record the layers its hidden states come from: the head records [{}] (the "
+                "default, also speculators'); pass --aux_hidden_state_layer_ids with the ids the data was "
+                "generated with if they differ",
+                dir, fmt::join(in.aux_layer_ids, ", "));
+  }
+  in.store = open_speculators_features(dir, rows.rows.front(), config.hidden_size,
+                                       static_cast<std::int64_t>(in.aux_layer_ids.size()));
+  load_target_part(o, device, o.model_name_or_path, in);
+  in.target_name = o.model_name_or_path;
+  set_data(in, std::move(rows.samples), std::move(rows.rows), std::nullopt, {}, o, eval);
+  return in;
+}
+
+}  // namespace
+
+RunInputs load_offline_inputs(const config::Options& o, torch::Device device, bool eval) {
+  const std::string& dir = o.features_path;
+  if (!o.data_path.empty())
+    log::warn("data", "data_path {} is not read: the features folder holds the data", o.data_path);
+  if (!o.eval_data_path.empty())
+    log::warn("data", "eval_data_path {} is not read: the held-out features are the folder's validation split",
+              o.eval_data_path);
+  RunInputs in;
+  if (is_features_folder(dir))
+    in = open_dumped(o, device, eval);
+  else if (data::is_speculators_folder(dir))
+    in = open_speculators(o, device, eval);
+  else
+    throw Error(ErrorKind::input, "not a features folder")
+        .file(dir)
+        .expected("manifest.json (eagle-train dump-features) or state.json beside hidden_states/ (speculators)");
+  const auto& l = in.store->layout();
+  const auto heldout = in.data.heldout ? in.data.heldout->size() : 0;
+  log::info("data",
+            "{} from stored features in {}: {}{} held-out samples, {} per token ({} aux values, the last "
+            "hidden state {} the final norm{}); no target forward in the step",
+            eval ? "evaluating" : "training", dir, eval ? "" : fmt::format("{} train and ", in.data.train.size()),
+            heldout, dtype_name(l.dtype), l.aux_width, l.pre_norm ? "before" : "after",
+            l.has_argmax ? ", the target's argmax" : "");
+  return in;
+}
+
+}  // namespace eagle::train
