@@ -10,6 +10,24 @@ using namespace eagle::data;
 using eagle::test::run_cli;
 using eagle::test::TempDir;
 
+namespace {
+
+// A JSONL file of one sample per length: ids 1..n, every token trained but the first.
+void write_samples(const std::filesystem::path& path, const std::vector<int>& lengths) {
+  std::string jsonl;
+  for (int n : lengths) {
+    std::string ids, mask;
+    for (int i = 0; i < n; ++i) {
+      ids += (i ? "," : "") + std::to_string(i + 1);
+      mask += (i ? ",1" : "0");
+    }
+    jsonl += "{\"input_ids\": [" + ids + "], \"loss_mask\": [" + mask + "]}\n";
+  }
+  eagle::test::write_file(path, jsonl);
+}
+
+}  // namespace
+
 TEST_CASE("length summary: nearest-rank percentiles and power-of-two histogram", "[data]") {
   LengthSummary s = summarize_lengths({5, 1, 3, 2, 4});
   CHECK(s.samples == 5);
@@ -52,16 +70,7 @@ TEST_CASE("data-stats prints the histogram and the mode grid as text and JSON", 
   TempDir dir;
   // Lengths 3, 5, 9, 12: with 2 rows at training_seq_len 16, the baseline computes 64 tokens for 29
   // real ones; packed first-fit-decreasing rows {12, 3} and {9, 5} compute 32.
-  std::string jsonl;
-  for (int n : {3, 5, 9, 12}) {
-    std::string ids, mask;
-    for (int i = 0; i < n; ++i) {
-      ids += (i ? "," : "") + std::to_string(i + 1);
-      mask += (i ? ",1" : "0");
-    }
-    jsonl += "{\"input_ids\": [" + ids + "], \"loss_mask\": [" + mask + "]}\n";
-  }
-  eagle::test::write_file(dir / "d.jsonl", jsonl);
+  write_samples(dir / "d.jsonl", {3, 5, 9, 12});
   const std::string args = "data-stats --data_path " + (dir / "d.jsonl").string() +
                            " --training_seq_len 16 --per_device_train_batch_size 2 --log_level warn";
   auto r = run_cli(args + " --json");
@@ -109,16 +118,7 @@ TEST_CASE("data-stats --num_ranks shows each rank's share of the epoch", "[data]
   TempDir dir;
   // Eight samples of 3..10 tokens (52 in all); one row a rank: each global batch of 2 rows splits
   // into one batch per rank, so both ranks get 4 batches and every token lands on one of them.
-  std::string jsonl;
-  for (int n = 3; n <= 10; ++n) {
-    std::string ids, mask;
-    for (int i = 0; i < n; ++i) {
-      ids += (i ? "," : "") + std::to_string(i + 1);
-      mask += (i ? ",1" : "0");
-    }
-    jsonl += "{\"input_ids\": [" + ids + "], \"loss_mask\": [" + mask + "]}\n";
-  }
-  eagle::test::write_file(dir / "d.jsonl", jsonl);
+  write_samples(dir / "d.jsonl", {3, 4, 5, 6, 7, 8, 9, 10});
   const std::string args = "data-stats --data_path " + (dir / "d.jsonl").string() +
                            " --training_seq_len 16 --per_device_train_batch_size 1 --log_level warn";
   auto r = run_cli(args + " --num_ranks 2 --json");

@@ -126,6 +126,20 @@ TEST_CASE("two ranks under torchrun train what one rank trains; resume is bit-ex
   CHECK(max_difference(dir / "two" / "checkpoint-8" / "optimizer.safetensors",
                        dir / "resumed" / "checkpoint-8" / "optimizer.safetensors") == 0.0);
 
+  // Ranks that would resume different checkpoints (an output_dir that is not one shared folder):
+  // rank 0 finds checkpoint-4, rank 1 nothing; both stop before training.
+  fs::create_directories(dir / "split0");
+  fs::copy(dir / "two" / "checkpoint-4", dir / "split0" / "checkpoint-4", fs::copy_options::recursive);
+  const int port = free_port();
+  const std::string split = common + " --per_device_train_batch_size 2 --resume_from_checkpoint auto --output_dir ";
+  const pid_t r0 = start_rank(0, port, split + (dir / "split0").string(), dir / "split0.log");
+  const pid_t r1 = start_rank(1, port, split + (dir / "split1").string(), dir / "split1.log");
+  CHECK(wait_exit(r0) == 2);
+  CHECK(wait_exit(r1) == 2);
+  const auto split_log = eagle::test::read_file(dir / "split0.log") + eagle::test::read_file(dir / "split1.log");
+  INFO(split_log);
+  CHECK_THAT(split_log, Catch::Contains("the ranks did not resume from the same checkpoint"));
+
   // One process cannot continue a two-rank run: the data order is planned per rank.
   auto refused = run_cli("train " + common + " --per_device_train_batch_size 2 --resume_from_checkpoint " +
                          (dir / "two" / "checkpoint-4").string() + " --output_dir " + (dir / "other").string());
