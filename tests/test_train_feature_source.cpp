@@ -16,6 +16,7 @@
 #include "eagle/train/trainer.h"
 #include "eagle/util/error.h"
 #include "helpers.h"
+#include "train_helpers.h"
 
 using namespace eagle;
 using nlohmann::json;
@@ -82,16 +83,6 @@ double max_weight_difference(const fs::path& a, const fs::path& b) {
   return worst;
 }
 
-Error train_error(const config::Options& o) {
-  try {
-    train::train(o, {"eagle-train", "train"});
-  } catch (const Error& e) {
-    return e;
-  }
-  FAIL("the run did not throw");
-  return Error(ErrorKind::internal, "unreachable");
-}
-
 }  // namespace
 
 TEST_CASE("training from dumped float32 features equals training with the target in the step", "[train]") {
@@ -139,13 +130,13 @@ TEST_CASE("training from dumped float32 features equals training with the target
     auto other = options(tmp / "other");
     other.features_path = dump.output;
     other.model_name_or_path = kRoot + "/tests/fixtures/models/tiny-llama3";
-    CHECK_THAT(train_error(other).format(), Catch::Contains("computed by another target"));
+    CHECK_THAT(test::train_error(other).format(), Catch::Contains("computed by another target"));
   }
   SECTION("a run with a shorter training_seq_len than the dump is refused") {
     auto shorter = options(tmp / "shorter");
     shorter.features_path = dump.output;
     shorter.training_seq_len = 64;
-    CHECK_THAT(train_error(shorter).format(), Catch::Contains("longer than training_seq_len"));
+    CHECK_THAT(test::train_error(shorter).format(), Catch::Contains("longer than training_seq_len"));
   }
 }
 
@@ -181,5 +172,5 @@ TEST_CASE("training from a speculators folder gives the online losses on the sam
   auto no_target = offline;
   no_target.output_dir = (tmp / "no-target").string();
   no_target.model_name_or_path.clear();
-  CHECK_THAT(train_error(no_target).format(), Catch::Contains("needs its target"));
+  CHECK_THAT(test::train_error(no_target).format(), Catch::Contains("needs its target"));
 }

@@ -12,6 +12,7 @@
 #include "eagle/train/trainer.h"
 #include "eagle/util/error.h"
 #include "helpers.h"
+#include "train_helpers.h"
 
 using namespace eagle;
 using nlohmann::json;
@@ -37,16 +38,6 @@ config::Options smoke_options(const fs::path& out) {
 json read_json(const fs::path& p) { return json::parse(test::read_file(p)); }
 
 // Runs the trainer expecting it to throw an eagle::Error; returns it.
-Error expect_error(const config::Options& o, const train::TrainHooks& hooks = {}) {
-  try {
-    train::train(o, {"eagle-train", "train"}, hooks);
-  } catch (const Error& e) {
-    return e;
-  }
-  FAIL("the run did not throw");
-  return Error(ErrorKind::internal, "unreachable");
-}
-
 }  // namespace
 
 TEST_CASE("a completed run writes its summary and counts the real tokens it trained on", "[train]") {
@@ -73,7 +64,7 @@ TEST_CASE("an interrupted run writes its summary; the resumed run saves its own 
   hooks.after_step = [](std::int64_t step) {
     if (step == 3) ::raise(SIGTERM);
   };
-  Error e = expect_error(o, hooks);
+  Error e = test::train_error(o, hooks);
   CHECK(e.kind() == ErrorKind::interrupted);
   auto summary = read_json(tmp / "run" / "summary.json");
   CHECK(summary["exit_reason"] == "interrupted");
@@ -99,7 +90,7 @@ TEST_CASE("a missed gate and a failure each write their summary", "[train]") {
   test::TempDir tmp;
   auto gated = smoke_options(tmp / "gated");
   gated.min_ar = 9.0;
-  Error g = expect_error(gated);
+  Error g = test::train_error(gated);
   CHECK(g.kind() == ErrorKind::gate);
   auto gs = read_json(tmp / "gated" / "summary.json");
   CHECK(gs["exit_reason"] == "gate_missed");
@@ -109,7 +100,7 @@ TEST_CASE("a missed gate and a failure each write their summary", "[train]") {
   auto failing = smoke_options(tmp / "failed");
   failing.learning_rate = 1e30;  // the weights overflow after the first update
   failing.warmup_steps = 0;
-  Error f = expect_error(failing);
+  Error f = test::train_error(failing);
   CHECK(f.kind() == ErrorKind::training);
   auto fs_ = read_json(tmp / "failed" / "summary.json");
   CHECK(fs_["exit_reason"] == "failed");
@@ -125,7 +116,7 @@ TEST_CASE("a signal during the final evaluation still ends interrupted with the 
   hooks.after_step = [](std::int64_t step) {
     if (step == 6) ::raise(SIGTERM);  // arrives as the final evaluation starts
   };
-  Error e = expect_error(o, hooks);
+  Error e = test::train_error(o, hooks);
   CHECK(e.kind() == ErrorKind::interrupted);
   CHECK(read_json(tmp / "run" / "summary.json")["exit_reason"] == "interrupted");
   REQUIRE(fs::exists(tmp / "run" / "checkpoint-6" / "COMPLETE"));
