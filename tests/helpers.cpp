@@ -5,6 +5,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include <array>
 #include <cstdlib>
 #include <cstdio>
@@ -14,6 +16,35 @@
 #include <stdexcept>
 
 namespace eagle::test {
+
+pid_t start_cli(const std::string& args, const std::filesystem::path& log, const std::string& env) {
+  const std::string cmd = "exec " + (env.empty() ? "" : "env " + env + " ") + EAGLE_TRAIN_BIN + " " + args + " > " +
+                          log.string() + " 2>&1";
+  pid_t pid = fork();
+  if (pid < 0) throw std::runtime_error("fork failed: " + cmd);
+  if (pid == 0) {
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+int wait_exit(pid_t pid) {
+  int status = 0;
+  if (waitpid(pid, &status, 0) != pid) throw std::runtime_error("waitpid failed for pid " + std::to_string(pid));
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+}
+
+std::map<std::int64_t, double> logged_losses(const std::filesystem::path& run) {
+  std::map<std::int64_t, double> out;
+  std::ifstream in(run / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line);
+    if (j.contains("loss") && !j["loss"].is_null()) out[j["step"].get<std::int64_t>()] = j["loss"].get<double>();
+  }
+  return out;
+}
 
 ProcessResult run_command(const std::string& cmd) {
   // fork + exec of sh -c with a pipe for stdout, and wait4 for the child's own peak memory.

@@ -1,7 +1,11 @@
 // Shared test helpers: running eagle-train as a subprocess, temporary folders.
 #pragma once
 
+#include <sys/types.h>
+
+#include <cstdint>
 #include <filesystem>
+#include <map>
 #include <string>
 
 #include "eagle_test_paths.h"
@@ -18,6 +22,14 @@ struct ProcessResult {
 ProcessResult run_command(const std::string& cmd);
 // Runs `eagle-train ARGS` through the shell (args are passed verbatim) and captures its output.
 ProcessResult run_cli(const std::string& args);
+// Starts `eagle-train ARGS` in the background through the shell (args verbatim; env: variable
+// assignments such as "RANK=0 WORLD_SIZE=2" for its environment), its stdout and stderr to log.
+// The pid is eagle-train's own, so signals reach it.
+pid_t start_cli(const std::string& args, const std::filesystem::path& log, const std::string& env = "");
+// Waits for a child: its exit code, or minus the signal that killed it.
+int wait_exit(pid_t pid);
+// The training losses a run folder's metrics.jsonl logged, by step (null losses left out).
+std::map<std::int64_t, double> logged_losses(const std::filesystem::path& run);
 // The Python of scripts/setup.sh's environment ($EAGLE_DEPS_DIR or ~/.cache/eagle-train).
 std::string venv_python();
 

@@ -18,7 +18,8 @@ void write_samples(const std::filesystem::path& path, const std::vector<int>& le
   for (int n : lengths) {
     std::string ids, mask;
     for (int i = 0; i < n; ++i) {
-      ids += (i ? "," : "") + std::to_string(i + 1);
+      if (i) ids += ',';
+      ids += std::to_string(i + 1);
       mask += (i ? ",1" : "0");
     }
     jsonl += "{\"input_ids\": [" + ids + "], \"loss_mask\": [" + mask + "]}\n";

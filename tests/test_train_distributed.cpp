@@ -3,12 +3,12 @@
 // number is refused; a dead rank ends the other with an error, a signal to one rank stops both
 // after a checkpoint. Free ports are picked per test, so concurrent runs never collide.
 #include <catch2/catch.hpp>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -19,7 +19,9 @@
 #include "eagle/model/safetensors.h"
 #include "helpers.h"
 
+using eagle::test::logged_losses;
 using eagle::test::run_cli;
+using eagle::test::wait_exit;
 using eagle::test::TempDir;
 using nlohmann::json;
 namespace fs = std::filesystem;
@@ -47,35 +49,10 @@ std::string torchrun() { return fs::path(eagle::test::venv_python()).parent_path
 
 // Rank r of 2 started by hand (what torchrun does, without its agent), output to log.
 pid_t start_rank(int rank, int port, const std::string& args, const fs::path& log) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    setenv("RANK", std::to_string(rank).c_str(), 1);
-    setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
-    setenv("WORLD_SIZE", "2", 1);
-    setenv("LOCAL_WORLD_SIZE", "2", 1);
-    setenv("MASTER_ADDR", "127.0.0.1", 1);
-    setenv("MASTER_PORT", std::to_string(port).c_str(), 1);
-    std::string cmd = std::string("exec ") + EAGLE_TRAIN_BIN + " train " + args + " > " + log.string() + " 2>&1";
-    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  return pid;
-}
-
-int wait_exit(pid_t pid) {
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-std::map<std::int64_t, double> losses(const fs::path& run) {
-  std::map<std::int64_t, double> out;
-  std::ifstream in(run / "metrics.jsonl");
-  for (std::string line; std::getline(in, line);) {
-    auto j = json::parse(line);
-    if (j.contains("loss") && !j["loss"].is_null()) out[j["step"].get<std::int64_t>()] = j["loss"].get<double>();
-  }
-  return out;
+  return eagle::test::start_cli("train " + args, log,
+                                fmt::format("RANK={0} LOCAL_RANK={0} WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 "
+                                            "MASTER_ADDR=127.0.0.1 MASTER_PORT={1}",
+                                            rank, port));
 }
 
 double max_difference(const fs::path& a, const fs::path& b) {
@@ -105,7 +82,7 @@ TEST_CASE("two ranks under torchrun train what one rank trains; resume is bit-ex
   INFO(two.output);
   REQUIRE(two.exit_code == 0);
   CHECK_THAT(two.output, Catch::Contains("rank 0 of 2") && Catch::Contains("on each of 2 ranks"));
-  auto a = losses(dir / "one"), b = losses(dir / "two");
+  auto a = logged_losses(dir / "one"), b = logged_losses(dir / "two");
   REQUIRE(a.size() == 4);
   REQUIRE(b.size() == 4);
   for (const auto& [step, loss] : a) CHECK(b.at(step) == Approx(loss).epsilon(1e-6));
@@ -119,7 +96,7 @@ TEST_CASE("two ranks under torchrun train what one rank trains; resume is bit-ex
   auto resumed = ddp(dir / "resumed", " --resume_from_checkpoint auto");
   INFO(resumed.output);
   REQUIRE(resumed.exit_code == 0);
-  auto c = losses(dir / "resumed");
+  auto c = logged_losses(dir / "resumed");
   for (std::int64_t step : {6, 8}) CHECK(c.at(step) == b.at(step));
   CHECK(max_difference(dir / "two" / "checkpoint-8" / "model.safetensors",
                        dir / "resumed" / "checkpoint-8" / "model.safetensors") == 0.0);
@@ -156,8 +133,8 @@ TEST_CASE("a dead rank ends the other with an error; a signal to one rank stops 
     const auto out = dir / "killed";
     pid_t r0 = start_rank(0, port, args + " --output_dir " + out.string(), dir / "r0.log");
     pid_t r1 = start_rank(1, port, args + " --output_dir " + out.string(), dir / "r1.log");
-    for (int i = 0; i < 1200 && losses(out).size() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    REQUIRE(losses(out).size() >= 2);
+    for (int i = 0; i < 1200 && logged_losses(out).size() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    REQUIRE(logged_losses(out).size() >= 2);
     kill(r1, SIGKILL);
     wait_exit(r1);
     const auto t0 = std::chrono::steady_clock::now();
@@ -176,8 +153,8 @@ TEST_CASE("a dead rank ends the other with an error; a signal to one rank stops 
     const auto out = dir / "stopped";
     pid_t r0 = start_rank(0, port, args + " --output_dir " + out.string(), dir / "r0.log");
     pid_t r1 = start_rank(1, port, args + " --output_dir " + out.string(), dir / "r1.log");
-    for (int i = 0; i < 1200 && losses(out).size() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    REQUIRE(losses(out).size() >= 2);
+    for (int i = 0; i < 1200 && logged_losses(out).size() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    REQUIRE(logged_losses(out).size() >= 2);
     kill(r1, SIGTERM);
     const int c1 = wait_exit(r1), c0 = wait_exit(r0);
     INFO(eagle::test::read_file(dir / "r0.log") << eagle::test::read_file(dir / "r1.log"));

@@ -5,7 +5,6 @@
 #include <nlohmann/json.hpp>
 
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -15,6 +14,7 @@
 #include "eagle/model/safetensors.h"
 #include "helpers.h"
 
+using eagle::test::logged_losses;
 using eagle::test::run_cli;
 using eagle::test::TempDir;
 using nlohmann::json;
@@ -31,13 +31,6 @@ std::vector<json> read_jsonl(const fs::path& p) {
   std::ifstream in(p);
   for (std::string line; std::getline(in, line);)
     if (!line.empty()) out.push_back(json::parse(line));
-  return out;
-}
-
-std::map<std::int64_t, double> losses(const fs::path& run) {
-  std::map<std::int64_t, double> out;
-  for (const auto& j : read_jsonl(run / "metrics.jsonl"))
-    if (j.contains("loss") && !j["loss"].is_null()) out[j["step"].get<std::int64_t>()] = j["loss"].get<double>();
   return out;
 }
 
@@ -66,7 +59,7 @@ TEST_CASE("the smoke run trains, evaluates and writes every run file", "[train]"
   REQUIRE(lines.size() >= 8);
   for (const char* key : {"step", "loss", "lr", "grad_norm", "tokens_per_s", "acc"}) CHECK(lines.front().contains(key));
   CHECK(lines.front()["acc"].size() == 3);
-  auto l = losses(out);
+  auto l = logged_losses(out);
   REQUIRE(l.size() == 8);
   // Golden losses of the fixed seed (CPU, one thread); a change in the math moves them.
   CHECK(l.at(10) == Approx(7.1651).margin(2e-3));
@@ -118,7 +111,7 @@ TEST_CASE("a resumed run continues the same run exactly", "[train]") {
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.output, Catch::Contains("resumed from"));
-  auto a = losses(straight), b = losses(resumed);
+  auto a = logged_losses(straight), b = logged_losses(resumed);
   for (std::int64_t step = 14; step <= 24; step += 2) {
     INFO("step " << step);
     REQUIRE(b.count(step));
@@ -171,23 +164,15 @@ TEST_CASE("SIGTERM checkpoints and exits 130; auto resume finishes the run", "[t
   TempDir dir;
   auto out = dir / "run";
   auto args = " --max_steps 200 --eval_steps 0 --save_steps 0 --logging_steps 1 --eval_num_prompts 0";
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    std::string cmd = std::string(EAGLE_TRAIN_BIN) + " train " + kSmoke + args + " --output_dir " + out.string() +
-                      " > " + (dir / "log.txt").string() + " 2>&1";
-    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
+  const pid_t pid = eagle::test::start_cli("train " + kSmoke + args + " --output_dir " + out.string(), dir / "log.txt");
   // Wait until a few steps are logged, then ask it to stop.
-  for (int i = 0; i < 600 && losses(out).size() < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  REQUIRE(losses(out).size() >= 3);
+  for (int i = 0; i < 600 && logged_losses(out).size() < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(logged_losses(out).size() >= 3);
   kill(pid, SIGTERM);
-  int status = 0;
-  waitpid(pid, &status, 0);
+  const int code = eagle::test::wait_exit(pid);
   INFO(eagle::test::read_file(dir / "log.txt"));
-  REQUIRE(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 130);
+  REQUIRE(code >= 0);  // exited, not killed
+  CHECK(code == 130);
   auto summary = json::parse(eagle::test::read_file(out / "summary.json"));
   CHECK(summary["exit_reason"] == "interrupted");
   CHECK(summary["detail"] == "SIGTERM");
@@ -199,7 +184,7 @@ TEST_CASE("SIGTERM checkpoints and exits 130; auto resume finishes the run", "[t
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   CHECK(json::parse(eagle::test::read_file(out / "summary.json"))["steps"] == 200);
-  auto l = losses(out);
+  auto l = logged_losses(out);
   CHECK(l.size() == 200);  // no step logged twice, none missing
 }
 
@@ -207,16 +192,9 @@ TEST_CASE("a second run on a running run's output_dir is refused naming the firs
   TempDir dir;
   auto out = dir / "run";
   auto args = " --max_steps 400 --eval_steps 0 --save_steps 0 --logging_steps 1 --eval_num_prompts 0";
-  pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    std::string cmd = std::string(EAGLE_TRAIN_BIN) + " train " + kSmoke + args + " --output_dir " + out.string() +
-                      " > " + (dir / "log.txt").string() + " 2>&1";
-    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
-  for (int i = 0; i < 600 && losses(out).empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  REQUIRE_FALSE(losses(out).empty());
+  const pid_t pid = eagle::test::start_cli("train " + kSmoke + args + " --output_dir " + out.string(), dir / "log.txt");
+  for (int i = 0; i < 600 && logged_losses(out).empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE_FALSE(logged_losses(out).empty());
   for (const char* extra : {" --resume_from_checkpoint auto", " --overwrite_output_dir"}) {
     auto r = run_cli("train " + kSmoke + args + extra + " --output_dir " + out.string());
     INFO(r.output);
@@ -225,8 +203,7 @@ TEST_CASE("a second run on a running run's output_dir is refused naming the firs
                              Catch::Contains("pid " + std::to_string(pid)));
   }
   kill(pid, SIGKILL);  // the kernel releases the lock with the process
-  int status = 0;
-  waitpid(pid, &status, 0);
+  eagle::test::wait_exit(pid);
   auto r = run_cli("train " + kSmoke + " --max_steps 2 --eval_steps 0 --eval_num_prompts 0 --resume_from_checkpoint auto"
                    " --output_dir " + out.string());
   INFO(r.output);
