@@ -18,12 +18,9 @@
 # GPU r), BENCH_OUT (a fresh folder under /tmp), EAGLE_TORCHRUN (the venv's torchrun),
 # EAGLE_DEMO_TARGET, EAGLE_BUILD_DIR, EAGLE_DEPS_DIR, EAGLE_PYTHON.
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-DEPS_DIR="${EAGLE_DEPS_DIR:-$HOME/.cache/eagle-train}"
-PY="${EAGLE_PYTHON:-$DEPS_DIR/venv/bin/python}"
+# shellcheck source=scripts/bench/demo_env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/demo_env.sh"
 TORCHRUN="${EAGLE_TORCHRUN:-$DEPS_DIR/venv/bin/torchrun}"
-BIN="${EAGLE_BUILD_DIR:-$ROOT/build}/eagle-train"
-TARGET="${EAGLE_DEMO_TARGET:-$DEPS_DIR/demo-target}"
 OUT="${BENCH_OUT:-$(mktemp -d /tmp/eagle-bench-ddp.XXXXXX)}"
 STEPS="${BENCH_STEPS:-30}"
 ROWS="${BENCH_ROWS:-4}"
@@ -32,9 +29,7 @@ THREADS="${BENCH_THREADS:-1}"
 LOG_STEPS="${BENCH_LOGGING_STEPS:-5}"
 DEVICE="${BENCH_DEVICE:-cpu}"
 
-[ -x "$BIN" ] || EAGLE_BUILD_JOBS="${EAGLE_BUILD_JOBS:-2}" "$ROOT/scripts/build.sh"
 [ -x "$TORCHRUN" ] || { echo "no torchrun at $TORCHRUN (scripts/setup.sh makes the venv; or set EAGLE_TORCHRUN)" >&2; exit 2; }
-[ -f "$TARGET/DONE" ] || "$PY" "$ROOT/scripts/make_demo_target.py" --output "$TARGET"
 DATA="$TARGET/alpaca.jsonl"
 mkdir -p "$OUT"
 

@@ -11,11 +11,8 @@
 # Knobs (environment): BENCH_SAMPLES (1024), BENCH_THREADS (1), BENCH_DEVICE (cpu),
 # BENCH_EVAL_PROMPTS (100), BENCH_OUT (/tmp/eagle-bench-generate).
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-DEPS_DIR="${EAGLE_DEPS_DIR:-$HOME/.cache/eagle-train}"
-PY="${EAGLE_PYTHON:-$DEPS_DIR/venv/bin/python}"
-BIN="${EAGLE_BUILD_DIR:-$ROOT/build}/eagle-train"
-TARGET="${EAGLE_DEMO_TARGET:-$DEPS_DIR/demo-target}"
+# shellcheck source=scripts/bench/demo_env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/demo_env.sh"
 OUT="${BENCH_OUT:-/tmp/eagle-bench-generate}"
 SAMPLES="${BENCH_SAMPLES:-1024}"
 THREADS="${BENCH_THREADS:-1}"
@@ -23,8 +20,6 @@ DEVICE="${BENCH_DEVICE:-cpu}"
 EVAL_PROMPTS="${BENCH_EVAL_PROMPTS:-100}"
 MODE="${1:-}"
 
-[ -x "$BIN" ] || EAGLE_BUILD_JOBS="${EAGLE_BUILD_JOBS:-2}" "$ROOT/scripts/build.sh"
-[ -f "$TARGET/DONE" ] || "$PY" "$ROOT/scripts/make_demo_target.py" --output "$TARGET"
 mkdir -p "$OUT"
 echo "host: $(nproc) cores; $(uptime)"
 load() { cut -d' ' -f1-3 /proc/loadavg; }

@@ -8,20 +8,14 @@
 # Knobs (environment): BENCH_STEPS (48), BENCH_ROWS (8), BENCH_THREADS (2), BENCH_OUT
 # (/tmp/eagle-bench-offline), BENCH_DEVICE (cpu).
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-DEPS_DIR="${EAGLE_DEPS_DIR:-$HOME/.cache/eagle-train}"
-PY="${EAGLE_PYTHON:-$DEPS_DIR/venv/bin/python}"
-BIN="${EAGLE_BUILD_DIR:-$ROOT/build}/eagle-train"
-TARGET="${EAGLE_DEMO_TARGET:-$DEPS_DIR/demo-target}"
+# shellcheck source=scripts/bench/demo_env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/demo_env.sh"
 OUT="${BENCH_OUT:-/tmp/eagle-bench-offline}"
 STEPS="${BENCH_STEPS:-48}"
 ROWS="${BENCH_ROWS:-8}"
 THREADS="${BENCH_THREADS:-2}"
 DEVICE="${BENCH_DEVICE:-cpu}"
 
-[ -x "$BIN" ] || EAGLE_BUILD_JOBS="${EAGLE_BUILD_JOBS:-2}" "$ROOT/scripts/build.sh"
-[ -f "$TARGET/model.safetensors" ] && [ -f "$TARGET/alpaca.jsonl" ] ||
-  "$PY" "$ROOT/scripts/make_demo_target.py" --output "$TARGET"
 rm -rf "$OUT"
 mkdir -p "$OUT"
 COMMON=(--config "$ROOT/configs/alpaca-demo.json" --model_name_or_path "$TARGET" --data_path "$TARGET/alpaca.jsonl"

@@ -13,11 +13,8 @@
 # BENCH_MID_STEPS (24), BENCH_MID_ROWS (4), BENCH_THREADS (2), BENCH_OUT (/tmp/eagle-bench-train),
 # BENCH_NICE (0: no nice).
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-DEPS_DIR="${EAGLE_DEPS_DIR:-$HOME/.cache/eagle-train}"
-PY="${EAGLE_PYTHON:-$DEPS_DIR/venv/bin/python}"
-BIN="${EAGLE_BUILD_DIR:-$ROOT/build}/eagle-train"
-TARGET="${EAGLE_DEMO_TARGET:-$DEPS_DIR/demo-target}"
+# shellcheck source=scripts/bench/demo_env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/demo_env.sh"
 OUT="${BENCH_OUT:-/tmp/eagle-bench-train}"
 DEMO_STEPS="${BENCH_DEMO_STEPS:-48}"
 DEMO_ROWS="${BENCH_DEMO_ROWS:-4}"
@@ -30,9 +27,6 @@ THREADS="${BENCH_THREADS:-2}"
 NICE=()
 [ "${BENCH_NICE:-0}" != 0 ] && NICE=(nice -n "${BENCH_NICE}")
 
-[ -x "$BIN" ] || EAGLE_BUILD_JOBS="${EAGLE_BUILD_JOBS:-2}" "$ROOT/scripts/build.sh"
-[ -f "$TARGET/model.safetensors" ] && [ -f "$TARGET/alpaca.jsonl" ] ||
-  "$PY" "$ROOT/scripts/make_demo_target.py" --output "$TARGET"
 mkdir -p "$OUT"
 LONG_DATA="$OUT/longtail.jsonl"
 [ -f "$LONG_DATA" ] || "$PY" "$ROOT/scripts/bench/make_longtail_jsonl.py" \
