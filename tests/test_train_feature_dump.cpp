@@ -12,6 +12,7 @@
 #include "eagle/train/feature_store.h"
 #include "eagle/util/error.h"
 #include "helpers.h"
+#include "train_helpers.h"
 
 using namespace eagle;
 using nlohmann::json;
@@ -23,10 +24,7 @@ const std::string kRoot = EAGLE_SOURCE_DIR;
 const std::string kTinyLlama = kRoot + "/tests/fixtures/models/tiny-llama";
 
 config::Options dump_options(const fs::path& out) {
-  config::Options o;
-  config::apply_json_file(o, kRoot + "/configs/smoke.json");
-  o.model_name_or_path = kTinyLlama;
-  o.data_path = kRoot + "/tests/fixtures/data/smoke.jsonl";
+  config::Options o = test::smoke_options();
   o.training_seq_len = 128;
   o.output = out.string();
   o.features_shard_mb = 1;

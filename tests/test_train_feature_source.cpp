@@ -25,13 +25,9 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kRoot = EAGLE_SOURCE_DIR;
-const std::string kTinyLlama = kRoot + "/tests/fixtures/models/tiny-llama";
 
 config::Options options(const fs::path& out) {
-  config::Options o;
-  config::apply_json_file(o, kRoot + "/configs/smoke.json");
-  o.model_name_or_path = kTinyLlama;
-  o.data_path = kRoot + "/tests/fixtures/data/smoke.jsonl";
+  config::Options o = test::smoke_options();
   o.output_dir = out.string();
   o.training_seq_len = 128;
   o.bucket_granularity = 32;

@@ -19,6 +19,7 @@
 #include "eagle/train/runtime.h"
 #include "eagle/train/setup.h"
 #include "helpers.h"
+#include "train_helpers.h"
 #include "host_sync_probe.h"
 
 #ifdef EAGLE_WITH_CUDA
@@ -31,11 +32,8 @@ namespace fs = std::filesystem;
 namespace {
 
 config::Options smoke_options(bool packed, const std::string& model_dir = "") {
-  config::Options o;
-  config::apply_json_file(o, std::string(EAGLE_SOURCE_DIR) + "/configs/smoke.json");
-  o.model_name_or_path =
-      model_dir.empty() ? std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/tiny-llama" : model_dir;
-  o.data_path = std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/data/smoke.jsonl";
+  config::Options o = test::smoke_options();
+  if (!model_dir.empty()) o.model_name_or_path = model_dir;
   o.validation_fraction = 0;
   o.padding_free = packed;
   o.training_seq_len = 128;

@@ -21,10 +21,7 @@ namespace fs = std::filesystem;
 namespace {
 
 config::Options smoke_options(const fs::path& out) {
-  config::Options o;
-  config::apply_json_file(o, std::string(EAGLE_SOURCE_DIR) + "/configs/smoke.json");
-  o.model_name_or_path = std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/tiny-llama";
-  o.data_path = std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/data/smoke.jsonl";
+  config::Options o = test::smoke_options();
   o.output_dir = out.string();
   o.max_steps = 6;
   o.logging_steps = 2;
