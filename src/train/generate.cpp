@@ -92,12 +92,13 @@ class Generator {
     const bool dynamic_rope = target.config().rope.type == "dynamic";
     if (device.is_cuda() && s.max_cuda_graphs > 0 && !dynamic_rope) {
       // Every reply passes the shorter key lengths first: they get the graphs when there are too few.
-      std::map<data::Shape, std::int64_t> shapes;
-      std::int64_t rank = 0;
+      std::vector<data::Shape> by_length;
       for (std::int64_t c = kGraphColumns; c < s.limits.context + 1 + kGraphColumns; c += kGraphColumns)
-        shapes[{s.batch_size, std::min(c, s.limits.context + 1)}] = --rank;
-      for (auto& [shape, count] : shapes) count -= rank - 1;  // positive, shorter shapes higher
-      graphs_.emplace(device, s.max_cuda_graphs, shapes);
+        by_length.push_back({s.batch_size, std::min(c, s.limits.context + 1)});
+      std::map<data::Shape, std::int64_t> counts;  // as frequencies: the shortest highest
+      for (std::size_t i = 0; i < by_length.size(); ++i)
+        counts[by_length[i]] = static_cast<std::int64_t>(by_length.size() - i);
+      graphs_.emplace(device, s.max_cuda_graphs, counts);
     }
     const auto iopts = torch::TensorOptions().dtype(torch::kInt64).device(device);
     ids_ = torch::zeros({s.batch_size, 1}, iopts);
