@@ -17,6 +17,12 @@
 
 namespace eagle::test {
 
+std::string smoke_args() {
+  const std::string root = EAGLE_SOURCE_DIR;
+  return "--config " + root + "/configs/smoke.json --model_name_or_path " + root +
+         "/tests/fixtures/models/tiny-llama --data_path " + root + "/tests/fixtures/data/smoke.jsonl";
+}
+
 pid_t start_cli(const std::string& args, const std::filesystem::path& log, const std::string& env) {
   const std::string cmd = "exec " + (env.empty() ? "" : "env " + env + " ") + EAGLE_TRAIN_BIN + " " + args + " > " +
                           log.string() + " 2>&1";

@@ -22,6 +22,9 @@ struct ProcessResult {
 ProcessResult run_command(const std::string& cmd);
 // Runs `eagle-train ARGS` through the shell (args are passed verbatim) and captures its output.
 ProcessResult run_cli(const std::string& args);
+// The flags of configs/smoke.json on the tiny Llama fixture and its data (train_helpers.h's
+// smoke_options() as command-line flags).
+std::string smoke_args();
 // Starts `eagle-train ARGS` in the background through the shell (args verbatim; env: variable
 // assignments such as "RANK=0 WORLD_SIZE=2" for its environment), its stdout and stderr to log.
 // The pid is eagle-train's own, so signals reach it.

@@ -28,9 +28,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kSmoke = std::string("--config ") + EAGLE_SOURCE_DIR + "/configs/smoke.json --model_name_or_path " +
-                           EAGLE_SOURCE_DIR + "/tests/fixtures/models/tiny-llama --data_path " + EAGLE_SOURCE_DIR +
-                           "/tests/fixtures/data/smoke.jsonl --num_threads 1 --eval_steps 0 --eval_num_prompts 0";
+const std::string kSmoke = eagle::test::smoke_args() + " --num_threads 1 --eval_steps 0 --eval_num_prompts 0";
 
 int free_port() {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);

@@ -110,9 +110,7 @@ TEST_CASE("a killed dump continues to the same folder; a complete one is left al
 
 TEST_CASE("dump-features on the command line: size estimate, progress, refusals", "[train]") {
   test::TempDir tmp;
-  const std::string args = "dump-features --config " + kRoot + "/configs/smoke.json --model_name_or_path " +
-                           kTinyLlama + " --data_path " + kRoot + "/tests/fixtures/data/smoke.jsonl" +
-                           " --training_seq_len 64 --output ";
+  const std::string args = "dump-features " + test::smoke_args() + " --training_seq_len 64 --output ";
   auto r = test::run_cli(args + (tmp / "f").string());
   INFO(r.output);
   REQUIRE(r.exit_code == 0);

@@ -22,9 +22,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::string kSmoke = std::string("--config ") + EAGLE_SOURCE_DIR + "/configs/smoke.json --model_name_or_path " +
-                           EAGLE_SOURCE_DIR + "/tests/fixtures/models/tiny-llama --data_path " + EAGLE_SOURCE_DIR +
-                           "/tests/fixtures/data/smoke.jsonl";
+const std::string kSmoke = eagle::test::smoke_args();
 
 std::vector<json> read_jsonl(const fs::path& p) {
   std::vector<json> out;
