@@ -9,6 +9,18 @@
 namespace eagle::train {
 namespace {
 
+// The head inputs that come from the batch itself (ids, mask, positions, documents, attention);
+// each source adds the target's features.
+model::HeadInputs batch_inputs(const BatchTensors& b) {
+  model::HeadInputs in;
+  in.input_ids = b.input_ids;
+  in.loss_mask = b.loss_mask;
+  in.position_ids = b.position_ids;
+  in.document_ids = b.document_ids;
+  in.attention = b.attention;
+  return in;
+}
+
 class OnlineFeatures : public FeatureSource {
  public:
   OnlineFeatures(const model::TargetModel& target, model::TeacherSpec teacher)
@@ -22,12 +34,7 @@ class OnlineFeatures : public FeatureSource {
 
   model::HeadInputs head_inputs(const BatchTensors& b) const override {
     auto out = target_.forward(model::TargetBatch{b.input_ids, b.position_ids, b.document_ids, b.attention}, teacher_);
-    model::HeadInputs in;
-    in.input_ids = b.input_ids;
-    in.loss_mask = b.loss_mask;
-    in.position_ids = b.position_ids;
-    in.document_ids = b.document_ids;
-    in.attention = b.attention;
+    model::HeadInputs in = batch_inputs(b);
     in.aux_hidden = out.aux_hidden;
     in.final_hidden = out.final_hidden;
     in.teacher_logits = out.teacher_logits;
@@ -118,12 +125,7 @@ class OfflineFeatures : public FeatureSource {
 
   model::HeadInputs head_inputs(const BatchTensors& b) const override {
     torch::NoGradGuard no_grad;
-    model::HeadInputs in;
-    in.input_ids = b.input_ids;
-    in.loss_mask = b.loss_mask;
-    in.position_ids = b.position_ids;
-    in.document_ids = b.document_ids;
-    in.attention = b.attention;
+    model::HeadInputs in = batch_inputs(b);
     in.aux_hidden = b.aux_hidden;
     auto last = b.last_hidden.to(dtype_);
     if (store_->layout().pre_norm) last = model::rms_norm(last, final_norm_, eps_);
