@@ -4,7 +4,8 @@
 # training_seq_len: the baseline), 1024, 256 and padding_free, on (a) the Alpaca demo data at
 # training_seq_len 512 and (b) long-tailed synthetic lengths (log-normal, median ~600, sigma 0.8,
 # capped at 4096; real text ids cut from the demo data's token stream) at training_seq_len 4096;
-# and (c) granularity 0, 128 and padding_free on the same long tail capped at 2048, at 2048.
+# and (c) granularity 0, 128 (grouped and in random order) and padding_free on the same long tail
+# capped at 2048, at 2048.
 # Same seed, same number of optimizer steps and the same rows per micro-batch in every mode; no
 # evaluation or checkpoint inside the loop. Prints a Markdown table (scripts/bench/train_table.py).
 #
@@ -58,8 +59,11 @@ MODES=("granularity 0 (baseline)|--bucket_granularity 0"
        "granularity 1024|--bucket_granularity 1024"
        "granularity 256|--bucket_granularity 256"
        "padding_free|--padding_free --bucket_granularity 0")
+# Granularity 128 in both orders: grouped by length (the default) and plain random order (what
+# bucketing alone gives, as in trainers without length grouping).
 MID_MODES=("granularity 0 (baseline)|--bucket_granularity 0"
            "granularity 128|--bucket_granularity 128"
+           "granularity 128, random order|--bucket_granularity 128 --group_by_length=false"
            "padding_free|--padding_free --bucket_granularity 0")
 # At training_seq_len 512 granularity 1024 pads to 512 like the baseline (the cap); the demo
 # config's own granularity 64 is added there.

@@ -30,6 +30,7 @@ def summarise(run_dir):
     secs = sum(w[1] for w in timed)
     toks = sum(w[2] for w in timed)
     steps = sum(w[0] for w in timed)
+    computed_timed = sum(w[2] / w[3] for w in timed if w[3] > 0)
     # padding efficiency over all steps, weighted by real tokens: real / computed
     computed = sum(w[2] / w[3] for w in windows if w[3] > 0)
     real_all = sum(w[2] for w in windows)
@@ -37,6 +38,9 @@ def summarise(run_dir):
         summary = json.load(f)
     return {
         "tok_s": toks / secs if secs > 0 else 0.0,
+        # Every token the step computed, padding included: equal across modes when padding is the
+        # only difference in their work.
+        "computed_tok_s": computed_timed / secs if secs > 0 else 0.0,
         "s_step": secs / steps if steps else 0.0,
         "tok_step": real_all / prev if prev else 0.0,
         "pad_eff": real_all / computed if computed else 0.0,
@@ -53,19 +57,19 @@ def main():
     rows = [a.split("=", 1) for a in sys.argv[1:]]
     base = {}
     print("| data, training_seq_len | mode | steps (timed) | real tokens/step | padding eff. | s/step | "
-          "real tokens/s | vs baseline | train loss (last window) | held-out loss | summary.json tok/s |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "real tokens/s | vs baseline | computed tokens/s | train loss (last window) | held-out loss | summary.json tok/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for label, run_dir in rows:
         group, mode = label.split(":", 1)
         if not os.path.exists(os.path.join(run_dir, "summary.json")):
-            print(f"| {group} | {mode} | failed: see {run_dir}/train.log | | | | | | | | |")
+            print(f"| {group} | {mode} | failed: see {run_dir}/train.log | | | | | | | | | |")
             continue
         s = summarise(run_dir)
         base.setdefault(group, s["tok_s"])
         ratio = s["tok_s"] / base[group] if base[group] else 0.0
         ev = f"{s['eval_loss']:.3f}" if s["eval_loss"] is not None else "n/a"
         print(f"| {group} | {mode} | {s['steps']} ({s['timed_steps']}) | {s['tok_step']:.0f} | {s['pad_eff']:.3f} | "
-              f"{s['s_step']:.2f} | {s['tok_s']:.0f} | {ratio:.2f}x | {s['loss']:.3f} | {ev} | "
+              f"{s['s_step']:.2f} | {s['tok_s']:.0f} | {ratio:.2f}x | {s['computed_tok_s']:.0f} | {s['loss']:.3f} | {ev} | "
               f"{s['summary_tok_s']:.0f} |")
 
 
