@@ -10,6 +10,11 @@ import os
 import sys
 
 
+def computed_tokens(windows):
+    """Tokens computed, padding included: each window's real tokens over its padding efficiency."""
+    return sum(w[2] / w[3] for w in windows if w[3] > 0)
+
+
 def summarise(run_dir):
     steps_rows, evals = [], []
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
@@ -30,9 +35,8 @@ def summarise(run_dir):
     secs = sum(w[1] for w in timed)
     toks = sum(w[2] for w in timed)
     steps = sum(w[0] for w in timed)
-    computed_timed = sum(w[2] / w[3] for w in timed if w[3] > 0)
     # padding efficiency over all steps, weighted by real tokens: real / computed
-    computed = sum(w[2] / w[3] for w in windows if w[3] > 0)
+    computed = computed_tokens(windows)
     real_all = sum(w[2] for w in windows)
     with open(os.path.join(run_dir, "summary.json")) as f:
         summary = json.load(f)
@@ -40,7 +44,7 @@ def summarise(run_dir):
         "tok_s": toks / secs if secs > 0 else 0.0,
         # Every token the step computed, padding included: equal across modes when padding is the
         # only difference in their work.
-        "computed_tok_s": computed_timed / secs if secs > 0 else 0.0,
+        "computed_tok_s": computed_tokens(timed) / secs if secs > 0 else 0.0,
         "s_step": secs / steps if steps else 0.0,
         "tok_step": real_all / prev if prev else 0.0,
         "pad_eff": real_all / computed if computed else 0.0,
