@@ -1,5 +1,6 @@
 // The source tree's layering (docs/developer.md "Layout"): areas from the bottom util, config,
-// data, model, then io and run (siblings), train, cli. A file may include its own area and the
+// data, then model and device (siblings), io and run (siblings), features and generate (siblings),
+// train, cli. A file may include its own area and the
 // areas below it, never one above or a sibling; the plain-C++ areas include no LibTorch header
 // (they compile without the precompiled header).
 #include <catch2/catch.hpp>
@@ -17,8 +18,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::map<std::string, int> kRank{{"util", 0}, {"config", 1}, {"data", 2}, {"model", 3},
-                                       {"io", 4},   {"run", 4},    {"train", 5}, {"cli", 6}};
+const std::map<std::string, int> kRank{{"util", 0},     {"config", 1},   {"data", 2},  {"model", 3},
+                                       {"device", 3},   {"io", 4},       {"run", 4},   {"features", 5},
+                                       {"generate", 5}, {"train", 6},    {"cli", 7}};
 const std::set<std::string> kPlainCpp{"util", "config", "data", "io", "run"};
 
 // Every #include line of the area's headers and sources, with the file it is in.

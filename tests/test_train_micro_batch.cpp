@@ -11,12 +11,12 @@
 
 #include "eagle/config/resolve.h"
 #include "eagle/data/sampler.h"
+#include "eagle/device/cuda_graph_cache.h"
+#include "eagle/device/runtime.h"
+#include "eagle/features/batch_tensors.h"
 #include "eagle/model/head_loss.h"
-#include "eagle/train/batch_tensors.h"
-#include "eagle/train/cuda_graph_cache.h"
 #include "eagle/train/micro_batch.h"
 #include "eagle/train/optimizer.h"
-#include "eagle/train/runtime.h"
 #include "eagle/train/setup.h"
 #include "helpers.h"
 #include "train_helpers.h"
@@ -45,9 +45,9 @@ config::Options smoke_options(bool packed, const std::string& model_dir = "") {
 struct Rig {
   config::Options o;
   torch::Device device;
-  train::RunInputs inputs;
+  features::RunInputs inputs;
   std::shared_ptr<model::DraftHead> head;
-  std::unique_ptr<train::FeatureSource> features;
+  std::unique_ptr<features::FeatureSource> features;
   data::Sampler sampler;
   train::AdamW optimizer;
   std::int64_t max_segments;
@@ -56,7 +56,7 @@ struct Rig {
   Rig(config::Options opts, torch::Device dev)
       : o(std::move(opts)),
         device(dev),
-        inputs(train::load_run_inputs(o, device, train::Purpose::train)),
+        inputs(features::load_run_inputs(o, device, features::Purpose::train)),
         head(seeded_head(o, inputs, device)),
         features(inputs.features(/*heldout=*/false, head->teacher_spec(), device)),
         sampler(inputs.data.train.lengths(), data::SamplerOptions::from(o)),
@@ -67,7 +67,7 @@ struct Rig {
     step_loss = torch::zeros({}, f32);
     metrics = torch::zeros({head->config().steps(), model::kMetricColumns}, f32);
   }
-  static std::shared_ptr<model::DraftHead> seeded_head(const config::Options& o, const train::RunInputs& inputs,
+  static std::shared_ptr<model::DraftHead> seeded_head(const config::Options& o, const features::RunInputs& inputs,
                                                        torch::Device device) {
     torch::manual_seed(7);
     return train::make_head(o, inputs, inputs.data.train.stats(), device);
@@ -98,8 +98,8 @@ TEST_CASE("the training step body reads nothing back on the host, padded and pac
       for (int step = 0; step < 2; ++step) {
         auto batch = data::make_batch(rig.inputs.data.train, rig.sampler.next());
         CHECK(batch.packed == packed);
-        auto buffers = train::allocate_like(batch, torch::kCPU, rig.max_segments);
-        train::copy_into(batch, buffers);
+        auto buffers = features::allocate_like(batch, torch::kCPU, rig.max_segments);
+        features::copy_into(batch, buffers);
         auto denominators = train::denominator_tensor(train::loss_denominators({batch}, rig.head->config().steps()));
         rig.optimizer.zero_grad();
         // What the captured graphs run: (a) the shape's forward + backward, (b) the update. AdamW's
@@ -131,19 +131,19 @@ TEST_CASE("graphed training steps equal eager ones, one capture per shape, then 
       Rig rig(smoke_options(packed), torch::kCUDA);
       c10::cuda::CUDACachingAllocator::emptyCache();
       c10::cuda::CUDACachingAllocator::resetPeakStats(0);
-      train::CudaGraphCache cache(rig.device, max_graphs, rig.sampler.shape_counts(0));
-      std::map<data::Shape, train::BatchTensors> buffers;
+      device::CudaGraphCache cache(rig.device, max_graphs, rig.sampler.shape_counts(0));
+      std::map<data::Shape, features::BatchTensors> buffers;
       std::map<data::Shape, torch::Tensor> denominators;
       test::HostSyncProbe probe;
       for (int step = 0; step < 12; ++step) {
         auto batch = data::make_batch(rig.inputs.data.train, rig.sampler.next());
         const data::Shape shape{batch.rows, batch.length};
         if (!buffers.count(shape)) {
-          buffers.emplace(shape, train::allocate_like(batch, rig.device, rig.max_segments));
+          buffers.emplace(shape, features::allocate_like(batch, rig.device, rig.max_segments));
           denominators.emplace(shape, torch::zeros({rig.head->config().steps()}, rig.step_loss.options()));
         }
         ++r.calls;
-        train::copy_into(batch, buffers.at(shape));
+        features::copy_into(batch, buffers.at(shape));
         denominators.at(shape).copy_(
             train::denominator_tensor(train::loss_denominators({batch}, rig.head->config().steps())));
         rig.optimizer.zero_grad();
@@ -154,7 +154,7 @@ TEST_CASE("graphed training steps equal eager ones, one capture per shape, then 
           train::train_micro_batch(*rig.features, *rig.head, buffers.at(shape), denominators.at(shape), false,
                                    rig.step_loss, rig.metrics);
         });
-        cache.run(train::kOptimizerUpdate, [&] { rig.optimizer.step(rig.step_loss); });
+        cache.run(device::kOptimizerUpdate, [&] { rig.optimizer.step(rig.step_loss); });
         r.sync_ops += probe.count() - before;
         r.losses.push_back(rig.step_loss.item<double>());  // read after the step, outside the graphs
       }

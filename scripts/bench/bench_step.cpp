@@ -22,9 +22,9 @@
 
 #include "eagle/config/options.h"
 #include "eagle/data/sampler.h"
+#include "eagle/device/cuda_graph_cache.h"
+#include "eagle/features/batch_tensors.h"
 #include "eagle/model/head_loss.h"
-#include "eagle/train/batch_tensors.h"
-#include "eagle/train/cuda_graph_cache.h"
 #include "eagle/train/micro_batch.h"
 #include "eagle/train/optimizer.h"
 #include "eagle/train/setup.h"
@@ -146,14 +146,14 @@ ModeResult run_mode(const std::string& name, config::Options o, bool graphed, co
   }
 #endif
   torch::manual_seed(7);
-  const auto inputs = train::online_inputs(target, "random " + target.config().architecture);
+  const auto inputs = features::online_inputs(target, "random " + target.config().architecture);
   auto head = train::make_head(o, inputs, dataset.stats(), device);
   train::AdamW optimizer(model::named_parameters(*head), train::AdamWConfig{0.9, 0.95, 1e-8, 0.0, 0.5});
-  const auto features = train::online_features(target, head->teacher_spec());
+  const auto features = features::online_features(target, head->teacher_spec());
   const auto K = head->config().steps();
   data::Sampler sampler(dataset.lengths(), data::SamplerOptions::from(o));
   const auto counts = sampler.shape_counts(0);
-  const auto chosen = train::most_frequent_shapes(counts, a.shapes);
+  const auto chosen = device::most_frequent_shapes(counts, a.shapes);
   std::map<data::Shape, std::int64_t> chosen_counts;
   std::int64_t all = 0, covered = 0;
   for (const auto& [shape, n] : counts) {
@@ -174,16 +174,16 @@ ModeResult run_mode(const std::string& name, config::Options o, bool graphed, co
   }
   const std::int64_t max_segments =
       o.padding_free ? data::max_segments_per_row(dataset.lengths(), o.training_seq_len) : 0;
-  train::CudaGraphCache cache(device, graphed ? a.shapes : 0, chosen_counts);
+  device::CudaGraphCache cache(device, graphed ? a.shapes : 0, chosen_counts);
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
   auto step_loss = torch::zeros({}, f32), metrics = torch::zeros({K, model::kMetricColumns}, f32);
   double weighted_time = 0, weighted_real = 0, weighted_flops = 0, weight = 0;
   for (const auto& shape : chosen) {
     const auto& batches = plans.at(shape);
-    auto buffers = train::allocate_like(data::make_batch(dataset, batches.front()), device, max_segments);
+    auto buffers = features::allocate_like(data::make_batch(dataset, batches.front()), device, max_segments);
     auto denominators = torch::zeros({K}, f32);
     auto step = [&](const data::Batch& batch) {
-      train::copy_into(batch, buffers);
+      features::copy_into(batch, buffers);
       denominators.copy_(train::denominator_tensor(train::loss_denominators({batch}, K)), device.is_cuda());
       optimizer.zero_grad();
       optimizer.set_lr(1e-5);
@@ -191,7 +191,7 @@ ModeResult run_mode(const std::string& name, config::Options o, bool graphed, co
       cache.run(shape, [&] {
         train::train_micro_batch(*features, *head, buffers, denominators, o.bf16, step_loss, metrics);
       });
-      cache.run(train::kOptimizerUpdate, [&] { optimizer.step(step_loss); });
+      cache.run(device::kOptimizerUpdate, [&] { optimizer.step(step_loss); });
     };
     const std::int64_t untimed = graphed && device.is_cuda() ? 2 : 1;  // warm-up (and capture)
     double seconds = 0, real = 0, flops = 0;

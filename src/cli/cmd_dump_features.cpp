@@ -1,10 +1,10 @@
 // eagle-train dump-features: the target's features of a dataset stored for offline training
 // (train/feature_dump.h, docs/offline.md).
 #include "eagle/cli/commands.h"
-#include "eagle/train/feature_dump.h"
+#include "eagle/features/dump.h"
 
 namespace eagle::cli {
 
-void run_dump_features(const config::Options& opts) { train::dump_features(opts); }
+void run_dump_features(const config::Options& opts) { features::dump_features(opts); }
 
 }  // namespace eagle::cli

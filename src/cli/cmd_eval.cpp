@@ -11,16 +11,16 @@
 #include <iostream>
 
 #include "eagle/cli/commands.h"
-#include "eagle/util/log.h"
+#include "eagle/device/runtime.h"
+#include "eagle/features/inputs.h"
+#include "eagle/features/store.h"
 #include "eagle/io/step_stats.h"
 #include "eagle/model/head_io.h"
 #include "eagle/run/summary.h"
 #include "eagle/train/evaluate.h"
-#include "eagle/train/feature_store.h"
-#include "eagle/train/runtime.h"
-#include "eagle/train/setup.h"
 #include "eagle/util/error.h"
 #include "eagle/util/fs_sync.h"
+#include "eagle/util/log.h"
 
 namespace eagle::cli {
 namespace {
@@ -71,15 +71,15 @@ void check_output_writable(const std::string& output) {
 
 void run_eval(const config::Options& opts) {
   check_output_writable(opts.output);
-  train::configure_runtime(opts);
-  const torch::Device device = train::resolve_device(opts.device);
+  device::configure_runtime(opts);
+  const torch::Device device = device::resolve_device(opts.device);
   auto loaded = model::load_head(opts.checkpoint, device);
   auto& head = *loaded.head;
   check_finite(head, opts.checkpoint);
   // Checked against the target's config.json before anything heavy is read.
   const std::string target_dir = !opts.model_name_or_path.empty() ? opts.model_name_or_path
-                                 : train::is_features_folder(opts.features_path)
-                                     ? (std::filesystem::path(opts.features_path) / train::kFeaturesTargetDir).string()
+                                 : features::is_features_folder(opts.features_path)
+                                     ? (std::filesystem::path(opts.features_path) / features::kFeaturesTargetDir).string()
                                      : std::string();
   if (!target_dir.empty())
     check_compatible(loaded.config, model::TargetConfig::from_model_dir(target_dir), opts.checkpoint);
@@ -87,7 +87,7 @@ void run_eval(const config::Options& opts) {
   config::Options o = opts;
   o.eagle_version = loaded.config.eagle_version;
   if (loaded.config.eagle_version == 3) o.aux_hidden_state_layer_ids = loaded.config.aux_layer_ids;
-  const auto inputs = train::load_run_inputs(o, device, train::Purpose::eval);
+  const auto inputs = features::load_run_inputs(o, device, features::Purpose::eval);
   head.set_target_weights(inputs.ends.embed, inputs.ends.lm_head);
   const data::Dataset& heldout = *inputs.data.heldout;
 

@@ -12,10 +12,10 @@
 #include "eagle/data/loader.h"
 #include "eagle/data/regeneration.h"
 #include "eagle/data/sample_writer.h"
+#include "eagle/device/runtime.h"
+#include "eagle/generate/generate.h"
+#include "eagle/model/target.h"
 #include "eagle/run/signals.h"
-#include "eagle/train/generate.h"
-#include "eagle/train/runtime.h"
-#include "eagle/train/setup.h"
 #include "eagle/util/error.h"
 #include "eagle/util/log.h"
 
@@ -46,8 +46,8 @@ nlohmann::json output_settings(const config::Options& o, const data::Dataset& ds
 
 void run_generate(const config::Options& opts) {
   data::SampleWriter::check_output(opts.output);
-  train::configure_runtime(opts);
-  const torch::Device device = train::resolve_device(opts.device);
+  device::configure_runtime(opts);
+  const torch::Device device = device::resolve_device(opts.device);
   // The config alone first: the data is checked against its vocabulary, and the output's settings
   // (end ids) before the weights load.
   const auto config = model::TargetConfig::from_model_dir(opts.model_name_or_path);
@@ -69,8 +69,8 @@ void run_generate(const config::Options& opts) {
   data::SampleWriter writer(opts.output, output_settings(opts, dataset, end_ids));
   auto counts = data::RegenerationCounts::from_json(writer.resumed_counts(), opts.output + data::kProgressSuffix);
   const auto first = writer.samples_done();
-  auto target = train::load_target(opts, device);
-  const auto settings = train::GenerateSettings::from(opts, end_ids);
+  auto target = model::load_target(opts, device);
+  const auto settings = generate::GenerateSettings::from(opts, end_ids);
   log::info("generate",
             "{} samples from {} ({} done before), {} rows, context {}, up to {} tokens per reply, {}, "
             "end ids [{}]",
@@ -93,7 +93,7 @@ void run_generate(const config::Options& opts) {
       last_commit = now;
     }
   };
-  const auto result = train::generate(target, dataset, first, settings, emit, [&] { return signals.requested(); });
+  const auto result = generate::generate(target, dataset, first, settings, emit, [&] { return signals.requested(); });
   if (result.interrupted) {
     writer.commit(counts.to_json());
     throw Error(ErrorKind::interrupted, fmt::format("stopped by {} after {} of {} samples", signals.signal_name(),

@@ -8,15 +8,15 @@
 #include <nlohmann/json.hpp>
 
 #include "eagle/cli/commands.h"
+#include "eagle/device/runtime.h"
+#include "eagle/model/dtype.h"
 #include "eagle/model/target.h"
-#include "eagle/train/runtime.h"
-#include "eagle/train/setup.h"
 #include "eagle/util/error.h"
 
 namespace eagle::cli {
 
 void run_inspect(const config::Options& opts) {
-  auto m = train::load_target(opts, train::resolve_device(opts.device));
+  auto m = model::load_target(opts, device::resolve_device(opts.device));
   const auto& c = m.config();
 
   const auto non_finite = m.non_finite_weights();
@@ -32,7 +32,7 @@ void run_inspect(const config::Options& opts) {
               Error(ErrorKind::input, "the model computes non-finite hidden states")
                   .file(opts.model_name_or_path).hint("the weights may be corrupt"));
 
-  const std::string dtype = train::dtype_name(m.dtype());
+  const std::string dtype = model::dtype_name(m.dtype());
   if (opts.json) {
     nlohmann::ordered_json j = {
         {"model", opts.model_name_or_path},

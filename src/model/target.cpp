@@ -9,10 +9,11 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "eagle/util/fs_sync.h"
-#include "eagle/util/log.h"
+#include "eagle/model/dtype.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/util/error.h"
+#include "eagle/util/fs_sync.h"
+#include "eagle/util/log.h"
 #include "target_impl.h"
 
 namespace eagle::model {
@@ -189,12 +190,6 @@ void check_tensors(const fs::path& dir, const Checkpoint& ck,
       .hint(fmt::format("the checkpoint must be a complete {} with the sizes of its config.json", c.architecture));
 }
 
-torch::ScalarType dtype_of_name(const std::string& s) {
-  if (s == "bfloat16") return torch::kBFloat16;
-  if (s == "float16") return torch::kFloat16;
-  return torch::kFloat32;
-}
-
 bool is_float(torch::ScalarType t) { return t == torch::kFloat32 || t == torch::kBFloat16 || t == torch::kFloat16; }
 
 // The dtype the target runs in: `dtype`, or for Undefined the checkpoint's (its embedding's, else
@@ -203,7 +198,7 @@ torch::ScalarType resolve_dtype(torch::ScalarType dtype, const Checkpoint& ck,
                                 const std::map<std::string, std::vector<std::int64_t>>& expected,
                                 const TargetConfig& c) {
   const auto stored = ck.files[ck.where.at("model.embed_tokens.weight")].dtype("model.embed_tokens.weight");
-  if (dtype == torch::ScalarType::Undefined) dtype = is_float(stored) ? stored : dtype_of_name(c.dtype);
+  if (dtype == torch::ScalarType::Undefined) dtype = is_float(stored) ? stored : dtype_of_name(c.dtype).value_or(torch::kFloat32);
   EAGLE_CHECK(is_float(dtype), Error(ErrorKind::usage, "the target dtype must be float32, bfloat16 or float16")
                                    .found(std::string(c10::toString(dtype))));
   for (const auto& [name, shape] : expected) {
@@ -373,6 +368,16 @@ void TargetModel::set_aux_layer_ids(std::vector<std::int64_t> ids) {
                     .place("aux_hidden_state_layer_ids").found(fmt::format("{}", ids)));
   }
   impl_->aux_ids = std::move(ids);
+}
+
+TargetModel load_target(const config::Options& opts, torch::Device device) {
+  auto target = TargetModel::load(opts.model_name_or_path, target_dtype(opts.target_dtype), device);
+  if (!opts.aux_hidden_state_layer_ids.empty()) target.set_aux_layer_ids(opts.aux_hidden_state_layer_ids);
+  const auto& c = target.config();
+  log::info("model", "target {}: {} layers, hidden {}, vocabulary {}, {} parameters, aux layers [{}]", c.architecture,
+            c.num_hidden_layers, c.hidden_size, c.vocab_size, target.parameter_count(),
+            fmt::join(target.aux_layer_ids(), ", "));
+  return target;
 }
 
 }  // namespace eagle::model

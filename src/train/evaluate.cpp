@@ -4,7 +4,7 @@
 #include <numeric>
 
 #include "eagle/data/sampler.h"
-#include "eagle/train/batch_tensors.h"
+#include "eagle/features/batch_tensors.h"
 #include "eagle/train/loss_metrics.h"
 #include "eagle/train/micro_batch.h"
 #include "eagle/util/log.h"
@@ -90,7 +90,7 @@ EvalSettings EvalSettings::from(const config::Options& o, std::int64_t ttt_steps
   return s;
 }
 
-io::EvalStats evaluate(const FeatureSource& features, const model::TargetModel* target, model::DraftHead& head,
+io::EvalStats evaluate(const features::FeatureSource& features, const model::TargetModel* target, model::DraftHead& head,
                        const data::Dataset& heldout, const EvalSettings& settings, std::int64_t step) {
   torch::NoGradGuard no_grad;
   io::EvalStats stats;

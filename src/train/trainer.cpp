@@ -14,20 +14,20 @@
 
 #include "eagle/config/resolve.h"
 #include "eagle/data/sampler.h"
+#include "eagle/device/cuda_graph_cache.h"
+#include "eagle/device/distributed.h"
+#include "eagle/device/runtime.h"
+#include "eagle/features/batch_tensors.h"
 #include "eagle/io/run_logger.h"
 #include "eagle/run/checkpoint_dir.h"
 #include "eagle/run/dir_lock.h"
 #include "eagle/run/lr_schedule.h"
 #include "eagle/run/run_files.h"
 #include "eagle/run/signals.h"
-#include "eagle/train/batch_tensors.h"
-#include "eagle/train/cuda_graph_cache.h"
-#include "eagle/train/distributed.h"
 #include "eagle/train/evaluate.h"
 #include "eagle/train/loss_metrics.h"
 #include "eagle/train/micro_batch.h"
 #include "eagle/train/optimizer.h"
-#include "eagle/train/runtime.h"
 #include "eagle/train/setup.h"
 #include "eagle/util/error.h"
 #include "eagle/util/log.h"
@@ -43,7 +43,7 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 // Fixed device buffers of one batch shape: what the captured graph of that shape reads.
 struct ShapeBuffers {
-  BatchTensors batch;
+  features::BatchTensors batch;
   torch::Tensor denominators;  // [K] fp32
 };
 
@@ -110,17 +110,17 @@ class Run {
   const TrainHooks hooks_;
   const Clock::time_point started_ = Clock::now();
   torch::Device device_{torch::kCPU};
-  LaunchInfo launch_;
-  std::unique_ptr<ProcessGroup> group_;  // one process: a group of one, every collective the identity
+  device::LaunchInfo launch_;
+  std::unique_ptr<device::ProcessGroup> group_;  // one process: a group of one, every collective the identity
   std::optional<run::DirLock> lock_;  // rank 0: output_dir is this run's until the process ends
   std::optional<run::CheckpointRef> resume_;
   bool complete_ = false;  // resumed from the last step of a run that completed: nothing to do
-  RunInputs inputs_;  // the data; the target, or the stored features standing in for it
+  features::RunInputs inputs_;  // the data; the target, or the stored features standing in for it
   std::shared_ptr<model::DraftHead> head_;
   std::int64_t K_ = 0;
-  std::unique_ptr<FeatureSource> features_, heldout_features_;  // the head inputs of each batch
+  std::unique_ptr<features::FeatureSource> features_, heldout_features_;  // the head inputs of each batch
   std::optional<data::Sampler> sampler_;
-  std::optional<CudaGraphCache> graphs_;
+  std::optional<device::CudaGraphCache> graphs_;
   std::optional<AdamW> optimizer_;
   std::int64_t total_steps_ = 0;
   run::LrSchedule schedule_;
@@ -147,9 +147,9 @@ class Run {
 
 Run::Run(const config::Options& o, const std::vector<std::string>& command_line, const TrainHooks& hooks)
     : o_(o), hooks_(hooks) {
-  configure_runtime(o_);
-  device_ = resolve_device(o_.device);
-  launch_ = launch_from_env();
+  device::configure_runtime(o_);
+  device_ = device::resolve_device(o_.device);
+  launch_ = device::launch_from_env();
   if (launch_.launched && device_.is_cuda() && o_.device.rfind("cuda:", 0) != 0) {
     // Rank r of a node trains on that node's GPU LOCAL_RANK.
     EAGLE_CHECK(launch_.local_rank < static_cast<int>(torch::cuda::device_count()),
@@ -158,10 +158,10 @@ Run::Run(const config::Options& o, const std::vector<std::string>& command_line,
                     .found(std::to_string(launch_.local_rank)));
     device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(launch_.local_rank));
   }
-  const auto backend = o_.ddp_backend == config::DdpBackend::gloo   ? Backend::gloo
-                       : o_.ddp_backend == config::DdpBackend::nccl ? Backend::nccl
-                                                                    : Backend::auto_;
-  group_ = std::make_unique<ProcessGroup>(launch_, device_, backend, std::chrono::seconds(o_.ddp_timeout_s));
+  const auto backend = o_.ddp_backend == config::DdpBackend::gloo   ? device::Backend::gloo
+                       : o_.ddp_backend == config::DdpBackend::nccl ? device::Backend::nccl
+                                                                    : device::Backend::auto_;
+  group_ = std::make_unique<device::ProcessGroup>(launch_, device_, backend, std::chrono::seconds(o_.ddp_timeout_s));
   if (!group_->is_main()) {
     // Rank 0 logs for the run; the others only report their own errors.
     log::set_line_prefix(fmt::format("[rank {}] ", group_->rank()));
@@ -200,7 +200,7 @@ Run::Run(const config::Options& o, const std::vector<std::string>& command_line,
   }
 
   // ---- data, target or stored features, head, sampler, optimizer, schedule ----
-  inputs_ = load_run_inputs(o_, device_, Purpose::train);
+  inputs_ = features::load_run_inputs(o_, device_, features::Purpose::train);
   head_ = make_head(o_, inputs_, inputs_.data.train.stats(), device_);
   K_ = head_->config().steps();
   features_ = inputs_.features(/*heldout=*/false, head_->teacher_spec(), device_);
@@ -358,7 +358,7 @@ void Run::train_step() {
   // The gradients and the loss of every rank, summed (between the graphs on GPU; nothing on one rank).
   group_->sum(comm_);
   // (b) clip + update, independent of the batch shape.
-  graphs_->run(kOptimizerUpdate, [&] {
+  graphs_->run(device::kOptimizerUpdate, [&] {
     optimizer_->step(step_loss_);
     window_->loss.add_(step_loss_);
     window_->grad_norm.add_(optimizer_->last_grad_norm());

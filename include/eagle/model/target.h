@@ -11,6 +11,7 @@
 
 #include <torch/torch.h>
 
+#include "eagle/config/options.h"
 #include "eagle/model/attention.h"
 #include "eagle/model/layers.h"
 
@@ -164,5 +165,9 @@ class TargetModel {
                               const std::function<torch::Tensor(const std::string&)>& get);
   std::shared_ptr<Impl> impl_;
 };
+
+// The target of a command: model_name_or_path in --target_dtype on the device, with the options'
+// aux layers (else the default ones); logs what it loaded.
+TargetModel load_target(const config::Options& opts, torch::Device device);
 
 }  // namespace eagle::model

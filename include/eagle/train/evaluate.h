@@ -9,10 +9,10 @@
 #include "eagle/config/options.h"
 #include "eagle/data/dataset.h"
 #include "eagle/data/plan.h"
+#include "eagle/features/source.h"
 #include "eagle/io/step_stats.h"
 #include "eagle/model/head.h"
 #include "eagle/model/target.h"
-#include "eagle/train/feature_source.h"
 
 namespace eagle::train {
 
@@ -54,7 +54,7 @@ AcceptanceResult acceptance_rate(const model::TargetModel& target, model::DraftH
 // `eagle-train eval` with the run's data options and bf16 reproduces the run's own evaluation.
 // The AR needs the whole target: without one (offline training without --model_name_or_path) it
 // is left out.
-io::EvalStats evaluate(const FeatureSource& features, const model::TargetModel* target, model::DraftHead& head,
+io::EvalStats evaluate(const features::FeatureSource& features, const model::TargetModel* target, model::DraftHead& head,
                        const data::Dataset& heldout, const EvalSettings& settings, std::int64_t step);
 
 }  // namespace eagle::train

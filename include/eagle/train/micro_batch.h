@@ -9,9 +9,9 @@
 #include <torch/torch.h>
 
 #include "eagle/data/batch.h"
+#include "eagle/features/batch_tensors.h"
+#include "eagle/features/source.h"
 #include "eagle/model/head.h"
-#include "eagle/train/batch_tensors.h"
-#include "eagle/train/feature_source.h"
 
 namespace eagle::train {
 
@@ -23,13 +23,13 @@ torch::Tensor denominator_tensor(const std::vector<std::int64_t>& denominators);
 
 // head.train_step_forward(features.head_inputs(batch), denominators) under bf16 autocast when bf16.
 // Reads only the tensors given, never the host: safe inside a captured CUDA graph.
-model::HeadStepOutput forward_micro_batch(const FeatureSource& features, model::DraftHead& head,
-                                          const BatchTensors& batch, const torch::Tensor& denominators, bool bf16);
+model::HeadStepOutput forward_micro_batch(const features::FeatureSource& features, model::DraftHead& head,
+                                          const features::BatchTensors& batch, const torch::Tensor& denominators, bool bf16);
 
 // The trainer's step body for one micro-batch: forward_micro_batch, backward (gradients added into
 // the parameters' .grad), and the detached loss and metric sums added into loss_sum [] and
 // metric_sums [K, kMetricColumns]. Reads only tensors, never the host: what a CUDA graph captures.
-void train_micro_batch(const FeatureSource& features, model::DraftHead& head, const BatchTensors& batch,
+void train_micro_batch(const features::FeatureSource& features, model::DraftHead& head, const features::BatchTensors& batch,
                        const torch::Tensor& denominators, bool bf16, torch::Tensor& loss_sum,
                        torch::Tensor& metric_sums);
 

@@ -1,66 +1,21 @@
-// What train and eval set up alike, each built in one place: the data and its held-out split, the
-// frozen target (checked against the data's vocabulary) or the stored features that stand in for
-// it, and the draft head for them.
+// The draft head of a run, built for its inputs (the target's ends and config, the aux layers, the
+// trained tokens of the data).
 #pragma once
 
 #include <memory>
-#include <optional>
-#include <string>
-#include <vector>
 
 #include <torch/torch.h>
 
 #include "eagle/config/options.h"
 #include "eagle/data/dataset.h"
+#include "eagle/features/inputs.h"
 #include "eagle/model/head.h"
-#include "eagle/model/target.h"
-#include "eagle/train/feature_source.h"
-#include "eagle/train/feature_store.h"
 
 namespace eagle::train {
 
-// The training data of a run and its held-out split: eval_data_path when given, else the
-// validation split of data_path (stored by prepare, or validation_fraction of it); none else.
-struct TrainData {
-  data::Dataset train;
-  std::optional<data::Dataset> heldout;
-};
-// Every token id must index the target's vocabulary (vocab_size; JSON data is refused by file and
-// line, prepared data by file, sample and position), checked while loading, before the weights.
-TrainData load_train_data(const config::Options& opts, std::int64_t vocab_size);
-// The held-out data of `eval`: the same choice as training, else data_path whole.
-data::Dataset load_eval_data(const config::Options& opts, std::int64_t vocab_size);
-
-// Loads the target (dtype, device, aux layers from the options) and logs what it is.
-model::TargetModel load_target(const config::Options& opts, torch::Device device);
-
-// Everything a run reads besides its options: the data, the target or the stored features that
-// stand in for it (--features_path, docs/offline.md), and what the head is built from.
-struct RunInputs {
-  TrainData data;                             // eval: the held-out data only
-  std::optional<model::TargetModel> target;   // the whole target: online; offline only for the AR
-  model::TargetEnds ends;                     // the head's embedding; the teacher's final norm, LM head
-  std::vector<std::int64_t> aux_layer_ids;    // the target layers the head fuses (EAGLE-3)
-  std::string target_name;                    // the target the head names in its exports
-  std::shared_ptr<const FeatureStore> store;  // offline only
-  std::vector<std::int64_t> train_samples, heldout_samples;  // offline: the store's sample of each
-
-  // Where the head inputs of the training or held-out data come from, for a head's teacher.
-  std::unique_ptr<FeatureSource> features(bool heldout, const model::TeacherSpec& teacher, torch::Device device) const;
-};
-// The inputs of a run with this target in the step (no data: the caller adds it).
-RunInputs online_inputs(model::TargetModel target, std::string target_name);
-enum class Purpose { train, eval };
-// Online (no features_path): the data, checked against the target's vocabulary before its weights
-// load, and the target. Offline: the data and features of a dump-features or speculators folder,
-// the target's ends only (from model_name_or_path, else the folder's copy) and the whole target
-// only when the AR is measured (eval_num_prompts > 0 and model_name_or_path given; else logged as
-// skipped). For eval, data.heldout holds the held-out data and data.train is empty.
-RunInputs load_run_inputs(const config::Options& opts, torch::Device device, Purpose purpose);
-
 // A new draft head for this target and data: EAGLE-3 with a draft vocabulary of the most frequent
 // trained tokens (LM head started from the target's rows), or EAGLE-1; on the device, fp32.
-std::shared_ptr<model::DraftHead> make_head(const config::Options& opts, const RunInputs& inputs,
+std::shared_ptr<model::DraftHead> make_head(const config::Options& opts, const features::RunInputs& inputs,
                                             const data::TokenStats& stats, torch::Device device);
 
 }  // namespace eagle::train

@@ -16,7 +16,7 @@
 #include "eagle/data/regeneration.h"
 #include "eagle/model/target.h"
 
-namespace eagle::train {
+namespace eagle::generate {
 
 struct GenerateSettings {
   std::int64_t batch_size = 32;  // rows of the KV cache
@@ -59,4 +59,4 @@ GenerateResult generate(const model::TargetModel& target, const data::Dataset& d
                         const GenerateSettings& settings, const EmitFn& emit,
                         const std::function<bool()>& stop_requested = {});
 
-}  // namespace eagle::train
+}  // namespace eagle::generate

@@ -1,5 +1,5 @@
 // The process's compute settings, shared by every subcommand that runs tensors: the device, the
-// CPU threads and seeds, the target dtype, and bf16 autocast around the head's forward.
+// CPU threads and seeds, and bf16 autocast around the head's forward.
 #pragma once
 
 #include <string>
@@ -8,16 +8,12 @@
 
 #include "eagle/config/options.h"
 
-namespace eagle::train {
+namespace eagle::device {
 
 // "auto" -> cuda when available, else cpu; "cuda" without a device -> Error(usage).
 torch::Device resolve_device(const std::string& device);
 // Fixes intra-op threads (0: the machine's cores) and seeds LibTorch's generators.
 void configure_runtime(const config::Options& opts);
-// The ScalarType of --target_dtype; Undefined for auto (the checkpoint's dtype).
-torch::ScalarType target_dtype(config::TargetDtype d);
-// "float32", "bfloat16", "float16" (as config.json writes it).
-std::string dtype_name(torch::ScalarType t);
 
 // Enables autocast to bf16 on the device for its lifetime when `enabled`.
 class AutocastGuard {
@@ -33,4 +29,4 @@ class AutocastGuard {
   at::ScalarType previous_dtype_;
 };
 
-}  // namespace eagle::train
+}  // namespace eagle::device

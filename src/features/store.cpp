@@ -1,6 +1,6 @@
 // Feature stores (see feature_store.h): the manifest and shards of dump-features folders, and the
 // per-row hidden-state files of speculators folders.
-#include "eagle/train/feature_store.h"
+#include "eagle/features/store.h"
 
 #include <algorithm>
 #include <cstring>
@@ -11,21 +11,19 @@
 #include <fmt/ranges.h>
 
 #include "eagle/data/speculators_folder.h"
+#include "eagle/model/dtype.h"
 #include "eagle/model/safetensors.h"
-#include "eagle/train/runtime.h"
 #include "eagle/util/error.h"
 #include "eagle/util/fs_sync.h"
 
-namespace eagle::train {
+namespace eagle::features {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 
 torch::ScalarType dtype_from_name(const std::string& s, const std::string& file) {
-  if (s == "bfloat16") return torch::kBFloat16;
-  if (s == "float16") return torch::kFloat16;
-  if (s == "float32") return torch::kFloat32;
+  if (const auto t = model::dtype_of_name(s)) return *t;
   throw Error(ErrorKind::input, "unknown feature dtype")
       .file(file)
       .place("layout.dtype")
@@ -61,7 +59,7 @@ const std::int64_t* check_shard(const model::SafetensorsFile& f, const ShardInfo
   auto expect = [&](const char* name, std::vector<std::int64_t> shape, torch::ScalarType dtype) {
     EAGLE_CHECK(f.contains(name) && f.shape(name) == shape && f.dtype(name) == dtype,
                 shard_error(f.path(), fmt::format("tensor \"{}\"", name))
-                    .expected(fmt::format("{} {}", dtype_name(dtype), fmt::join(shape, " x "))));
+                    .expected(fmt::format("{} {}", model::dtype_name(dtype), fmt::join(shape, " x "))));
   };
   if (l.aux_width > 0) expect("aux_hidden", {s.tokens, l.aux_width}, l.dtype);
   expect("last_hidden", {s.tokens, l.hidden_size}, l.dtype);
@@ -204,7 +202,7 @@ class SpeculatorsStore : public FeatureStore {
                 Error(ErrorKind::input, "hidden states of another shape or dtype than the folder's first row")
                     .file(f.path())
                     .place("hidden_states")
-                    .expected(fmt::format("{} [>= {}, {}, {}]", dtype_name(layout_.dtype), pos + n, slots_, H))
+                    .expected(fmt::format("{} [>= {}, {}, {}]", model::dtype_name(layout_.dtype), pos + n, slots_, H))
                     .found(fmt::format("{} [{}]", c10::toString(f.dtype("hidden_states")), fmt::join(shape, ", "))));
     const auto tokens = f.get("token_ids").to(torch::kInt64).contiguous();
     EAGLE_CHECK(tokens.dim() == 1 && tokens.size(0) == shape[0],
@@ -263,7 +261,7 @@ json to_json(const FeatureManifest& m) {
               {"layout",
                {{"aux_width", m.layout.aux_width},
                 {"hidden_size", m.layout.hidden_size},
-                {"dtype", dtype_name(m.layout.dtype)},
+                {"dtype", model::dtype_name(m.layout.dtype)},
                 {"last_hidden", m.layout.pre_norm ? "before the final norm" : "after the final norm"},
                 {"target_argmax", m.layout.has_argmax},
                 {"bytes_per_token", m.bytes_per_token()}}},
@@ -381,4 +379,4 @@ std::shared_ptr<const FeatureStore> open_speculators_features(const std::string&
   return std::make_shared<SpeculatorsStore>(dir, first_row, hidden_size, n_aux);
 }
 
-}  // namespace eagle::train
+}  // namespace eagle::features

@@ -1,6 +1,6 @@
 // dump-features (see feature_dump.h): the folder's set-up or resumption, the size estimate, then
 // the target's forward over each missing shard's samples, written shard by shard.
-#include "eagle/train/feature_dump.h"
+#include "eagle/features/dump.h"
 
 #include <algorithm>
 #include <chrono>
@@ -19,19 +19,20 @@
 #include "eagle/data/plan.h"
 #include "eagle/data/sampler.h"
 #include "eagle/data/stats_file.h"
+#include "eagle/device/cuda_graph_cache.h"
+#include "eagle/device/runtime.h"
+#include "eagle/features/batch_tensors.h"
+#include "eagle/features/store.h"
+#include "eagle/model/dtype.h"
 #include "eagle/model/safetensors.h"
+#include "eagle/model/target.h"
 #include "eagle/run/dir_lock.h"
-#include "eagle/train/batch_tensors.h"
-#include "eagle/train/cuda_graph_cache.h"
-#include "eagle/train/feature_store.h"
-#include "eagle/train/runtime.h"
-#include "eagle/train/setup.h"
 #include "eagle/util/error.h"
 #include "eagle/util/fs_sync.h"
 #include "eagle/util/log.h"
 #include "eagle/util/progress.h"
 
-namespace eagle::train {
+namespace eagle::features {
 namespace {
 
 namespace fs = std::filesystem;
@@ -250,7 +251,7 @@ class Dumper {
   const model::TargetModel& target_;
   FeatureLayout layout_;
   data::SamplerOptions so_;
-  CudaGraphCache graphs_;
+  device::CudaGraphCache graphs_;
   std::map<data::Shape, ShapeBuffers> buffers_;
 };
 
@@ -282,8 +283,8 @@ class DumpProgress {
 }  // namespace
 
 DumpSummary dump_features(const config::Options& o, const DumpHooks& hooks) {
-  configure_runtime(o);
-  const torch::Device device = resolve_device(o.device);
+  device::configure_runtime(o);
+  const torch::Device device = device::resolve_device(o.device);
   fs::path out = fs::path(o.output).lexically_normal();
   if (!out.has_filename()) out = out.parent_path();
   std::error_code ec;
@@ -320,7 +321,7 @@ DumpSummary dump_features(const config::Options& o, const DumpHooks& hooks) {
     return summary;
   }
 
-  auto target = load_target(o, device);
+  auto target = model::load_target(o, device);
   if (!aux_ids.empty()) target.set_aux_layer_ids(aux_ids);
   const auto& tc = target.config();
   const auto ends = target.ends();
@@ -347,7 +348,7 @@ DumpSummary dump_features(const config::Options& o, const DumpHooks& hooks) {
     ends_bytes = write_ends(out, o, ends);
     m.layout.aux_width = o.eagle_version == 3 ? static_cast<std::int64_t>(aux_ids.size()) * tc.hidden_size : 0;
     m.layout.hidden_size = tc.hidden_size;
-    m.layout.dtype = o.features_dtype == config::TargetDtype::auto_ ? target.dtype() : target_dtype(o.features_dtype);
+    m.layout.dtype = o.features_dtype == config::TargetDtype::auto_ ? target.dtype() : model::target_dtype(o.features_dtype);
     m.layout.has_argmax = true;
     m.aux_layer_ids = aux_ids;
     m.target = identity;
@@ -381,7 +382,7 @@ DumpSummary dump_features(const config::Options& o, const DumpHooks& hooks) {
             "{} shards of at most {} MiB, plus the target's ends ({:.3f} GB); {:.3f} GB still to write, {:.1f} GB "
             "free",
             summary.samples, summary.tokens, m.bytes_per_token(), m.layout.aux_width + m.layout.hidden_size,
-            dtype_name(m.layout.dtype),
+            model::dtype_name(m.layout.dtype),
             1e-9 * static_cast<double>(summary.tokens) * static_cast<double>(m.bytes_per_token()), m.shards.size(),
             o.features_shard_mb, 1e-9 * static_cast<double>(ends_bytes), 1e-9 * static_cast<double>(todo_bytes),
             ec ? -1.0 : 1e-9 * static_cast<double>(space.available));
@@ -419,4 +420,4 @@ DumpSummary dump_features(const config::Options& o, const DumpHooks& hooks) {
   return summary;
 }
 
-}  // namespace eagle::train
+}  // namespace eagle::features

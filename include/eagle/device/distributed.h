@@ -12,7 +12,7 @@
 
 #include <torch/torch.h>
 
-namespace eagle::train {
+namespace eagle::device {
 
 // What torchrun (or a scheduler doing the same) put in the environment.
 struct LaunchInfo {
@@ -65,4 +65,4 @@ class ProcessGroup {
   std::unique_ptr<Groups> groups_;
 };
 
-}  // namespace eagle::train
+}  // namespace eagle::device

@@ -3,14 +3,14 @@
 #include <catch2/catch.hpp>
 #include <torch/torch.h>
 
+#include "eagle/device/cuda_graph_cache.h"
 #include "eagle/train/optimizer.h"
-#include "eagle/train/cuda_graph_cache.h"
 
 using eagle::data::Shape;
-using eagle::train::CudaGraphCache;
+using eagle::device::CudaGraphCache;
 
-TEST_CASE("on CPU every shape runs eagerly and nothing is captured", "[train]") {
-  CudaGraphCache cache(torch::kCPU, 8, {{{4, 128}, 5}, {{4, 256}, 2}, {{2, 512}, 1}});
+TEST_CASE("on CPU every shape runs eagerly and nothing is captured", "[device]") {
+  device::CudaGraphCache cache(torch::kCPU, 8, {{{4, 128}, 5}, {{4, 256}, 2}, {{2, 512}, 1}});
   CHECK(cache.graphed_count() == 0);
   CHECK(cache.eager_count() == 3);
   int calls = 0;
@@ -20,13 +20,13 @@ TEST_CASE("on CPU every shape runs eagerly and nothing is captured", "[train]") 
   CHECK(cache.replay_count() == 0);
 }
 
-TEST_CASE("the most frequent shapes of the epoch plan are the ones graphed", "[train]") {
+TEST_CASE("the most frequent shapes of the epoch plan are the ones graphed", "[device]") {
   const std::map<Shape, std::int64_t> counts{{{4, 128}, 5}, {{4, 256}, 9}, {{2, 512}, 5}, {{8, 64}, 1}};
   // 9 batches of 4x256 first; 2x512 and 4x128 tie on count (5): the one with more tokens first.
-  CHECK(eagle::train::most_frequent_shapes(counts, 3) == std::vector<Shape>{{4, 256}, {2, 512}, {4, 128}});
-  CHECK(eagle::train::most_frequent_shapes(counts, 1) == std::vector<Shape>{{4, 256}});
-  CHECK(eagle::train::most_frequent_shapes(counts, 0).empty());
-  CHECK(eagle::train::most_frequent_shapes(counts, 9).size() == 4);
+  CHECK(eagle::device::most_frequent_shapes(counts, 3) == std::vector<Shape>{{4, 256}, {2, 512}, {4, 128}});
+  CHECK(eagle::device::most_frequent_shapes(counts, 1) == std::vector<Shape>{{4, 256}});
+  CHECK(eagle::device::most_frequent_shapes(counts, 0).empty());
+  CHECK(eagle::device::most_frequent_shapes(counts, 9).size() == 4);
 }
 
 namespace {
@@ -37,7 +37,7 @@ torch::Tensor train_linear(torch::Device device, std::int64_t max_graphs, int st
   auto w = torch::randn({16, 4}, device).requires_grad_(true);
   eagle::train::AdamW opt({{"w", w}}, eagle::train::AdamWConfig{0.9, 0.95, 1e-8, 0.0, 1.0});
   std::vector<Shape> shapes{{8, 16}, {4, 32}};
-  CudaGraphCache cache(device, max_graphs, {{shapes[0], 4}, {shapes[1], 4}});
+  device::CudaGraphCache cache(device, max_graphs, {{shapes[0], 4}, {shapes[1], 4}});
   std::map<Shape, torch::Tensor> inputs;
   for (auto s : shapes) inputs[s] = torch::zeros({s.rows * s.length, 16}, device);
   auto loss_acc = torch::zeros({}, device);
@@ -59,7 +59,7 @@ torch::Tensor train_linear(torch::Device device, std::int64_t max_graphs, int st
 
 }  // namespace
 
-TEST_CASE("CUDA graphs replay exactly what eager execution computes", "[train][gpu]") {
+TEST_CASE("CUDA graphs replay exactly what eager execution computes", "[device][gpu]") {
   auto eager = train_linear(torch::kCUDA, 0, 8);
   auto graphed = train_linear(torch::kCUDA, 8, 8);
   CHECK(torch::allclose(eager, graphed, 1e-5, 1e-6));

@@ -15,7 +15,7 @@
 
 #include "eagle/data/plan.h"
 
-namespace eagle::train {
+namespace eagle::device {
 
 // The key of the shape-independent optimizer update (no batch has zero rows).
 inline constexpr data::Shape kOptimizerUpdate{0, 0};
@@ -65,4 +65,4 @@ class CudaGraphCache {
   std::unique_ptr<Graphs> graphs_;
 };
 
-}  // namespace eagle::train
+}  // namespace eagle::device

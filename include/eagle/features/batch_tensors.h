@@ -7,7 +7,7 @@
 #include "eagle/data/batch.h"
 #include "eagle/model/attention.h"
 
-namespace eagle::train {
+namespace eagle::features {
 
 struct BatchTensors {
   torch::Tensor input_ids;     // [B, T] int64
@@ -28,4 +28,4 @@ BatchTensors allocate_like(const data::Batch& batch, torch::Device device, std::
 // whose layout the buffers were not made for (padded vs packed, more segments than the bound).
 void copy_into(const data::Batch& batch, BatchTensors& buffers);
 
-}  // namespace eagle::train
+}  // namespace eagle::features

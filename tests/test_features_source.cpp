@@ -11,8 +11,8 @@
 #include "data_helpers.h"
 #include "eagle/config/resolve.h"
 #include "eagle/data/speculators_folder.h"
+#include "eagle/features/dump.h"
 #include "eagle/model/safetensors.h"
-#include "eagle/train/feature_dump.h"
 #include "eagle/train/trainer.h"
 #include "eagle/util/error.h"
 #include "helpers.h"
@@ -81,7 +81,7 @@ double max_weight_difference(const fs::path& a, const fs::path& b) {
 
 }  // namespace
 
-TEST_CASE("training from dumped float32 features equals training with the target in the step", "[train]") {
+TEST_CASE("training from dumped float32 features equals training with the target in the step", "[features]") {
   test::TempDir tmp;
   auto online = options(tmp / "online");
   const auto on = train::train(online, {"eagle-train", "train"});
@@ -90,7 +90,7 @@ TEST_CASE("training from dumped float32 features equals training with the target
   dump.output = (tmp / "features").string();
   dump.features_dtype = config::TargetDtype::float32;
   dump.features_shard_mb = 1;  // several shards
-  const auto d = train::dump_features(dump);
+  const auto d = features::dump_features(dump);
   CHECK(d.shards > 3);
   CHECK(d.bytes_per_token == (3 * 64 + 64) * 4 + 4);
 
@@ -136,7 +136,7 @@ TEST_CASE("training from dumped float32 features equals training with the target
   }
 }
 
-TEST_CASE("training from a speculators folder gives the online losses on the same target", "[train]") {
+TEST_CASE("training from a speculators folder gives the online losses on the same target", "[features]") {
   test::TempDir tmp;
   const std::string folder = kRoot + "/tests/fixtures/speculators/tiny-llama";
   // The same samples as JSON lines for the online run.

@@ -1,5 +1,5 @@
 // Device, threads, seeds, dtypes and autocast (see runtime.h).
-#include "eagle/train/runtime.h"
+#include "eagle/device/runtime.h"
 
 #include <ATen/autocast_mode.h>
 #include <fmt/format.h>
@@ -9,7 +9,7 @@
 #include "eagle/util/error.h"
 #include "eagle/util/log.h"
 
-namespace eagle::train {
+namespace eagle::device {
 
 torch::Device resolve_device(const std::string& device) {
   if (device == "auto")
@@ -34,22 +34,6 @@ void configure_runtime(const config::Options& opts) {
   log::debug("train", "intra-op threads: {}, seed: {}", torch::get_num_threads(), opts.seed);
 }
 
-torch::ScalarType target_dtype(config::TargetDtype d) {
-  switch (d) {
-    case config::TargetDtype::float32: return torch::kFloat32;
-    case config::TargetDtype::bfloat16: return torch::kBFloat16;
-    case config::TargetDtype::float16: return torch::kFloat16;
-    case config::TargetDtype::auto_: break;
-  }
-  return torch::ScalarType::Undefined;
-}
-
-std::string dtype_name(torch::ScalarType t) {
-  if (t == torch::kBFloat16) return "bfloat16";
-  if (t == torch::kFloat16) return "float16";
-  return "float32";
-}
-
 AutocastGuard::AutocastGuard(torch::Device device, bool enabled) : type_(device.type()), enabled_(enabled) {
   previous_ = at::autocast::is_autocast_enabled(type_);
   previous_dtype_ = at::autocast::get_autocast_dtype(type_);
@@ -65,4 +49,4 @@ AutocastGuard::~AutocastGuard() {
   at::autocast::clear_cache();
 }
 
-}  // namespace eagle::train
+}  // namespace eagle::device

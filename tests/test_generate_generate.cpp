@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "eagle/train/generate.h"
+#include "eagle/generate/generate.h"
 #include "helpers.h"
 
 using namespace eagle;
@@ -35,20 +35,20 @@ data::Sample ask(const json& prompt) {
   return s;
 }
 
-train::GenerateSettings settings(std::int64_t rows, const std::vector<std::int64_t>& end_ids) {
+generate::GenerateSettings settings(std::int64_t rows, const std::vector<std::int64_t>& end_ids) {
   auto o = config::Options{};
   o.generate_batch_size = rows;
   o.max_new_tokens = fixture()["max_new_tokens"].get<std::int64_t>();
   o.training_seq_len = 128;
-  return train::GenerateSettings::from(o, end_ids);
+  return generate::GenerateSettings::from(o, end_ids);
 }
 
 // The outputs of every sample, in input order (checking that they come in order).
 std::vector<data::Sample> run(const model::TargetModel& m, const std::vector<data::Sample>& samples,
-                              const train::GenerateSettings& s, train::GenerateResult* result = nullptr) {
+                              const generate::GenerateSettings& s, generate::GenerateResult* result = nullptr) {
   std::vector<data::Sample> out;
   auto r =
-      train::generate(m, data::Dataset::from_samples(samples), 0, s, [&](std::size_t i, const data::Regeneration& g) {
+      generate::generate(m, data::Dataset::from_samples(samples), 0, s, [&](std::size_t i, const data::Regeneration& g) {
         CHECK(i == out.size());
         CHECK(g.finished());
         out.push_back(g.output());
@@ -66,7 +66,7 @@ std::vector<data::TokenId> reply(const data::Sample& out, std::size_t prompt_len
 
 }  // namespace
 
-TEST_CASE("greedy generation equals transformers' generate, alone and batched", "[train]") {
+TEST_CASE("greedy generation equals transformers' generate, alone and batched", "[generate]") {
   for (const auto& [name, f] : fixture()["families"].items()) {
     INFO(name);
     auto m = model::TargetModel::load(kModels + name, torch::kFloat32, torch::kCPU);
@@ -77,7 +77,7 @@ TEST_CASE("greedy generation equals transformers' generate, alone and batched", 
     // 1 row (one prompt at a time), 2 rows (rows refilled as prompts finish), 4 rows (all at once).
     for (std::int64_t rows : {1, 2, 4}) {
       INFO("rows " << rows);
-      train::GenerateResult result;
+      generate::GenerateResult result;
       auto outs = run(m, samples, settings(rows, end_ids), &result);
       std::uint64_t tokens = 0;
       for (std::size_t i = 0; i < outs.size(); ++i) {
@@ -91,7 +91,7 @@ TEST_CASE("greedy generation equals transformers' generate, alone and batched", 
   }
 }
 
-TEST_CASE("a reply stops at an end id of generation_config.json", "[train]") {
+TEST_CASE("a reply stops at an end id of generation_config.json", "[generate]") {
   for (const auto& [name, f] : fixture()["families"].items()) {
     INFO(name);
     test::TempDir dir;
@@ -108,7 +108,7 @@ TEST_CASE("a reply stops at an end id of generation_config.json", "[train]") {
   }
 }
 
-TEST_CASE("two turns: the user turns stay, both replies are the target's", "[train]") {
+TEST_CASE("two turns: the user turns stay, both replies are the target's", "[generate]") {
   for (const auto& [name, f] : fixture()["families"].items()) {
     INFO(name);
     auto m = model::TargetModel::load(kModels + name, torch::kFloat32, torch::kCPU);
@@ -124,7 +124,7 @@ TEST_CASE("two turns: the user turns stay, both replies are the target's", "[tra
   }
 }
 
-TEST_CASE("sampling: seeded, top_p near 0 is greedy, excluded tokens are never drawn", "[train]") {
+TEST_CASE("sampling: seeded, top_p near 0 is greedy, excluded tokens are never drawn", "[generate]") {
   const auto& f = fixture()["families"]["tiny-llama"];
   auto m = model::TargetModel::load(kModels + "tiny-llama", torch::kFloat32, torch::kCPU);
   std::vector<data::Sample> samples;
@@ -148,16 +148,16 @@ TEST_CASE("sampling: seeded, top_p near 0 is greedy, excluded tokens are never d
 
   // Probabilities 0.5, 0.3, 0.15, 0.05: top_p 0.7 keeps the first two, in proportion 5:3.
   auto logits = torch::log(torch::tensor({0.5, 0.3, 0.15, 0.05}, torch::kFloat32)).repeat({20000, 1});
-  train::TokenChooser chooser(torch::kCPU, 1.0, 0.7, 1);
+  generate::TokenChooser chooser(torch::kCPU, 1.0, 0.7, 1);
   auto counts = torch::bincount(chooser.choose(logits), {}, 4);
   CHECK(counts[2].item<std::int64_t>() == 0);
   CHECK(counts[3].item<std::int64_t>() == 0);
   CHECK(counts[0].item<double>() / 20000.0 == Approx(0.625).margin(0.015));
-  train::TokenChooser all(torch::kCPU, 1.0, 1.0, 1);
+  generate::TokenChooser all(torch::kCPU, 1.0, 1.0, 1);
   CHECK(torch::bincount(all.choose(logits), {}, 4)[3].item<double>() / 20000.0 == Approx(0.05).margin(0.008));
 }
 
-TEST_CASE("on CUDA the graphed decode steps generate what the CPU generates", "[train][gpu]") {
+TEST_CASE("on CUDA the graphed decode steps generate what the CPU generates", "[generate][gpu]") {
   for (const auto& [name, f] : fixture()["families"].items()) {
     INFO(name);
     auto cpu = model::TargetModel::load(kModels + name, torch::kFloat32, torch::kCPU);
@@ -167,7 +167,7 @@ TEST_CASE("on CUDA the graphed decode steps generate what the CPU generates", "[
     samples.push_back({f["two_turns"]["input_ids"].get<std::vector<data::TokenId>>(),
                        f["two_turns"]["loss_mask"].get<std::vector<std::uint8_t>>()});
     const auto end_ids = f["end_ids"].get<std::vector<std::int64_t>>();
-    train::GenerateResult result;
+    generate::GenerateResult result;
     auto on_gpu = run(gpu, samples, settings(3, end_ids), &result);
     auto on_cpu = run(cpu, samples, settings(3, end_ids));
     CHECK(result.graphed_shapes > 0);

@@ -16,7 +16,7 @@
 #include "eagle/data/dataset.h"
 #include "eagle/data/loader.h"
 
-namespace eagle::train {
+namespace eagle::features {
 
 struct FeatureLayout {
   std::int64_t aux_width = 0;                  // per token: n_aux * H (EAGLE-3's fused layers); 0: none stored
@@ -103,4 +103,4 @@ nlohmann::json target_identity(const std::string& model_dir, const std::string& 
 std::shared_ptr<const FeatureStore> open_speculators_features(const std::string& dir, std::int64_t first_row,
                                                               std::int64_t hidden_size, std::int64_t n_aux);
 
-}  // namespace eagle::train
+}  // namespace eagle::features

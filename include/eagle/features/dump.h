@@ -10,7 +10,7 @@
 
 #include "eagle/config/options.h"
 
-namespace eagle::train {
+namespace eagle::features {
 
 struct DumpSummary {
   std::int64_t samples = 0, tokens = 0;         // of the whole folder
@@ -27,4 +27,4 @@ struct DumpHooks {
 
 DumpSummary dump_features(const config::Options& opts, const DumpHooks& hooks = {});
 
-}  // namespace eagle::train
+}  // namespace eagle::features

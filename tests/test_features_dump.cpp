@@ -6,10 +6,10 @@
 
 #include "eagle/config/resolve.h"
 #include "eagle/data/binary_format.h"
+#include "eagle/features/dump.h"
+#include "eagle/features/store.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/model/target.h"
-#include "eagle/train/feature_dump.h"
-#include "eagle/train/feature_store.h"
 #include "eagle/util/error.h"
 #include "helpers.h"
 #include "train_helpers.h"
@@ -42,12 +42,12 @@ std::map<std::string, std::string> files_of(const fs::path& dir) {
 
 }  // namespace
 
-TEST_CASE("a dump holds the target's outputs for every token, in bounded shards", "[train]") {
+TEST_CASE("a dump holds the target's outputs for every token, in bounded shards", "[features]") {
   test::TempDir tmp;
   auto o = dump_options(tmp / "f");
   o.features_dtype = config::TargetDtype::float32;
-  const auto s = train::dump_features(o);
-  const auto m = train::read_manifest(o.output);
+  const auto s = features::dump_features(o);
+  const auto m = features::read_manifest(o.output);
   CHECK(m.complete);
   CHECK(m.aux_layer_ids == std::vector<std::int64_t>{1, 2, 3});
   CHECK(static_cast<std::int64_t>(m.shards.size()) == s.shards);
@@ -68,39 +68,39 @@ TEST_CASE("a dump holds the target's outputs for every token, in bounded shards"
   CHECK(torch::allclose(shard.at("last_hidden").narrow(0, 0, n), ref.final_hidden[0], 1e-5, 1e-5));
   CHECK(torch::equal(shard.at("target_argmax").narrow(0, 0, n).to(torch::kInt64), ref.target_argmax[0]));
   // The target's ends: enough to build the head and its teacher without the decoder layers.
-  auto ends = model::TargetModel::load_ends((fs::path(o.output) / train::kFeaturesTargetDir).string(),
+  auto ends = model::TargetModel::load_ends((fs::path(o.output) / features::kFeaturesTargetDir).string(),
                                             torch::ScalarType::Undefined, torch::kCPU);
   CHECK(torch::equal(ends.lm_head, target.lm_head_weight()));
   CHECK(torch::equal(ends.embed, target.embedding_weight()));
 }
 
-TEST_CASE("a killed dump continues to the same folder; a complete one is left alone", "[train]") {
+TEST_CASE("a killed dump continues to the same folder; a complete one is left alone", "[features]") {
   test::TempDir tmp;
   auto straight = dump_options(tmp / "straight");
-  train::dump_features(straight);
+  features::dump_features(straight);
 
   auto o = dump_options(tmp / "killed");
-  train::DumpHooks kill;
+  features::DumpHooks kill;
   kill.after_shard = [](std::int64_t written) {
     if (written == 2) throw Error(ErrorKind::interrupted, "killed");
   };
-  CHECK_THROWS_AS(train::dump_features(o, kill), Error);
-  CHECK_FALSE(train::read_manifest(o.output).complete);
+  CHECK_THROWS_AS(features::dump_features(o, kill), Error);
+  CHECK_FALSE(features::read_manifest(o.output).complete);
   // A temporary shard a kill left behind is removed.
-  test::write_file(fs::path(o.output) / train::kFeaturesShardDir / "train-00002.safetensors.tmp.12345", "torn");
+  test::write_file(fs::path(o.output) / features::kFeaturesShardDir / "train-00002.safetensors.tmp.12345", "torn");
 
-  const auto resumed = train::dump_features(o);
+  const auto resumed = features::dump_features(o);
   CHECK(resumed.shards_written == resumed.shards - 2);
   CHECK(files_of(tmp / "straight") == files_of(tmp / "killed"));
 
-  const auto again = train::dump_features(o);
+  const auto again = features::dump_features(o);
   CHECK(again.already_complete);
   CHECK(again.shards_written == 0);
 
   auto other = o;
   other.features_dtype = config::TargetDtype::float32;
   try {
-    train::dump_features(other);
+    features::dump_features(other);
     FAIL("other options were accepted");
   } catch (const Error& e) {
     CHECK(e.kind() == ErrorKind::usage);
@@ -108,7 +108,7 @@ TEST_CASE("a killed dump continues to the same folder; a complete one is left al
   }
 }
 
-TEST_CASE("dump-features on the command line: size estimate, progress, refusals", "[train]") {
+TEST_CASE("dump-features on the command line: size estimate, progress, refusals", "[features]") {
   test::TempDir tmp;
   const std::string args = "dump-features " + test::smoke_args() + " --training_seq_len 64 --output ";
   auto r = test::run_cli(args + (tmp / "f").string());

@@ -1,5 +1,5 @@
 // Batched regeneration of training replies (see generate.h).
-#include "eagle/train/generate.h"
+#include "eagle/generate/generate.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
@@ -9,7 +9,7 @@
 #include <map>
 #include <optional>
 
-#include "eagle/train/cuda_graph_cache.h"
+#include "eagle/device/cuda_graph_cache.h"
 #include "eagle/util/error.h"
 #include "eagle/util/log.h"
 #include "eagle/util/progress.h"
@@ -18,7 +18,7 @@
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 #endif
 
-namespace eagle::train {
+namespace eagle::generate {
 
 GenerateSettings GenerateSettings::from(const config::Options& o, const std::vector<std::int64_t>& end_ids) {
   GenerateSettings s;
@@ -294,7 +294,7 @@ class Generator {
   std::map<std::size_t, data::Regeneration> jobs_;  // started and not yet emitted, by sample index
   model::KvCache cache_;
   TokenChooser chooser_;
-  std::optional<CudaGraphCache> graphs_;
+  std::optional<device::CudaGraphCache> graphs_;
   torch::Tensor ids_, columns_, last_, logits_;  // fixed storage of the all-rows decode step
   GenerateResult result_;
   std::int64_t decode_steps_ = 0, decode_rows_ = 0, prefills_ = 0, prefill_tokens_ = 0, prefill_padded_ = 0;
@@ -312,4 +312,4 @@ GenerateResult generate(const model::TargetModel& target, const data::Dataset& d
   return g.run(emit, stop_requested);
 }
 
-}  // namespace eagle::train
+}  // namespace eagle::generate

@@ -1,11 +1,11 @@
 // Batch -> tensors (see batch_tensors.h).
-#include "eagle/train/batch_tensors.h"
+#include "eagle/features/batch_tensors.h"
 
 #include <fmt/format.h>
 
 #include "eagle/util/error.h"
 
-namespace eagle::train {
+namespace eagle::features {
 
 namespace {
 
@@ -63,4 +63,4 @@ void copy_into(const data::Batch& b, BatchTensors& dst) {
   dst.loss_mask.copy_(src.loss_mask, to_cuda);
 }
 
-}  // namespace eagle::train
+}  // namespace eagle::features

@@ -1,12 +1,12 @@
 // Online and offline feature sources (see feature_source.h).
-#include "eagle/train/feature_source.h"
+#include "eagle/features/source.h"
 
 #include <cstring>
 
 #include "eagle/model/layers.h"
 #include "eagle/util/error.h"
 
-namespace eagle::train {
+namespace eagle::features {
 namespace {
 
 // The head inputs that come from the batch itself (ids, mask, positions, documents, attention);
@@ -163,4 +163,4 @@ std::unique_ptr<FeatureSource> offline_features(std::shared_ptr<const FeatureSto
   return std::make_unique<OfflineFeatures>(std::move(store), std::move(samples), ends, teacher, device);
 }
 
-}  // namespace eagle::train
+}  // namespace eagle::features

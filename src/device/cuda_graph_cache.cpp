@@ -1,5 +1,5 @@
 // CUDA-graph cache of step functions per batch shape (see cuda_graph_cache.h).
-#include "eagle/train/cuda_graph_cache.h"
+#include "eagle/device/cuda_graph_cache.h"
 
 #include <algorithm>
 
@@ -15,7 +15,7 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
-namespace eagle::train {
+namespace eagle::device {
 
 #ifdef EAGLE_WITH_CUDA
 namespace {
@@ -207,4 +207,4 @@ void CudaGraphCache::synchronize() const {
 #endif
 }
 
-}  // namespace eagle::train
+}  // namespace eagle::device

@@ -1,5 +1,5 @@
 // The c10d process groups of a torchrun launch and the trainer's collectives (see distributed.h).
-#include "eagle/train/distributed.h"
+#include "eagle/device/distributed.h"
 
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -17,7 +17,7 @@
 #include "eagle/util/error.h"
 #include "eagle/util/log.h"
 
-namespace eagle::train {
+namespace eagle::device {
 namespace {
 
 std::string env(const char* name) {
@@ -175,4 +175,4 @@ void ProcessGroup::barrier() {
   });
 }
 
-}  // namespace eagle::train
+}  // namespace eagle::device

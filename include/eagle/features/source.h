@@ -11,12 +11,12 @@
 #include <torch/torch.h>
 
 #include "eagle/data/batch.h"
+#include "eagle/features/batch_tensors.h"
+#include "eagle/features/store.h"
 #include "eagle/model/head.h"
 #include "eagle/model/target.h"
-#include "eagle/train/batch_tensors.h"
-#include "eagle/train/feature_store.h"
 
-namespace eagle::train {
+namespace eagle::features {
 
 class FeatureSource {
  public:
@@ -44,4 +44,4 @@ std::unique_ptr<FeatureSource> offline_features(std::shared_ptr<const FeatureSto
                                                 std::vector<std::int64_t> samples, const model::TargetEnds& ends,
                                                 const model::TeacherSpec& teacher, torch::Device device);
 
-}  // namespace eagle::train
+}  // namespace eagle::features

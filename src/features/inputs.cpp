@@ -1,6 +1,7 @@
-// Opening stored features for a run (see offline_inputs.h): a dump-features folder (its manifest,
-// prepared data and shards) or a speculators folder (its Arrow rows and hidden-state files).
-#include "offline_inputs.h"
+// A run's inputs (see inputs.h): the data and the target online; offline, a dump-features folder
+// (its manifest, prepared data and shards) or a speculators folder (its Arrow rows and hidden-state
+// files) with the target's ends.
+#include "eagle/features/inputs.h"
 
 #include <filesystem>
 #include <numeric>
@@ -12,14 +13,24 @@
 #include "eagle/data/flat_builder.h"
 #include "eagle/data/loader.h"
 #include "eagle/data/speculators_folder.h"
-#include "eagle/train/runtime.h"
+#include "eagle/model/dtype.h"
 #include "eagle/util/error.h"
 #include "eagle/util/log.h"
 
-namespace eagle::train {
+namespace eagle::features {
 namespace {
 
 namespace fs = std::filesystem;
+
+// eval_data_path, whole, when given; else the validation split of data_path as loaded.
+std::optional<data::Dataset> heldout_split(const config::Options& opts, std::int64_t vocab_size,
+                                           std::optional<data::Dataset> validation) {
+  if (opts.eval_data_path.empty()) return validation;
+  auto lo = data::LoadOptions::from(opts);
+  lo.validation_fraction = 0;
+  lo.vocab_size = vocab_size;
+  return data::load_dataset(opts.eval_data_path, lo).train;
+}
 
 std::vector<std::int64_t> pick(const std::vector<std::int64_t>& ids, const std::vector<std::size_t>& at) {
   std::vector<std::int64_t> out;
@@ -62,12 +73,12 @@ void set_data(RunInputs& in, data::Dataset all, std::vector<std::int64_t> all_id
 // else only its ends, read from ends_dir.
 void load_target_part(const config::Options& o, torch::Device device, const std::string& ends_dir, RunInputs& in) {
   if (o.eval_num_prompts > 0 && !o.model_name_or_path.empty()) {
-    in.target = load_target(o, device);
+    in.target = model::load_target(o, device);
     if (!in.aux_layer_ids.empty()) in.target->set_aux_layer_ids(in.aux_layer_ids);
     in.ends = in.target->ends();
     return;
   }
-  in.ends = model::TargetModel::load_ends(ends_dir, target_dtype(o.target_dtype), device);
+  in.ends = model::TargetModel::load_ends(ends_dir, model::target_dtype(o.target_dtype), device);
   if (o.eval_num_prompts > 0)
     log::info("eval",
               "no --model_name_or_path: the acceptance rate (AR) is not measured (it decodes with the "
@@ -166,8 +177,6 @@ RunInputs open_speculators(const config::Options& o, torch::Device device, bool 
   return in;
 }
 
-}  // namespace
-
 RunInputs load_offline_inputs(const config::Options& o, torch::Device device, bool eval) {
   const std::string& dir = o.features_path;
   if (!o.data_path.empty())
@@ -190,9 +199,60 @@ RunInputs load_offline_inputs(const config::Options& o, torch::Device device, bo
             "{} from stored features in {}: {}{} held-out samples, {} per token ({} aux values, the last "
             "hidden state {} the final norm{}); no target forward in the step",
             eval ? "evaluating" : "training", dir, eval ? "" : fmt::format("{} train and ", in.data.train.size()),
-            heldout, dtype_name(l.dtype), l.aux_width, l.pre_norm ? "before" : "after",
+            heldout, model::dtype_name(l.dtype), l.aux_width, l.pre_norm ? "before" : "after",
             l.has_argmax ? ", the target's argmax" : "");
   return in;
 }
 
-}  // namespace eagle::train
+}  // namespace
+
+TrainData load_train_data(const config::Options& opts, std::int64_t vocab_size) {
+  auto lo = data::LoadOptions::from(opts);
+  lo.vocab_size = vocab_size;
+  auto loaded = data::load_dataset(opts.data_path, lo);
+  TrainData out{std::move(loaded.train), heldout_split(opts, vocab_size, std::move(loaded.validation))};
+  EAGLE_CHECK(out.train.size() > 0,
+              Error(ErrorKind::input, "the training data holds no usable sample").file(opts.data_path));
+  log::info("data", "training samples: {} ({} tokens, {} trained); held-out samples: {}", out.train.size(),
+            out.train.stats().tokens, out.train.stats().trained_tokens, out.heldout ? out.heldout->size() : 0);
+  return out;
+}
+
+data::Dataset load_eval_data(const config::Options& opts, std::int64_t vocab_size) {
+  if (!opts.eval_data_path.empty()) return *heldout_split(opts, vocab_size, std::nullopt);
+  auto lo = data::LoadOptions::from(opts);
+  lo.vocab_size = vocab_size;
+  auto loaded = data::load_dataset(opts.data_path, lo);
+  if (auto heldout = heldout_split(opts, vocab_size, std::move(loaded.validation))) return std::move(*heldout);
+  log::info("eval", "{} has no validation split: evaluating on all of it", opts.data_path);
+  return std::move(loaded.train);
+}
+
+std::unique_ptr<FeatureSource> RunInputs::features(bool heldout, const model::TeacherSpec& teacher,
+                                                   torch::Device device) const {
+  if (!store) return online_features(*target, teacher);
+  return offline_features(store, heldout ? heldout_samples : train_samples, ends, teacher, device);
+}
+
+RunInputs load_run_inputs(const config::Options& opts, torch::Device device, Purpose purpose) {
+  if (!opts.features_path.empty()) return load_offline_inputs(opts, device, purpose == Purpose::eval);
+  // The data is checked against the target's vocabulary (its config.json) before the weights load.
+  const auto vocab_size = model::TargetConfig::from_model_dir(opts.model_name_or_path).vocab_size;
+  TrainData data;
+  if (purpose == Purpose::train) data = load_train_data(opts, vocab_size);
+  else data.heldout = load_eval_data(opts, vocab_size);
+  RunInputs in = online_inputs(model::load_target(opts, device), opts.model_name_or_path);
+  in.data = std::move(data);
+  return in;
+}
+
+RunInputs online_inputs(model::TargetModel target, std::string target_name) {
+  RunInputs in;
+  in.ends = target.ends();
+  in.aux_layer_ids = target.aux_layer_ids();
+  in.target = std::move(target);
+  in.target_name = std::move(target_name);
+  return in;
+}
+
+}  // namespace eagle::features
