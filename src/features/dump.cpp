@@ -22,6 +22,7 @@
 #include "eagle/device/cuda_graph_cache.h"
 #include "eagle/device/runtime.h"
 #include "eagle/features/batch_tensors.h"
+#include "eagle/features/inputs.h"
 #include "eagle/features/store.h"
 #include "eagle/model/dtype.h"
 #include "eagle/model/safetensors.h"
