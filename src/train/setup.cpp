@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "eagle/model/draft_vocab.h"
+#include "eagle/model/head_io.h"
 #include "eagle/util/log.h"
 
 namespace eagle::train {
