@@ -425,3 +425,24 @@ TEST_CASE("lengths outside 1..training_seq_len are refused with the sample named
   }
   CHECK_THROWS_AS(Sampler({}, o), Error);
 }
+
+TEST_CASE("plan_sorted: one pass longest first, each length's last batch filled with empty rows", "[data]") {
+  // Samples 2..7 of these lengths (0, 1 and 8 are outside the range); buckets of 16 tokens, 2 rows.
+  const std::vector<std::int64_t> lengths{40, 40, 10, 30, 12, 30, 16, 5, 64};
+  const auto plans = plan_sorted(lengths, 2, 6, opts(64, 16, 2));
+  // Longest first, ties in index order: 3 (30), 5 (30), 6 (16), 4 (12), 2 (10), 7 (5).
+  const std::vector<BatchPlan> expected{{2, 32, {{3}, {5}}}, {2, 16, {{6}, {4}}}, {2, 16, {{2}, {7}}}};
+  CHECK(plans == expected);
+  // A length with one sample left over: its batch keeps its rows, the last one empty.
+  const auto odd = plan_sorted(lengths, 2, 5, opts(64, 16, 2));
+  REQUIRE(odd.size() == 3);
+  CHECK(odd.back() == BatchPlan{2, 16, {{2}, {}}});
+  // A token budget gives shorter buckets more rows (rows_for_length).
+  auto budget = opts(64, 16, 2);
+  budget.max_tokens_per_batch = 64;
+  const auto by_budget = plan_sorted(lengths, 2, 6, budget);
+  REQUIRE(by_budget.size() == 2);
+  CHECK(by_budget[0] == BatchPlan{2, 32, {{3}, {5}}});
+  CHECK(by_budget[1] == BatchPlan{4, 16, {{6}, {4}, {2}, {7}}});
+  CHECK(plan_sorted(lengths, 0, 0, opts(64, 16, 2)).empty());
+}

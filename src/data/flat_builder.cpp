@@ -160,6 +160,24 @@ std::vector<std::size_t> validation_indices(std::size_t n, double fraction, std:
   return out;
 }
 
+SplitIndices split_validation(std::size_t n, double fraction, std::uint64_t seed) {
+  SplitIndices s;
+  s.validation = validation_indices(n, fraction, seed);
+  s.train = complement_indices(n, s.validation);
+  return s;
+}
+
+SplitDataset split_dataset(Dataset all, double fraction, std::uint64_t seed, const std::string& source) {
+  SplitDataset out{Dataset(), std::nullopt, split_validation(all.size(), fraction, seed)};
+  if (out.indices.validation.empty()) {  // nothing held out: the samples as they are, no copy
+    out.train = std::move(all);
+    return out;
+  }
+  out.train = copy_samples(all, out.indices.train, source, all.stats());
+  out.validation = copy_samples(all, out.indices.validation, source + " (validation split)");
+  return out;
+}
+
 std::vector<std::size_t> complement_indices(std::size_t n, const std::vector<std::size_t>& excluded) {
   std::vector<std::size_t> out;
   out.reserve(n - std::min(n, excluded.size()));

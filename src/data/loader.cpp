@@ -66,14 +66,10 @@ LoadedData split(Dataset all, const LoadOptions& opts, const std::string& source
     out.train = std::move(all);
     return out;
   }
-  auto val = validation_indices(all.size(), opts.validation_fraction, opts.seed);
-  if (val.empty()) {  // fewer than two samples
-    log::warn("data", "{}: too few samples to hold out a validation split", source);
-    out.train = std::move(all);
-    return out;
-  }
-  out.train = copy_samples(all, complement_indices(all.size(), val), source, all.stats());
-  out.validation = copy_samples(all, val, source + " (validation split)");
+  auto s = split_dataset(std::move(all), opts.validation_fraction, opts.seed, source);
+  if (!s.validation) log::warn("data", "{}: too few samples to hold out a validation split", source);
+  out.train = std::move(s.train);
+  out.validation = std::move(s.validation);
   return out;
 }
 

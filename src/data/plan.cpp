@@ -369,4 +369,22 @@ EpochPlan plan_epoch(const std::vector<std::int64_t>& lengths, const SamplerOpti
   return out;
 }
 
+std::vector<BatchPlan> plan_sorted(const std::vector<std::int64_t>& lengths, std::int64_t first, std::int64_t count,
+                                   const SamplerOptions& o) {
+  std::vector<std::int64_t> order(static_cast<std::size_t>(count));
+  std::iota(order.begin(), order.end(), first);
+  const auto length = [&](std::int64_t i) { return lengths[static_cast<std::size_t>(i)]; };
+  std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) { return length(a) > length(b); });
+  std::vector<BatchPlan> plans;
+  for (std::size_t i = 0; i < order.size();) {
+    BatchPlan p;
+    p.length = bucket_length(o, length(order[i]));
+    p.rows = rows_for_length(o, p.length);
+    p.row_samples.resize(static_cast<std::size_t>(p.rows));
+    for (std::int64_t r = 0; r < p.rows && i < order.size(); ++r) p.row_samples[static_cast<std::size_t>(r)] = {order[i++]};
+    plans.push_back(std::move(p));
+  }
+  return plans;
+}
+
 }  // namespace eagle::data

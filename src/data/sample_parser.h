@@ -2,10 +2,13 @@
 // kept out of include/ so simdjson stays out of every other translation unit.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
-#include "eagle/data/json_reader.h"
+#include "eagle/data/flat_builder.h"
+#include "eagle/data/read_options.h"
 
 namespace eagle::data {
 

@@ -6,8 +6,9 @@
 
 #include <set>
 
-#include "eagle/util/log.h"
+#include "eagle/config/options.h"
 #include "eagle/util/error.h"
+#include "eagle/util/log.h"
 
 namespace eagle::data {
 namespace {
@@ -195,6 +196,20 @@ std::int64_t Batch::max_segments_per_row() const {
     most = std::max(most, runs);
   }
   return most;
+}
+
+std::int64_t planned_steps(const config::Options& o, Sampler& sampler) {
+  if (o.max_steps > 0) return o.max_steps;
+  double batches = 0;
+  const auto whole = static_cast<std::int64_t>(o.num_train_epochs);
+  for (std::int64_t e = 0; e < whole; ++e) batches += static_cast<double>(sampler.batches_in_epoch(e));
+  batches += (o.num_train_epochs - static_cast<double>(whole)) * static_cast<double>(sampler.batches_in_epoch(whole));
+  auto steps = static_cast<std::int64_t>(batches / static_cast<double>(o.gradient_accumulation_steps));
+  EAGLE_CHECK(steps > 0, Error(ErrorKind::usage, "the run would take no optimizer step")
+                             .found(fmt::format("{} batches per epoch, num_train_epochs {}",
+                                                sampler.batches_in_epoch(0), o.num_train_epochs))
+                             .hint("raise num_train_epochs or set max_steps"));
+  return steps;
 }
 
 }  // namespace eagle::data

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,5 +67,22 @@ Dataset copy_samples(const Dataset& src, const std::vector<std::size_t>& indices
 std::vector<std::size_t> validation_indices(std::size_t n, double fraction, std::uint64_t seed);
 // The indices of 0..n-1 not in `excluded` (increasing).
 std::vector<std::size_t> complement_indices(std::size_t n, const std::vector<std::size_t>& excluded);
+
+// n samples split into the validation split (validation_indices) and the rest, both increasing.
+struct SplitIndices {
+  std::vector<std::size_t> train, validation;
+};
+SplitIndices split_validation(std::size_t n, double fraction, std::uint64_t seed);
+
+// The samples of `all` split by split_validation: the rest, named `source`, keeps all's counts
+// (truncated, dropped, skipped); the validation split is named `source` + " (validation split)".
+// When nothing is held out (fraction 0, fewer than two samples) there is no validation split and
+// the rest is `all` itself, uncopied.
+struct SplitDataset {
+  Dataset train;
+  std::optional<Dataset> validation;
+  SplitIndices indices;  // where each sample came from in `all`
+};
+SplitDataset split_dataset(Dataset all, double fraction, std::uint64_t seed, const std::string& source);
 
 }  // namespace eagle::data

@@ -79,6 +79,13 @@ std::vector<std::vector<std::int64_t>> pack_first_fit_decreasing(const std::vect
                                                                  const std::vector<std::int64_t>& lengths,
                                                                  std::int64_t capacity);
 
+// One pass over samples [first, first + count) longest first (ties: index order), without shuffling
+// or ranks: each batch padded to the bucket of its longest sample with as many rows as that length
+// allows, the last batch of a length filled up with empty rows (so each length has one shape).
+// What dump-features runs the target on.
+std::vector<BatchPlan> plan_sorted(const std::vector<std::int64_t>& lengths, std::int64_t first, std::int64_t count,
+                                   const SamplerOptions& o);
+
 // The plans of one epoch for all ranks: result[step][rank]. Every rank gets the same number of
 // batches, every sample of the epoch appears exactly once, the plan is a function of (lengths,
 // options, epoch) only.

@@ -57,6 +57,10 @@ class Sampler {
 // than the plan's length: the dataset changed since planning).
 Batch make_batch(const Dataset& dataset, const BatchPlan& plan);
 
+// The optimizer steps of a run: max_steps, else num_train_epochs (fractions included) of this
+// sampler's batches over gradient_accumulation_steps; Error(usage) when that is none.
+std::int64_t planned_steps(const config::Options& o, Sampler& sampler);
+
 // FNV-1a over the lengths: detects a different dataset on restore.
 std::uint64_t lengths_fingerprint(const std::vector<std::int64_t>& lengths);
 
