@@ -10,7 +10,7 @@ using eagle::data::Shape;
 using eagle::device::CudaGraphCache;
 
 TEST_CASE("on CPU every shape runs eagerly and nothing is captured", "[device]") {
-  device::CudaGraphCache cache(torch::kCPU, 8, {{{4, 128}, 5}, {{4, 256}, 2}, {{2, 512}, 1}});
+  CudaGraphCache cache(torch::kCPU, 8, {{4, 128}, {4, 256}, {2, 512}}, "test");
   CHECK(cache.graphed_count() == 0);
   CHECK(cache.eager_count() == 3);
   int calls = 0;
@@ -37,7 +37,7 @@ torch::Tensor train_linear(torch::Device device, std::int64_t max_graphs, int st
   auto w = torch::randn({16, 4}, device).requires_grad_(true);
   eagle::train::AdamW opt({{"w", w}}, eagle::train::AdamWConfig{0.9, 0.95, 1e-8, 0.0, 1.0});
   std::vector<Shape> shapes{{8, 16}, {4, 32}};
-  device::CudaGraphCache cache(device, max_graphs, {{shapes[0], 4}, {shapes[1], 4}});
+  CudaGraphCache cache(device, max_graphs, shapes, "test");
   std::map<Shape, torch::Tensor> inputs;
   for (auto s : shapes) inputs[s] = torch::zeros({s.rows * s.length, 16}, device);
   auto loss_acc = torch::zeros({}, device);

@@ -56,12 +56,12 @@ struct Rig {
   Rig(config::Options opts, torch::Device dev)
       : o(std::move(opts)),
         device(dev),
-        inputs(features::load_run_inputs(o, device, features::Purpose::train)),
+        inputs(features::load_train_inputs(o, device)),
         head(seeded_head(o, inputs, device)),
-        features(inputs.features(/*heldout=*/false, head->teacher_spec(), device)),
-        sampler(inputs.data.train.lengths(), data::SamplerOptions::from(o)),
+        features(inputs.sources(head->teacher_spec(), device).train),
+        sampler(inputs.train->lengths(), data::SamplerOptions::from(o)),
         optimizer(model::named_parameters(*head), train::AdamWConfig{0.9, 0.95, 1e-8, 0.0, 1.0}),
-        max_segments(o.padding_free ? data::max_segments_per_row(inputs.data.train.lengths(), o.training_seq_len)
+        max_segments(o.padding_free ? data::max_segments_per_row(inputs.train->lengths(), o.training_seq_len)
                                     : 0) {
     const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
     step_loss = torch::zeros({}, f32);
@@ -70,7 +70,7 @@ struct Rig {
   static std::shared_ptr<model::DraftHead> seeded_head(const config::Options& o, const features::RunInputs& inputs,
                                                        torch::Device device) {
     torch::manual_seed(7);
-    return train::make_head(o, inputs, inputs.data.train.stats(), device);
+    return train::make_head(o, inputs, device);
   }
 };
 
@@ -96,7 +96,7 @@ TEST_CASE("the training step body reads nothing back on the host, padded and pac
       INFO("packed " << packed << ", model " << (model_dir.empty() ? "tiny-llama" : "dynamic RoPE"));
       Rig rig(smoke_options(packed, model_dir), torch::kCPU);
       for (int step = 0; step < 2; ++step) {
-        auto batch = data::make_batch(rig.inputs.data.train, rig.sampler.next());
+        auto batch = data::make_batch(*rig.inputs.train, rig.sampler.next());
         CHECK(batch.packed == packed);
         auto buffers = features::allocate_like(batch, torch::kCPU, rig.max_segments);
         features::copy_into(batch, buffers);
@@ -131,12 +131,14 @@ TEST_CASE("graphed training steps equal eager ones, one capture per shape, then 
       Rig rig(smoke_options(packed), torch::kCUDA);
       c10::cuda::CUDACachingAllocator::emptyCache();
       c10::cuda::CUDACachingAllocator::resetPeakStats(0);
-      device::CudaGraphCache cache(rig.device, max_graphs, rig.sampler.shape_counts(0));
+      const auto counts = rig.sampler.shape_counts(0);
+      device::CudaGraphCache cache(rig.device, max_graphs,
+                                   device::most_frequent_shapes(counts, static_cast<std::int64_t>(counts.size())), "test");
       std::map<data::Shape, features::BatchTensors> buffers;
       std::map<data::Shape, torch::Tensor> denominators;
       test::HostSyncProbe probe;
       for (int step = 0; step < 12; ++step) {
-        auto batch = data::make_batch(rig.inputs.data.train, rig.sampler.next());
+        auto batch = data::make_batch(*rig.inputs.train, rig.sampler.next());
         const data::Shape shape{batch.rows, batch.length};
         if (!buffers.count(shape)) {
           buffers.emplace(shape, features::allocate_like(batch, rig.device, rig.max_segments));

@@ -146,8 +146,9 @@ ModeResult run_mode(const std::string& name, config::Options o, bool graphed, co
   }
 #endif
   torch::manual_seed(7);
-  const auto inputs = features::online_inputs(target, "random " + target.config().architecture);
-  auto head = train::make_head(o, inputs, dataset.stats(), device);
+  auto inputs = features::online_inputs(target, "random " + target.config().architecture);
+  inputs.train = dataset;
+  auto head = train::make_head(o, inputs, device);
   train::AdamW optimizer(model::named_parameters(*head), train::AdamWConfig{0.9, 0.95, 1e-8, 0.0, 0.5});
   const auto features = features::online_features(target, head->teacher_spec());
   const auto K = head->config().steps();
@@ -174,7 +175,7 @@ ModeResult run_mode(const std::string& name, config::Options o, bool graphed, co
   }
   const std::int64_t max_segments =
       o.padding_free ? data::max_segments_per_row(dataset.lengths(), o.training_seq_len) : 0;
-  device::CudaGraphCache cache(device, graphed ? a.shapes : 0, chosen_counts);
+  device::CudaGraphCache cache(device, graphed ? a.shapes : 0, chosen, "bench");
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
   auto step_loss = torch::zeros({}, f32), metrics = torch::zeros({K, model::kMetricColumns}, f32);
   double weighted_time = 0, weighted_real = 0, weighted_flops = 0, weight = 0;

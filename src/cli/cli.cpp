@@ -11,6 +11,7 @@
 #include "eagle/cli/commands.h"
 #include "eagle_version.h"
 #include "eagle/config/resolve.h"
+#include "eagle/device/torch_error.h"
 #include "eagle/util/log.h"
 #include "eagle/util/error.h"
 
@@ -22,7 +23,7 @@ using config::Command;
 struct CommandInfo {
   Command command;
   const char* description;
-  void (*run)(const config::Options&);
+  void (*run)(const config::Options&, const Invocation&);
 };
 
 const CommandInfo kCommands[] = {
@@ -40,7 +41,7 @@ const CommandInfo kCommands[] = {
 };
 
 int run_parsed(CLI::App& app, std::vector<config::BoundFlags>& bound, const std::map<CLI::App*, std::size_t>& index,
-               bool dump_config) {
+               bool dump_config, const Invocation& argv) {
   for (CLI::App* sub : app.get_subcommands()) {
     config::BoundFlags& b = bound[index.at(sub)];
     std::set<std::string> from_config;
@@ -55,7 +56,7 @@ int run_parsed(CLI::App& app, std::vector<config::BoundFlags>& bound, const std:
     }
     config::check_required(opts, b.command);
     for (const auto& c : kCommands)
-      if (c.command == b.command) c.run(opts);
+      if (c.command == b.command) c.run(opts, argv);
     return 0;
   }
   std::cerr << app.help();
@@ -74,14 +75,7 @@ std::string version_text() {
                      EAGLE_TORCH_VERSION, compiled, torch::cuda::is_available() ? "yes" : "no");
 }
 
-namespace {
-std::vector<std::string> g_invocation;
-}  // namespace
-
-const std::vector<std::string>& invocation_args() { return g_invocation; }
-
 int main(int argc, char** argv) {
-  g_invocation.assign(argv, argv + argc);
   CLI::App app{"eagle-train: trains EAGLE-3 and EAGLE-1 speculative-decoding draft heads", "eagle-train"};
   app.require_subcommand(0, 1);
   bool show_version = false, options_md = false, dump_config = false;
@@ -113,16 +107,11 @@ int main(int argc, char** argv) {
       std::cout << config::options_markdown();
       return 0;
     }
-    return run_parsed(app, bound, index, dump_config);
-  } catch (const Error& e) {
+    return run_parsed(app, bound, index, dump_config, Invocation(argv, argv + argc));
+  } catch (...) {
+    const Error e = device::to_error(std::current_exception());
     log::error("main", "{}", e.format());
     return static_cast<int>(e.exit_code());
-  } catch (const c10::Error& e) {
-    log::error("main", "internal error: {}", e.what_without_backtrace());
-    return static_cast<int>(ExitCode::internal);
-  } catch (const std::exception& e) {
-    log::error("main", "internal error: {}", e.what());
-    return static_cast<int>(ExitCode::internal);
   }
 }
 

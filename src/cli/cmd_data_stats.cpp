@@ -60,7 +60,7 @@ void print_text(const data::Dataset& ds, const data::LengthSummary& s, const std
 
 }  // namespace
 
-void run_data_stats(const config::Options& opts) {
+void run_data_stats(const config::Options& opts, const Invocation& argv) {
   auto lo = data::LoadOptions::from(opts);
   lo.validation_fraction = 0;  // the statistics cover the whole dataset
   const data::SamplerOptions o = data::SamplerOptions::from(opts);  // checked before the data is read

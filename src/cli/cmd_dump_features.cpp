@@ -5,6 +5,6 @@
 
 namespace eagle::cli {
 
-void run_dump_features(const config::Options& opts) { features::dump_features(opts); }
+void run_dump_features(const config::Options& opts, const Invocation& argv) { features::dump_features(opts); }
 
 }  // namespace eagle::cli

@@ -13,7 +13,6 @@
 #include "eagle/cli/commands.h"
 #include "eagle/device/runtime.h"
 #include "eagle/features/inputs.h"
-#include "eagle/features/store.h"
 #include "eagle/io/step_stats.h"
 #include "eagle/model/head_io.h"
 #include "eagle/run/summary.h"
@@ -69,7 +68,7 @@ void check_output_writable(const std::string& output) {
 
 }  // namespace
 
-void run_eval(const config::Options& opts) {
+void run_eval(const config::Options& opts, const Invocation& argv) {
   check_output_writable(opts.output);
   device::configure_runtime(opts);
   const torch::Device device = device::resolve_device(opts.device);
@@ -77,22 +76,16 @@ void run_eval(const config::Options& opts) {
   auto& head = *loaded.head;
   check_finite(head, opts.checkpoint);
   // Checked against the target's config.json before anything heavy is read.
-  const std::string target_dir = !opts.model_name_or_path.empty() ? opts.model_name_or_path
-                                 : features::is_features_folder(opts.features_path)
-                                     ? (std::filesystem::path(opts.features_path) / features::kFeaturesTargetDir).string()
-                                     : std::string();
-  if (!target_dir.empty())
+  if (const auto target_dir = features::target_config_dir(opts); !target_dir.empty())
     check_compatible(loaded.config, model::TargetConfig::from_model_dir(target_dir), opts.checkpoint);
   // The head decides what it reads: the target layers it was trained on.
-  config::Options o = opts;
-  o.eagle_version = loaded.config.eagle_version;
-  if (loaded.config.eagle_version == 3) o.aux_hidden_state_layer_ids = loaded.config.aux_layer_ids;
-  const auto inputs = features::load_run_inputs(o, device, features::Purpose::eval);
+  const auto inputs =
+      features::load_eval_inputs(opts, device, loaded.config.eagle_version, loaded.config.aux_layer_ids);
   head.set_target_weights(inputs.ends.embed, inputs.ends.lm_head);
-  const data::Dataset& heldout = *inputs.data.heldout;
+  const data::Dataset& heldout = *inputs.heldout;
 
   const auto settings = train::EvalSettings::from(opts, loaded.config.ttt_steps);
-  const auto features = inputs.features(/*heldout=*/true, head.teacher_spec(), device);
+  const auto features = inputs.sources(head.teacher_spec(), device).heldout;
   auto stats =
       train::evaluate(*features, inputs.target ? &*inputs.target : nullptr, head, heldout, settings, /*step=*/0);
 

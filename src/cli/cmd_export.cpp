@@ -19,7 +19,7 @@ model::HeadFormat head_format(config::ExportFormat f) {
 }
 }  // namespace
 
-void run_export(const config::Options& opts) {
+void run_export(const config::Options& opts, const Invocation& argv) {
   auto loaded = model::load_head(opts.checkpoint);
   log::info("export", "read EAGLE-{} head ({} layout) from {}", loaded.config.eagle_version,
             model::format_name(loaded.format), opts.checkpoint);

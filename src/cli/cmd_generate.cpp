@@ -44,15 +44,17 @@ nlohmann::json output_settings(const config::Options& o, const data::Dataset& ds
 
 }  // namespace
 
-void run_generate(const config::Options& opts) {
+void run_generate(const config::Options& opts, const Invocation& argv) {
   data::SampleWriter::check_output(opts.output);
   device::configure_runtime(opts);
   const torch::Device device = device::resolve_device(opts.device);
   // The config alone first: the data is checked against its vocabulary, and the output's settings
   // (end ids) before the weights load.
   const auto config = model::TargetConfig::from_model_dir(opts.model_name_or_path);
-  // Samples are read whole: the context limit applies per turn while generating.
-  data::LoadOptions lo{std::numeric_limits<std::int64_t>::max(), opts.bad_sample_policy, opts.overlong_policy};
+  // Samples are read whole (the context limit applies per turn while generating), none held out.
+  auto lo = data::LoadOptions::from(opts);
+  lo.training_seq_len = std::numeric_limits<std::int64_t>::max();
+  lo.validation_fraction = 0;
   lo.allow_untrained = true;
   lo.vocab_size = config.vocab_size;
   const data::Dataset dataset = data::load_dataset(opts.data_path, lo).train;

@@ -15,7 +15,7 @@
 
 namespace eagle::cli {
 
-void run_inspect(const config::Options& opts) {
+void run_inspect(const config::Options& opts, const Invocation& argv) {
   auto m = model::load_target(opts, device::resolve_device(opts.device));
   const auto& c = m.config();
 

@@ -59,7 +59,7 @@ void write_json(const fs::path& path, const nlohmann::json& j) {
 
 }  // namespace
 
-void run_prepare(const config::Options& opts) {
+void run_prepare(const config::Options& opts, const Invocation& argv) {
   std::uint64_t rss_at_start = util::resident_bytes();  // mostly LibTorch's libraries
   fs::path out = fs::path(opts.output).lexically_normal();
   if (!out.has_filename()) out = out.parent_path();  // "dir/" -> "dir"

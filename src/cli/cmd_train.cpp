@@ -4,6 +4,6 @@
 
 namespace eagle::cli {
 
-void run_train(const config::Options& opts) { train::train(opts, invocation_args()); }
+void run_train(const config::Options& opts, const Invocation& argv) { train::train(opts, argv); }
 
 }  // namespace eagle::cli

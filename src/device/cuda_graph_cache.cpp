@@ -95,29 +95,27 @@ std::vector<data::Shape> most_frequent_shapes(const std::map<data::Shape, std::i
   return out;
 }
 
-CudaGraphCache::CudaGraphCache(torch::Device device, std::int64_t max_cuda_graphs,
-                               const std::map<data::Shape, std::int64_t>& shape_counts)
-    : device_(device) {
+CudaGraphCache::CudaGraphCache(torch::Device device, std::int64_t max_cuda_graphs, std::vector<data::Shape> priority,
+                               const char* area)
+    : device_(device), area_(area) {
   const bool cuda = device.is_cuda();
 #ifndef EAGLE_WITH_CUDA
-  EAGLE_CHECK(!cuda, Error(ErrorKind::usage, "this build has no CUDA support").place("--device")
+  EAGLE_CHECK(!cuda, Error(ErrorKind::usage, "this build has no CUDA support")
+                         .place("--device")
                          .hint("rebuild with -DEAGLE_WITH_CUDA=ON or use --device cpu"));
 #endif
-  if (cuda) graphed_shapes_ = most_frequent_shapes(shape_counts, max_cuda_graphs);
-  const auto n = static_cast<std::int64_t>(graphed_shapes_.size());
-  std::int64_t batches = 0, graphed_batches = 0;
-  for (const auto& [shape, count] : shape_counts) {
-    batches += count;
-    if (graphed(shape)) graphed_batches += count;
+  const auto shapes = static_cast<std::int64_t>(priority.size());
+  if (cuda) {
+    graphed_shapes_ = std::move(priority);
+    graphed_shapes_.resize(static_cast<std::size_t>(std::clamp<std::int64_t>(max_cuda_graphs, 0, shapes)));
   }
-  graphed_fraction_ = batches > 0 ? static_cast<double>(graphed_batches) / static_cast<double>(batches) : 0;
-  eager_shapes_ = static_cast<std::int64_t>(shape_counts.size()) - n;
+  const auto n = static_cast<std::int64_t>(graphed_shapes_.size());
+  eager_shapes_ = shapes - n;
   if (cuda && max_cuda_graphs > 0) graphed_shapes_.push_back(kOptimizerUpdate);
 #ifdef EAGLE_WITH_CUDA
   if (cuda) graphs_ = std::make_unique<Graphs>(device);
 #endif
-  log::info("train", "batch shapes: {} in the epoch plan; CUDA graphs: {} shapes ({:.1f}% of the batches), {} eager{}",
-            shape_counts.size(), n, 100.0 * graphed_fraction_, eager_shapes_,
+  log::info(area_, "batch shapes: {}; CUDA graphs: {} shapes, {} eager{}", shapes, n, eager_shapes_,
             cuda ? "" : " (CPU: everything runs eagerly)");
 }
 
@@ -127,8 +125,8 @@ bool CudaGraphCache::graphed(const data::Shape& key) const {
   return std::find(graphed_shapes_.begin(), graphed_shapes_.end(), key) != graphed_shapes_.end();
 }
 std::int64_t CudaGraphCache::graphed_count() const {
-  return static_cast<std::int64_t>(std::count_if(graphed_shapes_.begin(), graphed_shapes_.end(),
-                                                 [](const data::Shape& k) { return k.rows > 0; }));
+  return static_cast<std::int64_t>(
+      std::count_if(graphed_shapes_.begin(), graphed_shapes_.end(), [](const data::Shape& k) { return k.rows > 0; }));
 }
 std::int64_t CudaGraphCache::eager_count() const { return eager_shapes_; }
 std::int64_t CudaGraphCache::replay_count() const { return replays_; }
@@ -173,8 +171,8 @@ void CudaGraphCache::run(const data::Shape& key, const std::function<void()>& fn
       if (static_cast<double>(free) < kMinFreeFraction * static_cast<double>(total)) {
         graphed_shapes_.erase(std::find(graphed_shapes_.begin(), graphed_shapes_.end(), key));
         ++eager_shapes_;
-        log::info("train", "shape {}x{} runs eagerly: {:.1f} of {:.1f} GiB free, under the {:.0f}% kept free",
-                  key.rows, key.length, static_cast<double>(free) / (1 << 30), static_cast<double>(total) / (1 << 30),
+        log::info(area_, "shape {}x{} runs eagerly: {:.1f} of {:.1f} GiB free, under the {:.0f}% kept free", key.rows,
+                  key.length, static_cast<double>(free) / (1 << 30), static_cast<double>(total) / (1 << 30),
                   100 * kMinFreeFraction);
         StrictSyncGuard strict;
         fn();
@@ -187,7 +185,7 @@ void CudaGraphCache::run(const data::Shape& key, const std::function<void()>& fn
         }
         graph->capture_end();
         it = g.graphs.emplace(key, std::move(graph)).first;
-        log::info("train", "captured a CUDA graph for shape {}x{}", key.rows, key.length);
+        log::info(area_, "captured a CUDA graph for shape {}x{}", key.rows, key.length);
       }
     }
     if (call > 0 && it != g.graphs.end()) {

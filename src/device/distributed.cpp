@@ -31,8 +31,10 @@ int env_int(const char* name, int fallback, int lo) {
   int v = 0;
   auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
   EAGLE_CHECK(ec == std::errc() && ptr == text.data() + text.size() && v >= lo,
-              Error(ErrorKind::usage, "a launcher variable is not a valid number").place(name)
-                  .expected(fmt::format("an integer >= {}", lo)).found(text));
+              Error(ErrorKind::usage, "a launcher variable is not a valid number")
+                  .place(name)
+                  .expected(fmt::format("an integer >= {}", lo))
+                  .found(text));
   return v;
 }
 
@@ -61,17 +63,46 @@ LaunchInfo launch_from_env() {
   info.local_world_size = env_int("LOCAL_WORLD_SIZE", info.world_size, 1);
   info.restart_count = env_int("TORCHELASTIC_RESTART_COUNT", 0, 0);
   info.agent_store = env("TORCHELASTIC_USE_AGENT_STORE") == "True";
-  EAGLE_CHECK(info.rank < info.world_size, Error(ErrorKind::usage, "RANK is not below WORLD_SIZE").place("RANK")
+  EAGLE_CHECK(info.rank < info.world_size, Error(ErrorKind::usage, "RANK is not below WORLD_SIZE")
+                                               .place("RANK")
                                                .expected(fmt::format("0 .. {}", info.world_size - 1))
                                                .found(std::to_string(info.rank)));
   info.master_addr = env("MASTER_ADDR");
   EAGLE_CHECK(!info.master_addr.empty(), Error(ErrorKind::usage, "a distributed launch needs MASTER_ADDR")
-                                             .place("MASTER_ADDR").hint("launch with torchrun"));
+                                             .place("MASTER_ADDR")
+                                             .hint("launch with torchrun"));
   info.master_port = env_int("MASTER_PORT", 0, 1);
   EAGLE_CHECK(info.master_port > 0 && info.master_port < 65536,
-              Error(ErrorKind::usage, "a distributed launch needs MASTER_PORT").place("MASTER_PORT")
-                  .expected("a port in 1 .. 65535").hint("launch with torchrun"));
+              Error(ErrorKind::usage, "a distributed launch needs MASTER_PORT")
+                  .place("MASTER_PORT")
+                  .expected("a port in 1 .. 65535")
+                  .hint("launch with torchrun"));
   return info;
+}
+
+torch::Device device_for(const LaunchInfo& launch, torch::Device resolved, const std::string& requested) {
+  if (!launch.launched || !resolved.is_cuda() || requested.rfind("cuda:", 0) == 0) return resolved;
+  EAGLE_CHECK(launch.local_rank < static_cast<int>(torch::cuda::device_count()),
+              Error(ErrorKind::usage, "LOCAL_RANK has no GPU")
+                  .place("LOCAL_RANK")
+                  .expected(fmt::format("< {} (the GPUs of this node)", torch::cuda::device_count()))
+                  .found(std::to_string(launch.local_rank)));
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(launch.local_rank));
+}
+
+FlatGradients bind_flat_gradients(const std::vector<std::pair<std::string, torch::Tensor>>& params, std::int64_t extra,
+                                  torch::Device device) {
+  std::int64_t numel = 0;
+  for (const auto& [name, p] : params) numel += p.numel();
+  FlatGradients g;
+  g.buffer = torch::zeros({numel + extra}, torch::TensorOptions().dtype(torch::kFloat32).device(device));
+  std::int64_t offset = 0;
+  for (const auto& [name, p] : params) {
+    p.mutable_grad() = g.buffer.narrow(0, offset, p.numel()).view_as(p);
+    offset += p.numel();
+  }
+  g.extra = g.buffer.narrow(0, numel, extra);
+  return g;
 }
 
 struct ProcessGroup::Groups {
@@ -79,15 +110,18 @@ struct ProcessGroup::Groups {
   c10::intrusive_ptr<c10d::Backend> host;    // Gloo: host values
   c10::intrusive_ptr<c10d::Backend> device;  // NCCL on CUDA, else the Gloo group
   torch::Device tensor_device{torch::kCPU};
-  std::string device_name = "gloo";
+  bool nccl = false;  // device tensors go through NCCL (its wait() does not block the host)
 };
 
-ProcessGroup::ProcessGroup(const LaunchInfo& info, torch::Device device, Backend backend, std::chrono::seconds timeout)
+ProcessGroup::ProcessGroup(const LaunchInfo& info, torch::Device device, config::DdpBackend backend,
+                           std::chrono::seconds timeout)
     : rank_(info.rank), size_(info.world_size), timeout_(timeout) {
   if (!info.launched) return;
-  EAGLE_CHECK(backend != Backend::nccl || device.is_cuda(),
-              Error(ErrorKind::usage, "ddp_backend nccl reduces CUDA tensors only").place("ddp_backend")
-                  .expected("--device cuda, or ddp_backend auto or gloo").found(device.str()));
+  EAGLE_CHECK(backend != config::DdpBackend::nccl || device.is_cuda(),
+              Error(ErrorKind::usage, "ddp_backend nccl reduces CUDA tensors only")
+                  .place("ddp_backend")
+                  .expected("--device cuda, or ddp_backend auto or gloo")
+                  .found(device.str()));
   groups_ = std::make_unique<Groups>();
   auto& g = *groups_;
   const std::chrono::milliseconds ms(timeout);
@@ -109,14 +143,14 @@ ProcessGroup::ProcessGroup(const LaunchInfo& info, torch::Device device, Backend
                                                          info.rank, info.world_size, gloo_options);
     g.device = g.host;
     g.tensor_device = torch::kCPU;
-    if (device.is_cuda() && backend != Backend::gloo) {
+    if (device.is_cuda() && backend != config::DdpBackend::gloo) {
 #ifdef EAGLE_WITH_CUDA
       c10::cuda::set_device(device.index());
       auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
       nccl_options->timeout = ms;
       g.device = c10::make_intrusive<c10d::ProcessGroupNCCL>(c10::make_intrusive<c10d::PrefixStore>("cuda", g.store),
                                                              info.rank, info.world_size, nccl_options);
-      g.device_name = "nccl";
+      g.nccl = true;
 #endif
       g.tensor_device = device;
     } else if (device.is_cuda()) {
@@ -124,15 +158,11 @@ ProcessGroup::ProcessGroup(const LaunchInfo& info, torch::Device device, Backend
     }
     return 0;
   });
-  log::info("dist", "rank {} of {} (local {} of {}), {} for tensors, gloo for host values, timeout {} s", rank_,
-            size_, info.local_rank, info.local_world_size, g.device_name, timeout.count());
+  log::info("dist", "rank {} of {} (local {} of {}), {} for tensors, gloo for host values, timeout {} s", rank_, size_,
+            info.local_rank, info.local_world_size, g.nccl ? "nccl" : "gloo", timeout.count());
 }
 
 ProcessGroup::~ProcessGroup() = default;
-
-const char* ProcessGroup::device_backend() const {
-  return groups_ ? groups_->device_name.c_str() : "none";
-}
 
 void ProcessGroup::sum(torch::Tensor& t) {
   if (!groups_) return;
@@ -143,7 +173,7 @@ void ProcessGroup::sum(torch::Tensor& t) {
     auto work = groups_->device->allreduce(list, opts);
     // NCCL: wait() orders the current stream after the collective without blocking the host (its
     // watchdog enforces the timeout); a wait with a timeout would synchronise every step.
-    return groups_->device_name == "nccl" ? work->wait() : work->wait(timeout_);
+    return groups_->nccl ? work->wait() : work->wait(timeout_);
   });
 }
 

@@ -150,39 +150,21 @@ void write_manifest(const fs::path& out, const FeatureManifest& m) {
   util::write_file_atomic(out / kFeaturesManifest, to_json(m).dump(1) + "\n");
 }
 
-// The batches of a shard: its samples longest first, each batch padded to its bucket length with
-// as many rows as that length allows (the last one padded with empty rows: one shape per length).
-std::vector<data::BatchPlan> plan_batches(const data::Dataset& ds, const ShardInfo& s, const data::SamplerOptions& so) {
-  std::vector<std::int64_t> order(static_cast<std::size_t>(s.samples));
-  std::iota(order.begin(), order.end(), s.first_sample);
-  std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
-    return ds.length(static_cast<std::size_t>(a)) > ds.length(static_cast<std::size_t>(b));
-  });
-  std::vector<data::BatchPlan> plans;
-  for (std::size_t i = 0; i < order.size();) {
-    data::BatchPlan p;
-    p.length = data::bucket_length(so, ds.length(static_cast<std::size_t>(order[i])));
-    p.rows = data::rows_for_length(so, p.length);
-    p.row_samples.resize(static_cast<std::size_t>(p.rows));
-    for (std::int64_t r = 0; r < p.rows && i < order.size(); ++r)
-      p.row_samples[static_cast<std::size_t>(r)] = {order[i++]};
-    plans.push_back(std::move(p));
-  }
-  return plans;
-}
-
 // Fixed device buffers of one batch shape: the inputs and the outputs a captured graph writes.
 struct ShapeBuffers {
   BatchTensors in;
   torch::Tensor aux, last, argmax;
 };
 
-// Every possible shape counted once: the dump plans shard by shard, so the graphs go to the
-// largest shapes (CudaGraphCache's tie rule), those whose launches cost the most.
-std::map<data::Shape, std::int64_t> shape_counts(const data::SamplerOptions& so) {
-  std::map<data::Shape, std::int64_t> counts;
-  for (const auto& shape : data::possible_shapes(so)) counts[shape] = 1;
-  return counts;
+// Every possible shape, the largest first: the dump plans shard by shard, so the graphs go to the
+// shapes whose launches cost the most (ties: the smaller shape first).
+std::vector<data::Shape> largest_first(const data::SamplerOptions& so) {
+  auto shapes = data::possible_shapes(so);
+  std::sort(shapes.begin(), shapes.end(), [](const data::Shape& a, const data::Shape& b) {
+    const auto ta = a.rows * a.length, tb = b.rows * b.length;
+    return ta != tb ? ta > tb : a < b;
+  });
+  return shapes;
 }
 
 class Dumper {
@@ -192,7 +174,7 @@ class Dumper {
       : target_(target),
         layout_(layout),
         so_(so),
-        graphs_(target.device(), max_cuda_graphs, shape_counts(so)) {}
+        graphs_(target.device(), max_cuda_graphs, largest_first(so), "dump") {}
 
   // The tensors of one shard (write_shard); on_tokens(n) after each batch of n real tokens.
   std::map<std::string, torch::Tensor> run(const data::Dataset& ds, const ShardInfo& s,
@@ -208,7 +190,7 @@ class Dumper {
         {"target_argmax", torch::empty({s.tokens}, torch::kInt32)},
         {"sample_offsets", offsets}};
     if (layout_.aux_width > 0) t["aux_hidden"] = torch::empty({s.tokens, layout_.aux_width}, layout_.dtype);
-    for (const auto& plan : plan_batches(ds, s, so_)) {
+    for (const auto& plan : data::plan_sorted(ds.lengths(), s.first_sample, s.samples, so_)) {
       const auto batch = data::make_batch(ds, plan);
       const data::Shape shape{batch.rows, batch.length};
       auto it = buffers_.find(shape);

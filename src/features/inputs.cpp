@@ -22,6 +22,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// What the head reads of the target: train, the options' head; eval, the loaded head's.
+struct HeadReads {
+  std::int64_t eagle_version = 3;
+  std::vector<std::int64_t> aux_layer_ids;  // empty: the default (or, offline, the stored) ones
+};
+
 // eval_data_path, whole, when given; else the validation split of data_path as loaded.
 std::optional<data::Dataset> heldout_split(const config::Options& opts, std::int64_t vocab_size,
                                            std::optional<data::Dataset> validation) {
@@ -44,37 +50,35 @@ std::vector<std::int64_t> pick(const std::vector<std::int64_t>& ids, const std::
 // eval reads the held-out split, else all samples.
 void set_data(RunInputs& in, data::Dataset all, std::vector<std::int64_t> all_ids, std::optional<data::Dataset> val,
               std::vector<std::int64_t> val_ids, const config::Options& o, bool eval) {
-  if (!val && o.validation_fraction > 0) {
-    const auto vi = data::validation_indices(all.size(), o.validation_fraction, static_cast<std::uint64_t>(o.seed));
-    if (!vi.empty()) {
-      const auto ti = data::complement_indices(all.size(), vi);
-      val = data::copy_samples(all, vi, all.source() + " (validation split)");
-      val_ids = pick(all_ids, vi);
-      all = data::copy_samples(all, ti, all.source(), all.stats());
-      all_ids = pick(all_ids, ti);
+  if (!val) {
+    const std::string source = all.source();
+    auto s = data::split_dataset(std::move(all), o.validation_fraction, static_cast<std::uint64_t>(o.seed), source);
+    if (s.validation) {
+      val = std::move(s.validation);
+      val_ids = pick(all_ids, s.indices.validation);
+      all_ids = pick(all_ids, s.indices.train);
     }
+    all = std::move(s.train);
   }
   if (eval) {
     const bool split = val.has_value();
-    in.data.heldout = split ? std::move(*val) : std::move(all);
+    in.heldout = split ? std::move(*val) : std::move(all);
     in.heldout_samples = split ? std::move(val_ids) : std::move(all_ids);
     if (!split) log::info("eval", "{} has no validation split: evaluating on all of it", in.store->source());
     return;
   }
-  in.data.train = std::move(all);
+  EAGLE_CHECK(all.size() > 0, Error(ErrorKind::input, "the features hold no training sample").file(in.store->source()));
+  in.train = std::move(all);
   in.train_samples = std::move(all_ids);
-  in.data.heldout = std::move(val);
+  in.heldout = std::move(val);
   in.heldout_samples = std::move(val_ids);
-  EAGLE_CHECK(in.data.train.size() > 0,
-              Error(ErrorKind::input, "the features hold no training sample").file(in.store->source()));
 }
 
 // The target: whole when the AR is measured (eval_num_prompts > 0 and model_name_or_path given),
 // else only its ends, read from ends_dir.
 void load_target_part(const config::Options& o, torch::Device device, const std::string& ends_dir, RunInputs& in) {
   if (o.eval_num_prompts > 0 && !o.model_name_or_path.empty()) {
-    in.target = model::load_target(o, device);
-    if (!in.aux_layer_ids.empty()) in.target->set_aux_layer_ids(in.aux_layer_ids);
+    in.target = model::load_target(o, device, in.aux_layer_ids);
     in.ends = in.target->ends();
     return;
   }
@@ -85,7 +89,7 @@ void load_target_part(const config::Options& o, torch::Device device, const std:
               "target); evaluations report the held-out loss, acc and tau of the stored features");
 }
 
-RunInputs open_dumped(const config::Options& o, torch::Device device, bool eval) {
+RunInputs open_dumped(const config::Options& o, const HeadReads& head, torch::Device device, bool eval) {
   const std::string& dir = o.features_path;
   const auto m = read_manifest(dir);
   const auto manifest_file = (fs::path(dir) / kFeaturesManifest).string();
@@ -93,20 +97,18 @@ RunInputs open_dumped(const config::Options& o, torch::Device device, bool eval)
                               .file(manifest_file)
                               .place("complete")
                               .hint("run the same dump-features command again: it continues where it stopped"));
-  EAGLE_CHECK(o.aux_hidden_state_layer_ids.empty() || o.aux_hidden_state_layer_ids == m.aux_layer_ids,
+  EAGLE_CHECK(head.aux_layer_ids.empty() || head.aux_layer_ids == m.aux_layer_ids,
               Error(ErrorKind::usage, "the features hold other target layers")
                   .place("aux_hidden_state_layer_ids")
                   .expected(fmt::format("[{}] (the dump's) or none", fmt::join(m.aux_layer_ids, ", ")))
-                  .found(fmt::format("[{}]", fmt::join(o.aux_hidden_state_layer_ids, ", "))));
-  EAGLE_CHECK(o.eagle_version == 1 || m.layout.aux_width > 0,
+                  .found(fmt::format("[{}]", fmt::join(head.aux_layer_ids, ", "))));
+  EAGLE_CHECK(head.eagle_version == 1 || m.layout.aux_width > 0,
               Error(ErrorKind::usage, "an EAGLE-3 head needs aux features; these were dumped for EAGLE-1")
                   .file(manifest_file)
                   .hint("dump the features again with --eagle_version 3"));
   RunInputs in;
-  in.aux_layer_ids = o.eagle_version == 3 ? m.aux_layer_ids : std::vector<std::int64_t>{};
-  load_target_part(o, device,
-                   o.model_name_or_path.empty() ? (fs::path(dir) / kFeaturesTargetDir).string() : o.model_name_or_path,
-                   in);
+  in.aux_layer_ids = head.eagle_version == 3 ? m.aux_layer_ids : std::vector<std::int64_t>{};
+  load_target_part(o, device, target_config_dir(o), in);
   const auto& c = in.ends.config;
   if (!o.model_name_or_path.empty()) {
     // Another target (or another fine-tune of it) would train the head against the wrong teacher.
@@ -147,7 +149,7 @@ RunInputs open_dumped(const config::Options& o, torch::Device device, bool eval)
   return in;
 }
 
-RunInputs open_speculators(const config::Options& o, torch::Device device, bool eval) {
+RunInputs open_speculators(const config::Options& o, const HeadReads& head, torch::Device device, bool eval) {
   const std::string& dir = o.features_path;
   EAGLE_CHECK(!o.model_name_or_path.empty(),
               Error(ErrorKind::usage, "a speculators folder needs its target")
@@ -159,10 +161,10 @@ RunInputs open_speculators(const config::Options& o, torch::Device device, bool 
   lo.vocab_size = config.vocab_size;
   auto rows = data::read_speculators_folder(dir, lo);
   RunInputs in;
-  if (o.eagle_version == 3) {
-    in.aux_layer_ids = o.aux_hidden_state_layer_ids.empty() ? model::default_aux_layer_ids(config.num_hidden_layers)
-                                                            : o.aux_hidden_state_layer_ids;
-    if (o.aux_hidden_state_layer_ids.empty())
+  if (head.eagle_version == 3) {
+    in.aux_layer_ids =
+        head.aux_layer_ids.empty() ? model::default_aux_layer_ids(config.num_hidden_layers) : head.aux_layer_ids;
+    if (head.aux_layer_ids.empty())
       log::warn("data",
                 "{} does not record the layers its hidden states come from: the head records [{}] (the "
                 "default, also speculators'); pass --aux_hidden_state_layer_ids with the ids the data was "
@@ -177,7 +179,7 @@ RunInputs open_speculators(const config::Options& o, torch::Device device, bool 
   return in;
 }
 
-RunInputs load_offline_inputs(const config::Options& o, torch::Device device, bool eval) {
+RunInputs load_offline_inputs(const config::Options& o, const HeadReads& head, torch::Device device, bool eval) {
   const std::string& dir = o.features_path;
   if (!o.data_path.empty())
     log::warn("data", "data_path {} is not read: the features folder holds the data", o.data_path);
@@ -186,22 +188,33 @@ RunInputs load_offline_inputs(const config::Options& o, torch::Device device, bo
               o.eval_data_path);
   RunInputs in;
   if (is_features_folder(dir))
-    in = open_dumped(o, device, eval);
+    in = open_dumped(o, head, device, eval);
   else if (data::is_speculators_folder(dir))
-    in = open_speculators(o, device, eval);
+    in = open_speculators(o, head, device, eval);
   else
     throw Error(ErrorKind::input, "not a features folder")
         .file(dir)
         .expected("manifest.json (eagle-train dump-features) or state.json beside hidden_states/ (speculators)");
   const auto& l = in.store->layout();
-  const auto heldout = in.data.heldout ? in.data.heldout->size() : 0;
+  const auto heldout = in.heldout ? in.heldout->size() : 0;
   log::info("data",
             "{} from stored features in {}: {}{} held-out samples, {} per token ({} aux values, the last "
             "hidden state {} the final norm{}); no target forward in the step",
-            eval ? "evaluating" : "training", dir, eval ? "" : fmt::format("{} train and ", in.data.train.size()),
-            heldout, model::dtype_name(l.dtype), l.aux_width, l.pre_norm ? "before" : "after",
+            eval ? "evaluating" : "training", dir, eval ? "" : fmt::format("{} train and ", in.train->size()), heldout,
+            model::dtype_name(l.dtype), l.aux_width, l.pre_norm ? "before" : "after",
             l.has_argmax ? ", the target's argmax" : "");
   return in;
+}
+
+// The held-out data of `eval`: the same choice as training, else data_path whole.
+data::Dataset load_eval_data(const config::Options& opts, std::int64_t vocab_size) {
+  if (!opts.eval_data_path.empty()) return *heldout_split(opts, vocab_size, std::nullopt);
+  auto lo = data::LoadOptions::from(opts);
+  lo.vocab_size = vocab_size;
+  auto loaded = data::load_dataset(opts.data_path, lo);
+  if (auto heldout = heldout_split(opts, vocab_size, std::move(loaded.validation))) return std::move(*heldout);
+  log::info("eval", "{} has no validation split: evaluating on all of it", opts.data_path);
+  return std::move(loaded.train);
 }
 
 }  // namespace
@@ -218,32 +231,14 @@ TrainData load_train_data(const config::Options& opts, std::int64_t vocab_size) 
   return out;
 }
 
-data::Dataset load_eval_data(const config::Options& opts, std::int64_t vocab_size) {
-  if (!opts.eval_data_path.empty()) return *heldout_split(opts, vocab_size, std::nullopt);
-  auto lo = data::LoadOptions::from(opts);
-  lo.vocab_size = vocab_size;
-  auto loaded = data::load_dataset(opts.data_path, lo);
-  if (auto heldout = heldout_split(opts, vocab_size, std::move(loaded.validation))) return std::move(*heldout);
-  log::info("eval", "{} has no validation split: evaluating on all of it", opts.data_path);
-  return std::move(loaded.train);
-}
-
-std::unique_ptr<FeatureSource> RunInputs::features(bool heldout, const model::TeacherSpec& teacher,
-                                                   torch::Device device) const {
-  if (!store) return online_features(*target, teacher);
-  return offline_features(store, heldout ? heldout_samples : train_samples, ends, teacher, device);
-}
-
-RunInputs load_run_inputs(const config::Options& opts, torch::Device device, Purpose purpose) {
-  if (!opts.features_path.empty()) return load_offline_inputs(opts, device, purpose == Purpose::eval);
-  // The data is checked against the target's vocabulary (its config.json) before the weights load.
-  const auto vocab_size = model::TargetConfig::from_model_dir(opts.model_name_or_path).vocab_size;
-  TrainData data;
-  if (purpose == Purpose::train) data = load_train_data(opts, vocab_size);
-  else data.heldout = load_eval_data(opts, vocab_size);
-  RunInputs in = online_inputs(model::load_target(opts, device), opts.model_name_or_path);
-  in.data = std::move(data);
-  return in;
+FeatureSources RunInputs::sources(const model::TeacherSpec& teacher, torch::Device device) const {
+  auto source = [&](const std::vector<std::int64_t>& samples) {
+    return store ? offline_features(store, samples, ends, teacher, device) : online_features(*target, teacher);
+  };
+  FeatureSources out;
+  if (train) out.train = source(train_samples);
+  if (heldout) out.heldout = source(heldout_samples);
+  return out;
 }
 
 RunInputs online_inputs(model::TargetModel target, std::string target_name) {
@@ -253,6 +248,33 @@ RunInputs online_inputs(model::TargetModel target, std::string target_name) {
   in.target = std::move(target);
   in.target_name = std::move(target_name);
   return in;
+}
+
+RunInputs load_train_inputs(const config::Options& opts, torch::Device device) {
+  const HeadReads head{opts.eagle_version, opts.aux_hidden_state_layer_ids};
+  if (!opts.features_path.empty()) return load_offline_inputs(opts, head, device, /*eval=*/false);
+  // The data is checked against the target's vocabulary (its config.json) before the weights load.
+  auto data = load_train_data(opts, model::TargetConfig::from_model_dir(opts.model_name_or_path).vocab_size);
+  RunInputs in = online_inputs(model::load_target(opts, device), opts.model_name_or_path);
+  in.train = std::move(data.train);
+  in.heldout = std::move(data.heldout);
+  return in;
+}
+
+RunInputs load_eval_inputs(const config::Options& opts, torch::Device device, std::int64_t eagle_version,
+                           const std::vector<std::int64_t>& aux_layer_ids) {
+  const HeadReads head{eagle_version, eagle_version == 3 ? aux_layer_ids : opts.aux_hidden_state_layer_ids};
+  if (!opts.features_path.empty()) return load_offline_inputs(opts, head, device, /*eval=*/true);
+  auto data = load_eval_data(opts, model::TargetConfig::from_model_dir(opts.model_name_or_path).vocab_size);
+  RunInputs in = online_inputs(model::load_target(opts, device, head.aux_layer_ids), opts.model_name_or_path);
+  in.heldout = std::move(data);
+  return in;
+}
+
+std::string target_config_dir(const config::Options& opts) {
+  if (!opts.model_name_or_path.empty()) return opts.model_name_or_path;
+  if (is_features_folder(opts.features_path)) return (fs::path(opts.features_path) / kFeaturesTargetDir).string();
+  return {};
 }
 
 }  // namespace eagle::features

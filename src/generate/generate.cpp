@@ -95,10 +95,7 @@ class Generator {
       std::vector<data::Shape> by_length;
       for (std::int64_t c = kGraphColumns; c < s.limits.context + 1 + kGraphColumns; c += kGraphColumns)
         by_length.push_back({s.batch_size, std::min(c, s.limits.context + 1)});
-      std::map<data::Shape, std::int64_t> counts;  // as frequencies: the shortest highest
-      for (std::size_t i = 0; i < by_length.size(); ++i)
-        counts[by_length[i]] = static_cast<std::int64_t>(by_length.size() - i);
-      graphs_.emplace(device, s.max_cuda_graphs, counts);
+      graphs_.emplace(device, s.max_cuda_graphs, std::move(by_length), "generate");
     }
     const auto iopts = torch::TensorOptions().dtype(torch::kInt64).device(device);
     ids_ = torch::zeros({s.batch_size, 1}, iopts);

@@ -18,10 +18,14 @@ std::optional<torch::ScalarType> dtype_of_name(std::string_view name) {
 
 torch::ScalarType target_dtype(config::TargetDtype d) {
   switch (d) {
-    case config::TargetDtype::float32: return torch::kFloat32;
-    case config::TargetDtype::bfloat16: return torch::kBFloat16;
-    case config::TargetDtype::float16: return torch::kFloat16;
-    case config::TargetDtype::auto_: break;
+    case config::TargetDtype::float32:
+      return torch::kFloat32;
+    case config::TargetDtype::bfloat16:
+      return torch::kBFloat16;
+    case config::TargetDtype::float16:
+      return torch::kFloat16;
+    case config::TargetDtype::auto_:
+      break;
   }
   return torch::ScalarType::Undefined;
 }

@@ -370,14 +370,19 @@ void TargetModel::set_aux_layer_ids(std::vector<std::int64_t> ids) {
   impl_->aux_ids = std::move(ids);
 }
 
-TargetModel load_target(const config::Options& opts, torch::Device device) {
+TargetModel load_target(const config::Options& opts, torch::Device device,
+                        const std::vector<std::int64_t>& aux_layer_ids) {
   auto target = TargetModel::load(opts.model_name_or_path, target_dtype(opts.target_dtype), device);
-  if (!opts.aux_hidden_state_layer_ids.empty()) target.set_aux_layer_ids(opts.aux_hidden_state_layer_ids);
+  if (!aux_layer_ids.empty()) target.set_aux_layer_ids(aux_layer_ids);
   const auto& c = target.config();
   log::info("model", "target {}: {} layers, hidden {}, vocabulary {}, {} parameters, aux layers [{}]", c.architecture,
             c.num_hidden_layers, c.hidden_size, c.vocab_size, target.parameter_count(),
             fmt::join(target.aux_layer_ids(), ", "));
   return target;
+}
+
+TargetModel load_target(const config::Options& opts, torch::Device device) {
+  return load_target(opts, device, opts.aux_hidden_state_layer_ids);
 }
 
 }  // namespace eagle::model

@@ -43,4 +43,24 @@ MetricSummary summarize_metrics(const torch::Tensor& sums) {
   return m;
 }
 
+LogWindow::LogWindow(std::int64_t steps, torch::Device device) {
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  loss = torch::zeros({}, f32);
+  metrics = torch::zeros({steps, model::kMetricColumns}, f32);
+  grad_norm = torch::zeros({}, f32);
+}
+
+double LogWindow::seconds() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() - side_seconds;
+}
+
+void LogWindow::reset() {
+  loss.zero_();
+  metrics.zero_();
+  grad_norm.zero_();
+  counts = {};
+  side_seconds = 0;
+  start = std::chrono::steady_clock::now();
+}
+
 }  // namespace eagle::train

@@ -34,4 +34,26 @@ void train_micro_batch(const features::FeatureSource& features, model::DraftHead
   metric_sums.add_(out.metric_sums);
 }
 
+StepCounts StepCounts::of(const std::vector<data::Batch>& micro_batches, std::int64_t steps) {
+  StepCounts c{loss_denominators(micro_batches, steps)};
+  for (const auto& batch : micro_batches) {
+    c.real_tokens += batch.real_tokens;
+    c.computed_tokens += batch.computed_tokens();
+  }
+  return c;
+}
+
+std::vector<std::int64_t> StepCounts::to_vector() const {
+  auto v = denominators;
+  v.push_back(real_tokens);
+  v.push_back(computed_tokens);
+  return v;
+}
+
+StepCounts StepCounts::from_vector(const std::vector<std::int64_t>& values) {
+  const auto steps = values.size() - 2;
+  return StepCounts{{values.begin(), values.begin() + static_cast<std::ptrdiff_t>(steps)}, values[steps],
+                    values[steps + 1]};
+}
+
 }  // namespace eagle::train

@@ -10,8 +10,9 @@
 namespace eagle::train {
 
 std::shared_ptr<model::DraftHead> make_head(const config::Options& opts, const features::RunInputs& inputs,
-                                            const data::TokenStats& stats, torch::Device device) {
+                                            torch::Device device) {
   const auto& tc = inputs.ends.config;
+  const auto& stats = inputs.train.value().stats();
   const auto counts = stats.trained_token_counts.entries();
   const auto vocab = model::build_draft_vocab(counts, tc.vocab_size, std::min(opts.draft_vocab_size, tc.vocab_size));
   auto cfg = model::HeadConfig::from_target(tc, opts.eagle_version, inputs.aux_layer_ids, vocab.size());

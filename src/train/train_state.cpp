@@ -6,10 +6,14 @@
 
 #include <fstream>
 
-#include "eagle/util/fs_sync.h"
+#include "eagle/config/resolve.h"
 #include "eagle/model/head_io.h"
 #include "eagle/model/safetensors.h"
+#include "eagle/run/checkpoint_dir.h"
+#include "eagle/run/run_files.h"
 #include "eagle/util/error.h"
+#include "eagle/util/fs_sync.h"
+#include "eagle/util/log.h"
 
 #ifdef EAGLE_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -41,6 +45,20 @@ void set_rng_states(const std::map<std::string, torch::Tensor>& states) {
       gen.set_state(it->second);
     }
 #endif
+}
+
+// The steps output_dir/summary.json records of a completed run, and of how many planned; none when
+// it records no completed run.
+std::optional<std::pair<std::int64_t, std::int64_t>> completed_steps(const std::string& output_dir) {
+  std::ifstream in(std::filesystem::path(output_dir) / "summary.json");
+  if (!in) return std::nullopt;
+  try {
+    const auto j = nlohmann::json::parse(in);
+    if (j.value("exit_reason", std::string()) != "completed") return std::nullopt;
+    return std::pair{j.value("steps", std::int64_t{-1}), j.value("total_steps", std::int64_t{-1})};
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
 }
 
 }  // namespace
@@ -95,6 +113,46 @@ TrainerState restore_checkpoint(const std::filesystem::path& dir, model::DraftHe
   optimizer.load_state(model::load_safetensors((dir / kOptimizerFile).string()), (dir / kOptimizerFile).string());
   set_rng_states(model::load_safetensors((dir / kRngFile).string()));
   sampler.restore(s.sampler);
+  return s;
+}
+
+void check_resumable(const TrainerState& saved, const nlohmann::json& options, int world_size,
+                     const std::filesystem::path& checkpoint) {
+  EAGLE_CHECK(saved.world_size == world_size,
+              Error(ErrorKind::usage, "the checkpoint was trained with another number of ranks")
+                  .file(checkpoint.string())
+                  .place("world_size")
+                  .expected(fmt::format("{} (the checkpoint's)", saved.world_size))
+                  .found(std::to_string(world_size))
+                  .hint("resume with as many processes (torchrun --nproc-per-node and --nnodes); the data "
+                        "order is planned per rank"));
+  const auto conflicts = run::resume_conflicts(saved.config, options);
+  if (conflicts.empty()) return;
+  std::string list;
+  for (const auto& c : conflicts) list += "\n  " + c;
+  throw Error(ErrorKind::usage,
+              fmt::format("the checkpoint was trained with other options ({} differ):{}", conflicts.size(), list))
+      .file(checkpoint.string())
+      .hint(
+          "resume with the checkpoint's values (its trainer_state.json), or start a new run; docs/training.md "
+          "lists what may change on resume");
+}
+
+std::optional<run::RunSummary> already_completed(const config::Options& o, int world_size) {
+  const auto resume = run::find_resume(o.resume_from_checkpoint, o.output_dir);
+  if (!resume) return std::nullopt;
+  const auto done = completed_steps(o.output_dir);
+  if (!done) return std::nullopt;
+  const TrainerState saved = read_trainer_state(resume->path);
+  check_resumable(saved, config::to_json(o, config::Command::train), world_size, resume->path);
+  const bool same_epochs = saved.config.value("num_train_epochs", -1.0) == o.num_train_epochs;
+  const std::int64_t total = o.max_steps > 0 ? o.max_steps : same_epochs ? done->second : saved.step + 1;
+  if (done->first != saved.step || saved.step < total) return std::nullopt;
+  log::info("train", "the run in {} is complete ({} of {} steps, summary.json says completed): nothing to do",
+            o.output_dir, saved.step, total);
+  run::RunSummary s;
+  s.steps = s.total_steps = saved.step;
+  s.real_tokens = saved.real_tokens;
   return s;
 }
 

@@ -5,11 +5,14 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
+#include "eagle/config/options.h"
 #include "eagle/data/sampler.h"
 #include "eagle/model/head.h"
+#include "eagle/run/summary.h"
 #include "eagle/train/optimizer.h"
 
 namespace eagle::train {
@@ -34,5 +37,16 @@ TrainerState read_trainer_state(const std::filesystem::path& dir);
 // Restores head weights, optimizer state, RNG state and the sampler position; returns the state.
 TrainerState restore_checkpoint(const std::filesystem::path& dir, model::DraftHead& head, AdamW& optimizer,
                                 data::Sampler& sampler);
+
+// A checkpoint resumes only this run: as many ranks (world_size), and the options that shape the
+// head, its loss or the data order unchanged (Error(usage) naming each that differs).
+void check_resumable(const TrainerState& saved, const nlohmann::json& options, int world_size,
+                     const std::filesystem::path& checkpoint);
+// A resumed run whose checkpoint is the last step of a completed run with these options: nothing to
+// do, and nothing of it is touched (no lock, no data, no target). Decided from the files alone, the
+// same on every rank (output_dir is one shared folder). An epoch-planned run counts as complete only
+// with its num_train_epochs unchanged (its planned steps are then summary.json's). Checks the
+// checkpoint as check_resumable does.
+std::optional<run::RunSummary> already_completed(const config::Options& o, int world_size);
 
 }  // namespace eagle::train

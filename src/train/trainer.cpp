@@ -1,13 +1,12 @@
 // The training run of `eagle-train train` (docs/training.md) as one object: set-up in the
-// constructor, then run(): per optimizer step (a) forward+backward of each micro-batch, graphed per
-// batch shape, and (b) clip + AdamW update, with evaluation, logging and checkpoints in plain
-// `step % every == 0` blocks, and one exit path that always writes summary.json.
+// constructor as named steps, then run(): per optimizer step (a) forward+backward of each
+// micro-batch, graphed per batch shape, and (b) clip + AdamW update, with evaluation, logging and
+// checkpoints in plain `step % every == 0` blocks, and one exit path that always writes summary.json.
 #include "eagle/train/trainer.h"
 
 #include <chrono>
 #include <cmath>
 #include <exception>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
@@ -17,7 +16,9 @@
 #include "eagle/device/cuda_graph_cache.h"
 #include "eagle/device/distributed.h"
 #include "eagle/device/runtime.h"
+#include "eagle/device/torch_error.h"
 #include "eagle/features/batch_tensors.h"
+#include "eagle/features/inputs.h"
 #include "eagle/io/run_logger.h"
 #include "eagle/run/checkpoint_dir.h"
 #include "eagle/run/dir_lock.h"
@@ -47,78 +48,45 @@ struct ShapeBuffers {
   torch::Tensor denominators;  // [K] fp32
 };
 
-// Device-side sums over the steps since the last log line (read only at log time), and the
-// window's host-side counts.
-struct Window {
-  torch::Tensor loss, metrics, grad_norm;
-  io::ThroughputWindow counts;
-  double side_seconds = 0;  // evaluations and checkpoints inside the window, not training time
-  Clock::time_point start = Clock::now();
-  void reset() {
-    loss.zero_();
-    metrics.zero_();
-    grad_norm.zero_();
-    counts = {};
-    side_seconds = 0;
-    start = Clock::now();
-  }
-};
-
-// Whether output_dir's summary.json records a completed run of `steps` steps.
-bool run_completed(const std::string& output_dir, std::int64_t steps) {
-  std::ifstream in(std::filesystem::path(output_dir) / "summary.json");
-  if (!in) return false;
-  try {
-    const auto j = nlohmann::json::parse(in);
-    return j.value("exit_reason", std::string()) == "completed" && j.value("steps", std::int64_t{-1}) == steps;
-  } catch (const nlohmann::json::exception&) {
-    return false;
-  }
-}
-
-std::int64_t plan_total_steps(const config::Options& o, data::Sampler& sampler) {
-  if (o.max_steps > 0) return o.max_steps;
-  double batches = 0;
-  const auto whole = static_cast<std::int64_t>(o.num_train_epochs);
-  for (std::int64_t e = 0; e < whole; ++e) batches += static_cast<double>(sampler.batches_in_epoch(e));
-  batches += (o.num_train_epochs - static_cast<double>(whole)) * static_cast<double>(sampler.batches_in_epoch(whole));
-  auto steps = static_cast<std::int64_t>(batches / static_cast<double>(o.gradient_accumulation_steps));
-  EAGLE_CHECK(steps > 0, Error(ErrorKind::usage, "the run would take no optimizer step")
-                             .found(fmt::format("{} batches per epoch, num_train_epochs {}",
-                                                sampler.batches_in_epoch(0), o.num_train_epochs))
-                             .hint("raise num_train_epochs or set max_steps"));
-  return steps;
-}
-
-class Run {
+class Trainer {
  public:
-  Run(const config::Options& o, const std::vector<std::string>& command_line, const TrainHooks& hooks);
+  Trainer(const config::Options& o, const std::vector<std::string>& command_line, const TrainHooks& hooks);
   run::RunSummary run();
 
  private:
+  // Set-up, in order.
+  void join_ranks();
+  void claim_output_dir();
+  void check_resume();
+  void build();
+  void restore();
+  void open_sinks(const std::vector<std::string>& command_line);
+  // The loop and its parts.
   ExitReason loop();
   void train_step();
-  const io::EvalStats* evaluate();
+  void evaluate(bool with_step_line);
   void save();
-  void log_window(const io::EvalStats* eval);
-  run::RunSummary finish(ExitReason reason, std::exception_ptr failure);
+  void log_window();
+  bool step_line_due(std::int64_t step) const { return step % o_.logging_steps == 0 || step == total_steps_; }
   // Runs side work (evaluation, checkpoint) and books its time outside the training time.
   template <typename F>
   void side_work(F&& f);
+  // The end.
+  run::RunSummary finish(ExitReason reason, std::exception_ptr failure);
+  void agree_on_exit_code(int exit_code);
 
   const config::Options o_;
+  const nlohmann::json options_json_;  // o_ as every checkpoint records it
   const TrainHooks hooks_;
   const Clock::time_point started_ = Clock::now();
   torch::Device device_{torch::kCPU};
-  device::LaunchInfo launch_;
   std::unique_ptr<device::ProcessGroup> group_;  // one process: a group of one, every collective the identity
-  std::optional<run::DirLock> lock_;  // rank 0: output_dir is this run's until the process ends
+  std::optional<run::DirLock> lock_;             // rank 0: output_dir is this run's until the process ends
   std::optional<run::CheckpointRef> resume_;
-  bool complete_ = false;  // resumed from the last step of a run that completed: nothing to do
   features::RunInputs inputs_;  // the data; the target, or the stored features standing in for it
   std::shared_ptr<model::DraftHead> head_;
   std::int64_t K_ = 0;
-  std::unique_ptr<features::FeatureSource> features_, heldout_features_;  // the head inputs of each batch
+  features::FeatureSources features_;  // the head inputs of each batch of each split
   std::optional<data::Sampler> sampler_;
   std::optional<device::CudaGraphCache> graphs_;
   std::optional<AdamW> optimizer_;
@@ -132,41 +100,44 @@ class Run {
   run::RunSummary summary_;
 
   // Device state of the loop.
-  std::optional<Window> window_;
-  torch::Tensor comm_;       // [parameters + 1] fp32: the gradients (the parameters' .grad are views
-                             // into it) and the step's loss, summed over ranks in one collective
-  torch::Tensor step_loss_;  // comm_'s last element
+  std::optional<LogWindow> window_;
+  device::FlatGradients comm_;  // the gradients (the parameters' .grad are views into it) and the
+                                // step's loss (its one extra value), summed over ranks in one collective
+  torch::Tensor step_loss_;     // comm_'s last element, 0-dim
   std::map<data::Shape, ShapeBuffers> buffers_;
-  std::int64_t max_segments_ = 0;  // packed rows: runs of document ids per row at most (0: not packed)
+  std::int64_t max_segments_ = 0;               // packed rows: document runs per row at most (0: not packed)
   double loop_seconds_ = 0, side_seconds_ = 0;  // training steps alone; evaluations and checkpoints
   double process_real_tokens_ = 0;              // real tokens of this process's steps
   std::int64_t nonfinite_reported_ = 0;
-  std::optional<io::EvalStats> last_eval_;
+  std::optional<io::EvalStats> last_eval_;  // rank 0: the latest evaluation
+  bool eval_pending_ = false;               // last_eval_ goes on the next step line
   double last_loss_ = std::numeric_limits<double>::quiet_NaN();
 };
 
-Run::Run(const config::Options& o, const std::vector<std::string>& command_line, const TrainHooks& hooks)
-    : o_(o), hooks_(hooks) {
+Trainer::Trainer(const config::Options& o, const std::vector<std::string>& command_line, const TrainHooks& hooks)
+    : o_(o), options_json_(config::to_json(o_, config::Command::train)), hooks_(hooks) {
+  join_ranks();
+  claim_output_dir();
+  check_resume();
+  build();
+  restore();
+  open_sinks(command_line);
+}
+
+void Trainer::join_ranks() {
   device::configure_runtime(o_);
-  device_ = device::resolve_device(o_.device);
-  launch_ = device::launch_from_env();
-  if (launch_.launched && device_.is_cuda() && o_.device.rfind("cuda:", 0) != 0) {
-    // Rank r of a node trains on that node's GPU LOCAL_RANK.
-    EAGLE_CHECK(launch_.local_rank < static_cast<int>(torch::cuda::device_count()),
-                Error(ErrorKind::usage, "LOCAL_RANK has no GPU").place("LOCAL_RANK")
-                    .expected(fmt::format("< {} (the GPUs of this node)", torch::cuda::device_count()))
-                    .found(std::to_string(launch_.local_rank)));
-    device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(launch_.local_rank));
-  }
-  const auto backend = o_.ddp_backend == config::DdpBackend::gloo   ? device::Backend::gloo
-                       : o_.ddp_backend == config::DdpBackend::nccl ? device::Backend::nccl
-                                                                    : device::Backend::auto_;
-  group_ = std::make_unique<device::ProcessGroup>(launch_, device_, backend, std::chrono::seconds(o_.ddp_timeout_s));
+  const auto launch = device::launch_from_env();
+  device_ = device::device_for(launch, device::resolve_device(o_.device), o_.device);
+  group_ =
+      std::make_unique<device::ProcessGroup>(launch, device_, o_.ddp_backend, std::chrono::seconds(o_.ddp_timeout_s));
   if (!group_->is_main()) {
     // Rank 0 logs for the run; the others only report their own errors.
     log::set_line_prefix(fmt::format("[rank {}] ", group_->rank()));
     if (log::log_level() < log::LogLevel::error) log::set_log_level(log::LogLevel::error);
   }
+}
+
+void Trainer::claim_output_dir() {
   if (group_->is_main()) {
     std::error_code ec;
     std::filesystem::create_directories(o_.output_dir, ec);
@@ -176,59 +147,37 @@ Run::Run(const config::Options& o, const std::vector<std::string>& command_line,
   }
   group_->barrier();  // rank 0 has decided on output_dir (and cleaned it); the others read the same answer
   if (!group_->is_main()) resume_ = run::find_resume(o_.resume_from_checkpoint, o_.output_dir);
-  const nlohmann::json options = config::to_json(o_, config::Command::train);
-  if (resume_) {
-    const TrainerState saved = read_trainer_state(resume_->path);
-    EAGLE_CHECK(saved.world_size == group_->size(),
-                Error(ErrorKind::usage, "the checkpoint was trained with another number of ranks")
-                    .file(resume_->path.string()).place("world_size")
-                    .expected(fmt::format("{} (the checkpoint's)", saved.world_size))
-                    .found(std::to_string(group_->size()))
-                    .hint("resume with as many processes (torchrun --nproc-per-node and --nnodes); the data "
-                          "order is planned per rank"));
-    // Options that shape the head, its loss or the data order must be the checkpoint's.
-    auto conflicts = run::resume_conflicts(saved.config, options);
-    if (!conflicts.empty()) {
-      std::string list;
-      for (const auto& c : conflicts) list += "\n  " + c;
-      throw Error(ErrorKind::usage, fmt::format("the checkpoint was trained with other options ({} differ):{}",
-                                                conflicts.size(), list))
-          .file(resume_->path.string())
-          .hint("resume with the checkpoint's values (its trainer_state.json), or start a new run; docs/training.md "
-                "lists what may change on resume");
-    }
-  }
+}
 
-  // ---- data, target or stored features, head, sampler, optimizer, schedule ----
-  inputs_ = features::load_run_inputs(o_, device_, features::Purpose::train);
-  head_ = make_head(o_, inputs_, inputs_.data.train.stats(), device_);
+void Trainer::check_resume() {
+  if (resume_) check_resumable(read_trainer_state(resume_->path), options_json_, group_->size(), resume_->path);
+}
+
+// The data, the target or the stored features, the head, sampler, graphs, gradients, optimizer and
+// schedule.
+void Trainer::build() {
+  inputs_ = features::load_train_inputs(o_, device_);
+  head_ = make_head(o_, inputs_, device_);
   K_ = head_->config().steps();
-  features_ = inputs_.features(/*heldout=*/false, head_->teacher_spec(), device_);
-  if (inputs_.data.heldout) heldout_features_ = inputs_.features(/*heldout=*/true, head_->teacher_spec(), device_);
-  const auto lengths = inputs_.data.train.lengths();
+  features_ = inputs_.sources(head_->teacher_spec(), device_);
+  const auto lengths = inputs_.train->lengths();
   sampler_.emplace(lengths, data::SamplerOptions::from(o_, group_->size(), group_->rank()));
   // Packed rows: the most documents a row can hold, the static size of the attention offsets.
   max_segments_ = o_.padding_free ? data::max_segments_per_row(lengths, o_.training_seq_len) : 0;
-  graphs_.emplace(device_, o_.max_cuda_graphs, sampler_->shape_counts(0));
-  // The gradients live in one flat buffer followed by the step's loss: summing them over the ranks
-  // is one collective on one tensor, and no gradient is ever copied.
+  const auto shape_counts = sampler_->shape_counts(0);
+  graphs_.emplace(device_, o_.max_cuda_graphs,
+                  device::most_frequent_shapes(shape_counts, static_cast<std::int64_t>(shape_counts.size())), "train");
   const auto params = model::named_parameters(*head_);
-  std::int64_t numel = 0;
-  for (const auto& [name, p] : params) numel += p.numel();
-  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device_);
-  comm_ = torch::zeros({numel + 1}, f32);
-  std::int64_t offset = 0;
-  for (const auto& [name, p] : params) {
-    p.mutable_grad() = comm_.narrow(0, offset, p.numel()).view_as(p);
-    offset += p.numel();
-  }
-  step_loss_ = comm_.select(0, numel);  // a 0-dim view
-  optimizer_.emplace(params, AdamWConfig{o_.adam_beta1, o_.adam_beta2, o_.adam_epsilon, o_.weight_decay,
-                                         o_.max_grad_norm});
-  total_steps_ = plan_total_steps(o_, *sampler_);
+  comm_ = device::bind_flat_gradients(params, /*extra=*/1, device_);
+  step_loss_ = comm_.extra.select(0, 0);
+  optimizer_.emplace(params,
+                     AdamWConfig{o_.adam_beta1, o_.adam_beta2, o_.adam_epsilon, o_.weight_decay, o_.max_grad_norm});
+  total_steps_ = data::planned_steps(o_, *sampler_);
   schedule_ = run::make_lr_schedule(o_, total_steps_);
   eval_settings_ = EvalSettings::from(o_, K_);
+}
 
+void Trainer::restore() {
   if (resume_) {
     state_ = restore_checkpoint(resume_->path, *head_, *optimizer_, *sampler_);
     log::info("ckpt", "resumed from {} at step {}", resume_->path.string(), state_.step);
@@ -241,18 +190,12 @@ Run::Run(const config::Options& o, const std::vector<std::string>& command_line,
         .place(fmt::format("rank {}", group_->rank()))
         .found(resume_ ? resume_->path.string() : "no checkpoint")
         .hint("output_dir must be one folder that every node sees (a shared file system)");
-  if (resume_) {
-    if (state_.step >= total_steps_ && group_->any(run_completed(o_.output_dir, state_.step))) {
-      // A finished run: nothing to do, and nothing of it is touched.
-      complete_ = true;
-      log::info("train", "the run in {} is complete ({} of {} steps, summary.json says completed): nothing to do",
-                o_.output_dir, state_.step, total_steps_);
-      return;
-    }
-  }
   // The checkpoints of this run hold this run's options, also after a resume.
-  state_.config = options;
+  state_.config = options_json_;
   state_.world_size = group_->size();
+}
+
+void Trainer::open_sinks(const std::vector<std::string>& command_line) {
   if (group_->is_main()) {
     run::write_run_files(o_.output_dir, o_, command_line);
     logger_.emplace(o_.output_dir, total_steps_, resume_ ? std::optional<std::int64_t>(state_.step) : std::nullopt);
@@ -263,15 +206,10 @@ Run::Run(const config::Options& o, const std::vector<std::string>& command_line,
             total_steps_, o_.gradient_accumulation_steps,
             group_->size() > 1 ? fmt::format(" on each of {} ranks", group_->size()) : "",
             head_->config().eagle_version, K_, model::count_parameters(*head_));
-  window_.emplace(Window{torch::zeros({}, f32), torch::zeros({K_, model::kMetricColumns}, f32), torch::zeros({}, f32), {}});
+  window_.emplace(K_, device_);
 }
 
-run::RunSummary Run::run() {
-  if (complete_) {
-    summary_.steps = summary_.total_steps = state_.step;
-    summary_.real_tokens = state_.real_tokens;
-    return summary_;
-  }
+run::RunSummary Trainer::run() {
   ExitReason reason = ExitReason::failed;
   std::exception_ptr failure;
   try {
@@ -282,22 +220,20 @@ run::RunSummary Run::run() {
   return finish(reason, failure);
 }
 
-ExitReason Run::loop() {
+ExitReason Trainer::loop() {
   const auto loop_started = Clock::now();
   while (state_.step < total_steps_) {
     train_step();
     const std::int64_t step = state_.step;
     const bool last = step == total_steps_;
-    const io::EvalStats* eval = nullptr;
-    if (o_.eval_steps > 0 && step % o_.eval_steps == 0 && !last) eval = evaluate();
-    if (step % o_.logging_steps == 0 || last) log_window(eval);
-    else if (eval && logger_) logger_->log_eval(*eval);
+    if (o_.eval_steps > 0 && step % o_.eval_steps == 0 && !last) evaluate(step_line_due(step));
+    if (step_line_due(step)) log_window();
     if (o_.save_steps > 0 && step % o_.save_steps == 0 && !last) save();
     if (hooks_.after_step) hooks_.after_step(step);
     // Every rank takes the same decision: a signal on any of them stops them all after this step.
     if (group_->any(signals_.requested()) && !last) {
       loop_seconds_ = seconds_since(loop_started) - side_seconds_;
-      if (window_->counts.steps > 0) log_window(nullptr);
+      if (window_->counts.steps > 0) log_window();
       save();
       return ExitReason::interrupted;
     }
@@ -305,7 +241,7 @@ ExitReason Run::loop() {
   // ---- the end: evaluate, save ----
   graphs_->synchronize();
   loop_seconds_ = seconds_since(loop_started) - side_seconds_;
-  if (const io::EvalStats* eval = evaluate(); eval && logger_) logger_->log_eval(*eval);
+  evaluate(/*with_step_line=*/false);
   save();
   // A signal during the final evaluation or save: the checkpoint is there; the run reports it.
   if (group_->any(signals_.requested())) return ExitReason::interrupted;
@@ -317,60 +253,51 @@ ExitReason Run::loop() {
   return ExitReason::completed;
 }
 
-void Run::train_step() {
+void Trainer::train_step() {
   const std::int64_t step = ++state_.step;
   // (a) forward + backward of each micro-batch; the loss denominators of the whole step first.
   std::vector<data::Batch> micro;
   for (std::int64_t m = 0; m < o_.gradient_accumulation_steps; ++m)
-    micro.push_back(data::make_batch(inputs_.data.train, sampler_->next()));
+    micro.push_back(data::make_batch(*inputs_.train, sampler_->next()));
   // Host counts of all ranks at once: the loss denominators (normalised by the global count, so the
-  // summed gradients are exact), then the real and computed tokens of the step.
-  auto counts = loss_denominators(micro, K_);
-  for (const auto& batch : micro) {
-    counts.push_back(batch.real_tokens);
-    counts.push_back(batch.computed_tokens());
-  }
-  counts = group_->sum(std::move(counts));
-  const auto denominators = denominator_tensor({counts.begin(), counts.begin() + K_});
-  std::int64_t real = 0, computed = 0;
-  for (std::size_t i = static_cast<std::size_t>(K_); i < counts.size(); i += 2) {
-    real += counts[i];
-    computed += counts[i + 1];
-  }
+  // summed gradients are exact), then the real and the computed tokens of the step.
+  const auto counts = StepCounts::from_vector(group_->sum(StepCounts::of(micro, K_).to_vector()));
+  const auto denominators = denominator_tensor(counts.denominators);
   optimizer_->zero_grad();
   optimizer_->set_lr(schedule_.lr(step - 1));
   step_loss_.zero_();
+  const features::FeatureSource& source = *features_.train;
   for (const auto& batch : micro) {
     const data::Shape shape{batch.rows, batch.length};
     auto it = buffers_.find(shape);
     if (it == buffers_.end())
       it = buffers_
-               .emplace(shape, ShapeBuffers{features_->allocate(batch, max_segments_),
-                                            torch::zeros({K_}, step_loss_.options())})
+               .emplace(shape,
+                        ShapeBuffers{source.allocate(batch, max_segments_), torch::zeros({K_}, step_loss_.options())})
                .first;
     ShapeBuffers& buf = it->second;
-    features_->fill(batch, buf.batch);
+    source.fill(batch, buf.batch);
     buf.denominators.copy_(denominators, /*non_blocking=*/device_.is_cuda());
     graphs_->run(shape, [&] {
-      train_micro_batch(*features_, *head_, buf.batch, buf.denominators, o_.bf16, step_loss_, window_->metrics);
+      train_micro_batch(source, *head_, buf.batch, buf.denominators, o_.bf16, step_loss_, window_->metrics);
     });
   }
   // The gradients and the loss of every rank, summed (between the graphs on GPU; nothing on one rank).
-  group_->sum(comm_);
+  group_->sum(comm_.buffer);
   // (b) clip + update, independent of the batch shape.
   graphs_->run(device::kOptimizerUpdate, [&] {
     optimizer_->step(step_loss_);
     window_->loss.add_(step_loss_);
     window_->grad_norm.add_(optimizer_->last_grad_norm());
   });
-  window_->counts.add(real, computed);
-  process_real_tokens_ += static_cast<double>(real);
-  state_.real_tokens += static_cast<double>(real);
+  window_->counts.add(counts.real_tokens, counts.computed_tokens);
+  process_real_tokens_ += static_cast<double>(counts.real_tokens);
+  state_.real_tokens += static_cast<double>(counts.real_tokens);
   if (logger_) logger_->on_step(step);
 }
 
 template <typename F>
-void Run::side_work(F&& f) {
+void Trainer::side_work(F&& f) {
   const auto t0 = Clock::now();
   f();
   const double s = seconds_since(t0);
@@ -378,29 +305,33 @@ void Run::side_work(F&& f) {
   window_->side_seconds += s;
 }
 
-const io::EvalStats* Run::evaluate() {
-  if (!inputs_.data.heldout || inputs_.data.heldout->size() == 0) return nullptr;
+// Rank 0 evaluates (every rank holds the same head) into last_eval_; the others wait for it. The
+// result goes on the step line that follows, or on a line of its own.
+void Trainer::evaluate(bool with_step_line) {
+  if (!inputs_.heldout || inputs_.heldout->size() == 0) return;
   graphs_->synchronize();
-  // Rank 0 evaluates (every rank holds the same head); the others wait for it.
   side_work([&] {
     if (group_->is_main())
-      last_eval_ = train::evaluate(*heldout_features_, inputs_.target ? &*inputs_.target : nullptr, *head_,
-                                   *inputs_.data.heldout, eval_settings_, state_.step);
+      last_eval_ = train::evaluate(*features_.heldout, inputs_.target ? &*inputs_.target : nullptr, *head_,
+                                   *inputs_.heldout, eval_settings_, state_.step);
     group_->barrier();
   });
-  return group_->is_main() ? &*last_eval_ : nullptr;
+  if (!logger_) return;
+  if (with_step_line)
+    eval_pending_ = true;
+  else
+    logger_->log_eval(*last_eval_);
 }
 
-void Run::save() {
+void Trainer::save() {
   // Rank 0 writes (the optimizer state is the same on every rank); the others wait for it.
   side_work([&] {
     const std::int64_t step = state_.step;
     graphs_->synchronize();
     if (group_->is_main()) {
       state_.sampler = sampler_->state();
-      checkpoints_->save(step, [&](const std::filesystem::path& dir) {
-        write_checkpoint_files(dir, *head_, *optimizer_, state_);
-      });
+      checkpoints_->save(
+          step, [&](const std::filesystem::path& dir) { write_checkpoint_files(dir, *head_, *optimizer_, state_); });
       checkpoints_->rotate(o_.save_total_limit);
       if (last_eval_ && last_eval_->step == step)
         checkpoints_->update_best(step, last_eval_->ar ? "ar" : "tau",
@@ -410,10 +341,10 @@ void Run::save() {
   });
 }
 
-void Run::log_window(const io::EvalStats* eval) {
+void Trainer::log_window() {
   graphs_->synchronize();
-  Window& w = *window_;
-  const double elapsed = std::max(1e-9, seconds_since(w.start) - w.side_seconds);
+  LogWindow& w = *window_;
+  const double elapsed = std::max(1e-9, w.seconds());
   group_->sum(w.metrics);  // every rank's positions (the loss and gradient norm are global already)
   auto metrics = summarize_metrics(w.metrics.cpu());
   io::StepStats s;
@@ -423,15 +354,18 @@ void Run::log_window(const io::EvalStats* eval) {
   // A window without one trained position has no loss (0 would read as a perfect head).
   s.loss = metrics.positions > 0 ? w.loss.item<double>() / steps : std::numeric_limits<double>::quiet_NaN();
   if (metrics.positions == 0)
-    log::warn("train", "steps {}-{} had no position to train: loss n/a (a trained token needs two tokens before it "
-              "in its sample; check the loss masks)", state_.step - w.counts.steps + 1, state_.step);
+    log::warn("train",
+              "steps {}-{} had no position to train: loss n/a (a trained token needs two tokens before it "
+              "in its sample; check the loss masks)",
+              state_.step - w.counts.steps + 1, state_.step);
   s.acc = metrics.acc;
   s.tau = metrics.tau;
   s.lr = schedule_.lr(state_.step - 1);
   s.grad_norm = w.grad_norm.item<double>() / steps;
   w.counts.fill(s, elapsed);
   s.nonfinite_steps = static_cast<std::int64_t>(optimizer_->nonfinite_steps().item<double>());
-  if (logger_) logger_->log_step(s, eval);
+  if (logger_) logger_->log_step(s, eval_pending_ ? &*last_eval_ : nullptr);
+  eval_pending_ = false;
   last_loss_ = s.loss;
   w.reset();
   if (s.nonfinite_steps > nonfinite_reported_) {
@@ -445,7 +379,7 @@ void Run::log_window(const io::EvalStats* eval) {
   }
 }
 
-run::RunSummary Run::finish(ExitReason reason, std::exception_ptr failure) {
+run::RunSummary Trainer::finish(ExitReason reason, std::exception_ptr failure) {
   run::RunSummary& s = summary_;
   s.exit_reason = reason;
   s.steps = state_.step;
@@ -463,17 +397,7 @@ run::RunSummary Run::finish(ExitReason reason, std::exception_ptr failure) {
   std::optional<Error> error;
   if (group_->is_main()) error = run::apply_gates(s, o_.min_ar, o_.max_final_loss);
   if (failure) {
-    try {
-      std::rethrow_exception(failure);
-    } catch (const Error& e) {
-      error = e;
-    } catch (const c10::Error& e) {
-      error = Error(ErrorKind::internal, e.what_without_backtrace());
-    } catch (const std::exception& e) {
-      error = Error(ErrorKind::internal, e.what());
-    } catch (...) {
-      error = Error(ErrorKind::internal, "unknown exception");
-    }
+    error = device::to_error(failure);
     s.detail = error->format();
     s.exit_code = static_cast<int>(error->exit_code());
   } else if (reason == ExitReason::interrupted) {
@@ -487,25 +411,28 @@ run::RunSummary Run::finish(ExitReason reason, std::exception_ptr failure) {
     logger_->finish();
   }
   if (failure) std::rethrow_exception(failure);
-  // Every rank ends with rank 0's exit code (a missed gate is known there only).
-  if (group_->size() > 1) {
-    const auto code = group_->broadcast_from_main(s.exit_code);
-    if (!group_->is_main() && code != s.exit_code) {
-      const auto kind = code == static_cast<int>(ExitCode::gate)          ? ErrorKind::gate
-                        : code == static_cast<int>(ExitCode::interrupted) ? ErrorKind::interrupted
-                                                                          : ErrorKind::training;
-      throw Error(kind, fmt::format("rank 0 ended the run with exit code {}", code));
-    }
-  }
+  agree_on_exit_code(s.exit_code);
   if (error) throw *error;
   return s;
+}
+
+// Every rank ends with rank 0's exit code (a missed gate is known there only).
+void Trainer::agree_on_exit_code(int exit_code) {
+  if (group_->size() == 1) return;
+  const auto code = group_->broadcast_from_main(exit_code);
+  if (group_->is_main() || code == exit_code) return;
+  const auto kind = code == static_cast<int>(ExitCode::gate)          ? ErrorKind::gate
+                    : code == static_cast<int>(ExitCode::interrupted) ? ErrorKind::interrupted
+                                                                      : ErrorKind::training;
+  throw Error(kind, fmt::format("rank 0 ended the run with exit code {}", code));
 }
 
 }  // namespace
 
 run::RunSummary train(const config::Options& opts, const std::vector<std::string>& command_line,
                       const TrainHooks& hooks) {
-  return Run(opts, command_line, hooks).run();
+  if (auto done = already_completed(opts, device::launch_from_env().world_size)) return *done;
+  return Trainer(opts, command_line, hooks).run();
 }
 
 }  // namespace eagle::train

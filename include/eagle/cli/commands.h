@@ -11,17 +11,18 @@ namespace eagle::cli {
 
 // Entry point used by apps/eagle_train.cpp: parses, resolves, dispatches, maps errors to exit codes.
 int main(int argc, char** argv);
-// The command line of this process as main received it (argv[0] first), for command_line.txt.
-const std::vector<std::string>& invocation_args();
 
-void run_train(const config::Options& opts);
-void run_prepare(const config::Options& opts);
-void run_data_stats(const config::Options& opts);
-void run_inspect(const config::Options& opts);
-void run_export(const config::Options& opts);
-void run_eval(const config::Options& opts);
-void run_generate(const config::Options& opts);
-void run_dump_features(const config::Options& opts);
+// The command line of this process as main received it (argv[0] first), for command_line.txt.
+using Invocation = std::vector<std::string>;
+
+void run_train(const config::Options& opts, const Invocation& argv);
+void run_prepare(const config::Options& opts, const Invocation& argv);
+void run_data_stats(const config::Options& opts, const Invocation& argv);
+void run_inspect(const config::Options& opts, const Invocation& argv);
+void run_export(const config::Options& opts, const Invocation& argv);
+void run_eval(const config::Options& opts, const Invocation& argv);
+void run_generate(const config::Options& opts, const Invocation& argv);
+void run_dump_features(const config::Options& opts, const Invocation& argv);
 
 // "eagle-train 0.1.0, LibTorch 2.11.0, CUDA compiled in: yes, CUDA available: no"
 std::string version_text();

@@ -1,7 +1,8 @@
-// Runs the parts of a training step either eagerly or as CUDA graphs, one graph per batch shape
-// (rows x padded length) plus one for the shape-independent optimizer update. The shapes that occur
-// most often in the epoch plan are graphed, up to max_cuda_graphs and while the device has memory to
-// spare; on CPU, and for the other shapes, everything runs eagerly.
+// Runs a fixed-shape step function either eagerly or as a CUDA graph, one graph per shape (a batch's
+// rows x padded length) plus one for a shape-independent part (the trainer's optimizer update). The
+// caller ranks the shapes (the trainer: the most frequent in its epoch plan; dump-features: the
+// largest; generate: the shortest decode steps); the first max_cuda_graphs are graphed while the
+// device has memory to spare. On CPU, and for the other shapes, everything runs eagerly.
 #pragma once
 
 #include <compare>
@@ -17,7 +18,7 @@
 
 namespace eagle::device {
 
-// The key of the shape-independent optimizer update (no batch has zero rows).
+// The key of the shape-independent part, e.g. the optimizer update (no batch has zero rows).
 inline constexpr data::Shape kOptimizerUpdate{0, 0};
 
 // The shapes worth a graph: the at most `count` most frequent (ties: more tokens first, then the
@@ -27,10 +28,11 @@ std::vector<data::Shape> most_frequent_shapes(const std::map<data::Shape, std::i
 
 class CudaGraphCache {
  public:
-  // shape_counts: how many batches of each shape an epoch has (data::Sampler::shape_counts); the
-  // max_cuda_graphs most frequent shapes are graphed (ties: more tokens first).
-  CudaGraphCache(torch::Device device, std::int64_t max_cuda_graphs,
-                 const std::map<data::Shape, std::int64_t>& shape_counts);
+  // priority: every shape the caller will run, the most worth a graph first; the first
+  // max_cuda_graphs of them are graphed on a GPU (and kOptimizerUpdate when max_cuda_graphs > 0).
+  // area: the caller's log area.
+  CudaGraphCache(torch::Device device, std::int64_t max_cuda_graphs, std::vector<data::Shape> priority,
+                 const char* area);
   ~CudaGraphCache();
 
   // Whether this shape is (or will be) replayed from a CUDA graph.
@@ -39,8 +41,6 @@ class CudaGraphCache {
   std::int64_t eager_count() const;     // batch shapes that run eagerly
   std::int64_t captured_count() const;  // graphs captured so far, the optimizer update's included
   std::int64_t replay_count() const;    // graph replays so far
-  // Share of the epoch's batches whose shape is graphed, in [0, 1].
-  double graphed_batch_fraction() const { return graphed_fraction_; }
 
   // Runs fn for this shape. fn must read its inputs only from tensors whose storage stays fixed
   // for the shape (the caller copies each batch into them before calling run) and must not
@@ -61,7 +61,7 @@ class CudaGraphCache {
   std::vector<data::Shape> graphed_shapes_;
   std::int64_t eager_shapes_ = 0;
   std::int64_t replays_ = 0;
-  double graphed_fraction_ = 0;
+  const char* area_;
   std::unique_ptr<Graphs> graphs_;
 };
 

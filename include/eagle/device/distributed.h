@@ -12,6 +12,8 @@
 
 #include <torch/torch.h>
 
+#include "eagle/config/options.h"
+
 namespace eagle::device {
 
 // What torchrun (or a scheduler doing the same) put in the environment.
@@ -24,7 +26,6 @@ struct LaunchInfo {
   int restart_count = 0;     // TORCHELASTIC_RESTART_COUNT (keys of an earlier attempt are not read)
   bool launched = false;     // started by a launcher (RANK or WORLD_SIZE set): a real process group,
                              // also for a world of one
-  bool distributed() const { return world_size > 1; }
 };
 
 // RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT and TORCHELASTIC_*.
@@ -32,15 +33,28 @@ struct LaunchInfo {
 // naming the variable.
 LaunchInfo launch_from_env();
 
-enum class Backend { auto_, gloo, nccl };
+// The device of this rank: `requested` as resolved, except that a launched rank asked for plain
+// "cuda" or "auto" on a GPU trains on its node's GPU LOCAL_RANK (Error(usage) when the node has
+// no such GPU).
+torch::Device device_for(const LaunchInfo& launch, torch::Device resolved, const std::string& requested);
+
+// One flat fp32 buffer on the device holding every parameter's gradient (each .grad becomes a view
+// into it), followed by `extra` values: summing the buffer over the ranks is one collective on one
+// tensor, and no gradient is ever copied.
+struct FlatGradients {
+  torch::Tensor buffer;  // [numel of all parameters + extra]
+  torch::Tensor extra;   // the last `extra` elements, a view
+};
+FlatGradients bind_flat_gradients(const std::vector<std::pair<std::string, torch::Tensor>>& params, std::int64_t extra,
+                                  torch::Device device);
 
 class ProcessGroup {
  public:
   // Joins the group of `info` (a process that no launcher started joins nothing: every collective is
   // the identity).
-  // Device tensors use NCCL on CUDA with Backend::auto_ or nccl, else Gloo; timeout bounds joining
+  // Device tensors use NCCL on CUDA with ddp_backend auto or nccl, else Gloo; timeout bounds joining
   // and every collective, so a dead rank ends the others with an error instead of a hang.
-  ProcessGroup(const LaunchInfo& info, torch::Device device, Backend backend, std::chrono::seconds timeout);
+  ProcessGroup(const LaunchInfo& info, torch::Device device, config::DdpBackend backend, std::chrono::seconds timeout);
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
@@ -48,7 +62,6 @@ class ProcessGroup {
   int rank() const { return rank_; }
   int size() const { return size_; }
   bool is_main() const { return rank_ == 0; }
-  const char* device_backend() const;  // "gloo", "nccl" or "none"
 
   // Sums a device tensor over the ranks, in place (one collective; pass flat buffers).
   void sum(torch::Tensor& t);

@@ -1,6 +1,7 @@
 // Everything a run reads besides its options, each built in one place: the data and its held-out
 // split, the frozen target (checked against the data's vocabulary) or the stored features that stand
-// in for it (a dump-features or speculators folder, --features_path: docs/offline.md).
+// in for it (a dump-features or speculators folder, --features_path: docs/offline.md), and where the
+// head's inputs of each split come from.
 #pragma once
 
 #include <memory>
@@ -28,31 +29,43 @@ struct TrainData {
 // Every token id must index the target's vocabulary (vocab_size; JSON data is refused by file and
 // line, prepared data by file, sample and position), checked while loading, before the weights.
 TrainData load_train_data(const config::Options& opts, std::int64_t vocab_size);
-// The held-out data of `eval`: the same choice as training, else data_path whole.
-data::Dataset load_eval_data(const config::Options& opts, std::int64_t vocab_size);
+
+// Where the head's inputs of each split come from (built once, for the head's teacher).
+struct FeatureSources {
+  std::unique_ptr<FeatureSource> train, heldout;  // each only where the inputs have that split
+};
 
 // Everything a run reads besides its options: the data, the target or the stored features that
-// stand in for it (--features_path, docs/offline.md), and what the head is built from.
+// stand in for it, and what the head is built from.
 struct RunInputs {
-  TrainData data;                             // eval: the held-out data only
+  std::optional<data::Dataset> train;         // train: the training data; eval: none
+  std::optional<data::Dataset> heldout;       // train: the held-out split, if any; eval: the data evaluated
   std::optional<model::TargetModel> target;   // the whole target: online; offline only for the AR
   model::TargetEnds ends;                     // the head's embedding; the teacher's final norm, LM head
   std::vector<std::int64_t> aux_layer_ids;    // the target layers the head fuses (EAGLE-3)
   std::string target_name;                    // the target the head names in its exports
   std::shared_ptr<const FeatureStore> store;  // offline only
-  std::vector<std::int64_t> train_samples, heldout_samples;  // offline: the store's sample of each
+  std::vector<std::int64_t> train_samples, heldout_samples;  // offline: the store's sample of each row
 
-  // Where the head inputs of the training or held-out data come from, for a head's teacher.
-  std::unique_ptr<FeatureSource> features(bool heldout, const model::TeacherSpec& teacher, torch::Device device) const;
+  FeatureSources sources(const model::TeacherSpec& teacher, torch::Device device) const;
 };
 // The inputs of a run with this target in the step (no data: the caller adds it).
 RunInputs online_inputs(model::TargetModel target, std::string target_name);
-enum class Purpose { train, eval };
-// Online (no features_path): the data, checked against the target's vocabulary before its weights
-// load, and the target. Offline: the data and features of a dump-features or speculators folder,
-// the target's ends only (from model_name_or_path, else the folder's copy) and the whole target
-// only when the AR is measured (eval_num_prompts > 0 and model_name_or_path given; else logged as
-// skipped). For eval, data.heldout holds the held-out data and data.train is empty.
-RunInputs load_run_inputs(const config::Options& opts, torch::Device device, Purpose purpose);
+
+// The inputs of `train`. Online (no features_path): the data, checked against the target's
+// vocabulary before its weights load, and the target with the options' aux layers. Offline: the
+// data and features of a dump-features or speculators folder, the target's ends only (from
+// model_name_or_path, else the folder's copy) and the whole target only when the AR is measured
+// (eval_num_prompts > 0 and model_name_or_path given; else logged as skipped).
+RunInputs load_train_inputs(const config::Options& opts, torch::Device device);
+// The inputs of `eval` for a head of this version reading these target layers (its own, not the
+// options'): the held-out data as training chooses it, else data_path (or the folder's samples)
+// whole; the target or the features as for training.
+RunInputs load_eval_inputs(const config::Options& opts, torch::Device device, std::int64_t eagle_version,
+                           const std::vector<std::int64_t>& aux_layer_ids);
+
+// The folder holding the target's config.json for these options: model_name_or_path when given,
+// else the copy of a dump-features folder (features_path); empty when neither has one.
+std::string target_config_dir(const config::Options& opts);
 
 }  // namespace eagle::features

@@ -166,8 +166,10 @@ class TargetModel {
   std::shared_ptr<Impl> impl_;
 };
 
-// The target of a command: model_name_or_path in --target_dtype on the device, with the options'
-// aux layers (else the default ones); logs what it loaded.
+// The target of a command: model_name_or_path in --target_dtype on the device, with these aux
+// layers (empty: the default ones; the two-argument form: the options'); logs what it loaded.
+TargetModel load_target(const config::Options& opts, torch::Device device,
+                        const std::vector<std::int64_t>& aux_layer_ids);
 TargetModel load_target(const config::Options& opts, torch::Device device);
 
 }  // namespace eagle::model

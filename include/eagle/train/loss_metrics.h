@@ -2,12 +2,14 @@
 // count", "Metrics"); the device-side pieces are in model/head_loss.h.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <vector>
 
 #include <torch/torch.h>
 
 #include "eagle/data/batch.h"
+#include "eagle/io/step_stats.h"
 #include "eagle/model/head_loss.h"
 
 namespace eagle::train {
@@ -28,5 +30,18 @@ struct MetricSummary {
 // Reads summed metric tensors [K, model::kMetricColumns] (one host copy); ratios with empty
 // denominators give 0.
 MetricSummary summarize_metrics(const torch::Tensor& sums);
+
+// The sums of a logging window: device-side over its steps (read only at log time), and its
+// host-side counts.
+struct LogWindow {
+  torch::Tensor loss, metrics, grad_norm;  // [] fp32, [K, model::kMetricColumns] fp32, [] fp32
+  io::ThroughputWindow counts;
+  double side_seconds = 0;  // evaluations and checkpoints inside the window, not training time
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+
+  LogWindow(std::int64_t steps, torch::Device device);
+  double seconds() const;  // training time since start (side work excluded)
+  void reset();
+};
 
 }  // namespace eagle::train

@@ -21,6 +21,17 @@ std::vector<std::int64_t> loss_denominators(const std::vector<data::Batch>& batc
 // As an fp32 host tensor, ready to be copied into a device buffer.
 torch::Tensor denominator_tensor(const std::vector<std::int64_t>& denominators);
 
+// The host counts of one optimizer step over its micro-batches, summed over the ranks as one vector
+// (to_vector, from_vector): the loss denominators and the step's real and computed tokens.
+struct StepCounts {
+  std::vector<std::int64_t> denominators;  // [steps] (loss_denominators)
+  std::int64_t real_tokens = 0, computed_tokens = 0;
+
+  static StepCounts of(const std::vector<data::Batch>& micro_batches, std::int64_t steps);
+  std::vector<std::int64_t> to_vector() const;
+  static StepCounts from_vector(const std::vector<std::int64_t>& values);
+};
+
 // head.train_step_forward(features.head_inputs(batch), denominators) under bf16 autocast when bf16.
 // Reads only the tensors given, never the host: safe inside a captured CUDA graph.
 model::HeadStepOutput forward_micro_batch(const features::FeatureSource& features, model::DraftHead& head,

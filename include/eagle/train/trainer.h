@@ -18,9 +18,11 @@ struct TrainHooks {
 };
 
 // Runs the whole job and returns its summary, which is also written to output_dir/summary.json on
-// every way out (completed, interrupted, gate_missed, failed). Every way out but completed then
-// throws eagle::Error: ErrorKind::interrupted after a signal (a checkpoint was written),
-// ErrorKind::gate when a CI gate was missed, the failure's own error otherwise.
+// every way out once training started (completed, interrupted, gate_missed, failed; a set-up error
+// writes none). Every way out but completed then throws eagle::Error: ErrorKind::interrupted after a
+// signal (a checkpoint was written), ErrorKind::gate when a CI gate was missed, the failure's own
+// error otherwise. A resumed run whose checkpoint ends a completed run returns at once, touching
+// nothing.
 run::RunSummary train(const config::Options& opts, const std::vector<std::string>& command_line,
                       const TrainHooks& hooks = {});
 
