@@ -5,11 +5,13 @@
 // (they compile without the precompiled header).
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
-#include <set>
 #include <regex>
+#include <set>
 #include <string>
 
 #include "helpers.h"
@@ -18,9 +20,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::map<std::string, int> kRank{{"util", 0},     {"config", 1},   {"data", 2},  {"model", 3},
-                                       {"device", 3},   {"io", 4},       {"run", 4},   {"features", 5},
-                                       {"generate", 5}, {"train", 6},    {"cli", 7}};
+const std::map<std::string, int> kRank{{"util", 0},     {"config", 1}, {"data", 2}, {"model", 3},
+                                       {"device", 3},   {"io", 4},     {"run", 4},  {"features", 5},
+                                       {"generate", 5}, {"train", 6},  {"cli", 7}};
 const std::set<std::string> kPlainCpp{"util", "config", "data", "io", "run"};
 
 // Every #include line of the area's headers and sources, with the file it is in.
@@ -82,19 +84,140 @@ TEST_CASE("the plain C++ areas include no LibTorch header", "[layout]") {
   CHECK(violations.empty());
 }
 
+namespace {
+
+// The files of an area as modules: a header and the source of the same stem are one module. A header
+// in src/<area>/ without a source of its own is part of module M when M's source includes it and it
+// includes M's header (a private half, as target_impl.h is of target); else it is a module itself.
+struct AreaModules {
+  std::map<std::string, std::string> module_of;       // a file's normalised path -> its module's stem
+  std::map<std::string, std::set<std::string>> uses;  // module -> modules of the area it includes
+};
+
+std::vector<std::string> quoted_includes(const fs::path& file) {
+  static const std::regex quoted(R"re(#include\s+"([^"]+)")re");
+  std::vector<std::string> out;
+  std::ifstream in(file);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, quoted)) out.push_back(m[1]);
+  }
+  return out;
+}
+
+AreaModules area_modules(const std::string& area) {
+  const fs::path root(EAGLE_SOURCE_DIR), pub = root / "include" / "eagle" / area, src = root / "src" / area;
+  std::vector<fs::path> files;
+  for (const fs::path& dir : {pub, src})
+    if (fs::exists(dir))
+      for (const auto& e : fs::directory_iterator(dir))
+        if (e.is_regular_file()) files.push_back(e.path());
+  // The file an include line names: eagle/<area>/x.h under include/, else beside the including file.
+  auto resolve = [&](const fs::path& from, const std::string& inc) {
+    return inc.rfind("eagle/", 0) == 0 ? (root / "include" / inc).lexically_normal()
+                                       : (from.parent_path() / inc).lexically_normal();
+  };
+  AreaModules m;
+  for (const auto& f : files) m.module_of[f.lexically_normal().string()] = f.stem().string();
+  for (const auto& f : files) {
+    if (f.parent_path() != src || f.extension() != ".h" || fs::exists(src / (f.stem().string() + ".cpp"))) continue;
+    for (const auto& inc : quoted_includes(f)) {
+      const fs::path header = resolve(f, inc);
+      if (header.parent_path() != pub) continue;
+      const fs::path owner_source = src / (header.stem().string() + ".cpp");
+      if (!fs::exists(owner_source)) continue;
+      for (const auto& owner_inc : quoted_includes(owner_source))
+        if (resolve(owner_source, owner_inc) == f.lexically_normal())
+          m.module_of[f.lexically_normal().string()] = header.stem().string();
+    }
+  }
+  for (const auto& f : files) {
+    const std::string from = m.module_of.at(f.lexically_normal().string());
+    m.uses[from];
+    for (const auto& inc : quoted_includes(f)) {
+      auto it = m.module_of.find(resolve(f, inc).string());
+      if (it != m.module_of.end() && it->second != from) m.uses[from].insert(it->second);
+    }
+  }
+  return m;
+}
+
+// Every cycle a depth-first walk meets, as "a -> b -> a".
+std::vector<std::string> cycles(const std::map<std::string, std::set<std::string>>& uses) {
+  std::map<std::string, int> state;  // 1: on the walk's path, 2: done
+  std::vector<std::string> path, found;
+  std::function<void(const std::string&)> walk = [&](const std::string& u) {
+    state[u] = 1;
+    path.push_back(u);
+    for (const auto& v : uses.at(u)) {
+      if (state[v] == 0) {
+        walk(v);
+      } else if (state[v] == 1) {
+        std::string c;
+        for (auto it = std::find(path.begin(), path.end(), v); it != path.end(); ++it) c += *it + " -> ";
+        found.push_back(c + v);
+      }
+    }
+    path.pop_back();
+    state[u] = 2;
+  };
+  for (const auto& [u, _] : uses)
+    if (state[u] == 0) walk(u);
+  return found;
+}
+
+}  // namespace
+
+TEST_CASE("no two files of an area use each other, directly or around a circle", "[layout]") {
+  std::vector<std::string> found;
+  std::size_t modules = 0;
+  for (const auto& [area, rank] : kRank) {
+    const auto m = area_modules(area);
+    modules += m.uses.size();
+    for (const auto& c : cycles(m.uses)) found.push_back(area + ": " + c);
+  }
+  INFO([&] {
+    std::string all;
+    for (const auto& f : found) all += f + "\n";
+    return all;
+  }());
+  CHECK(modules > 60);  // the scan saw the tree
+  CHECK(found.empty());
+}
+
+TEST_CASE("the cycle finder sees a circle of modules and only that", "[layout]") {
+  CHECK(cycles({{"a", {"b"}}, {"b", {"c"}}, {"c", {}}}).empty());
+  CHECK(cycles({{"a", {"b"}}, {"b", {"c"}}, {"c", {"a"}}}) == std::vector<std::string>{"a -> b -> c -> a"});
+  CHECK(cycles({{"a", {"b", "c"}}, {"b", {}}, {"c", {"b"}}}).empty());  // a diamond is no circle
+}
+
 TEST_CASE("docs/developer.md's layout names every source file of every area", "[layout]") {
   const std::string doc = eagle::test::read_file(fs::path(EAGLE_SOURCE_DIR) / "docs" / "developer.md");
   const auto start = doc.find("## Layout");
   REQUIRE(start != std::string::npos);
   const std::string layout = doc.substr(start, doc.find("\n## ", start + 1) - start);
+  // An area's row: the line starting "<area>/" and the indented lines after it.
+  auto row_of = [&](const std::string& area) {
+    const auto at = layout.find("\n" + area + "/ ");
+    if (at == std::string::npos) return std::string();
+    auto end = layout.find('\n', at + 1);
+    while (end != std::string::npos && end + 1 < layout.size() && layout[end + 1] == ' ')
+      end = layout.find('\n', end + 1);
+    return layout.substr(at + 1, end == std::string::npos ? std::string::npos : end - at - 1);
+  };
   std::vector<std::string> missing;
   for (const auto& [area, rank] : kRank) {
-    if (layout.find("\n" + area + "/") == std::string::npos) missing.push_back(area + "/ (the area itself)");
+    const std::string row = row_of(area);
+    if (row.empty()) {
+      missing.push_back(area + "/ (the area has no row of its own)");
+      continue;
+    }
     for (const fs::path& root :
          {fs::path(EAGLE_SOURCE_DIR) / "include" / "eagle" / area, fs::path(EAGLE_SOURCE_DIR) / "src" / area}) {
       for (const auto& e : fs::directory_iterator(root)) {
-        const std::string stem = e.path().stem().string();
-        if (layout.find(stem) == std::string::npos) missing.push_back(area + "/" + e.path().filename().string());
+        // The stem as a whole word of the area's own row (not part of another name, not in another row).
+        const std::regex word("(^|[^A-Za-z0-9_])" + e.path().stem().string() + "([^A-Za-z0-9_]|$)");
+        if (!std::regex_search(row, word)) missing.push_back(area + "/" + e.path().filename().string());
       }
     }
   }

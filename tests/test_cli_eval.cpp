@@ -1,0 +1,102 @@
+// eagle-train eval as a subprocess: a checkpoint and its exported copy measured alike, the run's own
+// final evaluation reproduced, gates, and the refusals (unwritable output, a head holding NaN).
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+#include "eagle/model/safetensors.h"
+#include "helpers.h"
+
+using eagle::test::run_cli;
+using eagle::test::TempDir;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kSmoke = eagle::test::smoke_args();
+
+std::vector<json> read_jsonl(const fs::path& p) {
+  std::vector<json> out;
+  std::ifstream in(p);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty()) out.push_back(json::parse(line));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("eval measures a checkpoint and its exported copy alike", "[cli]") {
+  TempDir dir;
+  auto run = dir / "run";
+  REQUIRE(run_cli("train " + kSmoke + " --max_steps 10 --eval_steps 0 --output_dir " + run.string()).exit_code == 0);
+  auto ckpt = run / "checkpoint-10";
+  auto exported = dir / "speculators";
+  auto ex = run_cli("export --checkpoint " + ckpt.string() + " --format speculators --output " + exported.string());
+  INFO(ex.output);
+  REQUIRE(ex.exit_code == 0);
+  // The speculators export carries the target's embedding (the head names its target), and its
+  // config the target's dtype.
+  auto spec = eagle::model::load_safetensors((exported / "model.safetensors").string());
+  auto target = eagle::model::load_safetensors(EAGLE_SOURCE_DIR "/tests/fixtures/models/tiny-llama/model.safetensors");
+  REQUIRE(spec.count("embed_tokens.weight"));
+  CHECK(torch::equal(spec.at("embed_tokens.weight"), target.at("model.embed_tokens.weight")));
+  CHECK(json::parse(eagle::test::read_file(exported / "config.json"))["torch_dtype"] == "float32");
+  const std::string common = std::string(" --model_name_or_path ") + EAGLE_SOURCE_DIR +
+                             "/tests/fixtures/models/tiny-llama" + " --data_path " + EAGLE_SOURCE_DIR +
+                             "/tests/fixtures/data/smoke.jsonl" +
+                             " --training_seq_len 256 --eval_num_prompts 3 --eval_max_new_tokens 12 --num_threads 1";
+  auto a = run_cli("eval --checkpoint " + ckpt.string() + common + " --output " + (dir / "a.json").string());
+  auto b = run_cli("eval --checkpoint " + exported.string() + common + " --json");
+  INFO(a.output << b.output);
+  REQUIRE(a.exit_code == 0);
+  REQUIRE(b.exit_code == 0);
+  CHECK_THAT(a.output, Catch::Contains("AR ") && Catch::Contains("eval loss"));
+  auto ja = json::parse(eagle::test::read_file(dir / "a.json"));
+  auto jb = json::parse(b.output.substr(b.output.find("{\n")));
+  CHECK(ja["format"] == "sglang");
+  CHECK(jb["format"] == "speculators");
+  CHECK(ja["ar"].get<double>() >= 1.0);
+  CHECK(ja["ar"] == jb["ar"]);
+  CHECK(ja["eval_loss"].get<double>() == Approx(jb["eval_loss"].get<double>()).epsilon(1e-6));
+  auto gate = run_cli("eval --checkpoint " + ckpt.string() + common + " --min_ar 9");
+  CHECK(gate.exit_code == 6);
+  // With the run's options, eval reproduces the run's own final evaluation (same split, same
+  // numbers), whatever the batch size: the held-out loss is normalised over all its samples.
+  double trained_eval_loss = -1;
+  for (const auto& j : read_jsonl(run / "metrics.jsonl"))
+    if (j.contains("eval_loss") && j["step"] == 10) trained_eval_loss = j["eval_loss"].get<double>();
+  REQUIRE(trained_eval_loss > 0);
+  for (const char* rows : {"4", "2"}) {
+    auto same = run_cli("eval --json --checkpoint " + ckpt.string() + " " + kSmoke +
+                        " --per_device_train_batch_size " + rows);
+    INFO(same.output);
+    REQUIRE(same.exit_code == 0);
+    auto j = json::parse(same.output.substr(same.output.find("{\n")));
+    CHECK(j["eval_loss"].get<double>() == Approx(trained_eval_loss).epsilon(1e-6));
+  }
+  // An unwritable --output fails at once, before the evaluation.
+  auto unwritable = run_cli("eval --checkpoint " + ckpt.string() + common + " --output " +
+                            (dir / "no" / "such" / "folder" / "r.json").string());
+  CHECK(unwritable.exit_code == 4);
+  CHECK_THAT(unwritable.output, !Catch::Contains("AR ") && Catch::Contains("r.json"));
+  // A head holding NaN is refused naming the tensor, not reported as AR 1.
+  auto broken = dir / "broken";
+  fs::copy(ckpt, broken, fs::copy_options::recursive);
+  auto weights = eagle::model::load_safetensors((broken / "model.safetensors").string());
+  std::map<std::string, torch::Tensor> copy;
+  for (const auto& [name, t] : weights) copy[name] = t.clone();
+  copy["norm.weight"][0] = std::numeric_limits<float>::quiet_NaN();
+  eagle::model::save_safetensors((broken / "model.safetensors").string(), copy);
+  auto nan = run_cli("eval --checkpoint " + broken.string() + common);
+  INFO(nan.output);
+  CHECK(nan.exit_code == 3);
+  CHECK_THAT(nan.output, Catch::Contains("NaN or Inf") && Catch::Contains("norm.weight"));
+  // A head trained for another target (another hidden size and layer count) is refused.
+  auto other = run_cli("eval --checkpoint " + ckpt.string() + common + " --model_name_or_path " EAGLE_SOURCE_DIR
+                       "/tests/fixtures/models/tiny-llama3");
+  INFO(other.output);
+  CHECK(other.exit_code == 3);
+  CHECK_THAT(other.output, Catch::Contains("trained for another target"));
+}
