@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -14,7 +13,7 @@
 #include "eagle/model/dtype.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/util/error.h"
-#include "eagle/util/fs_sync.h"
+#include "eagle/util/json_file.h"
 
 namespace eagle::features {
 namespace {
@@ -273,15 +272,8 @@ json to_json(const FeatureManifest& m) {
 
 FeatureManifest read_manifest(const std::string& dir) {
   const auto path = (fs::path(dir) / kFeaturesManifest).string();
-  util::require_regular_file(path, ErrorKind::input, "the features manifest");
-  json j;
-  try {
-    std::ifstream in(path);
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error(ErrorKind::input, "the manifest is not valid JSON").file(path).found(e.what());
-  }
-  EAGLE_CHECK(j.is_object() && j.value("format", "") == kFeaturesFormat,
+  const json j = util::read_json_object(path, "features manifest");
+  EAGLE_CHECK(j.value("format", "") == kFeaturesFormat,
               Error(ErrorKind::input, "not a features manifest").file(path).place("format").expected(kFeaturesFormat));
   EAGLE_CHECK(j.value("version", 0) == kFeaturesVersion,
               Error(ErrorKind::input, "unsupported features version")

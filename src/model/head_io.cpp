@@ -16,6 +16,7 @@
 #include "eagle/model/safetensors.h"
 #include "eagle/model/shape_check.h"
 #include "eagle/util/error.h"
+#include "eagle/util/json_file.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -141,15 +142,8 @@ void copy_parameters(DraftHead& head, const SafetensorsFile& file, HeadFormat fo
 // The config.json of a head folder.
 json read_head_config(const std::string& dir, std::string& config_path) {
   config_path = (fs::path(dir) / "config.json").string();
-  util::require_regular_file(config_path, ErrorKind::input, "the head's config.json");
-  std::ifstream in(config_path);
-  EAGLE_CHECK(in.good(), Error(ErrorKind::input, "cannot read the head's config").file(config_path)
-                             .hint("--checkpoint must name a head folder with config.json and model.safetensors"));
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error(ErrorKind::input, "config.json is not valid JSON").file(config_path).found(e.what());
-  }
+  return util::read_json_object(config_path, "head's config.json",
+                                "--checkpoint must name a head folder with config.json and model.safetensors");
 }
 
 }  // namespace

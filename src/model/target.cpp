@@ -2,7 +2,6 @@
 // model.safetensors.index.json, every tensor checked for presence and shape before any use.
 #include <charconv>
 #include <filesystem>
-#include <fstream>
 #include <set>
 
 #include <fmt/format.h>
@@ -12,7 +11,7 @@
 #include "eagle/model/dtype.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/util/error.h"
-#include "eagle/util/fs_sync.h"
+#include "eagle/util/json_file.h"
 #include "eagle/util/log.h"
 #include "target_impl.h"
 
@@ -55,15 +54,8 @@ Checkpoint open_checkpoint(const fs::path& dir) {
         .hint(pickle ? "convert the checkpoint to safetensors (save_pretrained(..., safe_serialization=True))"
                      : "point --model_name_or_path at a Hugging Face model folder");
   }
-  nlohmann::json j;
-  util::require_regular_file(index, ErrorKind::input, "the safetensors index");
-  try {
-    std::ifstream in(index);
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(ErrorKind::input, "index is not valid JSON").file(index.string()).found(e.what());
-  }
-  EAGLE_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
+  nlohmann::json j = util::read_json_object(index, "safetensors index");
+  EAGLE_CHECK(j.contains("weight_map") && j["weight_map"].is_object(),
               Error(ErrorKind::input, "index has no weight_map object").file(index.string()).place("weight_map"));
   std::map<std::string, std::size_t> shard_of_file;
   for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
