@@ -98,7 +98,7 @@ void remove_leftovers(const fs::path& out) {
   if (!fs::is_directory(out / kFeaturesShardDir, ec)) return;
   std::vector<fs::path> tmp;
   for (const auto& e : fs::directory_iterator(out / kFeaturesShardDir, ec))
-    if (e.path().filename().string().find(".tmp.") != std::string::npos) tmp.push_back(e.path());
+    if (util::is_temporary(e.path().filename().string())) tmp.push_back(e.path());
   for (const auto& p : tmp) fs::remove(p, ec);
 }
 

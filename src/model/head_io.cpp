@@ -2,10 +2,7 @@
 #include "eagle/util/fs_sync.h"
 #include "eagle/model/head_io.h"
 
-#include <unistd.h>
-
 #include <filesystem>
-#include <fstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -109,17 +106,6 @@ RopeConfig rope_from_json(const json& j, std::int64_t head_dim, std::int64_t max
   r.high_freq_factor = p.value("high_freq_factor", 4.0);
   r.original_max_position_embeddings = p.value("original_max_position_embeddings", std::int64_t{0});
   return r;
-}
-
-void write_text(const fs::path& path, const std::string& text) {
-  auto tmp = path;
-  tmp += fmt::format(".tmp-{}", ::getpid());
-  {
-    std::ofstream out(tmp);
-    out << text;
-    EAGLE_CHECK(out.good(), Error(ErrorKind::output, "could not write the file").file(tmp.string()));
-  }
-  fs::rename(tmp, path);
 }
 
 // Copies every parameter of head from the file, where the format names it; checks presence and shape.
@@ -242,7 +228,7 @@ void write_head_files(DraftHead& head, HeadFormat format, const std::string& dir
                 Error(ErrorKind::input, "the target's embedding does not fit the head").place("embed_tokens.weight"));
     tensors["embed_tokens.weight"] = target_embedding.detach().to(torch::kCPU).contiguous();
   }
-  write_text(fs::path(dir) / "config.json", head_config_json(head.config(), format).dump(2) + "\n");
+  util::write_file_atomic(fs::path(dir) / "config.json", head_config_json(head.config(), format).dump(2) + "\n");
   save_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
 }
 
@@ -257,8 +243,7 @@ void export_head(DraftHead& head, HeadFormat format, const std::string& dir, con
                   .hint("speculators leaves embed_tokens at zero when it is missing; name the target"));
   if (format == HeadFormat::speculators && head.config().target_name_or_path.empty())
     log::warn("export", "the head does not name its target: speculators_config.verifier.name_or_path is empty");
-  auto tmp = target;
-  tmp += fmt::format(".tmp-{}", ::getpid());
+  const auto tmp = util::temporary_name(target);
   std::error_code ec;
   fs::create_directories(tmp, ec);
   EAGLE_CHECK(!ec, Error(ErrorKind::output, "could not create the folder").file(tmp.string()).found(ec.message()));

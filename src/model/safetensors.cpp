@@ -1,5 +1,5 @@
 // safetensors reader (private memory mapping, full header validation, zero-copy CPU tensors) and
-// writer (sorted contiguous offsets, 8-byte padded header, temporary name then rename).
+// writer (sorted contiguous offsets, 8-byte padded header, written atomically by util::write_atomic).
 #include "eagle/util/fs_sync.h"
 #include "eagle/model/safetensors.h"
 
@@ -13,7 +13,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -270,13 +269,7 @@ void save_safetensors(const std::string& path, const std::map<std::string, torch
   std::string h = header.dump();
   h.append((8 - h.size() % 8) % 8, ' ');  // pad so the data section starts 8-byte aligned
 
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  const fs::path tmp = target.parent_path() / (target.filename().string() + fmt::format(".tmp.{}", ::getpid()));
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    EAGLE_CHECK(out.good(), Error(ErrorKind::output, "cannot create file").file(tmp.string())
-                                .found(std::strerror(errno)));
+  util::write_atomic(path, [&](std::ostream& out) {
     unsigned char len[8];
     std::uint64_t hl = h.size();
     for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>((hl >> (8 * i)) & 0xff);
@@ -284,20 +277,7 @@ void save_safetensors(const std::string& path, const std::map<std::string, torch
     out.write(h.data(), static_cast<std::streamsize>(h.size()));
     for (const auto& c : cpu)
       out.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.numel() * c.element_size()));
-    out.flush();
-    if (!out.good()) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw Error(ErrorKind::output, "writing failed").file(tmp.string()).hint("is the disk full?");
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, target, ec);
-  if (ec) {
-    const std::string why = ec.message();
-    fs::remove(tmp, ec);
-    throw Error(ErrorKind::output, "cannot rename the temporary file into place").file(path).found(why);
-  }
+  });
 }
 
 }  // namespace eagle::model
