@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "eagle/util/error.h"
+#include "eagle/util/hash.h"
 #include "eagle/util/mapped_file.h"
 
 namespace eagle::data {
@@ -21,16 +22,9 @@ static_assert(std::endian::native == std::endian::little, "the dataset format is
 
 std::uint64_t align_up(std::uint64_t x) { return (x + kSectionAlign - 1) / kSectionAlign * kSectionAlign; }
 
-std::uint64_t fnv1a(const void* data, std::size_t n) {
-  const auto* p = static_cast<const std::uint8_t*>(data);
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}
-
 std::uint64_t header_checksum(DatasetHeader h) {
   h.checksum = 0;
-  return fnv1a(&h, sizeof h);
+  return util::fnv1a(&h, sizeof h);
 }
 
 class Writer {

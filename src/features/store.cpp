@@ -13,6 +13,7 @@
 #include "eagle/model/dtype.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/util/error.h"
+#include "eagle/util/hash.h"
 #include "eagle/util/json_file.h"
 
 namespace eagle::features {
@@ -28,12 +29,6 @@ torch::ScalarType dtype_from_name(const std::string& s, const std::string& file)
       .place("layout.dtype")
       .found(s)
       .expected("bfloat16, float16 or float32");
-}
-
-std::uint64_t fnv1a(const void* data, std::size_t n, std::uint64_t h = 0xcbf29ce484222325ull) {
-  const auto* p = static_cast<const std::uint8_t*>(data);
-  for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
 }
 
 Error shard_error(const std::string& file, const std::string& place) {
@@ -359,8 +354,8 @@ json target_identity(const std::string& model_dir, const std::string& architectu
   auto canonical = [](const torch::Tensor& t) { return t.to(torch::kCPU, torch::kBFloat16).contiguous(); };
   const auto norm = canonical(final_norm);
   const auto rows = canonical(lm_head.narrow(0, 0, std::min<std::int64_t>(16, lm_head.size(0))));
-  std::uint64_t h = fnv1a(norm.data_ptr(), static_cast<std::size_t>(norm.nbytes()));
-  h = fnv1a(rows.data_ptr(), static_cast<std::size_t>(rows.nbytes()), h);
+  std::uint64_t h = util::fnv1a(norm.data_ptr(), static_cast<std::size_t>(norm.nbytes()));
+  h = util::fnv1a(rows.data_ptr(), static_cast<std::size_t>(rows.nbytes()), h);
   return json{
       {"model_name_or_path", model_dir}, {"architecture", architecture}, {"num_hidden_layers", num_hidden_layers},
       {"hidden_size", hidden_size},      {"vocab_size", vocab_size},     {"weights_fnv1a", fmt::format("{:016x}", h)}};
