@@ -12,6 +12,7 @@
 #include "eagle/data/speculators_folder.h"
 #include "eagle/model/dtype.h"
 #include "eagle/model/safetensors.h"
+#include "eagle/model/shape_check.h"
 #include "eagle/util/error.h"
 #include "eagle/util/hash.h"
 #include "eagle/util/json_file.h"
@@ -51,9 +52,11 @@ const std::int64_t* check_shard(const model::SafetensorsFile& f, const ShardInfo
                   .expected(fmt::format("{} shard {} of split {} from sample {}", kFeaturesFormat, s.index, s.split,
                                         s.first_sample)));
   auto expect = [&](const char* name, std::vector<std::int64_t> shape, torch::ScalarType dtype) {
-    EAGLE_CHECK(f.contains(name) && f.shape(name) == shape && f.dtype(name) == dtype,
+    const bool present = f.contains(name);
+    EAGLE_CHECK(present && f.shape(name) == shape && f.dtype(name) == dtype,
                 shard_error(f.path(), fmt::format("tensor \"{}\"", name))
-                    .expected(fmt::format("{} {}", model::dtype_name(dtype), fmt::join(shape, " x "))));
+                    .expected(model::tensor_text(dtype, shape))
+                    .found(present ? model::tensor_text(f.dtype(name), f.shape(name)) : "missing"));
   };
   if (l.aux_width > 0) expect("aux_hidden", {s.tokens, l.aux_width}, l.dtype);
   expect("last_hidden", {s.tokens, l.hidden_size}, l.dtype);
@@ -197,7 +200,7 @@ class SpeculatorsStore : public FeatureStore {
                     .file(f.path())
                     .place("hidden_states")
                     .expected(fmt::format("{} [>= {}, {}, {}]", model::dtype_name(layout_.dtype), pos + n, slots_, H))
-                    .found(fmt::format("{} [{}]", c10::toString(f.dtype("hidden_states")), fmt::join(shape, ", "))));
+                    .found(model::tensor_text(f.dtype("hidden_states"), shape)));
     const auto tokens = f.get("token_ids").to(torch::kInt64).contiguous();
     EAGLE_CHECK(tokens.dim() == 1 && tokens.size(0) == shape[0],
                 Error(ErrorKind::input, "token_ids does not match hidden_states").file(f.path()).place("token_ids"));

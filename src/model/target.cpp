@@ -10,6 +10,7 @@
 
 #include "eagle/model/dtype.h"
 #include "eagle/model/safetensors.h"
+#include "eagle/model/shape_check.h"
 #include "eagle/util/error.h"
 #include "eagle/util/json_file.h"
 #include "eagle/util/log.h"
@@ -133,11 +134,10 @@ void check_layer_count(const fs::path& dir, const Checkpoint& ck, const TargetCo
   auto it = ck.where.find("model.embed_tokens.weight");
   if (it == ck.where.end()) return;  // reported with every other missing tensor
   const auto shape = ck.files[it->second].shape("model.embed_tokens.weight");
-  EAGLE_CHECK(shape == std::vector<std::int64_t>({c.vocab_size, c.hidden_size}),
-              Error(ErrorKind::input, "config.json and the checkpoint disagree on the embedding size")
-                  .file(config_file).place("vocab_size, hidden_size")
-                  .expected(fmt::format("{} (model.embed_tokens.weight)", fmt::join(shape, " x ")))
-                  .found(fmt::format("{} x {}", c.vocab_size, c.hidden_size)));
+  check_shape({c.vocab_size, c.hidden_size}, shape,
+              Error(ErrorKind::input, "config.json and the checkpoint's model.embed_tokens.weight disagree on the "
+                                      "embedding size")
+                  .file(config_file).place("vocab_size, hidden_size"));
 }
 
 std::string list_some(const std::vector<std::string>& v) {
