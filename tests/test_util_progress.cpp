@@ -46,3 +46,14 @@ TEST_CASE("the display draws when due: at most 5 times a second as a bar, every 
   CHECK(resident_bytes() > 0);
   CHECK(peak_resident_bytes() >= resident_bytes());
 }
+
+TEST_CASE("the one progress-line composer adds label, bar and percentage to the caller's text", "[util]") {
+  const auto t = ProgressLine("dump", 0, 10).compose(0.3, "30/100 tokens");
+  CHECK(t.bar == "dump [###.......]  30% 30/100 tokens");
+  CHECK(t.plain == "dump 30%: 30/100 tokens");
+  CHECK(ProgressLine("read").compose(1.0, "done").plain == "read 100%: done");
+  // One decimal, no label (the training bar), and a percentage the caller computed.
+  const auto s = ProgressLine("", 1, 4).compose(0.0, 0.0, "0/10");
+  CHECK(s.bar == "[....]   0.0% 0/10");
+  CHECK(ProgressLine("", 1).percent_text(30.0) == "30.0%");
+}

@@ -1,6 +1,5 @@
 // eagle-train prepare: JSON sample files -> a prepared dataset folder (train.bin, optional
 // validation.bin, stats.json), written under a temporary name and renamed at the end.
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -17,6 +16,7 @@
 #include "eagle/run/dir_lock.h"
 #include "eagle/util/log.h"
 #include "eagle/util/error.h"
+#include "eagle/util/fs_sync.h"
 
 namespace eagle::cli {
 namespace {
@@ -34,16 +34,15 @@ void check_output(const std::string& out) {
                              .hint("choose another --output or remove the old one"));
 }
 
-// OUTPUT.tmp-<pid> folders of a prepare that was killed: nobody writes them (this process holds the
-// output's lock), so they go.
+// Temporary folders of a prepare that was killed (util::is_temporary of the output's name, also the
+// OUTPUT.tmp-<pid> of older versions): nobody writes them (this process holds the output's lock), so they go.
 void remove_leftovers(const fs::path& out) {
   std::error_code ec;
   const fs::path parent = out.parent_path().empty() ? fs::path(".") : out.parent_path();
   if (!fs::is_directory(parent, ec)) return;
-  const std::string prefix = out.filename().string() + ".tmp-";
   std::vector<fs::path> leftovers;
   for (const auto& e : fs::directory_iterator(parent, ec))
-    if (e.path().filename().string().rfind(prefix, 0) == 0) leftovers.push_back(e.path());
+    if (util::is_temporary(e.path().filename().string(), out.filename().string())) leftovers.push_back(e.path());
   for (const auto& p : leftovers) {
     fs::remove_all(p, ec);
     log::info("data", "removed {}, left by an interrupted prepare", p.string());
@@ -98,7 +97,7 @@ void run_prepare(const config::Options& opts, const Invocation& argv) {
   auto val = data::validation_indices(all.size(), opts.validation_fraction, static_cast<std::uint64_t>(opts.seed));
   auto train = data::complement_indices(all.size(), val);
 
-  fs::path tmp = out.string() + ".tmp-" + std::to_string(getpid());
+  const fs::path tmp = util::temporary_name(out);
   std::error_code ec;
   fs::remove_all(tmp, ec);
   fs::create_directories(tmp, ec);

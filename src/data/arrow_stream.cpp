@@ -4,11 +4,6 @@
 // ended by 0xFFFFFFFF 0x00000000; the first message is the Schema, the others RecordBatches.
 #include "eagle/data/arrow_stream.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -17,7 +12,7 @@
 #include <fmt/format.h>
 
 #include "eagle/util/error.h"
-#include "eagle/util/fs_sync.h"
+#include "eagle/util/mapped_file.h"
 
 namespace eagle::data {
 namespace {
@@ -27,36 +22,6 @@ static_assert(std::endian::native == std::endian::little, "Arrow files are read 
 // Flatbuffer enum values (Arrow's Schema.fbs and Message.fbs).
 constexpr std::uint8_t kSchemaMessage = 1, kDictionaryMessage = 2, kRecordBatchMessage = 3;
 constexpr std::uint8_t kIntType = 2, kListType = 12, kLargeListType = 21;
-
-// A read-only mapping of a whole file.
-class Mapping {
- public:
-  explicit Mapping(const std::string& path) {
-    util::require_regular_file(path, ErrorKind::input, "the Arrow file");
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    EAGLE_CHECK(fd >= 0, Error(ErrorKind::input, "cannot open the file").file(path).found(std::strerror(errno)));
-    struct stat st {};
-    const bool ok = ::fstat(fd, &st) == 0;
-    size_ = ok ? static_cast<std::size_t>(st.st_size) : 0;
-    if (size_ > 0) {
-      void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-      data_ = p == MAP_FAILED ? nullptr : static_cast<const std::uint8_t*>(p);
-    }
-    ::close(fd);
-    EAGLE_CHECK(ok && (size_ == 0 || data_), Error(ErrorKind::input, "cannot map the file").file(path));
-  }
-  ~Mapping() {
-    if (data_) ::munmap(const_cast<std::uint8_t*>(data_), size_);
-  }
-  Mapping(const Mapping&) = delete;
-  Mapping& operator=(const Mapping&) = delete;
-  const std::uint8_t* data() const { return data_; }
-  std::size_t size() const { return size_; }
-
- private:
-  const std::uint8_t* data_ = nullptr;
-  std::size_t size_ = 0;
-};
 
 // Bounds-checked little-endian reads inside one region (a message's metadata or the whole file).
 struct Region {
@@ -285,7 +250,7 @@ const ArrowColumn& ArrowBatch::column(std::string_view name, const std::string& 
 }
 
 void read_arrow_stream(const std::string& path, const std::function<void(const ArrowBatch&)>& on_batch) {
-  const Mapping map(path);
+  const util::MappedFile map(path, "the Arrow file");
   const Region file{map.data(), map.size(), &path};
   std::vector<FieldType> schema;
   bool have_schema = false;

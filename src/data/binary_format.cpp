@@ -3,7 +3,6 @@
 #include "eagle/data/binary_format.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +12,8 @@
 #include <memory>
 
 #include "eagle/util/error.h"
+#include "eagle/util/hash.h"
+#include "eagle/util/mapped_file.h"
 
 namespace eagle::data {
 namespace {
@@ -21,16 +22,9 @@ static_assert(std::endian::native == std::endian::little, "the dataset format is
 
 std::uint64_t align_up(std::uint64_t x) { return (x + kSectionAlign - 1) / kSectionAlign * kSectionAlign; }
 
-std::uint64_t fnv1a(const void* data, std::size_t n) {
-  const auto* p = static_cast<const std::uint8_t*>(data);
-  std::uint64_t h = 0xcbf29ce484222325ull;
-  for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
-}
-
 std::uint64_t header_checksum(DatasetHeader h) {
   h.checksum = 0;
-  return fnv1a(&h, sizeof h);
+  return util::fnv1a(&h, sizeof h);
 }
 
 class Writer {
@@ -283,14 +277,14 @@ DatasetHeader read_dataset_header(const std::string& path) {
 
 Dataset open_dataset_file(const std::string& path) {
   DatasetHeader h = read_dataset_header(path);
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw bad_file(path, "cannot open the dataset file").found(std::strerror(errno));
-  void* base = mmap(nullptr, h.file_bytes, PROT_READ, MAP_SHARED, fd, 0);
-  ::close(fd);
-  if (base == MAP_FAILED) throw bad_file(path, "cannot map the dataset file").found(std::strerror(errno));
-  std::size_t len = h.file_bytes;
-  std::shared_ptr<const void> owner(base, [len](const void* p) { munmap(const_cast<void*>(p), len); });
-  const auto* bytes = static_cast<const std::uint8_t*>(base);
+  auto map = std::make_shared<const util::MappedFile>(path, "the dataset file");
+  // The header was checked against the size of the file as it was then.
+  if (map->size() != h.file_bytes)
+    throw bad_file(path, "dataset file changed while it was opened")
+        .expected(std::to_string(h.file_bytes) + " bytes (from the header)")
+        .found(std::to_string(map->size()) + " bytes");
+  std::shared_ptr<const void> owner = map;
+  const auto* bytes = map->data();
 
   DatasetStorage st;
   st.owner = owner;

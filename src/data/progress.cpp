@@ -47,8 +47,7 @@ void ByteProgress::draw(std::uint64_t bytes, std::uint64_t samples, bool final) 
   std::string text = fmt::format("{:.1f}/{:.1f} MB, {} samples, {:.0f} samples/s, {:.1f} MB/s | {} elapsed{}", mb,
                                  static_cast<double>(total_) / 1e6, samples, static_cast<double>(samples) / s, mb / s,
                                  util::format_duration(s), eta);
-  display_.show(fmt::format("{} {} {:3.0f}% {}", label_, util::format_bar(frac), 100 * frac, text),
-                fmt::format("{} {:.0f}%: {}", label_, 100 * frac, text), s, final);
+  util::ProgressLine(label_).show(display_, frac, text, s, final);
 }
 
 }  // namespace eagle::data

@@ -14,6 +14,7 @@
 
 #include "eagle/util/error.h"
 #include "eagle/util/fs_sync.h"
+#include "eagle/util/json_file.h"
 #include "eagle/util/log.h"
 
 namespace eagle::data {
@@ -30,23 +31,15 @@ Error os_error(const std::string& path, const std::string& what) {
 }
 
 json read_progress(const std::string& path) {
-  std::ifstream in(path);
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error(ErrorKind::input, "the progress file is not valid JSON")
-        .file(path)
-        .found(e.what())
-        .hint("remove it and the .partial file beside it to start over");
-  }
-  const bool ok = j.is_object() && j.value("format", "") == kProgressFormat &&
+  constexpr const char* kStartOver = "remove it and the .partial file beside it to start over";
+  const json j = util::read_json_object(path, "progress file", kStartOver, kStartOver);
+  const bool ok = j.value("format", "") == kProgressFormat &&
                   j.value("version", 0) == kProgressVersion && j.contains("settings") &&
                   j["samples_done"].is_number_unsigned() && j["bytes"].is_number_unsigned();
   EAGLE_CHECK(ok, Error(ErrorKind::input, "not a progress file of this version")
                       .file(path)
                       .expected(fmt::format("\"format\": \"{}\", \"version\": {}", kProgressFormat, kProgressVersion))
-                      .hint("remove it and the .partial file beside it to start over"));
+                      .hint(kStartOver));
   return j;
 }
 

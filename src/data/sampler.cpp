@@ -8,6 +8,7 @@
 
 #include "eagle/config/options.h"
 #include "eagle/util/error.h"
+#include "eagle/util/hash.h"
 #include "eagle/util/log.h"
 
 namespace eagle::data {
@@ -41,14 +42,8 @@ Error state_error(const std::string& what, const std::string& key) {
 }  // namespace
 
 std::uint64_t lengths_fingerprint(const std::vector<std::int64_t>& lengths) {
-  std::uint64_t h = 0xcbf29ce484222325ULL;
-  for (std::int64_t v : lengths) {
-    auto u = static_cast<std::uint64_t>(v);
-    for (int b = 0; b < 8; ++b) {
-      h ^= (u >> (8 * b)) & 0xffu;
-      h *= 0x100000001b3ULL;
-    }
-  }
+  std::uint64_t h = util::kFnv1aOffset;
+  for (std::int64_t v : lengths) h = util::fnv1a_u64(static_cast<std::uint64_t>(v), h);
   return h;
 }
 

@@ -3,7 +3,6 @@
 
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -11,7 +10,7 @@
 #include "eagle/data/arrow_stream.h"
 #include "eagle/data/flat_builder.h"
 #include "eagle/util/error.h"
-#include "eagle/util/fs_sync.h"
+#include "eagle/util/json_file.h"
 #include "eagle/util/log.h"
 
 namespace eagle::data {
@@ -22,15 +21,8 @@ namespace fs = std::filesystem;
 // The Arrow files of the folder, in state.json's _data_files order (the row order of the dataset).
 std::vector<std::string> arrow_files(const fs::path& dir) {
   const auto state = dir / kSpeculatorsStateFile;
-  util::require_regular_file(state, ErrorKind::input, "the dataset state file");
-  nlohmann::json j;
-  try {
-    std::ifstream in(state);
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(ErrorKind::input, "not valid JSON").file(state.string()).found(e.what());
-  }
-  EAGLE_CHECK(j.is_object() && j.contains("_data_files") && j["_data_files"].is_array() && !j["_data_files"].empty(),
+  const nlohmann::json j = util::read_json_object(state, "dataset state file");
+  EAGLE_CHECK(j.contains("_data_files") && j["_data_files"].is_array() && !j["_data_files"].empty(),
               Error(ErrorKind::input, "no data files listed")
                   .file(state.string())
                   .place("_data_files")

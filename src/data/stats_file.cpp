@@ -1,7 +1,10 @@
 // TokenStats <-> JSON for stats.json (layout in docs/data.md).
 #include "eagle/data/stats_file.h"
 
+#include <type_traits>
+
 #include "eagle/util/error.h"
+#include "eagle/util/json_file.h"
 
 namespace eagle::data {
 
@@ -36,18 +39,7 @@ nlohmann::json stats_to_json(const TokenStats& s) {
 
 TokenStats stats_from_json(const nlohmann::json& j, const std::string& file) {
   TokenStats s;
-  auto get = [&](const char* key, auto& out) {
-    if (!j.contains(key))
-      throw Error(ErrorKind::input, "statistics field missing").file(file).place(std::string("field ") + key);
-    try {
-      j.at(key).get_to(out);
-    } catch (const nlohmann::json::exception& e) {
-      throw Error(ErrorKind::input, "statistics field has the wrong type")
-                          .file(file)
-                          .place(std::string("field ") + key)
-                          .found(e.what());
-    }
-  };
+  auto get = [&](const char* key, auto& out) { out = util::json_field<std::decay_t<decltype(out)>>(j, key, file); };
   get("samples", s.samples);
   get("tokens", s.tokens);
   get("trained_tokens", s.trained_tokens);

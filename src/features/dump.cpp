@@ -98,7 +98,7 @@ void remove_leftovers(const fs::path& out) {
   if (!fs::is_directory(out / kFeaturesShardDir, ec)) return;
   std::vector<fs::path> tmp;
   for (const auto& e : fs::directory_iterator(out / kFeaturesShardDir, ec))
-    if (e.path().filename().string().find(".tmp.") != std::string::npos) tmp.push_back(e.path());
+    if (util::is_temporary(e.path().filename().string())) tmp.push_back(e.path());
   for (const auto& p : tmp) fs::remove(p, ec);
 }
 
@@ -252,8 +252,7 @@ class DumpProgress {
     const auto text = fmt::format("{}/{} tokens, shard {}/{}, {:.0f} tokens/s | {} elapsed | {}", done_, total_,
                                   shards_done, shards_, mine / std::max(s, 1e-9), util::format_duration(s),
                                   util::format_eta(mine, static_cast<double>(total_ - start_done_), s));
-    display_.show(fmt::format("dump {} {:3.0f}% {}", util::format_bar(frac), 100 * frac, text),
-                  fmt::format("dump {:.0f}%: {}", 100 * frac, text), s, final);
+    util::ProgressLine("dump").show(display_, frac, text, s, final);
   }
   void finish() { display_.finish(); }
 

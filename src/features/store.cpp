@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -13,8 +12,10 @@
 #include "eagle/data/speculators_folder.h"
 #include "eagle/model/dtype.h"
 #include "eagle/model/safetensors.h"
+#include "eagle/model/shape_check.h"
 #include "eagle/util/error.h"
-#include "eagle/util/fs_sync.h"
+#include "eagle/util/hash.h"
+#include "eagle/util/json_file.h"
 
 namespace eagle::features {
 namespace {
@@ -29,12 +30,6 @@ torch::ScalarType dtype_from_name(const std::string& s, const std::string& file)
       .place("layout.dtype")
       .found(s)
       .expected("bfloat16, float16 or float32");
-}
-
-std::uint64_t fnv1a(const void* data, std::size_t n, std::uint64_t h = 0xcbf29ce484222325ull) {
-  const auto* p = static_cast<const std::uint8_t*>(data);
-  for (std::size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 0x100000001b3ull;
-  return h;
 }
 
 Error shard_error(const std::string& file, const std::string& place) {
@@ -57,9 +52,11 @@ const std::int64_t* check_shard(const model::SafetensorsFile& f, const ShardInfo
                   .expected(fmt::format("{} shard {} of split {} from sample {}", kFeaturesFormat, s.index, s.split,
                                         s.first_sample)));
   auto expect = [&](const char* name, std::vector<std::int64_t> shape, torch::ScalarType dtype) {
-    EAGLE_CHECK(f.contains(name) && f.shape(name) == shape && f.dtype(name) == dtype,
+    const bool present = f.contains(name);
+    EAGLE_CHECK(present && f.shape(name) == shape && f.dtype(name) == dtype,
                 shard_error(f.path(), fmt::format("tensor \"{}\"", name))
-                    .expected(fmt::format("{} {}", model::dtype_name(dtype), fmt::join(shape, " x "))));
+                    .expected(model::tensor_text(dtype, shape))
+                    .found(present ? model::tensor_text(f.dtype(name), f.shape(name)) : "missing"));
   };
   if (l.aux_width > 0) expect("aux_hidden", {s.tokens, l.aux_width}, l.dtype);
   expect("last_hidden", {s.tokens, l.hidden_size}, l.dtype);
@@ -203,7 +200,7 @@ class SpeculatorsStore : public FeatureStore {
                     .file(f.path())
                     .place("hidden_states")
                     .expected(fmt::format("{} [>= {}, {}, {}]", model::dtype_name(layout_.dtype), pos + n, slots_, H))
-                    .found(fmt::format("{} [{}]", c10::toString(f.dtype("hidden_states")), fmt::join(shape, ", "))));
+                    .found(model::tensor_text(f.dtype("hidden_states"), shape)));
     const auto tokens = f.get("token_ids").to(torch::kInt64).contiguous();
     EAGLE_CHECK(tokens.dim() == 1 && tokens.size(0) == shape[0],
                 Error(ErrorKind::input, "token_ids does not match hidden_states").file(f.path()).place("token_ids"));
@@ -273,15 +270,8 @@ json to_json(const FeatureManifest& m) {
 
 FeatureManifest read_manifest(const std::string& dir) {
   const auto path = (fs::path(dir) / kFeaturesManifest).string();
-  util::require_regular_file(path, ErrorKind::input, "the features manifest");
-  json j;
-  try {
-    std::ifstream in(path);
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error(ErrorKind::input, "the manifest is not valid JSON").file(path).found(e.what());
-  }
-  EAGLE_CHECK(j.is_object() && j.value("format", "") == kFeaturesFormat,
+  const json j = util::read_json_object(path, "features manifest");
+  EAGLE_CHECK(j.value("format", "") == kFeaturesFormat,
               Error(ErrorKind::input, "not a features manifest").file(path).place("format").expected(kFeaturesFormat));
   EAGLE_CHECK(j.value("version", 0) == kFeaturesVersion,
               Error(ErrorKind::input, "unsupported features version")
@@ -367,8 +357,8 @@ json target_identity(const std::string& model_dir, const std::string& architectu
   auto canonical = [](const torch::Tensor& t) { return t.to(torch::kCPU, torch::kBFloat16).contiguous(); };
   const auto norm = canonical(final_norm);
   const auto rows = canonical(lm_head.narrow(0, 0, std::min<std::int64_t>(16, lm_head.size(0))));
-  std::uint64_t h = fnv1a(norm.data_ptr(), static_cast<std::size_t>(norm.nbytes()));
-  h = fnv1a(rows.data_ptr(), static_cast<std::size_t>(rows.nbytes()), h);
+  std::uint64_t h = util::fnv1a(norm.data_ptr(), static_cast<std::size_t>(norm.nbytes()));
+  h = util::fnv1a(rows.data_ptr(), static_cast<std::size_t>(rows.nbytes()), h);
   return json{
       {"model_name_or_path", model_dir}, {"architecture", architecture}, {"num_hidden_layers", num_hidden_layers},
       {"hidden_size", hidden_size},      {"vocab_size", vocab_size},     {"weights_fnv1a", fmt::format("{:016x}", h)}};

@@ -278,8 +278,7 @@ class Generator {
     const std::string text = fmt::format("{}/{} samples | {} tokens, {:.0f} tokens/s | {} elapsed{}", next_emit_, total,
                                          result_.generated_tokens, rate, util::format_duration(elapsed_s), eta);
     const double frac = total > 0 ? static_cast<double>(next_emit_) / static_cast<double>(total) : 1.0;
-    display.show(fmt::format("generate {} {:3.0f}% {}", util::format_bar(frac), 100 * frac, text),
-                 fmt::format("generate {:.0f}%: {}", 100 * frac, text), elapsed_s, final);
+    util::ProgressLine("generate").show(display, frac, text, elapsed_s, final);
   }
 
   const model::TargetModel& target_;

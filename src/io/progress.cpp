@@ -18,9 +18,15 @@ std::string join_acc(const std::vector<double>& acc) {
   return out.empty() ? "-" : out;
 }
 
-std::string percent(std::int64_t step, std::int64_t total) {
-  double p = total > 0 ? 100.0 * static_cast<double>(step) / static_cast<double>(total) : 0.0;
-  return fmt::format("{:5.1f}%", p);
+double percent(std::int64_t step, std::int64_t total) {
+  return total > 0 ? 100.0 * static_cast<double>(step) / static_cast<double>(total) : 0.0;
+}
+
+// "| 1m00s elapsed | ETA 2m20s", the ETA from the steps this process ran.
+std::string timing(std::int64_t step, std::int64_t total, double elapsed_s, std::int64_t start_step) {
+  return fmt::format(
+      "| {} elapsed | {}", util::format_duration(elapsed_s),
+      util::format_eta(static_cast<double>(step - start_step), static_cast<double>(total - start_step), elapsed_s));
 }
 
 }  // namespace
@@ -44,18 +50,14 @@ std::string format_eval_line(const EvalStats& e) {
 std::string format_progress_bar(std::int64_t step, std::int64_t total, double elapsed_s, std::int64_t start_step,
                                 int width) {
   double frac = total > 0 ? static_cast<double>(step) / static_cast<double>(total) : 0.0;
-  return fmt::format("{} {} {}/{} | {} elapsed | {}", util::format_bar(frac, width), percent(step, total), step, total,
-                     util::format_duration(elapsed_s),
-                     util::format_eta(static_cast<double>(step - start_step), static_cast<double>(total - start_step),
-                                      elapsed_s));
+  const auto text = fmt::format("{}/{} {}", step, total, timing(step, total, elapsed_s, start_step));
+  return util::ProgressLine("", 1, width).compose(frac, percent(step, total), text).bar;
 }
 
 std::string format_progress_line(std::int64_t step, std::int64_t total, double elapsed_s, std::int64_t start_step) {
-  std::string p = percent(step, total);
-  p.erase(0, p.find_first_not_of(' '));
-  return fmt::format("progress {}/{} ({}) | {} elapsed | {}", step, total, p, util::format_duration(elapsed_s),
-                     util::format_eta(static_cast<double>(step - start_step), static_cast<double>(total - start_step),
-                                      elapsed_s));
+  // The step count before the percentage (the line docs/training.md shows), so not the composer's plain form.
+  const auto pct = util::ProgressLine("progress", 1).percent_text(percent(step, total));
+  return fmt::format("progress {}/{} ({}) {}", step, total, pct, timing(step, total, elapsed_s, start_step));
 }
 
 Progress::Progress(std::int64_t total_steps, std::int64_t start_step, ProgressMode mode, std::FILE* out,

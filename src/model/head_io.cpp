@@ -2,10 +2,7 @@
 #include "eagle/util/fs_sync.h"
 #include "eagle/model/head_io.h"
 
-#include <unistd.h>
-
 #include <filesystem>
-#include <fstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -16,6 +13,7 @@
 #include "eagle/model/safetensors.h"
 #include "eagle/model/shape_check.h"
 #include "eagle/util/error.h"
+#include "eagle/util/json_file.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -110,17 +108,6 @@ RopeConfig rope_from_json(const json& j, std::int64_t head_dim, std::int64_t max
   return r;
 }
 
-void write_text(const fs::path& path, const std::string& text) {
-  auto tmp = path;
-  tmp += fmt::format(".tmp-{}", ::getpid());
-  {
-    std::ofstream out(tmp);
-    out << text;
-    EAGLE_CHECK(out.good(), Error(ErrorKind::output, "could not write the file").file(tmp.string()));
-  }
-  fs::rename(tmp, path);
-}
-
 // Copies every parameter of head from the file, where the format names it; checks presence and shape.
 void copy_parameters(DraftHead& head, const SafetensorsFile& file, HeadFormat format) {
   torch::NoGradGuard ng;
@@ -141,15 +128,8 @@ void copy_parameters(DraftHead& head, const SafetensorsFile& file, HeadFormat fo
 // The config.json of a head folder.
 json read_head_config(const std::string& dir, std::string& config_path) {
   config_path = (fs::path(dir) / "config.json").string();
-  util::require_regular_file(config_path, ErrorKind::input, "the head's config.json");
-  std::ifstream in(config_path);
-  EAGLE_CHECK(in.good(), Error(ErrorKind::input, "cannot read the head's config").file(config_path)
-                             .hint("--checkpoint must name a head folder with config.json and model.safetensors"));
-  try {
-    return json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error(ErrorKind::input, "config.json is not valid JSON").file(config_path).found(e.what());
-  }
+  return util::read_json_object(config_path, "head's config.json",
+                                "--checkpoint must name a head folder with config.json and model.safetensors");
 }
 
 }  // namespace
@@ -248,7 +228,7 @@ void write_head_files(DraftHead& head, HeadFormat format, const std::string& dir
                 Error(ErrorKind::input, "the target's embedding does not fit the head").place("embed_tokens.weight"));
     tensors["embed_tokens.weight"] = target_embedding.detach().to(torch::kCPU).contiguous();
   }
-  write_text(fs::path(dir) / "config.json", head_config_json(head.config(), format).dump(2) + "\n");
+  util::write_file_atomic(fs::path(dir) / "config.json", head_config_json(head.config(), format).dump(2) + "\n");
   save_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
 }
 
@@ -263,8 +243,7 @@ void export_head(DraftHead& head, HeadFormat format, const std::string& dir, con
                   .hint("speculators leaves embed_tokens at zero when it is missing; name the target"));
   if (format == HeadFormat::speculators && head.config().target_name_or_path.empty())
     log::warn("export", "the head does not name its target: speculators_config.verifier.name_or_path is empty");
-  auto tmp = target;
-  tmp += fmt::format(".tmp-{}", ::getpid());
+  const auto tmp = util::temporary_name(target);
   std::error_code ec;
   fs::create_directories(tmp, ec);
   EAGLE_CHECK(!ec, Error(ErrorKind::output, "could not create the folder").file(tmp.string()).found(ec.message()));

@@ -1,24 +1,19 @@
 // safetensors reader (private memory mapping, full header validation, zero-copy CPU tensors) and
-// writer (sorted contiguous offsets, 8-byte padded header, temporary name then rename).
-#include "eagle/util/fs_sync.h"
+// writer (sorted contiguous offsets, 8-byte padded header, written atomically by util::write_atomic).
 #include "eagle/model/safetensors.h"
-
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "eagle/util/error.h"
+#include "eagle/util/fs_sync.h"
+#include "eagle/util/mapped_file.h"
 
 namespace eagle::model {
 
@@ -71,15 +66,12 @@ struct SafetensorsFile::Impl {
   };
 
   std::string path;
-  void* base = nullptr;
+  std::unique_ptr<util::MappedFile> map;
+  void* base = nullptr;  // map's bytes
   std::size_t size = 0;
   std::uint64_t data_start = 0;  // 8 + header length
   std::map<std::string, Entry> entries;
   std::map<std::string, std::string> metadata;
-
-  ~Impl() {
-    if (base != nullptr && base != MAP_FAILED) munmap(base, size);
-  }
 
   Error bad(const std::string& what) const {
     return Error(ErrorKind::input, "invalid safetensors file: " + what).file(path);
@@ -89,27 +81,13 @@ struct SafetensorsFile::Impl {
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
   auto impl = std::make_shared<Impl>();
   impl->path = path;
-  util::require_regular_file(path, ErrorKind::input, "the safetensors file");
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  EAGLE_CHECK(fd >= 0, Error(ErrorKind::input, "cannot open safetensors file")
-                           .file(path).found(std::strerror(errno)));
-  struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    ::close(fd);
-    throw Error(ErrorKind::input, "cannot stat safetensors file").file(path).found(std::strerror(errno));
-  }
-  impl->size = static_cast<std::size_t>(st.st_size);
-  if (impl->size < 8) {
-    ::close(fd);
-    throw impl->bad("file shorter than the 8-byte header length")
-        .expected("at least 8 bytes").found(fmt::format("{} bytes", impl->size));
-  }
   // Private and writable: an accidental in-place op on a loaded tensor copies the page instead of
   // crashing on a read-only page or writing through to the file (the descriptor is read-only).
-  impl->base = mmap(nullptr, impl->size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
-  ::close(fd);
-  EAGLE_CHECK(impl->base != MAP_FAILED, Error(ErrorKind::input, "cannot memory-map safetensors file")
-                                            .file(path).found(std::strerror(errno)));
+  impl->map = std::make_unique<util::MappedFile>(path, "the safetensors file", util::MappedFile::Access::copy_on_write);
+  impl->base = impl->map->writable_data();
+  impl->size = impl->map->size();
+  EAGLE_CHECK(impl->size >= 8, impl->bad("file shorter than the 8-byte header length")
+                                   .expected("at least 8 bytes").found(fmt::format("{} bytes", impl->size)));
   const auto* bytes = static_cast<const unsigned char*>(impl->base);
 
   std::uint64_t header_len = 0;
@@ -270,13 +248,7 @@ void save_safetensors(const std::string& path, const std::map<std::string, torch
   std::string h = header.dump();
   h.append((8 - h.size() % 8) % 8, ' ');  // pad so the data section starts 8-byte aligned
 
-  namespace fs = std::filesystem;
-  const fs::path target(path);
-  const fs::path tmp = target.parent_path() / (target.filename().string() + fmt::format(".tmp.{}", ::getpid()));
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    EAGLE_CHECK(out.good(), Error(ErrorKind::output, "cannot create file").file(tmp.string())
-                                .found(std::strerror(errno)));
+  util::write_atomic(path, [&](std::ostream& out) {
     unsigned char len[8];
     std::uint64_t hl = h.size();
     for (int i = 0; i < 8; ++i) len[i] = static_cast<unsigned char>((hl >> (8 * i)) & 0xff);
@@ -284,20 +256,7 @@ void save_safetensors(const std::string& path, const std::map<std::string, torch
     out.write(h.data(), static_cast<std::streamsize>(h.size()));
     for (const auto& c : cpu)
       out.write(static_cast<const char*>(c.data_ptr()), static_cast<std::streamsize>(c.numel() * c.element_size()));
-    out.flush();
-    if (!out.good()) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw Error(ErrorKind::output, "writing failed").file(tmp.string()).hint("is the disk full?");
-    }
-  }
-  std::error_code ec;
-  fs::rename(tmp, target, ec);
-  if (ec) {
-    const std::string why = ec.message();
-    fs::remove(tmp, ec);
-    throw Error(ErrorKind::output, "cannot rename the temporary file into place").file(path).found(why);
-  }
+  });
 }
 
 }  // namespace eagle::model

@@ -2,7 +2,6 @@
 // model.safetensors.index.json, every tensor checked for presence and shape before any use.
 #include <charconv>
 #include <filesystem>
-#include <fstream>
 #include <set>
 
 #include <fmt/format.h>
@@ -11,8 +10,9 @@
 
 #include "eagle/model/dtype.h"
 #include "eagle/model/safetensors.h"
+#include "eagle/model/shape_check.h"
 #include "eagle/util/error.h"
-#include "eagle/util/fs_sync.h"
+#include "eagle/util/json_file.h"
 #include "eagle/util/log.h"
 #include "target_impl.h"
 
@@ -55,15 +55,8 @@ Checkpoint open_checkpoint(const fs::path& dir) {
         .hint(pickle ? "convert the checkpoint to safetensors (save_pretrained(..., safe_serialization=True))"
                      : "point --model_name_or_path at a Hugging Face model folder");
   }
-  nlohmann::json j;
-  util::require_regular_file(index, ErrorKind::input, "the safetensors index");
-  try {
-    std::ifstream in(index);
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(ErrorKind::input, "index is not valid JSON").file(index.string()).found(e.what());
-  }
-  EAGLE_CHECK(j.is_object() && j.contains("weight_map") && j["weight_map"].is_object(),
+  nlohmann::json j = util::read_json_object(index, "safetensors index");
+  EAGLE_CHECK(j.contains("weight_map") && j["weight_map"].is_object(),
               Error(ErrorKind::input, "index has no weight_map object").file(index.string()).place("weight_map"));
   std::map<std::string, std::size_t> shard_of_file;
   for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
@@ -141,11 +134,10 @@ void check_layer_count(const fs::path& dir, const Checkpoint& ck, const TargetCo
   auto it = ck.where.find("model.embed_tokens.weight");
   if (it == ck.where.end()) return;  // reported with every other missing tensor
   const auto shape = ck.files[it->second].shape("model.embed_tokens.weight");
-  EAGLE_CHECK(shape == std::vector<std::int64_t>({c.vocab_size, c.hidden_size}),
-              Error(ErrorKind::input, "config.json and the checkpoint disagree on the embedding size")
-                  .file(config_file).place("vocab_size, hidden_size")
-                  .expected(fmt::format("{} (model.embed_tokens.weight)", fmt::join(shape, " x ")))
-                  .found(fmt::format("{} x {}", c.vocab_size, c.hidden_size)));
+  check_shape({c.vocab_size, c.hidden_size}, shape,
+              Error(ErrorKind::input, "config.json and the checkpoint's model.embed_tokens.weight disagree on the "
+                                      "embedding size")
+                  .file(config_file).place("vocab_size, hidden_size"));
 }
 
 std::string list_some(const std::vector<std::string>& v) {

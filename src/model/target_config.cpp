@@ -3,15 +3,14 @@
 // generation_end_ids, which adds generation_config.json's eos ids.
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "eagle/util/fs_sync.h"
 #include "eagle/model/target.h"
 #include "eagle/util/error.h"
+#include "eagle/util/json_file.h"
 
 namespace eagle::model {
 
@@ -66,20 +65,6 @@ struct Reader {
     return ids;
   }
 };
-
-json read_json_object(const std::string& path, const char* what, const char* hint) {
-  util::require_regular_file(path, ErrorKind::input, fmt::format("the {}", what));
-  std::ifstream in(path);
-  EAGLE_CHECK(in.good(), Error(ErrorKind::input, fmt::format("cannot read the {}", what)).file(path).hint(hint));
-  json j;
-  try {
-    j = json::parse(in);
-  } catch (const json::exception& e) {
-    throw Error(ErrorKind::input, fmt::format("{} is not valid JSON", what)).file(path).found(e.what());
-  }
-  EAGLE_CHECK(j.is_object(), Error(ErrorKind::input, fmt::format("{} is not a JSON object", what)).file(path));
-  return j;
-}
 
 struct Family {
   const char* architecture;
@@ -149,7 +134,7 @@ RopeConfig read_rope(const Reader& r, std::int64_t head_dim, std::int64_t max_po
 }  // namespace
 
 TargetConfig TargetConfig::from_json_file(const std::string& path) {
-  const json j = read_json_object(path, "model config",
+  const json j = util::read_json_object(path, "model config",
                                   "--model_name_or_path must be a Hugging Face model folder with config.json");
   const Reader r{path, j};
 
@@ -244,7 +229,7 @@ std::vector<std::int64_t> generation_end_ids(const std::string& model_dir, const
   std::vector<std::int64_t> ids = config.eos_token_ids;
   const std::string path = model_dir + "/generation_config.json";
   if (!std::filesystem::exists(path)) return ids;
-  const json j = read_json_object(path, "generation config", "remove the file or fix its JSON");
+  const json j = util::read_json_object(path, "generation config", "remove the file or fix its JSON");
   for (auto id : Reader{path, j}.id_list("eos_token_id"))
     if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
   return ids;

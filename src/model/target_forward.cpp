@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "eagle/model/shape_check.h"
 #include "eagle/util/error.h"
 #include "target_impl.h"
 
@@ -49,13 +50,7 @@ torch::Tensor TargetModel::Impl::layer(std::size_t l, const torch::Tensor& x, co
 namespace {
 
 void check_batch_tensor(const torch::Tensor& t, const char* name, const torch::Tensor& ids, torch::Device device) {
-  EAGLE_CHECK(t.defined() && t.dim() == 2 && t.sizes() == ids.sizes() && t.scalar_type() == torch::kInt64 &&
-                  t.device() == device,
-              Error(ErrorKind::internal, "malformed target batch").place(name)
-                  .expected(fmt::format("int64 [{}, {}] on {}", ids.size(0), ids.size(1), device.str()))
-                  .found(t.defined() ? fmt::format("{} {} on {}", c10::toString(t.scalar_type()), c10::str(t.sizes()),
-                                                   t.device().str())
-                                     : "undefined"));
+  check_tensor(t, torch::kInt64, ids.sizes(), device, Error(ErrorKind::internal, "malformed target batch").place(name));
 }
 
 }  // namespace

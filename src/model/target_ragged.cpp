@@ -2,6 +2,7 @@
 // and values go (CacheWrite, also for the shared-length forward_cached) and forward_ragged.
 #include <fmt/format.h>
 
+#include "eagle/model/shape_check.h"
 #include "eagle/util/error.h"
 #include "target_impl.h"
 
@@ -28,18 +29,7 @@ std::pair<torch::Tensor, torch::Tensor> CacheWrite::apply(std::size_t l, const t
 
 namespace {
 
-Error malformed_step(const char* field, const std::string& expected, const torch::Tensor& t) {
-  return Error(ErrorKind::internal, "malformed ragged step")
-      .place(field)
-      .expected(expected)
-      .found(t.defined()
-                 ? fmt::format("{} {} on {}", c10::toString(t.scalar_type()), c10::str(t.sizes()), t.device().str())
-                 : "undefined");
-}
-
-bool is_index(const torch::Tensor& t, torch::IntArrayRef sizes, torch::Device device) {
-  return t.defined() && t.sizes() == sizes && t.scalar_type() == torch::kInt64 && t.device() == device;
-}
+Error malformed_step(const char* field) { return Error(ErrorKind::internal, "malformed ragged step").place(field); }
 
 }  // namespace
 
@@ -51,14 +41,17 @@ torch::Tensor TargetModel::forward_ragged(KvCache& cache, const RaggedStep& step
               Error(ErrorKind::internal, "KV cache was not made by this model's new_cache"));
   const auto B = cache.keys[0].size(0), capacity = cache.keys[0].size(2);
   EAGLE_CHECK(step.ids.defined() && step.ids.dim() == 2 && step.ids.size(1) > 0,
-              malformed_step("ids", "int64 [R, N] with N > 0", step.ids));
+              malformed_step("ids").expected("int64 [R, N] with N > 0").found(tensor_text(step.ids)));
   const auto R = step.ids.size(0), N = step.ids.size(1);
-  const auto where = fmt::format("int64 [{}, {}] on {}", R, N, m.device.str());
-  EAGLE_CHECK(is_index(step.ids, {R, N}, m.device), malformed_step("ids", where, step.ids));
-  EAGLE_CHECK(is_index(step.columns, {R, N}, m.device), malformed_step("columns", where, step.columns));
-  EAGLE_CHECK(is_index(step.last, {R}, m.device), malformed_step("last", fmt::format("int64 [{}]", R), step.last));
-  EAGLE_CHECK(step.rows.defined() ? is_index(step.rows, {R}, m.device) : R == B,
-              malformed_step("rows", fmt::format("int64 [{}], or undefined with {} rows", R, B), step.rows));
+  check_tensor(step.ids, torch::kInt64, {R, N}, m.device, malformed_step("ids"));
+  check_tensor(step.columns, torch::kInt64, {R, N}, m.device, malformed_step("columns"));
+  check_tensor(step.last, torch::kInt64, {R}, m.device, malformed_step("last"));
+  if (step.rows.defined())
+    check_tensor(step.rows, torch::kInt64, {R}, m.device, malformed_step("rows"));
+  else
+    EAGLE_CHECK(R == B, malformed_step("rows")
+                            .expected(tensor_text(torch::kInt64, {R}, m.device) + ", or undefined with all rows")
+                            .found(fmt::format("undefined with {} of {} rows", R, B)));
   EAGLE_CHECK(step.key_len > 0 && step.key_len <= capacity,
               Error(ErrorKind::internal, "ragged step reads outside the KV cache")
                   .expected(fmt::format("key_len in 1..{}", capacity))

@@ -90,7 +90,7 @@ fs::path CheckpointDir::checkpoint_path(std::int64_t step) const { return dir_ /
 CheckpointRef CheckpointDir::save(std::int64_t step, const std::function<void(const fs::path&)>& write_files) {
   make_folder(dir_);
   fs::path final_path = checkpoint_path(step);
-  fs::path tmp = dir_ / fmt::format(".tmp-checkpoint-{}", step);
+  fs::path tmp = util::temporary_folder_name(final_path);
   fs::path old = dir_ / fmt::format(".tmp-old-checkpoint-{}", step);
   remove_tree(tmp);
   make_folder(tmp);
@@ -173,7 +173,7 @@ bool CheckpointDir::update_best(std::int64_t step, std::string_view metric, doub
     throw Error(ErrorKind::internal, "the best checkpoint must be a complete saved checkpoint").file(source.string())
         .hint("save a checkpoint at the evaluation step before calling update_best");
   fs::path best_dir = dir_ / kBestFolder;
-  fs::path tmp = dir_ / ".tmp-checkpoint-best";
+  fs::path tmp = util::temporary_folder_name(best_dir);
   fs::path old = dir_ / ".tmp-old-checkpoint-best";
   remove_tree(tmp);
   link_tree(source, tmp);
@@ -222,7 +222,7 @@ std::size_t CheckpointDir::clean_temporaries() {
     const std::string name = entry.path().filename().string();
     // .tmp-* folders, and checkpoint-<step> folders without COMPLETE: a rotation that was killed
     // after it removed the marker, or a save killed between its rename and its marker.
-    if (name.rfind(".tmp-", 0) == 0 || (step_of_name(name) && !is_complete(entry.path())))
+    if (util::is_temporary(name) || (step_of_name(name) && !is_complete(entry.path())))
       leftovers.push_back(entry.path());
   }
   for (const auto& p : leftovers) {

@@ -12,7 +12,7 @@
 #include "eagle/run/checkpoint_dir.h"
 #include "eagle/run/run_files.h"
 #include "eagle/util/error.h"
-#include "eagle/util/fs_sync.h"
+#include "eagle/util/json_file.h"
 #include "eagle/util/log.h"
 
 #ifdef EAGLE_WITH_CUDA
@@ -50,12 +50,15 @@ void set_rng_states(const std::map<std::string, torch::Tensor>& states) {
 // The steps output_dir/summary.json records of a completed run, and of how many planned; none when
 // it records no completed run.
 std::optional<std::pair<std::int64_t, std::int64_t>> completed_steps(const std::string& output_dir) {
-  std::ifstream in(std::filesystem::path(output_dir) / "summary.json");
-  if (!in) return std::nullopt;
-  try {
-    const auto j = nlohmann::json::parse(in);
+  const auto file = std::filesystem::path(output_dir) / "summary.json";
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec)) return std::nullopt;
+  try {  // an unreadable or malformed summary records no completed run
+    const auto j = util::read_json_object(file, "run summary");
     if (j.value("exit_reason", std::string()) != "completed") return std::nullopt;
     return std::pair{j.value("steps", std::int64_t{-1}), j.value("total_steps", std::int64_t{-1})};
+  } catch (const Error&) {
+    return std::nullopt;
   } catch (const nlohmann::json::exception&) {
     return std::nullopt;
   }
@@ -83,26 +86,15 @@ void write_checkpoint_files(const std::filesystem::path& dir, model::DraftHead& 
 
 TrainerState read_trainer_state(const std::filesystem::path& dir) {
   const auto state_path = dir / kTrainerStateFile;
-  util::require_regular_file(state_path, ErrorKind::input, "the checkpoint's trainer state");
-  std::ifstream in(state_path);
-  EAGLE_CHECK(in.good(), Error(ErrorKind::input, "checkpoint has no trainer state").file(state_path.string())
-                             .hint("only checkpoints written by eagle-train train can be resumed"));
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(in);
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(ErrorKind::input, "malformed trainer state").file(state_path.string()).found(e.what());
-  }
+  const auto file = state_path.string();
+  const nlohmann::json j = util::read_json_object(state_path, "checkpoint's trainer state",
+                                                  "only checkpoints written by eagle-train train can be resumed");
   TrainerState s;
-  try {
-    s.step = j.at("step").get<std::int64_t>();
-    s.sampler = j.at("sampler");
-    s.config = j.at("config");
-    s.real_tokens = j.value("real_tokens", 0.0);
-    s.world_size = j.value("world_size", std::int64_t{1});
-  } catch (const nlohmann::json::exception& e) {
-    throw Error(ErrorKind::input, "trainer state lacks a field").file(state_path.string()).found(e.what());
-  }
+  s.step = util::json_field<std::int64_t>(j, "step", file);
+  s.sampler = util::json_field<nlohmann::json>(j, "sampler", file);
+  s.config = util::json_field<nlohmann::json>(j, "config", file);
+  s.real_tokens = util::json_field_or(j, "real_tokens", 0.0, file);
+  s.world_size = util::json_field_or(j, "world_size", std::int64_t{1}, file);
   return s;
 }
 

@@ -1,11 +1,13 @@
-// Durable file writes: temporary name, fsync, rename, fsync of the folder.
+// Durable file writes (temporary name, fsync, rename, fsync of the folder) and the one temporary-name rule.
 #include "eagle/util/fs_sync.h"
 
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <string>
 
 #include "eagle/util/error.h"
@@ -16,7 +18,16 @@ namespace fs = std::filesystem;
 namespace {
 
 Error os_error(const fs::path& path, const std::string& what, int err) {
-  return Error(ErrorKind::output, what).file(path.string()).found(std::strerror(err));
+  Error e(ErrorKind::output, what);
+  e.file(path.string());
+  if (err != 0) e.found(std::strerror(err));
+  return e;
+}
+
+fs::path folder_of(const fs::path& path) { return path.parent_path().empty() ? fs::path(".") : path.parent_path(); }
+
+bool all_digits(std::string_view s) {
+  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 }  // namespace
@@ -38,39 +49,56 @@ void fsync_tree(const fs::path& folder) {
   fsync_path(folder);
 }
 
-void write_file_atomic(const fs::path& path, std::string_view content) {
-  fs::path dir = path.parent_path().empty() ? fs::path(".") : path.parent_path();
-  fs::path tmp = dir / (".tmp-" + path.filename().string() + "." + std::to_string(::getpid()));
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw os_error(tmp, "cannot create the temporary file", errno);
-  const char* p = content.data();
-  std::size_t left = content.size();
-  while (left > 0) {
-    ssize_t n = ::write(fd, p, left);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw os_error(tmp, "write failed", err);
+fs::path temporary_name(const fs::path& path) {
+  return folder_of(path) / (".tmp-" + path.filename().string() + "." + std::to_string(::getpid()));
+}
+
+fs::path temporary_folder_name(const fs::path& path) { return folder_of(path) / (".tmp-" + path.filename().string()); }
+
+bool is_temporary(std::string_view name, std::string_view of) {
+  constexpr std::string_view kPrefix = ".tmp-";
+  if (of.empty()) {
+    if (name.starts_with(kPrefix)) return true;
+    for (std::string_view infix : {".tmp.", ".tmp-"}) {
+      const auto at = name.rfind(infix);
+      if (at != std::string_view::npos && at > 0 && all_digits(name.substr(at + infix.size()))) return true;
     }
-    p += n;
-    left -= static_cast<std::size_t>(n);
+    return false;
   }
-  int sync_rc = ::fsync(fd);
-  int sync_err = errno;
-  int close_rc = ::close(fd);
-  if (sync_rc != 0 || close_rc != 0) {
-    int err = sync_rc != 0 ? sync_err : errno;
+  const std::string target(of);
+  if (name == std::string(kPrefix) + target) return true;
+  for (const std::string& head : {std::string(kPrefix) + target + ".", target + ".tmp.", target + ".tmp-"})
+    if (name.starts_with(head) && all_digits(name.substr(head.size()))) return true;
+  return false;
+}
+
+void write_atomic(const fs::path& path, const std::function<void(std::ostream&)>& write) {
+  const fs::path tmp = temporary_name(path);
+  try {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) throw os_error(tmp, "cannot create the temporary file", errno);
+    errno = 0;
+    write(out);
+    out.flush();
+    if (!out) throw os_error(tmp, "write failed", errno).hint("is the disk full?");
+    out.close();
+    if (!out) throw os_error(tmp, "close failed", errno);
+    fsync_path(tmp);
+  } catch (...) {
     ::unlink(tmp.c_str());
-    throw os_error(tmp, "fsync/close failed", err);
+    throw;
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     int err = errno;
     ::unlink(tmp.c_str());
     throw os_error(path, "cannot rename the temporary file into place", err);
   }
-  fsync_path(dir);
+  fsync_path(folder_of(path));
+}
+
+void write_file_atomic(const fs::path& path, std::string_view content) {
+  write_atomic(path,
+               [&](std::ostream& out) { out.write(content.data(), static_cast<std::streamsize>(content.size())); });
 }
 
 void require_regular_file(const fs::path& path, ErrorKind kind, std::string_view what) {

@@ -114,4 +114,27 @@ void ProgressDisplay::finish() {
   }
 }
 
+ProgressLine::ProgressLine(std::string label, int decimals, int bar_width)
+    : label_(std::move(label)), decimals_(decimals), bar_width_(bar_width) {}
+
+ProgressTexts ProgressLine::compose(double fraction, std::string_view text) const {
+  return compose(fraction, 100 * fraction, text);
+}
+
+ProgressTexts ProgressLine::compose(double fraction, double percent, std::string_view text) const {
+  const int width = decimals_ > 0 ? 4 + decimals_ : 3;
+  const std::string padded = fmt::format("{:{}.{}f}%", percent, width, decimals_);
+  const std::string head = label_.empty() ? "" : label_ + " ";
+  return {fmt::format("{}{} {} {}", head, format_bar(fraction, bar_width_), padded, text),
+          fmt::format("{}{}: {}", head, percent_text(percent), text)};
+}
+
+std::string ProgressLine::percent_text(double percent) const { return fmt::format("{:.{}f}%", percent, decimals_); }
+
+bool ProgressLine::show(ProgressDisplay& display, double fraction, std::string_view text, double elapsed_s,
+                        bool final) const {
+  const auto t = compose(fraction, text);
+  return display.show(t.bar, t.plain, elapsed_s, final);
+}
+
 }  // namespace eagle::util

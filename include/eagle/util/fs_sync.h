@@ -4,14 +4,31 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
+#include <ostream>
 #include <string_view>
 
 #include "eagle/util/error.h"
 
 namespace eagle::util {
 
-// Writes `content` to `path` atomically (temporary ".tmp-<name>.<pid>" in the same folder, fsync,
-// rename over `path`, fsync of the folder). Throws Error(output) naming the path on failure.
+// The one temporary-name rule of every writer: ".tmp-<name>.<pid>" beside `path` (hidden, and the pid
+// keeps two writers of one target apart).
+std::filesystem::path temporary_name(const std::filesystem::path& path);
+// The rule for a folder written under a lock whose leftover the next writer removes by name
+// (checkpoints): ".tmp-<name>" beside `path`.
+std::filesystem::path temporary_folder_name(const std::filesystem::path& path);
+// Whether the file name `name` (no folder) is a leftover temporary: one of the two names above, or a
+// spelling of the writers before the one rule ("<name>.tmp.<pid>", "<name>.tmp-<pid>"), so a folder
+// written by an older version is cleaned too. With `of`: only temporaries of the file named `of`.
+bool is_temporary(std::string_view name, std::string_view of = {});
+
+// Writes `path` atomically: `write` fills a stream on temporary_name(path), which is flushed, fsync'd
+// and renamed over `path`, then the folder is fsync'd; a crash leaves the old file or the new one.
+// Throws Error(output) naming the path on failure; on any failure (also `write` throwing) the
+// temporary is removed.
+void write_atomic(const std::filesystem::path& path, const std::function<void(std::ostream&)>& write);
+// write_atomic of `content`.
 void write_file_atomic(const std::filesystem::path& path, std::string_view content);
 
 // fsync of one file or folder; throws Error(output) naming it on failure.

@@ -1,6 +1,7 @@
 // The one progress display of eagle-train (training steps, dataset reads, feature dumps,
 // generation): a line redrawn in place on a terminal, cooperating with log lines (they print above
-// it), or a log line every plain interval off a terminal; plus the shared duration and bar texts.
+// it), or a log line every plain interval off a terminal; the one composer of its lines; plus the
+// shared duration and bar texts.
 #pragma once
 
 #include <cstdint>
@@ -60,6 +61,35 @@ class ProgressDisplay {
   double last_s_ = -1.0;  // elapsed_s of the last line shown; < 0: none yet
   std::string bar_;       // the bar as last drawn; empty: nothing on screen
   bool bar_visible_ = false;
+};
+
+// The two texts of one progress line: the bar form and the plain (log line) form.
+struct ProgressTexts {
+  std::string bar, plain;
+};
+
+// The one composer of progress lines; callers compose only their own text (counts, speed, elapsed,
+// ETA) and this adds the label, bar and percentage:
+//   bar:   "LABEL [#########.....................]  30% TEXT"  (no "LABEL " for an empty label)
+//   plain: "LABEL 30%: TEXT"
+// The bar's percentage is padded to three digits before the point, so the line does not jitter.
+class ProgressLine {
+ public:
+  // decimals: of the percentage ("30%" for 0, "30.0%" for 1); bar_width: cells of the bar.
+  explicit ProgressLine(std::string label, int decimals = 0, int bar_width = 30);
+
+  // fraction in [0, 1] fills the bar and gives the percentage (100 x fraction); the second form
+  // takes a percentage the caller computed itself.
+  ProgressTexts compose(double fraction, std::string_view text) const;
+  ProgressTexts compose(double fraction, double percent, std::string_view text) const;
+  // "30.0%", unpadded (for a caller that places it in its own text).
+  std::string percent_text(double percent) const;
+  // display.show of compose(fraction, text).
+  bool show(ProgressDisplay& display, double fraction, std::string_view text, double elapsed_s, bool final) const;
+
+ private:
+  std::string label_;
+  int decimals_, bar_width_;
 };
 
 }  // namespace eagle::util
