@@ -15,7 +15,6 @@
 #include "eagle/run/run_files.h"
 #include "eagle/run/signals.h"
 #include "eagle/run/summary.h"
-#include "eagle/util/fs_sync.h"
 #include "helpers.h"
 
 using namespace eagle::run;
@@ -204,15 +203,4 @@ TEST_CASE("config.json and command_line.txt of the run", "[run]") {
   write_run_files(tmp.path(), o, {"eagle-train", "train", "--resume_from_checkpoint", "auto"});
   CHECK(eagle::test::read_file(tmp / "command_line.txt") ==
         first + "eagle-train train --resume_from_checkpoint auto\n");
-}
-
-TEST_CASE("atomic writes replace the file whole and leave no temporary", "[run]") {
-  eagle::test::TempDir tmp;
-  eagle::util::write_file_atomic(tmp / "a.json", "old");
-  eagle::util::write_file_atomic(tmp / "a.json", "new");
-  CHECK(eagle::test::read_file(tmp / "a.json") == "new");
-  std::size_t entries = 0;
-  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(tmp.path())) ++entries;
-  CHECK(entries == 1);
-  CHECK_THROWS_AS(eagle::util::write_file_atomic(tmp / "missing" / "a.json", "x"), eagle::Error);
 }

@@ -78,3 +78,14 @@ TEST_CASE("is_temporary recognises temporary_name's output and the older spellin
   CHECK_FALSE(util::is_temporary("ds", "ds"));
   CHECK_FALSE(util::is_temporary(".tmp-ds.x", "ds"));
 }
+
+TEST_CASE("atomic writes replace the file whole and leave no temporary", "[util]") {
+  eagle::test::TempDir tmp;
+  util::write_file_atomic(tmp / "a.json", "old");
+  util::write_file_atomic(tmp / "a.json", "new");
+  CHECK(eagle::test::read_file(tmp / "a.json") == "new");
+  std::size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(tmp.path())) ++entries;
+  CHECK(entries == 1);
+  CHECK_THROWS_AS(util::write_file_atomic(tmp / "missing" / "a.json", "x"), eagle::Error);
+}

@@ -94,8 +94,10 @@ void run_prepare(const config::Options& opts, const Invocation& argv) {
   counts.dropped = rc.dropped;
   counts.skipped = rc.skipped;
   data::Dataset all = builder.finish(opts.output, counts);
-  auto val = data::validation_indices(all.size(), opts.validation_fraction, static_cast<std::uint64_t>(opts.seed));
-  auto train = data::complement_indices(all.size(), val);
+  const auto split =
+      data::split_validation(all.size(), opts.validation_fraction, static_cast<std::uint64_t>(opts.seed));
+  const auto& train = split.train;
+  const auto& val = split.validation;
 
   const fs::path tmp = util::temporary_name(out);
   std::error_code ec;

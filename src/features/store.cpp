@@ -354,9 +354,9 @@ json target_identity(const std::string& model_dir, const std::string& architectu
                      std::int64_t hidden_size, std::int64_t vocab_size, const torch::Tensor& final_norm,
                      const torch::Tensor& lm_head) {
   // Over bf16-rounded values: the same for the target loaded in float32 or bfloat16.
-  auto canonical = [](const torch::Tensor& t) { return t.to(torch::kCPU, torch::kBFloat16).contiguous(); };
-  const auto norm = canonical(final_norm);
-  const auto rows = canonical(lm_head.narrow(0, 0, std::min<std::int64_t>(16, lm_head.size(0))));
+  auto as_bf16_on_cpu = [](const torch::Tensor& t) { return t.to(torch::kCPU, torch::kBFloat16).contiguous(); };
+  const auto norm = as_bf16_on_cpu(final_norm);
+  const auto rows = as_bf16_on_cpu(lm_head.narrow(0, 0, std::min<std::int64_t>(16, lm_head.size(0))));
   std::uint64_t h = util::fnv1a(norm.data_ptr(), static_cast<std::size_t>(norm.nbytes()));
   h = util::fnv1a(rows.data_ptr(), static_cast<std::size_t>(rows.nbytes()), h);
   return json{
