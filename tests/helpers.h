@@ -7,6 +7,9 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "eagle_test_paths.h"
 
@@ -31,6 +34,8 @@ std::string smoke_args();
 pid_t start_cli(const std::string& args, const std::filesystem::path& log, const std::string& env = "");
 // Waits for a child: its exit code, or minus the signal that killed it.
 int wait_exit(pid_t pid);
+// Every non-empty line of a JSON-lines file (a run's metrics.jsonl), parsed.
+std::vector<nlohmann::json> read_jsonl(const std::filesystem::path& file);
 // The training losses a run folder's metrics.jsonl logged, by step (null losses left out).
 std::map<std::int64_t, double> logged_losses(const std::filesystem::path& run);
 // The Python of scripts/setup.sh's environment ($EAGLE_DEPS_DIR or ~/.cache/eagle-train).

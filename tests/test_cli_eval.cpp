@@ -8,6 +8,7 @@
 #include "eagle/model/safetensors.h"
 #include "helpers.h"
 
+using eagle::test::read_jsonl;
 using eagle::test::run_cli;
 using eagle::test::TempDir;
 using nlohmann::json;
@@ -16,14 +17,6 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kSmoke = eagle::test::smoke_args();
-
-std::vector<json> read_jsonl(const fs::path& p) {
-  std::vector<json> out;
-  std::ifstream in(p);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) out.push_back(json::parse(line));
-  return out;
-}
 
 }  // namespace
 

@@ -15,6 +15,7 @@
 #include "helpers.h"
 
 using eagle::test::logged_losses;
+using eagle::test::read_jsonl;
 using eagle::test::run_cli;
 using eagle::test::TempDir;
 using nlohmann::json;
@@ -23,14 +24,6 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kSmoke = eagle::test::smoke_args();
-
-std::vector<json> read_jsonl(const fs::path& p) {
-  std::vector<json> out;
-  std::ifstream in(p);
-  for (std::string line; std::getline(in, line);)
-    if (!line.empty()) out.push_back(json::parse(line));
-  return out;
-}
 
 void check_same_tensors(const fs::path& a, const fs::path& b) {
   auto ta = eagle::model::load_safetensors(a.string());
