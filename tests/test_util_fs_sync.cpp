@@ -78,3 +78,19 @@ TEST_CASE("is_temporary recognises temporary_name's output and the older spellin
   CHECK_FALSE(util::is_temporary("ds", "ds"));
   CHECK_FALSE(util::is_temporary(".tmp-ds.x", "ds"));
 }
+
+TEST_CASE("write_atomic never writes through a link planted at its temporary name", "[util]") {
+  test::TempDir tmp;
+  test::write_file(tmp / "victim", "precious");
+  const fs::path target = tmp / "stats.json";
+  fs::create_symlink(tmp / "victim", util::temporary_name(target));
+  CHECK_THROWS_AS(util::write_file_atomic(target, "{}"), Error);
+  CHECK(test::read_file(tmp / "victim") == "precious");
+  CHECK_FALSE(fs::exists(target));
+  // A regular file there is a dead writer's leftover (the name holds this pid) and is replaced.
+  fs::remove(util::temporary_name(target));
+  test::write_file(util::temporary_name(target), "torn");
+  util::write_file_atomic(target, "{}");
+  CHECK(test::read_file(target) == "{}");
+  CHECK_FALSE(fs::exists(util::temporary_name(target)));
+}
