@@ -4,11 +4,14 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <random>
 #include <sstream>
 
 #include "eagle/data/sample_writer.h"
+#include "eagle/run/dir_lock.h"
 #include "helpers.h"
 
 using eagle::test::read_file;
@@ -141,4 +144,31 @@ TEST_CASE("generate stopped by SIGINT, then killed, continues to the uninterrupt
   REQUIRE(last.exit_code == 0);
   CHECK_THAT(last.output, Catch::Contains("resuming") && Catch::Contains("300 samples: 300 regenerated"));
   CHECK(read_file(dir / "out.jsonl") == read_file(dir / "ref.jsonl"));
+}
+
+TEST_CASE("a second generate on the same output is refused, naming the holder's pid", "[cli]") {
+  TempDir dir;
+  eagle::test::write_file(dir / "in.jsonl", ask({10, 11, 12}));
+  const auto out = (dir / "out.jsonl").string();
+  const std::string args = "generate --model_name_or_path " + kModel + " --data_path " + (dir / "in.jsonl").string() +
+                           " --output " + out + " --max_new_tokens 4 --device cpu --num_threads 1";
+  {
+    // This process holds the lock as a running generate would.
+    eagle::run::DirLock held(out + ".lock", "the generate output", /*remove_on_release=*/true);
+    auto r = run_cli(args);
+    INFO(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.output, Catch::Contains("in use by another eagle-train process") &&
+                             Catch::Contains("pid " + std::to_string(::getpid())));
+    CHECK_FALSE(fs::exists(out + eagle::data::kPartSuffix));
+  }
+  // A lock file left by a killed run (nobody holds it) never blocks.
+  eagle::test::write_file(out + ".lock", "999999999\n");
+  eagle::test::write_file(dir / ".tmp-out.jsonl.progress.999999999", "torn");  // a killed run's temporary
+  auto r = run_cli(args);
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(fs::exists(out));
+  CHECK_FALSE(fs::exists(out + ".lock"));
+  CHECK_FALSE(fs::exists(dir / ".tmp-out.jsonl.progress.999999999"));
 }

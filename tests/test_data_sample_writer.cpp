@@ -9,6 +9,7 @@
 #include "data_helpers.h"
 #include "eagle/data/json_reader.h"
 #include "eagle/data/sample_writer.h"
+#include "eagle/util/error.h"
 #include "helpers.h"
 
 using namespace eagle;
@@ -79,4 +80,25 @@ TEST_CASE("the writer refuses an existing output, another run's progress and a n
   { SampleWriter(out, kSettings).finish(json()); }
   CHECK_THROWS_WITH(SampleWriter(out, kSettings), Catch::Contains("already exists"));
   CHECK_THROWS_WITH(SampleWriter((dir / "out.txt").string(), kSettings), Catch::Contains(".jsonl"));
+}
+
+TEST_CASE("the writer never writes through a link planted at OUTPUT.partial", "[data]") {
+  test::TempDir dir;
+  const auto out = (dir / "out.jsonl").string();
+  test::write_file(dir / "victim", "precious");
+  std::filesystem::create_symlink(dir / "victim", out + data::kPartSuffix);
+  CHECK_THROWS_WITH(SampleWriter(out, kSettings), Catch::Contains("symbolic link") && Catch::Contains(".partial"));
+  CHECK(test::read_file(dir / "victim") == "precious");
+  // Resuming (a progress file there) opens the part file with O_NOFOLLOW: refused the same way.
+  {
+    std::filesystem::remove(out + data::kPartSuffix);
+    SampleWriter w(out, kSettings);
+    w.write(samples()[0]);
+    w.commit(json());
+  }
+  std::filesystem::remove(out + data::kPartSuffix);
+  test::write_file(dir / "big", std::string(4096, 'x'));
+  std::filesystem::create_symlink(dir / "big", out + data::kPartSuffix);
+  CHECK_THROWS_AS(SampleWriter(out, kSettings), eagle::Error);
+  CHECK(test::read_file(dir / "big") == std::string(4096, 'x'));
 }

@@ -144,3 +144,58 @@ TEST_CASE("dump-features on the command line: size estimate, progress, refusals"
   CHECK(j["eval_loss"].get<double>() > 0);
   CHECK_FALSE(j.contains("ar"));
 }
+
+TEST_CASE("dump-features removes only what its own unfinished dump wrote", "[features]") {
+  test::TempDir tmp;
+  // A folder with names a dump writes but no marker (a prepared dataset, say) is refused, untouched.
+  fs::create_directories(tmp / "prepared");
+  test::write_file(tmp / "prepared" / data::kTrainFile, "mine");
+  test::write_file(tmp / "prepared" / data::kStatsFile, "{}");
+  try {
+    features::dump_features(dump_options(tmp / "prepared"));
+    FAIL("a folder without the dump's marker was taken for an unfinished dump");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::output);
+    CHECK_THAT(e.format(), Catch::Contains("not an unfinished dump") && Catch::Contains("train.bin"));
+  }
+  CHECK(test::read_file(tmp / "prepared" / data::kTrainFile) == "mine");
+
+  // This tool's unfinished dump (its marker first): its files and dead writers' temporaries go.
+  fs::create_directories(tmp / "ours");
+  test::write_file(tmp / "ours" / ".eagle-dump", "eagle-train dump-features\n");
+  test::write_file(tmp / "ours" / data::kTrainFile, "torn");
+  test::write_file(tmp / "ours" / ".tmp-stats.json.12345", "torn");
+  const auto s = features::dump_features(dump_options(tmp / "ours"));
+  CHECK(features::read_manifest((tmp / "ours").string()).complete);
+  CHECK(s.shards_written == s.shards);
+  CHECK_FALSE(fs::exists(tmp / "ours" / ".tmp-stats.json.12345"));
+
+  // A symlinked features/ is refused, and nothing inside its target is deleted.
+  fs::create_directories(tmp / "elsewhere");
+  test::write_file(tmp / "elsewhere" / "train-00000.safetensors.tmp.999999999", "someone's");
+  fs::create_directories(tmp / "linked");
+  test::write_file(tmp / "linked" / ".eagle-dump", "eagle-train dump-features\n");
+  fs::create_directory_symlink(tmp / "elsewhere", tmp / "linked" / features::kFeaturesShardDir);
+  CHECK_THROWS_WITH(features::dump_features(dump_options(tmp / "linked")), Catch::Contains("symbolic link"));
+  CHECK(fs::exists(tmp / "elsewhere" / "train-00000.safetensors.tmp.999999999"));
+}
+
+TEST_CASE("dump-features refuses an --output equal to, inside or around --data_path", "[features]") {
+  test::TempDir tmp;
+  auto p = test::run_cli("prepare --input " + kRoot + "/tests/fixtures/data/smoke.jsonl --training_seq_len 64 " +
+                         "--output " + (tmp / "P").string());
+  INFO(p.output);
+  REQUIRE(p.exit_code == 0);
+  const auto before = files_of(tmp / "P");
+  const std::string args = "dump-features --config " + kRoot + "/configs/smoke.json --model_name_or_path " +
+                           kTinyLlama + " --training_seq_len 64";
+  // Equal to, inside and around it.
+  for (const fs::path& out : {tmp / "P", tmp / "P" / "f", tmp.path()}) {
+    auto r = test::run_cli(args + " --data_path " + (tmp / "P").string() + " --output " + out.string());
+    INFO(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.output, Catch::Contains("equal to, inside or around --data_path"));
+  }
+  CHECK(files_of(tmp / "P") == before);
+  CHECK_FALSE(fs::exists(tmp / "P" / "f"));
+}

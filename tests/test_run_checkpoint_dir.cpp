@@ -271,3 +271,26 @@ TEST_CASE("the output_dir guard protects another run's files", "[run]") {
   CHECK_FALSE(fs::exists(out / "metrics.jsonl"));
   CHECK(read_file(out / "notes.txt") == "mine");
 }
+
+TEST_CASE("rotation and cleaning never follow a symlinked checkpoint-<step> (another run's)", "[run]") {
+  eagle::test::TempDir tmp;
+  CheckpointDir other(tmp / "other");
+  save_step(other, 1);
+  save_step(other, 7);
+  fs::create_directories(tmp / "other" / "checkpoint-9");  // incomplete: cleaning would remove it
+  CheckpointDir dir(tmp / "run");
+  save_step(dir, 5);
+  fs::create_directory_symlink(tmp / "other" / "checkpoint-1", tmp / "run" / "checkpoint-1");
+  fs::create_directory_symlink(tmp / "other" / "checkpoint-9", tmp / "run" / "checkpoint-9");
+  save_step(dir, 6);
+  CHECK(steps_of(dir.list_complete()) == std::vector<std::int64_t>{5, 6});
+  CHECK(steps_of(dir.rotate(1)) == std::vector<std::int64_t>{5});
+  dir.clean_temporaries();
+  // The other run's checkpoints are whole, and the links are left alone.
+  CHECK(fs::exists(tmp / "other" / "checkpoint-1" / CheckpointDir::kComplete));
+  CHECK(read_file(tmp / "other" / "checkpoint-1" / "state.json") == "{\"step\": 1}");
+  CHECK(fs::is_directory(tmp / "other" / "checkpoint-9"));
+  CHECK(fs::is_symlink(tmp / "run" / "checkpoint-1"));
+  CHECK(fs::is_symlink(tmp / "run" / "checkpoint-9"));
+  CHECK(steps_of(other.list_complete()) == std::vector<std::int64_t>{1, 7});
+}

@@ -88,4 +88,19 @@ TEST_CASE("atomic writes replace the file whole and leave no temporary", "[util]
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(tmp.path())) ++entries;
   CHECK(entries == 1);
   CHECK_THROWS_AS(util::write_file_atomic(tmp / "missing" / "a.json", "x"), eagle::Error);
+
+TEST_CASE("write_atomic never writes through a link planted at its temporary name", "[util]") {
+  test::TempDir tmp;
+  test::write_file(tmp / "victim", "precious");
+  const fs::path target = tmp / "stats.json";
+  fs::create_symlink(tmp / "victim", util::temporary_name(target));
+  CHECK_THROWS_AS(util::write_file_atomic(target, "{}"), Error);
+  CHECK(test::read_file(tmp / "victim") == "precious");
+  CHECK_FALSE(fs::exists(target));
+  // A regular file there is a dead writer's leftover (the name holds this pid) and is replaced.
+  fs::remove(util::temporary_name(target));
+  test::write_file(util::temporary_name(target), "torn");
+  util::write_file_atomic(target, "{}");
+  CHECK(test::read_file(target) == "{}");
+  CHECK_FALSE(fs::exists(util::temporary_name(target)));
 }

@@ -5,6 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <filesystem>
+#include <vector>
 #include <limits>
 
 #include "eagle/cli/commands.h"
@@ -15,8 +17,10 @@
 #include "eagle/device/runtime.h"
 #include "eagle/generate/generate.h"
 #include "eagle/model/target.h"
+#include "eagle/run/dir_lock.h"
 #include "eagle/run/signals.h"
 #include "eagle/util/error.h"
+#include "eagle/util/fs_sync.h"
 #include "eagle/util/log.h"
 
 namespace eagle::cli {
@@ -42,10 +46,30 @@ nlohmann::json output_settings(const config::Options& o, const data::Dataset& ds
           {"end_ids", end_ids}};
 }
 
+// Temporaries of the progress file a killed run left beside the output: under the lock no live
+// generate of this output writes them, so they are a dead writer's.
+void remove_leftovers(const std::string& output) {
+  const std::filesystem::path out(output);
+  const auto folder = out.parent_path().empty() ? std::filesystem::path(".") : out.parent_path();
+  const auto progress = out.filename().string() + data::kProgressSuffix;
+  std::error_code ec;
+  std::vector<std::filesystem::path> leftovers;
+  for (const auto& e : std::filesystem::directory_iterator(folder, ec))
+    if (util::is_temporary(e.path().filename().string(), progress)) leftovers.push_back(e.path());
+  for (const auto& p : leftovers) {
+    std::filesystem::remove(p, ec);  // a symlink is removed as a link, never followed
+    log::info("generate", "removed {}, left by a stopped run", p.string());
+  }
+}
+
 }  // namespace
 
 void run_generate(const config::Options& opts, const Invocation& argv) {
   data::SampleWriter::check_output(opts.output);
+  // One generate per output at a time (two would interleave their lines in the part file): the lock
+  // beside the output is held until this process ends, as prepare's is.
+  run::DirLock lock(opts.output + ".lock", "the generate output", /*remove_on_release=*/true);
+  remove_leftovers(opts.output);
   device::configure_runtime(opts);
   const torch::Device device = device::resolve_device(opts.device);
   // The config alone first: the data is checked against its vocabulary, and the output's settings

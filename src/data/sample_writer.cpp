@@ -13,6 +13,7 @@
 #include <fmt/ranges.h>
 
 #include "eagle/util/error.h"
+#include "eagle/util/exclusive_file.h"
 #include "eagle/util/fs_sync.h"
 #include "eagle/util/json_file.h"
 #include "eagle/util/log.h"
@@ -75,8 +76,8 @@ SampleWriter::SampleWriter(const std::string& output, const json& settings)
     : output_(output), part_(output + kPartSuffix), progress_(output + kProgressSuffix), settings_(settings) {
   check_output(output_);
   std::error_code ec;
-  int flags = O_WRONLY | O_CREAT | O_CLOEXEC;
-  if (fs::exists(progress_, ec)) {
+  const bool resuming = fs::exists(progress_, ec);
+  if (resuming) {
     const json p = read_progress(progress_);
     const auto key = first_difference(p["settings"], settings_);
     EAGLE_CHECK(key.empty(), Error(ErrorKind::usage, "an interrupted run with other settings left its progress here")
@@ -96,11 +97,14 @@ SampleWriter::SampleWriter(const std::string& output, const json& settings)
                     .expected(fmt::format("at least {} bytes", bytes_))
                     .hint(fmt::format("remove {} and {} to start over", progress_, part_)));
     log::info("data", "resuming {}: {} samples done, {} bytes kept", output_, samples_done_, bytes_);
-  } else {
-    flags |= O_TRUNC;  // a part file without progress holds nothing committed
   }
-  fd_ = ::open(part_.c_str(), flags, 0644);
-  if (fd_ < 0) throw os_error(part_, "cannot open the part file");
+  // Never through a link planted at the part file's name: resumed, O_NOFOLLOW; fresh, created with
+  // O_EXCL (a part file without progress holds nothing committed and is replaced).
+  fd_ = resuming ? ::open(part_.c_str(), O_WRONLY | O_CLOEXEC | O_NOFOLLOW)
+                 : util::create_exclusive(part_, ErrorKind::output);
+  if (fd_ < 0)
+    throw os_error(part_, "cannot open the part file")
+        .hint("a symbolic link there is never written through: remove it and the progress file to start over");
   // Bytes past the committed ones belong to samples that were never recorded as done.
   if (::ftruncate(fd_, static_cast<off_t>(bytes_)) != 0 || ::lseek(fd_, 0, SEEK_END) < 0)
     throw os_error(part_, "cannot cut the part file back to its committed bytes");

@@ -32,6 +32,7 @@
 #include "eagle/util/fs_sync.h"
 #include "eagle/util/log.h"
 #include "eagle/util/progress.h"
+#include "dump_folder.h"
 
 namespace eagle::features {
 namespace {
@@ -39,14 +40,6 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
-
-// What a dump writes in its folder; anything else there is the user's and is never touched.
-const std::set<std::string>& dump_names() {
-  static const std::set<std::string> names{kFeaturesManifest, data::kTrainFile,   data::kValidationFile,
-                                           data::kStatsFile,  kFeaturesTargetDir, kFeaturesShardDir,
-                                           run::kLockFile};
-  return names;
-}
 
 std::string canonical(const std::string& p) {
   if (p.empty()) return p;
@@ -71,35 +64,6 @@ json content_options(const config::Options& o, const std::vector<std::int64_t>& 
               {"aux_hidden_state_layer_ids", aux_ids},
               {"features_dtype", config::name_of(o.features_dtype)},
               {"features_shard_mb", o.features_shard_mb}};
-}
-
-// A folder without a manifest: new, empty, or holding only what a dump killed before writing its
-// manifest left (removed); anything else is refused.
-void prepare_fresh(const fs::path& out) {
-  std::vector<fs::path> ours;
-  for (const auto& e : fs::directory_iterator(out)) {
-    const auto name = e.path().filename().string();
-    EAGLE_CHECK(dump_names().count(name), Error(ErrorKind::output, "the output folder holds other files")
-                                              .file(out.string())
-                                              .found(name)
-                                              .expected("a new or empty folder, or a dump-features folder")
-                                              .hint("choose another --output"));
-    if (name != run::kLockFile) ours.push_back(e.path());
-  }
-  for (const auto& p : ours) {
-    fs::remove_all(p);
-    log::info("dump", "removed {}, left by a dump stopped before its manifest", p.string());
-  }
-}
-
-// Temporary shard files of a killed dump (nobody writes them: this process holds the lock).
-void remove_leftovers(const fs::path& out) {
-  std::error_code ec;
-  if (!fs::is_directory(out / kFeaturesShardDir, ec)) return;
-  std::vector<fs::path> tmp;
-  for (const auto& e : fs::directory_iterator(out / kFeaturesShardDir, ec))
-    if (util::is_temporary(e.path().filename().string())) tmp.push_back(e.path());
-  for (const auto& p : tmp) fs::remove(p, ec);
 }
 
 void check_same_options(const FeatureManifest& m, const json& now, const fs::path& out) {
@@ -269,13 +233,7 @@ DumpSummary dump_features(const config::Options& o, const DumpHooks& hooks) {
   const torch::Device device = device::resolve_device(o.device);
   fs::path out = fs::path(o.output).lexically_normal();
   if (!out.has_filename()) out = out.parent_path();
-  std::error_code ec;
-  fs::create_directories(out, ec);
-  EAGLE_CHECK(!ec,
-              Error(ErrorKind::output, "cannot create the features folder").file(out.string()).found(ec.message()));
-  run::DirLock lock(out / run::kLockFile, "the features folder");
-  remove_leftovers(out);
-
+  check_output_apart(o, out);
   const auto config = model::TargetConfig::from_model_dir(o.model_name_or_path);
   std::vector<std::int64_t> aux_ids;
   if (o.eagle_version == 3)
@@ -283,12 +241,23 @@ DumpSummary dump_features(const config::Options& o, const DumpHooks& hooks) {
                                                    : o.aux_hidden_state_layer_ids;
   const json options = content_options(o, aux_ids);
   std::optional<FeatureManifest> existing;
-  if (is_features_folder(out.string())) {
-    existing = read_manifest(out.string());
-    check_same_options(*existing, options, out);
-  } else {
-    prepare_fresh(out);
+  // A complete folder is never written again, so deciding "nothing to do" needs no lock (and works
+  // on a read-only folder).
+  if (is_features_folder(out.string())) existing = read_manifest(out.string());
+  std::optional<run::DirLock> lock;
+  std::error_code ec;
+  if (!existing || !existing->complete) {
+    fs::create_directories(out, ec);
+    EAGLE_CHECK(!ec,
+                Error(ErrorKind::output, "cannot create the features folder").file(out.string()).found(ec.message()));
+    lock.emplace(out / run::kLockFile, "the features folder");
+    clean_folder(out);
+    // Read again under the lock: another dump may have written the manifest meanwhile.
+    existing.reset();
+    if (is_features_folder(out.string())) existing = read_manifest(out.string());
+    else prepare_fresh(out);
   }
+  if (existing) check_same_options(*existing, options, out);
   DumpSummary summary;
   if (existing && existing->complete) {
     for (const auto& s : existing->shards) {

@@ -35,6 +35,13 @@ bool is_complete(const fs::path& folder) {
   return fs::is_directory(folder, ec) && fs::is_regular_file(folder / CheckpointDir::kComplete, ec);
 }
 
+// A symlink in the run folder was put there by someone else (this tool creates none): rotation and
+// cleaning never follow one, so another run's checkpoint it points to is never touched.
+bool is_link(const fs::directory_entry& entry) {
+  std::error_code ec;
+  return entry.is_symlink(ec);
+}
+
 void remove_tree(const fs::path& p) {
   std::error_code ec;
   fs::remove_all(p, ec);
@@ -123,7 +130,7 @@ std::vector<CheckpointRef> CheckpointDir::list_complete() const {
   if (!fs::is_directory(dir_, ec)) return out;
   for (const auto& entry : fs::directory_iterator(dir_)) {
     auto step = step_of_name(entry.path().filename().string());
-    if (step && is_complete(entry.path())) out.push_back(CheckpointRef{*step, entry.path()});
+    if (step && !is_link(entry) && is_complete(entry.path())) out.push_back(CheckpointRef{*step, entry.path()});
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
   return out;
@@ -208,7 +215,7 @@ std::size_t CheckpointDir::clean_temporaries() {
   // again): when the new one did not get its COMPLETE marker, the old complete one comes back.
   std::vector<fs::path> moved_aside;
   for (const auto& entry : fs::directory_iterator(dir_))
-    if (entry.path().filename().string().rfind(".tmp-old-", 0) == 0) moved_aside.push_back(entry.path());
+    if (!is_link(entry) && entry.path().filename().string().rfind(".tmp-old-", 0) == 0) moved_aside.push_back(entry.path());
   for (const auto& old : moved_aside) {
     fs::path original = dir_ / old.filename().string().substr(std::string_view(".tmp-old-").size());
     if (step_of_name(original.filename().string()) && !is_complete(original) && is_complete(old)) {
@@ -220,6 +227,7 @@ std::size_t CheckpointDir::clean_temporaries() {
   std::vector<fs::path> leftovers;
   for (const auto& entry : fs::directory_iterator(dir_)) {
     const std::string name = entry.path().filename().string();
+    if (is_link(entry)) continue;
     // .tmp-* folders, and checkpoint-<step> folders without COMPLETE: a rotation that was killed
     // after it removed the marker, or a save killed between its rename and its marker.
     if (util::is_temporary(name) || (step_of_name(name) && !is_complete(entry.path())))

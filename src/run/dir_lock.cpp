@@ -18,6 +18,9 @@ namespace eagle::run {
 DirLock::DirLock(std::filesystem::path lock_file, const std::string& what, bool remove_on_release)
     : path_(std::move(lock_file)), remove_(remove_on_release) {
   fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+  // A lock file another user created (0644) or one on a read-only mount: flock needs no write
+  // access, so a lock file this process cannot write must not keep it out.
+  if (fd_ < 0 && (errno == EACCES || errno == EROFS)) fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd_ < 0)
     throw Error(ErrorKind::output, "cannot create the lock file").file(path_.string()).found(std::strerror(errno));
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
@@ -31,7 +34,8 @@ DirLock::DirLock(std::filesystem::path lock_file, const std::string& what, bool 
     if (err != EWOULDBLOCK)
       throw Error(ErrorKind::output, "cannot lock").file(path_.string()).found(std::strerror(err));
     throw Error(ErrorKind::usage, fmt::format("{} is in use by another eagle-train process", what))
-        .file(path_.parent_path().string())
+        // A lock beside its output (remove_on_release) names the output's own lock file.
+        .file(remove_ ? path_.string() : path_.parent_path().string())
         .found(pid.empty() ? "a lock held by another process" : fmt::format("the lock of pid {}", pid))
         .hint("wait for that run to end (or stop it), or choose another output");
   }

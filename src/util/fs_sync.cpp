@@ -1,6 +1,7 @@
 // Durable file writes (temporary name, fsync, rename, fsync of the folder) and the one temporary-name rule.
 #include "eagle/util/fs_sync.h"
 
+#include <ext/stdio_filebuf.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <string>
 
 #include "eagle/util/error.h"
+#include "eagle/util/exclusive_file.h"
 
 namespace eagle::util {
 namespace fs = std::filesystem;
@@ -74,16 +76,16 @@ bool is_temporary(std::string_view name, std::string_view of) {
 
 void write_atomic(const fs::path& path, const std::function<void(std::ostream&)>& write) {
   const fs::path tmp = temporary_name(path);
+  const int fd = create_exclusive(tmp, ErrorKind::output);
   try {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw os_error(tmp, "cannot create the temporary file", errno);
+    // The stream writes to the descriptor opened with O_EXCL | O_NOFOLLOW: never through a link.
+    __gnu_cxx::stdio_filebuf<char> buf(fd, std::ios::out | std::ios::binary);
+    std::ostream out(&buf);
     errno = 0;
     write(out);
     out.flush();
     if (!out) throw os_error(tmp, "write failed", errno).hint("is the disk full?");
-    out.close();
-    if (!out) throw os_error(tmp, "close failed", errno);
-    fsync_path(tmp);
+    if (::fsync(fd) != 0) throw os_error(tmp, "fsync failed", errno);
   } catch (...) {
     ::unlink(tmp.c_str());
     throw;
