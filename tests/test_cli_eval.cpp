@@ -4,8 +4,11 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <tuple>
 
+#include "eagle/model/head_io.h"
 #include "eagle/model/safetensors.h"
+#include "head_fixtures.h"
 #include "helpers.h"
 
 using eagle::test::read_jsonl;
@@ -92,4 +95,42 @@ TEST_CASE("eval measures a checkpoint and its exported copy alike", "[cli]") {
   INFO(other.output);
   CHECK(other.exit_code == 3);
   CHECK_THAT(other.output, Catch::Contains("trained for another target"));
+}
+
+TEST_CASE("eval and export refuse a head config.json out of range or unlike its weights, naming the field", "[cli]") {
+  TempDir dir;
+  auto cfg = eagle::test::tiny_head_config(3);
+  auto head = eagle::model::make_head(cfg, eagle::test::tiny_vocab());
+  const auto good = dir / "good";
+  fs::create_directories(good);
+  eagle::model::write_head_files(*head, eagle::model::checkpoint_format(cfg), good.string());
+  const json config = json::parse(eagle::test::read_file(good / "config.json"));
+  int n = 0;
+  // Each edit of the config: the field the error must name. num_attention_heads 0 without head_dim
+  // divided by zero (SIGFPE); intermediate_size 1e9 tried to allocate 256 GB; 64 is in range but
+  // not the weights' 32, refused before the head is built.
+  const std::vector<std::tuple<std::string, json, std::string>> edits = {
+      {"num_attention_heads", 0, "num_attention_heads"},
+      {"intermediate_size", 1000000000, "intermediate_size"},
+      {"intermediate_size", 64, "mlp.gate_proj.weight"},
+      {"hidden_size", -16, "hidden_size"},
+      {"draft_vocab_size", 41, "draft_vocab_size"},
+  };
+  for (const auto& [key, value, named] : edits) {
+    const auto broken = dir / ("broken" + std::to_string(n++));
+    fs::copy(good, broken, fs::copy_options::recursive);
+    json j = config;
+    j.erase("head_dim");
+    j[key] = value;
+    eagle::test::write_file(broken / "config.json", j.dump());
+    auto eval = run_cli("eval --checkpoint " + broken.string() + " " + kSmoke);
+    INFO(key << " = " << value.dump() << "\n" << eval.output);
+    CHECK(eval.exit_code == 3);
+    CHECK_THAT(eval.output, Catch::Contains("config.json") && Catch::Contains(named));
+    auto ex = run_cli("export --checkpoint " + broken.string() + " --format sglang --output " +
+                      (dir / ("out" + std::to_string(n))).string());
+    INFO(ex.output);
+    CHECK(ex.exit_code == 3);
+    CHECK_THAT(ex.output, Catch::Contains(named));
+  }
 }

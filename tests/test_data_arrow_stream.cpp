@@ -6,11 +6,15 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
+
+#include <fmt/format.h>
 
 #include "data_helpers.h"
 #include "eagle/data/arrow_stream.h"
 #include "eagle/data/speculators_folder.h"
 #include "eagle/util/error.h"
+#include "fuzz_helpers.h"
 #include "helpers.h"
 
 using namespace eagle;
@@ -118,4 +122,80 @@ TEST_CASE("a speculators folder's rows are its source samples, clipped, without 
   small_vocab.vocab_size = 100;
   CHECK_THAT(error_of([&] { data::read_speculators_folder(kSpeculators.string(), small_vocab); }),
              Catch::Contains("outside the target's vocabulary") && Catch::Contains("hs_0.safetensors"));
+}
+
+namespace {
+
+// Reads every value of every column, so a size check that let a bad count through reads outside
+// the mapping here (a crash) instead of passing.
+void read_all(const std::string& path) {
+  data::read_arrow_stream(path, [](const data::ArrowBatch& b) {
+    std::int64_t sum = 0;
+    for (const auto& c : b.columns)
+      for (std::int64_t r = 0; r < c.rows; ++r) {
+        auto [lo, hi] = c.is_list ? c.list_range(r) : std::pair<std::int64_t, std::int64_t>{r, r + 1};
+        for (std::int64_t k = lo; k < hi; ++k) sum += c.value(k);
+      }
+    CHECK(sum != 1);  // keeps the reads
+  });
+}
+
+}  // namespace
+
+TEST_CASE("fuzzed Arrow streams are read or refused, never read outside the file", "[data]") {
+  test::TempDir tmp;
+  const std::string bytes = test::read_file(kSpeculators / "data-00000-of-00001.arrow");
+  const auto path = (tmp / "fuzz.arrow").string();
+  test::FuzzCounts counts;
+  auto run = [&](const std::string& content, const std::string& what) {
+    test::write_file(path, content);
+    counts.run(what, [&] { read_all(path); });
+  };
+  // Every small count of the file (row counts, FieldNode lengths, buffer sizes) replaced at all its
+  // places at once by a value that breaks size arithmetic: a row count and its FieldNode lengths of
+  // 2^62 together wrapped the offsets' size to 4 bytes and read past the end.
+  std::map<std::uint64_t, std::vector<std::size_t>> places;
+  for (std::size_t p = 0; p + 8 <= bytes.size(); p += 4) {
+    std::uint64_t v;
+    std::memcpy(&v, bytes.data() + p, 8);
+    if (v >= 1 && v <= 100000) places[v].push_back(p);
+  }
+  for (const auto& [v, at] : places)
+    for (std::uint64_t bad : test::adversarial_values()) {
+      std::string s = bytes;
+      for (std::size_t p : at) test::put_le(s, p, bad, 8);
+      run(s, fmt::format("{} -> {}", v, bad));
+    }
+  // One field at a time, as int32 and as int64.
+  for (std::size_t p = 0; p + 4 <= bytes.size(); p += 4)
+    for (std::uint64_t bad : {std::uint64_t{0xffffffff}, std::uint64_t{0x7fffffff}, std::uint64_t{1} << 62}) {
+      std::string s = bytes;
+      test::put_le(s, p, bad, bad >> 32 ? 8 : 4);
+      run(s, fmt::format("offset {} -> {}", p, bad));
+    }
+  std::mt19937_64 rng(27);
+  for (int i = 0; i < 1000; ++i) run(test::random_mutation(bytes, rng), fmt::format("random case {}", i));
+  CHECK(counts.ok > 0);
+  CHECK(counts.refused > 500);
+}
+
+TEST_CASE("an Arrow row count and FieldNode lengths of 2^62 are refused naming the file", "[data]") {
+  test::TempDir tmp;
+  std::string bytes = test::read_file(kSpeculators / "data-00000-of-00001.arrow");
+  std::int64_t rows = 0;
+  data::read_arrow_stream((kSpeculators / "data-00000-of-00001.arrow").string(),
+                          [&](const data::ArrowBatch& b) { rows += b.rows; });
+  std::int64_t replaced = 0;
+  for (std::size_t p = 0; p + 8 <= 2048 && p + 8 <= bytes.size(); p += 4) {
+    std::int64_t v;
+    std::memcpy(&v, bytes.data() + p, 8);
+    if (v == rows) {
+      test::put_le(bytes, p, std::uint64_t{1} << 62, 8);
+      ++replaced;
+    }
+  }
+  REQUIRE(replaced >= 3);  // the batch's row count and the two list columns' FieldNodes
+  const auto path = tmp / "huge.arrow";
+  test::write_file(path, bytes);
+  CHECK_THAT(error_of([&] { read_all(path.string()); }), Catch::Contains(path.string()) && Catch::Contains("overflow"));
 }

@@ -3,15 +3,18 @@
 #include <catch2/catch.hpp>
 
 #include <unistd.h>
-#include <nlohmann/json.hpp>
+#include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 
+#include "data_helpers.h"
 #include "eagle/data/binary_format.h"
 #include "eagle/data/flat_builder.h"
 #include "eagle/data/loader.h"
-#include "data_helpers.h"
 #include "eagle/run/dir_lock.h"
+#include "eagle/util/hash.h"
+#include "fuzz_helpers.h"
 #include "helpers.h"
 
 using eagle::data::Sample;
@@ -229,4 +232,66 @@ TEST_CASE("a prepared body that disagrees with its header is refused naming the 
     CHECK(r.exit_code == 3);
     CHECK_THAT(r.output, Catch::Contains("train.bin") && Catch::Contains("loss mask does not match the header"));
   }
+}
+
+namespace {
+
+// The header's checksum recomputed, so a mutated header reaches the checks behind it.
+void reseal(std::string& bytes) {
+  eagle::data::DatasetHeader h;
+  std::memcpy(&h, bytes.data(), sizeof h);
+  h.checksum = 0;
+  h.checksum = eagle::util::fnv1a(&h, sizeof h);
+  std::memcpy(bytes.data(), &h, sizeof h);
+}
+
+// Opens the file and reads every sample, so a bad count let through reads outside the mapping.
+void open_and_read(const std::string& path) {
+  auto ds = eagle::data::open_dataset_file(path);
+  std::uint64_t sum = 0;
+  for (std::size_t i = 0; i < ds.size(); ++i)
+    for (auto id : ds.sample(i).input_ids) sum += id;
+  CHECK(sum != 1);
+}
+
+}  // namespace
+
+TEST_CASE("fuzzed prepared-file headers are read or refused, never read outside the file", "[data]") {
+  TempDir dir;
+  const std::string good_path = (dir / "good.bin").string(), path = (dir / "fuzz.bin").string();
+  auto samples = make_samples(40, 27);
+  auto ds = eagle::data::Dataset::from_samples(samples);
+  std::vector<std::size_t> all(samples.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  eagle::data::write_dataset_file(good_path, ds, all, {}, 2048);
+  const std::string good = eagle::test::read_file(good_path);
+  eagle::test::FuzzCounts counts;
+  auto run = [&](std::string s, bool seal, const std::string& what) {
+    if (seal) reseal(s);
+    write_file(path, s);
+    counts.run(what, [&] { open_and_read(path); });
+  };
+  // Every header field (uint32 then uint64) set to each value that breaks size arithmetic, the
+  // file's own size and a section's neighbours, with a matching checksum.
+  std::vector<std::uint64_t> values = eagle::test::adversarial_values();
+  for (std::uint64_t v : {good.size(), good.size() - 64, good.size() + 64, std::uint64_t{256}}) values.push_back(v);
+  for (std::size_t p = 8; p < 160; p += p < 24 ? 4 : 8)
+    for (std::uint64_t v : values) {
+      std::string s = good;
+      eagle::test::put_le(s, p, v, p < 24 ? 4 : 8);
+      run(s, true, "field at " + std::to_string(p) + " = " + std::to_string(v));
+    }
+  // Two fields at once (a count and a section offset moved together), and random bytes.
+  std::mt19937_64 rng(27);
+  for (int i = 0; i < 1500; ++i) {
+    std::string s = good;
+    for (int k = 0; k < 2; ++k) eagle::test::put_le(s, 24 + 8 * (rng() % 17), values[rng() % values.size()], 8);
+    run(s, true, "pair case " + std::to_string(i));
+  }
+  for (int i = 0; i < 1000; ++i) {
+    std::string s = eagle::test::random_mutation(good, rng);
+    run(s, s.size() >= sizeof(eagle::data::DatasetHeader) && rng() % 2, "random case " + std::to_string(i));
+  }
+  CHECK(counts.ok > 0);
+  CHECK(counts.refused > 1000);
 }

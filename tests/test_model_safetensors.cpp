@@ -5,11 +5,14 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "eagle/model/safetensors.h"
 #include "eagle/util/error.h"
+#include "fuzz_helpers.h"
 #include "helpers.h"
 
 using namespace eagle;
@@ -199,4 +202,75 @@ TEST_CASE("zero-size tensors may share an offset, also with a tensor that starts
             R"("data_offsets":[4,8]}})",
             std::string(8, '\0'));
   CHECK_THAT(open_error(p), Catch::Contains("overlaps"));
+}
+
+namespace {
+
+// Opens the file and copies every tensor, so a size check that let a bad shape through reads
+// outside the mapping here (a crash) instead of passing.
+void open_and_copy(const std::string& path) {
+  const auto f = SafetensorsFile::open(path);
+  for (const auto& n : f.names()) CHECK(f.get(n).clone().numel() >= 0);
+}
+
+}  // namespace
+
+TEST_CASE("fuzzed safetensors headers are read or refused, never read outside the file", "[model]") {
+  test::TempDir dir;
+  const auto path = (dir / "fuzz.safetensors").string();
+  test::FuzzCounts counts;
+  std::mt19937_64 rng(27);
+  const std::vector<std::string> dtypes = {"F32", "BF16", "F16", "F64", "I64", "I32", "I8", "BOOL", "X9", ""};
+  auto any_value = [&]() -> nlohmann::json {
+    const auto& adv = test::adversarial_values();
+    switch (rng() % 6) {
+      case 0:
+        return adv[rng() % adv.size()];
+      case 1:
+        return -static_cast<std::int64_t>(rng() % 4);
+      case 2:
+        return 0.5;
+      case 3:
+        return "7";
+      default:
+        return rng() % 40;
+    }
+  };
+  // Headers made up field by field: shapes and offsets of any size, sign or type ([2^61] F64 is
+  // 2^64 bytes, which wrapped to 0 and matched empty data_offsets).
+  for (int i = 0; i < 2000; ++i) {
+    nlohmann::json h = nlohmann::json::object();
+    const int tensors = 1 + static_cast<int>(rng() % 3);
+    for (int t = 0; t < tensors; ++t) {
+      nlohmann::json shape = nlohmann::json::array();
+      for (std::uint64_t d = rng() % 4; d > 0; --d) shape.push_back(any_value());
+      nlohmann::json offsets = {rng() % 2 ? nlohmann::json(rng() % 64) : any_value(),
+                                rng() % 2 ? nlohmann::json(rng() % 128) : any_value()};
+      h["t" + std::to_string(t)] = {
+          {"dtype", dtypes[rng() % dtypes.size()]}, {"shape", shape}, {"data_offsets", offsets}};
+    }
+    write_raw(path, h.dump(), std::string(rng() % 128, '\x01'));
+    counts.run(h.dump(), [&] { open_and_copy(path); });
+  }
+  // Random bytes of a valid file, header length included.
+  std::map<std::string, torch::Tensor> t;
+  t["a"] = torch::arange(24, torch::kFloat32).view({2, 3, 4});
+  t["b"] = torch::ones({5}, torch::kInt64);
+  model::save_safetensors(path, t, {{"format", "pt"}});
+  const std::string good = test::read_file(path);
+  for (int i = 0; i < 1000; ++i) {
+    test::write_file(path, test::random_mutation(good, rng));
+    counts.run(fmt::format("random case {}", i), [&] { open_and_copy(path); });
+  }
+  CHECK(counts.ok > 0);
+  CHECK(counts.refused > 1000);
+}
+
+TEST_CASE("a safetensors shape whose byte count wraps 64 bits is refused", "[model]") {
+  test::TempDir dir;
+  const auto p = dir / "wrap.safetensors";
+  write_raw(p, R"({"x":{"dtype":"F64","shape":[2305843009213693952],"data_offsets":[0,0]}})", "");
+  CHECK_THAT(open_error(p), Catch::Contains("shape overflows") && Catch::Contains("tensor \"x\""));
+  write_raw(p, R"({"x":{"dtype":"F32","shape":[0,18446744073709551615],"data_offsets":[0,0]}})", "");
+  CHECK_THAT(open_error(p), Catch::Contains("shape overflows"));
 }

@@ -88,6 +88,7 @@ TEST_CASE("atomic writes replace the file whole and leave no temporary", "[util]
   for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(tmp.path())) ++entries;
   CHECK(entries == 1);
   CHECK_THROWS_AS(util::write_file_atomic(tmp / "missing" / "a.json", "x"), eagle::Error);
+}
 
 TEST_CASE("write_atomic never writes through a link planted at its temporary name", "[util]") {
   test::TempDir tmp;

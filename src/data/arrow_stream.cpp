@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "eagle/util/checked.h"
 #include "eagle/util/error.h"
 #include "eagle/util/mapped_file.h"
 
@@ -168,6 +169,13 @@ ArrowBatch read_batch(const Table& header, const Region& meta, const Region& fil
                                  body_len, need));
     return file.base + body + static_cast<std::size_t>(off);
   };
+  // count x width bytes; a product that wraps (2^62 x 4 is 0) would pass the buffer check above.
+  auto bytes_of = [&](const std::string& col, const char* field, std::int64_t count, std::uint64_t width) {
+    const auto n = util::checked_mul(static_cast<std::uint64_t>(count), width);
+    if (!n)
+      throw meta.bad(fmt::format("column \"{}\": {} {} of {} bytes overflow a 64-bit size", col, count, field, width));
+    return *n;
+  };
   for (const FieldType& f : schema) {
     ArrowColumn c;
     c.name = f.name;
@@ -179,13 +187,15 @@ ArrowBatch read_batch(const Table& header, const Region& meta, const Region& fil
     buffer(f.name, 0);  // validity: no nulls, so unread
     if (f.is_list) {
       c.large_offsets = f.large;
-      c.offsets = buffer(f.name, static_cast<std::uint64_t>(c.rows + 1) * (f.large ? 8 : 4));
+      const auto n_offsets = util::checked_add<std::int64_t>(c.rows, 1);
+      if (!n_offsets) throw meta.bad(fmt::format("column \"{}\" has {} rows", f.name, c.rows));
+      c.offsets = buffer(f.name, bytes_of(f.name, "list offsets", *n_offsets, f.large ? 8 : 4));
       c.value_count = node(f.name);
       buffer(f.name, 0);
     } else {
       c.value_count = c.rows;
     }
-    c.values = buffer(f.name, static_cast<std::uint64_t>(c.value_count) * static_cast<std::uint64_t>(f.bits / 8));
+    c.values = buffer(f.name, bytes_of(f.name, "values", c.value_count, static_cast<std::uint64_t>(f.bits / 8)));
     if (f.is_list) {
       std::int64_t prev = 0;
       for (std::int64_t r = 0; r <= c.rows; ++r) {

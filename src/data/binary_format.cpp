@@ -264,7 +264,8 @@ DatasetHeader read_dataset_header(const std::string& path) {
                           .found("offset " + std::to_string(offset) + ", " + std::to_string(bytes) + " bytes");
   };
   if (h.header_bytes != sizeof h || (h.token_bytes != 2 && h.token_bytes != 4) || h.num_samples > size ||
-      h.num_tokens > size || h.histogram_entries > size || h.counts_entries > size)
+      h.num_tokens > size || h.histogram_entries > size || h.counts_entries > size || h.max_length > h.num_tokens ||
+      h.trained_tokens > h.num_tokens)
     throw bad_file(path, "dataset header holds impossible values").place("header");
   section("tokens", h.tokens_offset, h.num_tokens * h.token_bytes);
   section("mask", h.mask_offset, (h.num_tokens + 7) / 8);

@@ -32,6 +32,10 @@ torch::ScalarType dtype_from_name(const std::string& s, const std::string& file)
       .expected("bfloat16, float16 or float32");
 }
 
+std::string l_text(const FeatureLayout& l) {
+  return fmt::format("hidden_size {}, aux_width {}, target_argmax {}", l.hidden_size, l.aux_width, l.has_argmax);
+}
+
 Error shard_error(const std::string& file, const std::string& place) {
   return Error(ErrorKind::input, "a feature shard does not match its manifest")
       .file(file)
@@ -299,12 +303,26 @@ FeatureManifest read_manifest(const std::string& dir) {
   } catch (const json::exception& e) {
     throw Error(ErrorKind::input, "a manifest field is missing or of the wrong type").file(path).found(e.what());
   }
-  EAGLE_CHECK(m.layout.hidden_size > 0 && m.layout.aux_width >= 0 && m.layout.has_argmax,
-              Error(ErrorKind::input, "the manifest's layout is inconsistent").file(path).place("layout"));
+  // Bounded so that sizes computed from them (bytes per token, a shard's bytes) cannot wrap.
+  constexpr std::int64_t kMaxWidth = std::int64_t{1} << 30, kMaxCount = std::int64_t{1} << 48;
+  EAGLE_CHECK(m.layout.hidden_size > 0 && m.layout.hidden_size <= kMaxWidth && m.layout.aux_width >= 0 &&
+                  m.layout.aux_width <= kMaxWidth && m.layout.has_argmax,
+              Error(ErrorKind::input, "the manifest's layout is inconsistent")
+                  .file(path)
+                  .place("layout")
+                  .expected(fmt::format("hidden_size in [1, {}], aux_width in [0, {}], target_argmax true", kMaxWidth,
+                                        kMaxWidth))
+                  .found(l_text(m.layout)));
   for (const auto& s : m.shards)
-    EAGLE_CHECK(s.samples > 0 && s.tokens >= 0 && s.first_sample >= 0 && s.file.find("..") == std::string::npos &&
+    EAGLE_CHECK(s.samples > 0 && s.samples <= kMaxCount && s.tokens >= 0 && s.tokens <= kMaxCount &&
+                    s.first_sample >= 0 && s.first_sample <= kMaxCount && s.file.find("..") == std::string::npos &&
                     !s.file.empty() && s.file[0] != '/',
-                Error(ErrorKind::input, "a shard entry is inconsistent").file(path).place(s.file));
+                Error(ErrorKind::input, "a shard entry is inconsistent")
+                    .file(path)
+                    .place(s.file)
+                    .expected(fmt::format("samples in [1, {0}], tokens and first_sample in [0, {0}], a relative file",
+                                          kMaxCount))
+                    .found(fmt::format("samples {}, tokens {}, first_sample {}", s.samples, s.tokens, s.first_sample)));
   return m;
 }
 

@@ -92,6 +92,16 @@ std::int64_t get_int(const json& j, const std::string& key, const std::string& f
   return j[key].get<std::int64_t>();
 }
 
+// An integer field in [lo, hi]; the bounds keep every size made from it (a head of
+// intermediate_size 1e9 is a 256 GB allocation) and every division by it (no head_dim: H / heads) sane.
+std::int64_t get_int(const json& j, const std::string& key, const std::string& file, std::int64_t lo, std::int64_t hi) {
+  const auto v = get_int(j, key, file);
+  EAGLE_CHECK(v >= lo && v <= hi, config_error(file, key, "out of range")
+                                      .expected(fmt::format("an integer in [{}, {}]", lo, hi))
+                                      .found(std::to_string(v)));
+  return v;
+}
+
 RopeConfig rope_from_json(const json& j, std::int64_t head_dim, std::int64_t max_pos) {
   RopeConfig r;
   r.head_dim = head_dim;
@@ -108,15 +118,46 @@ RopeConfig rope_from_json(const json& j, std::int64_t head_dim, std::int64_t max
   return r;
 }
 
+std::string file_tensor_name(const SafetensorsFile& file, const std::string& key, HeadFormat format) {
+  const auto name = format_tensor_name(key, format);
+  // An SGLang head may use the vLLM spelling layers.0.
+  const bool vllm = format == HeadFormat::sglang && name.rfind("midlayer.", 0) == 0 && !file.contains(name);
+  return vllm && file.contains("layers.0." + name.substr(9)) ? "layers.0." + name.substr(9) : name;
+}
+
+// The config's sizes against the file's shapes before the head is built (intermediate_size 1e9 tried 256 GB).
+void check_head_sizes(const HeadConfig& c, const SafetensorsFile& file, HeadFormat format) {
+  const std::string layer = c.eagle_version == 3 ? "midlayer." : "layers.0.";
+  const std::int64_t in = c.eagle_version == 3 ? 2 * c.hidden_size : c.hidden_size;
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected = {
+      {layer + "mlp.gate_proj.weight", {c.intermediate_size, c.hidden_size}},
+      {layer + "mlp.down_proj.weight", {c.hidden_size, c.intermediate_size}},
+      {layer + "self_attn.q_proj.weight", {c.num_attention_heads * c.head_dim, in}},
+      {layer + "self_attn.k_proj.weight", {c.num_key_value_heads * c.head_dim, in}},
+  };
+  if (c.eagle_version == 3)
+    expected.insert(expected.end(),
+                    {{"lm_head.weight", {c.draft_vocab_size, c.hidden_size}},
+                     {"fc.weight", {c.hidden_size, std::ssize(c.aux_layer_ids) * c.target_hidden_size}}});
+  for (const auto& [key, shape] : expected) {
+    const auto name = file_tensor_name(file, key, format);
+    EAGLE_CHECK(file.contains(name), Error(ErrorKind::input, "a tensor of the head is missing")
+                                         .file(file.path())
+                                         .place(fmt::format("tensor {}", name)));
+    check_shape(file.shape(name), shape,
+                Error(ErrorKind::input, "the head's config.json does not match its weights")
+                    .file(file.path())
+                    .place(fmt::format("tensor {}", name))
+                    .hint("config.json and model.safetensors are of different heads"));
+  }
+}
+
 // Copies every parameter of head from the file, where the format names it; checks presence and shape.
 void copy_parameters(DraftHead& head, const SafetensorsFile& file, HeadFormat format) {
   torch::NoGradGuard ng;
   const std::string& weights_path = file.path();
   for (auto& p : head.module().named_parameters()) {
-    auto name = format_tensor_name(p.key(), format);
-    if (!file.contains(name) && format == HeadFormat::sglang && name.rfind("midlayer.", 0) == 0 &&
-        file.contains("layers.0." + name.substr(9)))
-      name = "layers.0." + name.substr(9);  // the vLLM spelling of an SGLang head
+    const auto name = file_tensor_name(file, p.key(), format);
     EAGLE_CHECK(file.contains(name), Error(ErrorKind::input, "a tensor of the head is missing").file(weights_path)
                                          .place(fmt::format("tensor {}", name)));
     check_shape(file.shape(name), p.value().sizes(), Error(ErrorKind::input, "a tensor of the head has the wrong shape")
@@ -272,20 +313,40 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
   const json& layer = format == HeadFormat::speculators ? j.at("transformer_layer_config") : j;
   HeadConfig c;
   c.eagle_version = format == HeadFormat::vllm_eagle1 ? 1 : 3;
-  c.hidden_size = get_int(layer, "hidden_size", file);
-  c.intermediate_size = get_int(layer, "intermediate_size", file);
-  c.num_attention_heads = get_int(layer, "num_attention_heads", file);
-  c.num_key_value_heads = layer.value("num_key_value_heads", c.num_attention_heads);
-  c.head_dim = layer.contains("head_dim") && layer["head_dim"].is_number_integer()
-                   ? layer["head_dim"].get<std::int64_t>() : c.hidden_size / c.num_attention_heads;
+  constexpr std::int64_t kMaxSize = std::int64_t{1} << 20, kMaxVocab = std::int64_t{1} << 24;
+  c.hidden_size = get_int(layer, "hidden_size", file, 1, kMaxSize);
+  c.intermediate_size = get_int(layer, "intermediate_size", file, 1, kMaxSize);
+  c.num_attention_heads = get_int(layer, "num_attention_heads", file, 1, 4096);
+  c.num_key_value_heads = layer.contains("num_key_value_heads")
+                              ? get_int(layer, "num_key_value_heads", file, 1, c.num_attention_heads)
+                              : c.num_attention_heads;
+  EAGLE_CHECK(c.num_attention_heads % c.num_key_value_heads == 0,
+              config_error(file, "num_key_value_heads", "must divide num_attention_heads")
+                  .found(fmt::format("{} heads, {} key/value heads", c.num_attention_heads, c.num_key_value_heads)));
+  if (layer.contains("head_dim") && !layer["head_dim"].is_null()) {
+    c.head_dim = get_int(layer, "head_dim", file, 2, 4096);
+  } else {
+    EAGLE_CHECK(
+        c.hidden_size % c.num_attention_heads == 0,
+        config_error(file, "head_dim", "missing, and hidden_size is not divisible by num_attention_heads")
+            .found(fmt::format("hidden_size {}, num_attention_heads {}", c.hidden_size, c.num_attention_heads)));
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  EAGLE_CHECK(c.head_dim % 2 == 0,
+              config_error(file, "head_dim", "must be even for RoPE").found(std::to_string(c.head_dim)));
   c.rms_norm_eps = layer.value("rms_norm_eps", 1e-6);
+  EAGLE_CHECK(
+      c.rms_norm_eps > 0 && c.rms_norm_eps < 1,
+      config_error(file, "rms_norm_eps", "out of range").expected("in (0, 1)").found(std::to_string(c.rms_norm_eps)));
   c.hidden_act = layer.value("hidden_act", std::string("silu"));
-  c.max_position_embeddings = layer.value("max_position_embeddings", std::int64_t{2048});
+  c.max_position_embeddings =
+      layer.contains("max_position_embeddings") ? get_int(layer, "max_position_embeddings", file, 1, 1 << 24) : 2048;
   c.rope = rope_from_json(layer, c.head_dim, c.max_position_embeddings);
   c.target_dtype = j.value("dtype", j.value("torch_dtype", layer.value("torch_dtype", c.target_dtype)));
-  c.vocab_size = get_int(layer, "vocab_size", file);
-  c.draft_vocab_size = c.eagle_version == 3 ? get_int(j, "draft_vocab_size", file) : c.vocab_size;
-  c.target_hidden_size = j.value("target_hidden_size", c.hidden_size);
+  c.vocab_size = get_int(layer, "vocab_size", file, 1, kMaxVocab);
+  c.draft_vocab_size = c.eagle_version == 3 ? get_int(j, "draft_vocab_size", file, 1, c.vocab_size) : c.vocab_size;
+  c.target_hidden_size =
+      j.contains("target_hidden_size") ? get_int(j, "target_hidden_size", file, 1, kMaxSize) : c.hidden_size;
   if (c.eagle_version == 3) {
     if (j.contains("eagle_aux_hidden_state_layer_ids")) {
       c.aux_layer_ids = j["eagle_aux_hidden_state_layer_ids"].get<std::vector<std::int64_t>>();
@@ -316,6 +377,9 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
     c.eagle1_feature_weight = e.value("eagle1_feature_weight", c.eagle1_feature_weight);
     c.eagle1_token_weight = e.value("eagle1_token_weight", c.eagle1_token_weight);
   }
+  EAGLE_CHECK(
+      c.ttt_steps >= 1 && c.ttt_steps <= 64,
+      config_error(file, "ttt_steps", "out of range").expected("in [1, 64]").found(std::to_string(c.ttt_steps)));
   if (c.eagle_version == 3) {
     EAGLE_CHECK(!c.aux_layer_ids.empty(),
                 config_error(file, "eagle_aux_hidden_state_layer_ids", "the aux layers are not named")
@@ -332,6 +396,7 @@ LoadedHead load_head(const std::string& dir, torch::Device device) {
   const auto weights_path = (fs::path(dir) / "model.safetensors").string();
   auto file = SafetensorsFile::open(weights_path);
   auto& c = out.config;
+  check_head_sizes(c, file, out.format);
   DraftVocab vocab = DraftVocab::identity(c.vocab_size);
   if (c.eagle_version == 3) {
     vocab =

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "eagle/util/checked.h"
 #include "eagle/util/error.h"
 #include "eagle/util/fs_sync.h"
 #include "eagle/util/mapped_file.h"
@@ -135,10 +136,16 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     for (const auto& d : v["shape"]) {
       EAGLE_CHECK(d.is_number_unsigned() || (d.is_number_integer() && d.get<std::int64_t>() >= 0),
                   impl->bad("shape entries must be non-negative integers").place(place).found(d.dump()));
-      auto dim = d.get<std::uint64_t>();
-      EAGLE_CHECK(dim == 0 || numel <= (std::uint64_t{1} << 62) / dim,
-                  impl->bad("shape overflows").place(place).found(v["shape"].dump()));
-      numel *= dim;
+      // Each size must fit a tensor's int64 size, and the byte count (not only the element count)
+      // 64 bits: [2^61] F64 is 2^64 bytes, which wraps to 0 and then matches empty data_offsets.
+      const auto dim = d.get<std::uint64_t>();
+      const auto grown = util::checked_mul(numel, dim);
+      EAGLE_CHECK(dim <= (std::uint64_t{1} << 62) && grown && util::checked_mul(*grown, std::uint64_t{8}),
+                  impl->bad("shape overflows")
+                      .place(place)
+                      .expected("a byte count that fits in 64 bits")
+                      .found(v["shape"].dump()));
+      numel = *grown;
       e.shape.push_back(static_cast<std::int64_t>(dim));
     }
     const auto& off = v["data_offsets"];
