@@ -100,7 +100,7 @@ TEST_CASE("an option error fits on one line and names the config file the value 
   const auto line_start = r.output.find("invalid option value");
   REQUIRE(line_start != std::string::npos);
   CHECK(r.output.find('\n', line_start) == r.output.size() - 1);  // the message is the last, single line
-  CHECK_THAT(r.output, Catch::Contains("--bucket_granularity: expected an integer >= 0, found -3 (from " +
+  CHECK_THAT(r.output, Catch::Contains("--bucket_granularity: expected an integer in [0, 1048576], found -3 (from " +
                                        (dir / "run.json").string() + ")"));
   // A value from a flag names no file.
   auto f = run_cli("train --dump-config --bucket_granularity -3");

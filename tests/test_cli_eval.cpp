@@ -95,6 +95,32 @@ TEST_CASE("eval measures a checkpoint and its exported copy alike", "[cli]") {
   INFO(other.output);
   CHECK(other.exit_code == 3);
   CHECK_THAT(other.output, Catch::Contains("trained for another target"));
+  // ... and so is one of the same sizes but another architecture (the head records its target's).
+  auto mistral = dir / "same-sizes-mistral";
+  fs::create_directories(mistral);
+  auto cfg = json::parse(eagle::test::read_file(EAGLE_SOURCE_DIR "/tests/fixtures/models/tiny-llama/config.json"));
+  cfg["architectures"] = {"MistralForCausalLM"};
+  cfg["model_type"] = "mistral";
+  eagle::test::write_file(mistral / "config.json", cfg.dump(2));
+  fs::create_symlink(EAGLE_SOURCE_DIR "/tests/fixtures/models/tiny-llama/model.safetensors",
+                     mistral / "model.safetensors");
+  auto arch = run_cli("eval --checkpoint " + ckpt.string() + common + " --model_name_or_path " + mistral.string());
+  INFO(arch.output);
+  CHECK(arch.exit_code == 3);
+  CHECK_THAT(arch.output, Catch::Contains("target_architecture") && Catch::Contains("LlamaForCausalLM"));
+  // The head decides its TTT steps, version and layers: eval does not take the first two, and
+  // refuses other layers instead of ignoring them.
+  for (const char* flag : {" --ttt_steps 2", " --eagle_version 1"}) {
+    auto r = run_cli("eval --checkpoint " + ckpt.string() + common + flag);
+    INFO(r.output);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.output, Catch::Contains(std::string(flag).substr(1, std::string(flag).find(' ', 1) - 1)));
+  }
+  auto aux = run_cli("eval --checkpoint " + ckpt.string() + common + " --aux_hidden_state_layer_ids 0,1,2");
+  INFO(aux.output);
+  CHECK(aux.exit_code == 2);
+  CHECK_THAT(aux.output, Catch::Contains("differs from the head's") && Catch::Contains("[1, 2, 3]"));
+  CHECK(run_cli("eval --checkpoint " + ckpt.string() + common + " --aux_hidden_state_layer_ids 1,2,3").exit_code == 0);
 }
 
 TEST_CASE("eval and export refuse a head config.json out of range or unlike its weights, naming the field", "[cli]") {

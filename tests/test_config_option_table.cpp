@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <catch2/catch.hpp>
 
+#include <cmath>
 #include <set>
 
 #include "eagle/config/resolve.h"
@@ -82,7 +83,7 @@ TEST_CASE("flags set typed values and defaults stay otherwise", "[config]") {
 
 TEST_CASE("bad values are rejected naming the flag", "[config]") {
   std::string msg = error_text([] { parse_train({"--bucket_granularity", "-3"}); });
-  CHECK_THAT(msg, Catch::Contains("--bucket_granularity") && Catch::Contains("an integer >= 0") &&
+  CHECK_THAT(msg, Catch::Contains("--bucket_granularity") && Catch::Contains("an integer in [0, 1048576]") &&
                       Catch::Contains("found -3"));
   msg = error_text([] { parse_train({"--bucket_boundaries", "512,256"}); });
   CHECK_THAT(msg, Catch::Contains("--bucket_boundaries") && Catch::Contains("strictly increasing"));
@@ -91,6 +92,43 @@ TEST_CASE("bad values are rejected naming the flag", "[config]") {
                       Catch::Contains("--adam_beta2"));
   CHECK_THROWS_AS(parse_train({"--lr_scheduler_type", "cosin"}), CLI::ValidationError);
   CHECK_THROWS_AS(parse_train({"--max_steps", "ten"}), CLI::ParseError);
+}
+
+TEST_CASE("every numeric option has a finite range, so an absurd value fails at start-up", "[config]") {
+  for (const auto& e : option_table()) {
+    INFO(e.name << " (" << e.type << ")");
+    const bool numeric = e.type == "int" || e.type == "float" || e.type == "list of int";
+    if (!numeric) continue;
+    CHECK(e.has_range);
+    CHECK(std::isfinite(e.range_lo));
+    CHECK(std::isfinite(e.range_hi));
+    CHECK(e.range_lo <= e.range_hi);
+    // The default itself is in range (a check that refused the default would refuse every run).
+    CHECK(e.check(Options{}).empty());
+  }
+}
+
+TEST_CASE("out-of-range values that failed only at the final evaluation are refused at start-up", "[config]") {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{{"--eval_max_new_tokens", "1000000000000"},
+                                             {"--per_device_train_batch_size", "4000000000"},
+                                             {"--gradient_accumulation_steps", "4000000000"},
+                                             {"--max_tokens_per_batch", "1000000000000"},
+                                             {"--learning_rate", "1e308"},
+                                             {"--learning_rate", "nan"},
+                                             {"--adam_beta1", "1"},
+                                             {"--adam_beta2", "1"},
+                                             {"--ddp_timeout_s", "10000000000"},
+                                             {"--max_steps", "1000000000000000"},
+                                             {"--num_train_epochs", "inf"},
+                                             {"--warmup_steps", "1000000000000000"},
+                                             {"--eagle_version", "1000000000000"}}) {
+    INFO(args[0] << " " << args[1]);
+    std::string msg = error_text([&] { parse_train(args); });
+    CHECK_THAT(msg, Catch::Contains(args[0]) && Catch::Contains("found"));
+  }
+  CHECK_THAT(error_text([] { parse_train({"--adam_beta2", "1"}); }), Catch::Contains("a number in [0, 1)"));
+  CHECK_NOTHROW(parse_train({"--adam_beta2", "0.999", "--learning_rate", "1", "--ddp_timeout_s", "604800"}));
 }
 
 TEST_CASE("required options are declared in the table and all missing ones are named at once", "[config]") {

@@ -77,6 +77,16 @@ TEST_CASE("the writer refuses an existing output, another run's progress and a n
   other["seed"] = 7;
   CHECK_THROWS_WITH(SampleWriter(out, other), Catch::Contains("other settings") && Catch::Contains("\"seed\"") &&
                                                   Catch::Contains("to start over"));
+  // A path spelled another way is the same setting (compared as files, not as strings).
+  fs::create_directories(dir / "model");
+  json spelled = kSettings;
+  spelled["model_name_or_path"] = (dir / "model").string();
+  const auto out2 = (dir / "out2.jsonl").string();
+  { SampleWriter(out2, spelled).commit(json()); }
+  spelled["model_name_or_path"] = (dir / "." / "model").string();
+  CHECK_NOTHROW(SampleWriter(out2, spelled));
+  spelled["model_name_or_path"] = (dir / "other").string();
+  CHECK_THROWS_WITH(SampleWriter(out2, spelled), Catch::Contains("model_name_or_path"));
   { SampleWriter(out, kSettings).finish(json()); }
   CHECK_THROWS_WITH(SampleWriter(out, kSettings), Catch::Contains("already exists"));
   CHECK_THROWS_WITH(SampleWriter((dir / "out.txt").string(), kSettings), Catch::Contains(".jsonl"));

@@ -45,6 +45,11 @@ TEST_CASE("SGLang export: config fields, tensor names and shapes, round trip wit
   CHECK(j["torch_dtype"] == "bfloat16");
   CHECK(j["dtype"] == "bfloat16");
   CHECK(j["eagle_aux_hidden_state_layer_ids"] == json({2, 4, 5}));                  // input-of-layer
+  // The speculators layout says the same at its top level, not float32 (its tensors' dtype).
+  auto spec = model::head_config_json(cfg, model::HeadFormat::speculators);
+  CHECK(spec["torch_dtype"] == "bfloat16");
+  CHECK(spec["dtype"] == "bfloat16");
+  CHECK(spec["transformer_layer_config"]["torch_dtype"] == "bfloat16");
   CHECK(j["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == json({1, 3, 4}));  // output-of-layer
   auto file = model::SafetensorsFile::open((tmp / "sglang" / "model.safetensors").string());
   std::vector<std::string> expected = {

@@ -283,4 +283,21 @@ TEST_CASE("generation end ids: config.json's eos ids, then generation_config.jso
                     Catch::Contains("generation_config.json") && Catch::Contains("eos_token_id"));
   test::write_file(dir / "generation_config.json", "{");
   CHECK_THROWS_WITH(model::generation_end_ids(dir.path().string(), c), Catch::Contains("not valid JSON"));
+  // An id outside the vocabulary is refused by name; 2^64-1 never becomes -1.
+  for (const char* id : {"18446744073709551615", "-1", "[2, 100000]"}) {
+    INFO(id);
+    test::write_file(dir / "generation_config.json", std::string(R"({"eos_token_id": )") + id + "}");
+    CHECK_THROWS_WITH(model::generation_end_ids(dir.path().string(), c),
+                      Catch::Contains("eos_token_id") && Catch::Contains("outside the vocabulary"));
+  }
+  auto huge = config;
+  huge["eos_token_id"] = std::numeric_limits<std::uint64_t>::max();
+  test::write_file(dir / "config.json", huge.dump());
+  CHECK_THROWS_WITH(TargetConfig::from_json_file((dir / "config.json").string()),
+                    Catch::Contains("config.json") && Catch::Contains("outside the vocabulary"));
+  huge = config;
+  huge["bos_token_id"] = std::numeric_limits<std::uint64_t>::max();
+  test::write_file(dir / "config.json", huge.dump());
+  CHECK_THROWS_WITH(TargetConfig::from_json_file((dir / "config.json").string()),
+                    Catch::Contains("bos_token_id") && Catch::Contains("out of range"));
 }

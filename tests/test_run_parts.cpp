@@ -103,6 +103,21 @@ TEST_CASE("the first SIGINT/SIGTERM sets the stop flag; handlers are restored", 
   }
 }
 
+TEST_CASE("handlers installed at start-up keep a signal for the StopSignals that comes later", "[run]") {
+  struct sigaction before {};
+  ::sigaction(SIGTERM, nullptr, &before);
+  eagle::run::install_stop_signals();
+  ::raise(SIGTERM);  // the process survives: the handler sets the flag
+  {
+    StopSignals stop;
+    CHECK(stop.requested());
+    CHECK(std::string(stop.signal_name()) == "SIGTERM");
+  }
+  struct sigaction after {};
+  ::sigaction(SIGTERM, nullptr, &after);
+  CHECK(after.sa_handler == before.sa_handler);
+}
+
 TEST_CASE("a second signal exits at once with 130", "[run]") {
   pid_t pid = ::fork();
   REQUIRE(pid >= 0);

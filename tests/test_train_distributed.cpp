@@ -173,3 +173,19 @@ TEST_CASE("world size 1 under torchrun with NCCL on a GPU", "[train][gpu]") {
   CHECK(r.exit_code == 0);
   CHECK_THAT(r.output, Catch::Contains("nccl for tensors"));
 }
+
+TEST_CASE("ranks started with different options end with exit 2 naming the first difference", "[train]") {
+  TempDir dir;
+  const int port = free_port();
+  const std::string args = kSmoke + " --max_steps 2 --output_dir " + (dir / "run").string();
+  // Other TTT steps change the sizes of the step's collectives: a gloo abort (SIGABRT) before.
+  const pid_t r0 = start_rank(0, port, args, dir / "r0.log");
+  const pid_t r1 = start_rank(1, port, args + " --ttt_steps 2", dir / "r1.log");
+  const int c0 = wait_exit(r0), c1 = wait_exit(r1);
+  const auto log = eagle::test::read_file(dir / "r0.log") + eagle::test::read_file(dir / "r1.log");
+  INFO(log);
+  CHECK(c0 == 2);
+  CHECK(c1 == 2);
+  CHECK_THAT(log, Catch::Contains("the ranks were started differently: option ttt_steps differs") &&
+                      Catch::Contains("2 on this rank"));
+}

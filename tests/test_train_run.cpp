@@ -13,6 +13,7 @@
 
 #include "eagle/model/safetensors.h"
 #include "helpers.h"
+#include "train_helpers.h"
 
 using eagle::test::logged_losses;
 using eagle::test::read_jsonl;
@@ -144,6 +145,13 @@ TEST_CASE("resume refuses options that shape the head or the data, naming each",
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.output, Catch::Contains("other options (3 differ)") && Catch::Contains("ttt_steps: checkpoint 3, now 2") &&
                            Catch::Contains("aux_hidden_state_layer_ids") && Catch::Contains("draft_vocab_size"));
+  // The default aux ids written out (the tiny 4-layer target's [1, 2, 3]) are the same head: resolved
+  // values are compared, not the empty default with its spelled-out value.
+  auto same = run_cli("train " + kSmoke + args + " --max_steps 4 --resume_from_checkpoint " + ckpt +
+                      " --aux_hidden_state_layer_ids 1,2,3");
+  INFO(same.output);
+  CHECK(same.exit_code == 0);
+  CHECK_THAT(same.output, Catch::Contains("resumed from"));
   // What may change does: a longer run with another learning rate and logging interval.
   auto ok = run_cli("train " + kSmoke + args + " --max_steps 8 --learning_rate 0.001 --logging_steps 4" +
                     " --resume_from_checkpoint auto");
@@ -203,17 +211,22 @@ TEST_CASE("a second run on a running run's output_dir is refused naming the firs
 
 TEST_CASE("non-finite values stop the run under nan_policy error and are skipped under skip", "[train]") {
   TempDir dir;
-  // A learning rate of 1e30 makes the weights overflow after the first update.
-  auto args =
-      " --max_steps 6 --logging_steps 2 --eval_steps 0 --eval_num_prompts 0 --warmup_steps 0 --learning_rate 1e30";
-  auto r = run_cli("train " + kSmoke + args + " --output_dir " + (dir / "err").string());
-  INFO(r.output);
-  CHECK(r.exit_code == 5);
-  CHECK_THAT(r.output, Catch::Contains("non-finite loss or gradient") && Catch::Contains("step 2"));
-  auto s = run_cli("train " + kSmoke + args + " --nan_policy skip --output_dir " + (dir / "skip").string());
-  INFO(s.output);
-  CHECK(s.exit_code == 0);
-  CHECK_THAT(s.output, Catch::Contains("skipped for non-finite values"));
+  // A learning rate of 1e30 makes the weights overflow after the first update. The option table
+  // refuses it on the command line (learning_rate is at most 1), so the run is started in-process.
+  eagle::config::Options o = eagle::test::smoke_options();
+  o.max_steps = 6;
+  o.logging_steps = 2;
+  o.eval_steps = 0;
+  o.eval_num_prompts = 0;
+  o.warmup_steps = 0;
+  o.learning_rate = 1e30;
+  o.output_dir = (dir / "err").string();
+  eagle::Error e = eagle::test::train_error(o);
+  CHECK(static_cast<int>(e.exit_code()) == 5);
+  CHECK_THAT(e.format(), Catch::Contains("non-finite loss or gradient") && Catch::Contains("step 2"));
+  o.nan_policy = eagle::config::NanPolicy::skip;
+  o.output_dir = (dir / "skip").string();
+  CHECK(eagle::train::train(o, {"eagle-train", "train"}).exit_reason == eagle::run::ExitReason::completed);
   std::int64_t nonfinite = -1;
   for (const auto& j : read_jsonl(dir / "skip" / "metrics.jsonl"))
     if (j.contains("nonfinite_steps")) nonfinite = j["nonfinite_steps"].get<std::int64_t>();

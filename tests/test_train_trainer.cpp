@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "eagle/config/resolve.h"
+#include "eagle/run/signals.h"
 #include "eagle/train/trainer.h"
 #include "eagle/util/error.h"
 #include "helpers.h"
@@ -122,4 +123,51 @@ TEST_CASE("a signal during the final evaluation still ends interrupted with the 
   run::RunSummary s = train::train(o, {"eagle-train", "train"});
   CHECK(s.exit_reason == run::ExitReason::completed);
   CHECK(read_json(tmp / "run" / "summary.json")["exit_reason"] == "completed");
+}
+
+TEST_CASE("a final evaluation that fails leaves the last step's checkpoint; resuming runs only the evaluation",
+          "[train]") {
+  test::TempDir tmp;
+  auto o = smoke_options(tmp / "run");
+  // Out of the option table's range (the CLI refuses it at start-up); in-process it reaches the
+  // final evaluation, whose KV cache cannot be allocated.
+  o.eval_max_new_tokens = 1'000'000'000'000;
+  CHECK_THROWS(train::train(o, {"eagle-train", "train"}));  // the allocator's own error, mapped to exit 1 by main
+  CHECK(read_json(tmp / "run" / "summary.json")["exit_reason"] == "failed");
+  REQUIRE(fs::exists(tmp / "run" / "checkpoint-6" / "COMPLETE"));
+  o.eval_max_new_tokens = 8;
+  o.resume_from_checkpoint = "auto";
+  run::RunSummary s = train::train(o, {"eagle-train", "train"});
+  CHECK(s.exit_reason == run::ExitReason::completed);
+  CHECK(s.resumed_from_step == 6);
+  CHECK(s.ar.has_value());
+}
+
+TEST_CASE("a checkpoint with a negative step is refused by name", "[train]") {
+  test::TempDir tmp;
+  auto o = smoke_options(tmp / "run");
+  o.eval_num_prompts = 0;
+  train::train(o, {"eagle-train", "train"});
+  const auto state_file = tmp / "run" / "checkpoint-6" / "trainer_state.json";
+  json state = read_json(state_file);
+  state["step"] = -3;
+  test::write_file(state_file, state.dump(2));
+  o.resume_from_checkpoint = (tmp / "run" / "checkpoint-6").string();
+  Error e = test::train_error(o);
+  CHECK(e.kind() == ErrorKind::input);
+  CHECK_THAT(e.format(), Catch::Contains("trainer_state.json") && Catch::Contains("step") &&
+                             Catch::Contains("found -3"));
+}
+
+TEST_CASE("a signal during start-up is kept and ends the run interrupted with its summary", "[train]") {
+  test::TempDir tmp;
+  auto o = smoke_options(tmp / "run");
+  run::install_stop_signals();  // what main does first for train
+  ::raise(SIGTERM);             // before the trainer exists: without the handlers the process dies (143)
+  Error e = test::train_error(o);
+  CHECK(e.kind() == ErrorKind::interrupted);
+  auto summary = read_json(tmp / "run" / "summary.json");
+  CHECK(summary["exit_reason"] == "interrupted");
+  CHECK(summary["detail"] == "SIGTERM");
+  CHECK(summary["steps"] == 0);
 }

@@ -11,6 +11,7 @@
 #include "eagle/cli/commands.h"
 #include "eagle_version.h"
 #include "eagle/config/resolve.h"
+#include "eagle/run/signals.h"
 #include "eagle/device/torch_error.h"
 #include "eagle/util/log.h"
 #include "eagle/util/error.h"
@@ -76,6 +77,10 @@ std::string version_text() {
 }
 
 int main(int argc, char** argv) {
+  // First: a SIGINT/SIGTERM while the options, data or target are read is kept for the run's own
+  // stop path (a summary, exit 130) instead of ending the process with 143.
+  if (argc > 1 && (std::string_view(argv[1]) == "train" || std::string_view(argv[1]) == "generate"))
+    run::install_stop_signals();
   CLI::App app{"eagle-train: trains EAGLE-3 and EAGLE-1 speculative-decoding draft heads", "eagle-train"};
   app.require_subcommand(0, 1);
   bool show_version = false, options_md = false, dump_config = false;

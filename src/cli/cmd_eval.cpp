@@ -33,9 +33,42 @@ void check_compatible(const model::HeadConfig& h, const model::TargetConfig& t, 
   EAGLE_CHECK(h.target_hidden_size == t.hidden_size,
               mismatch("target_hidden_size", h.target_hidden_size, t.hidden_size));
   EAGLE_CHECK(h.vocab_size == t.vocab_size, mismatch("vocab_size", h.vocab_size, t.vocab_size));
+  // The same sizes do not make the same target: its layer count and architecture are recorded too
+  // (0 or empty: a head imported from elsewhere that does not say).
+  EAGLE_CHECK(h.target_num_hidden_layers == 0 || h.target_num_hidden_layers == t.num_hidden_layers,
+              mismatch("target_num_hidden_layers", h.target_num_hidden_layers, t.num_hidden_layers));
+  EAGLE_CHECK(h.target_architecture.empty() || t.architecture.empty() || h.target_architecture == t.architecture,
+              Error(ErrorKind::input, "the head was trained for another target").file(head_dir + "/config.json")
+                  .place("target_architecture").expected(fmt::format("{} (the target's)", t.architecture))
+                  .found(h.target_architecture));
   for (auto id : h.aux_layer_ids)
     EAGLE_CHECK(id >= 0 && id <= t.num_hidden_layers,
                 mismatch("eagle_aux_hidden_state_layer_ids", id, t.num_hidden_layers));
+}
+
+// The head decides the layers it reads: other aux ids given for an EAGLE-3 head are refused, not
+// ignored (ttt_steps and eagle_version are not eval options: the head's are used).
+void check_aux_ids(const model::HeadConfig& h, const config::Options& o, const std::string& head_dir) {
+  if (h.eagle_version != 3 || o.aux_hidden_state_layer_ids.empty() || o.aux_hidden_state_layer_ids == h.aux_layer_ids)
+    return;
+  throw Error(ErrorKind::usage, "--aux_hidden_state_layer_ids differs from the head's")
+      .file(head_dir + "/config.json")
+      .place("aux_hidden_state_layer_ids")
+      .expected(fmt::format("[{}] (the head's)", fmt::join(h.aux_layer_ids, ", ")))
+      .found(fmt::format("[{}]", fmt::join(o.aux_hidden_state_layer_ids, ", ")))
+      .hint("leave it out: eval reads the layers the head was trained on");
+}
+
+// The head names the target it was trained on; another folder of the same shape may be a fine-tune
+// (the sizes above cannot tell), so the user is told which one is used.
+void warn_other_target(const model::HeadConfig& h, const std::string& target_dir) {
+  namespace fs = std::filesystem;
+  if (h.target_name_or_path.empty() || target_dir.empty()) return;
+  std::error_code ec;
+  if (fs::equivalent(h.target_name_or_path, target_dir, ec) && !ec) return;
+  if (fs::path(h.target_name_or_path).filename() == fs::path(target_dir).filename()) return;  // moved, same name
+  log::warn("eval", "the head was trained on the target {}; evaluating it with {} (same sizes)",
+            h.target_name_or_path, target_dir);
 }
 
 // A head holding NaN or Inf would report AR 1 and a NaN loss: refuse it, naming the tensors.
@@ -76,8 +109,11 @@ void run_eval(const config::Options& opts, const Invocation& argv) {
   auto& head = *loaded.head;
   check_finite(head, opts.checkpoint);
   // Checked against the target's config.json before anything heavy is read.
-  if (const auto target_dir = features::target_config_dir(opts); !target_dir.empty())
+  check_aux_ids(loaded.config, opts, opts.checkpoint);
+  if (const auto target_dir = features::target_config_dir(opts); !target_dir.empty()) {
     check_compatible(loaded.config, model::TargetConfig::from_model_dir(target_dir), opts.checkpoint);
+    warn_other_target(loaded.config, opts.model_name_or_path);
+  }
   // The head decides what it reads: the target layers it was trained on.
   const auto inputs =
       features::load_eval_inputs(opts, device, loaded.config.eagle_version, loaded.config.aux_layer_ids);

@@ -19,6 +19,9 @@
 
 namespace eagle::config::detail {
 
+// Whether a range's upper bound is allowed (adam_beta2 may come close to 1 but never reach it).
+enum class Upper { inclusive, exclusive };
+
 using json = nlohmann::json;
 
 // ----- names of enum values, as written in flags and JSON -----
@@ -229,17 +232,28 @@ class Entry {
  public:
   Entry(OptionEntry& e, T Options::*field) : e_(e), field_(field) {}
 
-  // Numeric range, inclusive; applies to each element of a list.
-  Entry& range(double lo, double hi = std::numeric_limits<double>::infinity()) {
-    std::string what = describe_range(lo, hi);
-    e_.check = [field = field_, lo, hi, what](const Options& o) {
-      return in_range(o.*field, lo, hi) ? std::string() : what;
+  // Numeric range, inclusive (or below `hi` when hi_open); applies to each element of a list. Every
+  // numeric option has a finite one, so that an absurd value fails at start-up, not hours later
+  // (test_config_option_table.cpp checks the table).
+  Entry& range(double lo, double hi, Upper upper = Upper::inclusive) {
+    const bool open = upper == Upper::exclusive;
+    std::string what = describe_range(lo, hi, open);
+    e_.range_lo = lo;
+    e_.range_hi = hi;
+    e_.range_hi_open = open;
+    e_.has_range = true;
+    e_.check = [field = field_, lo, hi, open, what](const Options& o) {
+      return in_range(o.*field, lo, hi, open) ? std::string() : what;
     };
     return *this;
   }
-  // A custom check of the value (the other options given for context): "" or what is expected.
+  // A custom check of the value (the other options given for context): "" or what is expected. It
+  // runs after a range declared before it.
   Entry& check(std::function<std::string(const T&, const Options&)> f) {
-    e_.check = [field = field_, f = std::move(f)](const Options& o) { return f(o.*field, o); };
+    e_.check = [field = field_, f = std::move(f), before = e_.check](const Options& o) {
+      std::string what = before(o);
+      return what.empty() ? f(o.*field, o) : what;
+    };
     return *this;
   }
   // The subcommands that cannot run without it (or without one of `alternatives`).
@@ -253,21 +267,21 @@ class Entry {
   }
 
  private:
-  static std::string describe_range(double lo, double hi) {
+  static std::string describe_range(double lo, double hi, bool open) {
     constexpr bool is_int = std::is_same_v<T, std::int64_t> || std::is_same_v<T, std::vector<std::int64_t>>;
     std::string kind = is_int ? "an integer" : "a number";
     if constexpr (!std::is_arithmetic_v<T>) kind = "a list of " + std::string(is_int ? "integers" : "numbers");
     auto num = [](double x) { return fmt::format("{}", x); };
-    if (hi == std::numeric_limits<double>::infinity()) return fmt::format("{} >= {}", kind, num(lo));
-    return fmt::format("{} in [{}, {}]", kind, num(lo), num(hi));
+    return fmt::format("{} in [{}, {}{}", kind, num(lo), num(hi), open ? ")" : "]");
   }
   template <typename V>
-  static bool in_range(const V& v, double lo, double hi) {
+  static bool in_range(const V& v, double lo, double hi, bool open) {
     if constexpr (std::is_arithmetic_v<V>) {
-      return static_cast<double>(v) >= lo && static_cast<double>(v) <= hi;
+      const double x = static_cast<double>(v);
+      return x >= lo && (open ? x < hi : x <= hi);  // NaN fails both
     } else {
       for (const auto& x : v)
-        if (!in_range(x, lo, hi)) return false;
+        if (!in_range(x, lo, hi, open)) return false;
       return true;
     }
   }

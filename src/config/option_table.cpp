@@ -20,6 +20,18 @@ constexpr CommandMask kGenerate = mask(Command::generate);
 constexpr CommandMask kDump = mask(Command::dump_features);
 constexpr CommandMask kAll = kTrain | kPrepare | kStats | kInspect | kExport | kEval | kGenerate | kDump;
 
+// Upper bounds: far above any real run, low enough that nothing derived from them (KV caches, batch
+// tensors, step counts, chrono durations) overflows or tries to allocate the impossible.
+constexpr double kMaxTokens = 1 << 20;          // tokens per sample (training_seq_len, buckets)
+constexpr double kMaxBatchTokens = 1 << 24;     // tokens per micro-batch
+constexpr double kMaxRows = 1 << 16;            // rows per micro-batch, micro-batches per step
+constexpr double kMaxSteps = 1e9;               // optimizer steps
+constexpr double kMaxVocab = 1 << 24;           // tokens of a vocabulary
+constexpr double kMaxLayers = 1 << 12;          // target layer ids
+constexpr double kMaxNewTokens = 1 << 16;       // tokens generated per prompt or reply
+constexpr double kMaxSeed = 9007199254740992.0; // 2^53: every seed is exact as a double and in JSON
+constexpr double kMaxTimeoutS = 7 * 24 * 3600;  // a week, in seconds
+
 std::string check_increasing(const std::vector<std::int64_t>& v) {
   for (std::size_t i = 0; i < v.size(); ++i) {
     if (v[i] < 1) return "positive lengths";
@@ -46,14 +58,15 @@ std::vector<OptionEntry> declare_options() {
         kTrain | kPrepare | kStats | kEval | kGenerate | kDump,
         "Maximum tokens per sample; longer samples follow overlong_policy; generate: the context, prompts "
         "and replies together")
-      .range(4, 1 << 20);
+      .range(4, kMaxTokens);
   t.add(&Options::bucket_granularity, "bucket_granularity", G::data, kTrain | kStats | kEval | kDump,
         "Each batch is padded to its longest sample rounded up to a multiple of this many tokens "
         "(capped at training_seq_len); 0: pad every batch to training_seq_len")
-      .range(0);
+      .range(0, kMaxTokens);
   t.add(&Options::bucket_boundaries, "bucket_boundaries", G::data, kTrain | kStats | kEval | kDump,
         "Explicit bucket lengths in tokens, strictly increasing (a batch is padded to the smallest "
         "one that fits); empty: use bucket_granularity")
+      .range(1, kMaxTokens)
       .check([](const std::vector<std::int64_t>& v, const Options&) { return check_increasing(v); });
   t.add(&Options::group_by_length, "group_by_length", G::data, kTrain | kStats,
         "Group samples of similar length into batches (seeded shuffle, then sort within a window of "
@@ -63,6 +76,7 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::max_tokens_per_batch, "max_tokens_per_batch", G::data, kTrain | kStats | kEval | kDump,
         "Fill each micro-batch up to this many tokens, padding counted; 0: a fixed "
         "per_device_train_batch_size rows")
+      .range(0, kMaxBatchTokens)
       .check([](std::int64_t v, const Options& o) {
         // A batch must hold one sample of training_seq_len tokens.
         return v == 0 || v >= o.training_seq_len
@@ -112,6 +126,7 @@ std::vector<OptionEntry> declare_options() {
         "EAGLE-3 target layers whose inputs are fused, input-of-layer convention "
         "(hidden_states[id]); exactly 3 for EAGLE-3 (what SGLang and vLLM fuse); empty: [2, L/2, L-3] (models "
         "under 7 layers: docs/models.md)")
+      .range(0, kMaxLayers)
       .check([](const std::vector<std::int64_t>& v, const Options& o) {
         for (auto id : v)
           if (id < 0) return std::string("layer ids >= 0");
@@ -120,11 +135,14 @@ std::vector<OptionEntry> declare_options() {
         return std::string();
       });
   // draft
-  t.add(&Options::eagle_version, "eagle_version", G::draft, kTrain | kEval | kExport | kDump,
-        "Draft head: 3 (EAGLE-3, three fused layers, training-time test) or 1 (EAGLE-1)")
+  // Not an eval or export option: a head records its version and TTT steps, and those are used.
+  t.add(&Options::eagle_version, "eagle_version", G::draft, kTrain | kDump,
+        "Draft head: 3 (EAGLE-3, three fused layers, training-time test) or 1 (EAGLE-1); eval and export use "
+        "the head's")
+      .range(1, 3)
       .check([](std::int64_t v, const Options&) { return v == 1 || v == 3 ? "" : "1 or 3"; });
-  t.add(&Options::ttt_steps, "ttt_steps", G::draft, kTrain | kEval,
-        "Training-time test steps: how far the head is unrolled on its own outputs")
+  t.add(&Options::ttt_steps, "ttt_steps", G::draft, kTrain,
+        "Training-time test steps: how far the head is unrolled on its own outputs; eval uses the head's")
       .range(1, 32);
   t.add(&Options::ttt_loss_decay, "ttt_loss_decay", G::draft, kTrain,
         "Weight of TTT step k's loss is ttt_loss_decay^k")
@@ -132,21 +150,21 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::draft_vocab_size, "draft_vocab_size", G::draft, kTrain,
         "Tokens in the draft vocabulary, the most frequent trained tokens; capped at the target's "
         "vocabulary")
-      .range(2);
+      .range(2, kMaxVocab);
   // train
   t.add(&Options::per_device_train_batch_size, "per_device_train_batch_size", G::train,
         kTrain | kStats | kEval | kDump,
         "Rows per micro-batch (when max_tokens_per_batch is 0)")
-      .range(1);
+      .range(1, kMaxRows);
   t.add(&Options::gradient_accumulation_steps, "gradient_accumulation_steps", G::train, kTrain,
         "Micro-batches per optimizer step")
-      .range(1);
+      .range(1, kMaxRows);
   t.add(&Options::max_steps, "max_steps", G::train, kTrain,
         "Optimizer steps to train; 0: num_train_epochs decides")
-      .range(0);
+      .range(0, kMaxSteps);
   t.add(&Options::num_train_epochs, "num_train_epochs", G::train, kTrain,
         "Passes over the training data (fractions allowed), used when max_steps is 0")
-      .range(0.0);
+      .range(0.0, 1e6);
   t.add(&Options::bf16, "bf16", G::train, kTrain | kEval,
         "Run the head's forward and backward under bf16 autocast (weights and optimizer stay fp32)");
   t.add(&Options::nan_policy, "nan_policy", G::train, kTrain,
@@ -155,56 +173,59 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::max_cuda_graphs, "max_cuda_graphs", G::train, kTrain | kGenerate | kDump,
         "Batch shapes captured as CUDA graphs on GPU; others run eagerly; 0: none (generate: decode "
         "steps, one shape per 256 cached columns)")
-      .range(0);
+      .range(0, 1024);
   t.add(&Options::seed, "seed", G::train, kAll,
         "Seed of every random choice (data order, splits, init, generate's sampling)")
-      .range(0);
+      .range(0, kMaxSeed);
   // optim
   t.add(&Options::learning_rate, "learning_rate", G::optim, kTrain, "Peak AdamW learning rate")
-      .range(0.0);
+      .range(0.0, 1.0);
   t.add(&Options::lr_scheduler_type, "lr_scheduler_type", G::optim, kTrain,
         "Learning-rate schedule after the linear warmup");
   t.add(&Options::warmup_steps, "warmup_steps", G::optim, kTrain,
         "Optimizer steps of linear warmup from 0 to learning_rate")
-      .range(0);
+      .range(0, kMaxSteps);
   t.add(&Options::weight_decay, "weight_decay", G::optim, kTrain, "AdamW decoupled weight decay")
-      .range(0.0);
-  t.add(&Options::adam_beta1, "adam_beta1", G::optim, kTrain, "AdamW beta1").range(0.0, 1.0);
-  t.add(&Options::adam_beta2, "adam_beta2", G::optim, kTrain, "AdamW beta2").range(0.0, 1.0);
+      .range(0.0, 10.0);
+  t.add(&Options::adam_beta1, "adam_beta1", G::optim, kTrain, "AdamW beta1")
+      .range(0.0, 1.0, Upper::exclusive);  // 1: the bias correction divides by 1 - beta^t = 0
+  t.add(&Options::adam_beta2, "adam_beta2", G::optim, kTrain, "AdamW beta2")
+      .range(0.0, 1.0, Upper::exclusive);
   t.add(&Options::adam_epsilon, "adam_epsilon", G::optim, kTrain, "AdamW epsilon")
-      .range(0.0);
+      .range(0.0, 1.0);
   t.add(&Options::max_grad_norm, "max_grad_norm", G::optim, kTrain,
         "Clip the global gradient L2 norm to this; 0: no clipping")
-      .range(0.0);
+      .range(0.0, 1e6);
   // eval
   t.add(&Options::eval_steps, "eval_steps", G::eval, kTrain,
         "Evaluate every this many optimizer steps; 0: only at the end")
-      .range(0);
+      .range(0, kMaxSteps);
   t.add(&Options::eval_num_prompts, "eval_num_prompts", G::eval, kTrain | kEval,
         "Held-out prompts decoded speculatively to measure the acceptance rate; 0: skip it")
-      .range(0);
+      .range(0, 1 << 20);
   t.add(&Options::eval_max_new_tokens, "eval_max_new_tokens", G::eval, kTrain | kEval,
         "Tokens generated per evaluation prompt (stops earlier at the target's eos)")
-      .range(1);
+      .range(1, kMaxNewTokens);
   t.add(&Options::eval_draft_len, "eval_draft_len", G::eval, kTrain | kEval,
         "Tokens the head drafts per round in the acceptance evaluation; 0: ttt_steps")
       .range(0, 32);
   t.add(&Options::min_ar, "min_ar", G::eval, kTrain | kEval,
         "CI gate: exit non-zero when the final acceptance rate is below this; 0: no gate")
-      .range(0.0);
+      .range(0.0, 33.0);  // accepted tokens per round: at most eval_draft_len (<= 32) + 1
   t.add(&Options::max_final_loss, "max_final_loss", G::eval, kTrain,
         "CI gate: exit non-zero when the final training loss is above this; 0: no gate")
-      .range(0.0);
+      .range(0.0, 1e6);
   // generate
   t.add(&Options::max_new_tokens, "max_new_tokens", G::generate, kGenerate,
         "Tokens the target writes per reply at most, its end-of-turn id included")
-      .range(1);
+      .range(1, kMaxNewTokens);
   t.add(&Options::temperature, "temperature", G::generate, kGenerate,
         "Sampling temperature of the regenerated replies; 0: greedy (the target's most likely token)")
       .range(0.0, 100.0);
   t.add(&Options::top_p, "top_p", G::generate, kGenerate,
         "Sample from the smallest set of tokens whose probability reaches top_p (with temperature > 0); "
         "1: the whole vocabulary")
+      .range(0.0, 1.0)
       .check([](double v, const Options&) { return v > 0.0 && v <= 1.0 ? "" : "a number in (0, 1]"; });
   t.add(&Options::generate_batch_size, "generate_batch_size", G::generate, kGenerate,
         "Sequences generated together (rows of the KV cache); a finished row takes the next sample")
@@ -212,7 +233,7 @@ std::vector<OptionEntry> declare_options() {
   // log
   t.add(&Options::logging_steps, "logging_steps", G::log, kTrain,
         "Log a step line and metrics every this many optimizer steps")
-      .range(1);
+      .range(1, kMaxSteps);
   t.add(&Options::log_level, "log_level", G::log, kAll, "Console log level: trace|debug|info|warn|error|off")
       .check([](const std::string& v, const Options&) {
         for (const char* l : {"trace", "debug", "info", "warn", "error", "off"})
@@ -227,10 +248,10 @@ std::vector<OptionEntry> declare_options() {
         "summary); they are deleted at the start");
   t.add(&Options::save_steps, "save_steps", G::checkpoint, kTrain,
         "Save a checkpoint every this many optimizer steps; 0: only at the end")
-      .range(0);
+      .range(0, kMaxSteps);
   t.add(&Options::save_total_limit, "save_total_limit", G::checkpoint, kTrain,
         "Keep only the newest this many checkpoints (the best by AR is kept apart); 0: keep all")
-      .range(0);
+      .range(0, 1 << 20);
   t.add(&Options::resume_from_checkpoint, "resume_from_checkpoint", G::checkpoint, kTrain,
         "Resume from a checkpoint folder, or auto: the newest complete one in output_dir; empty: "
         "start fresh");
@@ -246,7 +267,7 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::ddp_timeout_s, "ddp_timeout_s", G::distributed, kTrain,
         "Seconds a rank waits for the others in any collective (joining, gradients, evaluation on rank 0, "
         "checkpoints) before it fails with an error; must exceed the longest evaluation")
-      .range(1);
+      .range(1, kMaxTimeoutS);
   t.add(&Options::num_ranks, "num_ranks", G::distributed, kStats,
         "data-stats: data-parallel ranks to plan for (per-rank batch counts); train takes WORLD_SIZE from torchrun")
       .range(1, 1 << 16);

@@ -44,10 +44,22 @@ json read_progress(const std::string& path) {
   return j;
 }
 
+// Whether two recorded values are the same; a path is the same file however it is spelled
+// (./model, model, an absolute path, a symlink to it).
+bool same_setting(const std::string& key, const json& a, const json& b) {
+  if (a == b) return true;
+  const bool is_path = key == "model_name_or_path" || key.ends_with("_path");
+  if (!is_path || !a.is_string() || !b.is_string()) return false;
+  std::error_code e1, e2;
+  const auto pa = fs::weakly_canonical(a.get<std::string>(), e1);
+  const auto pb = fs::weakly_canonical(b.get<std::string>(), e2);
+  return !e1 && !e2 && pa == pb;
+}
+
 // The first setting whose value differs, for the error message.
 std::string first_difference(const json& recorded, const json& now) {
   for (const auto& [key, value] : now.items())
-    if (!recorded.contains(key) || recorded[key] != value) return key;
+    if (!recorded.contains(key) || !same_setting(key, recorded[key], value)) return key;
   for (const auto& [key, value] : recorded.items())
     if (!now.contains(key)) return key;
   return "";

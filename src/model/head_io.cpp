@@ -245,7 +245,9 @@ nlohmann::json head_config_json(const HeadConfig& c, HeadFormat format) {
          {{"name_or_path", c.target_name_or_path},
           {"architectures", c.target_architecture.empty() ? json::array() : json::array({c.target_architecture})}}}}},
       {"speculators_version", kSpeculatorsVersion},
-      {"torch_dtype", "float32"},
+      // The target's dtype, as in the other formats (docs/export.md): engines run the draft in it.
+      {"torch_dtype", c.target_dtype},
+      {"dtype", c.target_dtype},
       {"eagle_train", eagle_train_fields(c)}};
 }
 
@@ -413,6 +415,12 @@ LoadedHead load_head(const std::string& dir, torch::Device device) {
   return out;
 }
 
+HeadConfig read_head_folder_config(const std::string& dir) {
+  std::string config_path;
+  const json j = read_head_config(dir, config_path);
+  return head_config_from_json(j, config_path);
+}
+
 void load_head_weights(DraftHead& head, const std::string& dir) {
   std::string config_path;
   HeadFormat format;
@@ -426,6 +434,11 @@ void load_head_weights(DraftHead& head, const std::string& dir) {
                                                            std::to_string(c.eagle_version)));
   EAGLE_CHECK(c.draft_vocab_size == h.draft_vocab_size, mismatch("draft_vocab_size", std::to_string(h.draft_vocab_size),
                                                                  std::to_string(c.draft_vocab_size)));
+  // Resolved ids (a default written out or left empty resolves to the same): the same shapes with
+  // other layers would fuse other features silently.
+  EAGLE_CHECK(c.aux_layer_ids == h.aux_layer_ids, mismatch("aux_hidden_state_layer_ids",
+                                                           fmt::format("[{}]", fmt::join(h.aux_layer_ids, ", ")),
+                                                           fmt::format("[{}]", fmt::join(c.aux_layer_ids, ", "))));
   auto file = SafetensorsFile::open((fs::path(dir) / "model.safetensors").string());
   copy_parameters(head, file, format);
   // The draft vocabulary is part of the head: its buffers must hold the checkpoint's maps.

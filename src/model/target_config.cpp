@@ -3,6 +3,7 @@
 // generation_end_ids, which adds generation_config.json's eos ids.
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -30,6 +31,10 @@ struct Reader {
   std::int64_t integer(const std::string& key) const {
     EAGLE_CHECK(has(key), bad(key, "required field missing"));
     EAGLE_CHECK(j[key].is_number_integer(), bad(key, "not an integer").found(j[key].dump()));
+    // An unsigned value past 2^63-1 would wrap to a negative one (2^64-1 reads as -1).
+    EAGLE_CHECK(!j[key].is_number_unsigned() ||
+                    j[key].get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()),
+                bad(key, "integer out of range").expected("at most 2^63-1").found(j[key].dump()));
     return j[key].get<std::int64_t>();
   }
   std::int64_t positive(const std::string& key) const {
@@ -53,13 +58,20 @@ struct Reader {
     EAGLE_CHECK(j[key].is_string(), bad(key, "not a string").found(j[key].dump()));
     return j[key].get<std::string>();
   }
-  // A token id or a list of them (eos_token_id); empty when absent.
-  std::vector<std::int64_t> id_list(const std::string& key) const {
+  // A token id or a list of them (eos_token_id); empty when absent. Each must be a token of the
+  // vocabulary: 2^64-1 would read as -1 through a signed cast, and an id past the vocabulary never
+  // ends a reply.
+  std::vector<std::int64_t> id_list(const std::string& key, std::int64_t vocab_size) const {
     std::vector<std::int64_t> ids;
     if (!has(key)) return ids;
-    if (!j[key].is_array()) return {integer(key)};
-    for (const auto& x : j[key]) {
+    const json list = j[key].is_array() ? j[key] : json::array({j[key]});
+    for (const auto& x : list) {
       EAGLE_CHECK(x.is_number_integer(), bad(key, "not an integer").found(x.dump()));
+      const bool in_vocab = x.is_number_unsigned() ? x.get<std::uint64_t>() < static_cast<std::uint64_t>(vocab_size)
+                                                   : x.get<std::int64_t>() >= 0 && x.get<std::int64_t>() < vocab_size;
+      EAGLE_CHECK(in_vocab, bad(key, "token id outside the vocabulary")
+                                .expected(fmt::format("an id in [0, {}) (vocab_size)", vocab_size))
+                                .found(x.dump()));
       ids.push_back(x.get<std::int64_t>());
     }
     return ids;
@@ -220,7 +232,7 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
     EAGLE_CHECK(!r.has(key), r.bad(key, "field changes the model's math and is not supported by this architecture")
                                  .hint("is this really a " + c.architecture + " checkpoint?"));
 
-  c.eos_token_ids = r.id_list("eos_token_id");
+  c.eos_token_ids = r.id_list("eos_token_id", c.vocab_size);
   c.bos_token_id = r.integer_or("bos_token_id", -1);
   return c;
 }
@@ -230,7 +242,7 @@ std::vector<std::int64_t> generation_end_ids(const std::string& model_dir, const
   const std::string path = model_dir + "/generation_config.json";
   if (!std::filesystem::exists(path)) return ids;
   const json j = util::read_json_object(path, "generation config", "remove the file or fix its JSON");
-  for (auto id : Reader{path, j}.id_list("eos_token_id"))
+  for (auto id : Reader{path, j}.id_list("eos_token_id", config.vocab_size))
     if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
   return ids;
 }

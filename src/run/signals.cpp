@@ -14,7 +14,8 @@ namespace {
 
 std::atomic<int> g_signal{0};   // first signal received; 0: none
 std::atomic<int> g_count{0};    // signals received
-std::atomic<bool> g_installed{false};
+std::atomic<bool> g_installed{false};  // a StopSignals is alive
+std::atomic<bool> g_handlers{false};   // on_signal is installed
 struct sigaction g_old_int, g_old_term;
 
 static_assert(std::atomic<int>::is_always_lock_free, "signal handlers need lock-free atomics");
@@ -39,13 +40,9 @@ void on_signal(int sig) {
   ::_exit(static_cast<int>(ExitCode::interrupted));
 }
 
-}  // namespace
-
-StopSignals::StopSignals() {
-  if (g_installed.exchange(true))
-    throw Error(ErrorKind::internal, "stop-signal handlers are installed twice");
-  g_signal.store(0);
-  g_count.store(0);
+// Installs the handlers once; the previous ones are kept for the destructor to put back.
+void install_handlers() {
+  if (g_handlers.exchange(true)) return;
   struct sigaction sa;
   std::memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
@@ -55,9 +52,30 @@ StopSignals::StopSignals() {
   ::sigaction(SIGTERM, &sa, &g_old_term);
 }
 
+}  // namespace
+
+void install_stop_signals() {
+  if (g_handlers.load()) return;
+  g_signal.store(0);
+  g_count.store(0);
+  install_handlers();
+}
+
+StopSignals::StopSignals() {
+  if (g_installed.exchange(true))
+    throw Error(ErrorKind::internal, "stop-signal handlers are installed twice");
+  // Handlers installed at start-up (install_stop_signals) are adopted with the signal they caught.
+  if (!g_handlers.load()) {
+    g_signal.store(0);
+    g_count.store(0);
+  }
+  install_handlers();
+}
+
 StopSignals::~StopSignals() {
   ::sigaction(SIGINT, &g_old_int, nullptr);
   ::sigaction(SIGTERM, &g_old_term, nullptr);
+  g_handlers.store(false);
   g_installed.store(false);
 }
 

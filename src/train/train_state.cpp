@@ -9,6 +9,7 @@
 #include "eagle/config/resolve.h"
 #include "eagle/model/head_io.h"
 #include "eagle/model/safetensors.h"
+#include "eagle/model/target.h"
 #include "eagle/run/checkpoint_dir.h"
 #include "eagle/run/run_files.h"
 #include "eagle/util/error.h"
@@ -118,7 +119,26 @@ void check_resumable(const TrainerState& saved, const nlohmann::json& options, i
                   .found(std::to_string(world_size))
                   .hint("resume with as many processes (torchrun --nproc-per-node and --nnodes); the data "
                         "order is planned per rank"));
-  const auto conflicts = run::resume_conflicts(saved.config, options);
+  // A negative step is a damaged file: the schedule would run before step 0 (a negative learning
+  // rate). A step past this run's plan is resumed on purpose: it evaluates and saves once more.
+  EAGLE_CHECK(saved.step >= 0, Error(ErrorKind::input, "the checkpoint's step is negative")
+                                   .file((checkpoint / kTrainerStateFile).string())
+                                   .place("step")
+                                   .expected("a step >= 0 (the optimizer steps the checkpoint has taken)")
+                                   .found(std::to_string(saved.step))
+                                   .hint("the file is damaged: resume another checkpoint of the run"));
+  // Empty aux ids stand for the target's default: the resolved ids are compared (the checkpoint's
+  // head records them), so the default written out is no conflict and another one is.
+  nlohmann::json before = saved.config, now = options;
+  const std::string aux = "aux_hidden_state_layer_ids";
+  if (before.contains(aux) && now.contains(aux) && now.value("eagle_version", 0) == 3) {
+    const model::HeadConfig head = model::read_head_folder_config(checkpoint.string());
+    if (head.eagle_version == 3) {
+      before[aux] = head.aux_layer_ids;
+      if (now[aux].empty()) now[aux] = model::default_aux_layer_ids(head.target_num_hidden_layers);
+    }
+  }
+  const auto conflicts = run::resume_conflicts(before, now);
   if (conflicts.empty()) return;
   std::string list;
   for (const auto& c : conflicts) list += "\n  " + c;

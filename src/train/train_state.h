@@ -38,8 +38,9 @@ TrainerState read_trainer_state(const std::filesystem::path& dir);
 TrainerState restore_checkpoint(const std::filesystem::path& dir, model::DraftHead& head, AdamW& optimizer,
                                 data::Sampler& sampler);
 
-// A checkpoint resumes only this run: as many ranks (world_size), and the options that shape the
-// head, its loss or the data order unchanged (Error(usage) naming each that differs).
+// A checkpoint resumes only this run: a step >= 0 (Error(input)), as many ranks (world_size), and the
+// options that shape the head, its loss or the data order unchanged, aux ids compared as resolved
+// (Error(usage) naming each that differs).
 void check_resumable(const TrainerState& saved, const nlohmann::json& options, int world_size,
                      const std::filesystem::path& checkpoint);
 // A resumed run whose checkpoint is the last step of a completed run with these options: nothing to

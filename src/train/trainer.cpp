@@ -32,6 +32,7 @@
 #include "eagle/train/setup.h"
 #include "eagle/util/error.h"
 #include "eagle/util/log.h"
+#include "rank_check.h"
 #include "train_state.h"
 
 namespace eagle::train {
@@ -66,6 +67,7 @@ class Trainer {
   void train_step();
   void evaluate(bool with_step_line);
   void save();
+  void mark_best();
   void log_window();
   bool step_line_due(std::int64_t step) const { return step % o_.logging_steps == 0 || step == total_steps_; }
   // Runs side work (evaluation, checkpoint) and books its time outside the training time.
@@ -135,6 +137,7 @@ void Trainer::join_ranks() {
     log::set_line_prefix(fmt::format("[rank {}] ", group_->rank()));
     if (log::log_level() < log::LogLevel::error) log::set_log_level(log::LogLevel::error);
   }
+  check_ranks_agree(*group_, option_digests(options_json_));  // before any collective of other sizes
 }
 
 void Trainer::claim_output_dir() {
@@ -161,6 +164,7 @@ void Trainer::build() {
   K_ = head_->config().steps();
   features_ = inputs_.sources(head_->teacher_spec(), device_);
   const auto lengths = inputs_.train->lengths();
+  check_ranks_agree(*group_, input_digests(lengths, head_->config()));
   sampler_.emplace(lengths, data::SamplerOptions::from(o_, group_->size(), group_->rank()));
   // Packed rows: the most documents a row can hold, the static size of the attention offsets.
   max_segments_ = o_.padding_free ? data::max_segments_per_row(lengths, o_.training_seq_len) : 0;
@@ -222,6 +226,8 @@ run::RunSummary Trainer::run() {
 
 ExitReason Trainer::loop() {
   const auto loop_started = Clock::now();
+  // A signal during set-up (handlers are installed first): stop before any step, nothing to save.
+  if (group_->any(signals_.requested())) return ExitReason::interrupted;
   while (state_.step < total_steps_) {
     train_step();
     const std::int64_t step = state_.step;
@@ -238,11 +244,12 @@ ExitReason Trainer::loop() {
       return ExitReason::interrupted;
     }
   }
-  // ---- the end: evaluate, save ----
+  // ---- the end: save, then evaluate (which can still fail: the steps are kept, a resume evaluates) ----
   graphs_->synchronize();
   loop_seconds_ = seconds_since(loop_started) - side_seconds_;
-  evaluate(/*with_step_line=*/false);
   save();
+  evaluate(/*with_step_line=*/false);
+  mark_best();
   // A signal during the final evaluation or save: the checkpoint is there; the run reports it.
   if (group_->any(signals_.requested())) return ExitReason::interrupted;
   log::info("train", "done: {} steps in {:.1f} s; head saved in {}", state_.step, seconds_since(started_),
@@ -333,12 +340,16 @@ void Trainer::save() {
       checkpoints_->save(
           step, [&](const std::filesystem::path& dir) { write_checkpoint_files(dir, *head_, *optimizer_, state_); });
       checkpoints_->rotate(o_.save_total_limit);
-      if (last_eval_ && last_eval_->step == step)
-        checkpoints_->update_best(step, last_eval_->ar ? "ar" : "tau",
-                                  last_eval_->ar ? *last_eval_->ar : last_eval_->tau);
     }
+    mark_best();
     group_->barrier();
   });
+}
+
+// Rank 0: the checkpoint of the latest evaluation's step becomes the best when it beats the best.
+void Trainer::mark_best() {
+  if (!group_->is_main() || !last_eval_ || last_eval_->step != state_.step) return;
+  checkpoints_->update_best(state_.step, last_eval_->ar ? "ar" : "tau", last_eval_->ar ? *last_eval_->ar : last_eval_->tau);
 }
 
 void Trainer::log_window() {

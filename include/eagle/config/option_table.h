@@ -52,6 +52,11 @@ struct OptionEntry {
   std::function<void(Options& dst, const Options& src)> copy;
   // Returns "" when the value is in range, else what was expected ("an integer >= 0").
   std::function<std::string(const Options&)> check;
+  // The declared numeric range (has_range false for strings, booleans and enums).
+  bool has_range = false;
+  double range_lo = 0.0;
+  double range_hi = 0.0;
+  bool range_hi_open = false;  // true: the value must stay below range_hi
   // Whether the value was given (a non-empty string or list; numbers and booleans always are).
   std::function<bool(const Options&)> is_set;
   // The subcommands that cannot run without it; `alternatives` name options that may stand in.

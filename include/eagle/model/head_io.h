@@ -55,5 +55,7 @@ LoadedHead load_head(const std::string& dir, torch::Device device = torch::kCPU)
 void load_head_weights(DraftHead& head, const std::string& dir);
 // The HeadConfig of a config.json (any format); file names the source in errors.
 HeadConfig head_config_from_json(const nlohmann::json& j, const std::string& file, HeadFormat* format = nullptr);
+// The HeadConfig of a head folder's config.json (any format), without its weights.
+HeadConfig read_head_folder_config(const std::string& dir);
 
 }  // namespace eagle::model

@@ -5,7 +5,13 @@
 
 namespace eagle::run {
 
-// Installs the handlers for its lifetime and restores the previous ones when destroyed. One at a
+// Installs the handlers now, for a process whose work will create a StopSignals later (main calls it
+// first thing for train and generate): a signal during start-up is then kept and acted on when the
+// work starts, instead of killing the process with 143 and no summary. Idempotent.
+void install_stop_signals();
+
+// Installs the handlers for its lifetime (or adopts those of install_stop_signals, with any signal
+// they caught) and restores the previous ones when destroyed. One at a
 // time per process (a second instance throws Error(internal)).
 class StopSignals {
  public:
