@@ -121,7 +121,8 @@ T parse_number(const std::string& flag, const std::string& text) {
     throw CLI::ValidationError(flag, fmt::format("{} is out of range for {}", text,
                                                  std::is_integral_v<T> ? "a 64-bit integer" : "a double"));
   if (ec != std::errc() || ptr != end || text.empty())
-    throw CLI::ValidationError(flag, fmt::format("expected {}, found \"{}\"", std::is_integral_v<T> ? "an integer" : "a number", text));
+    throw CLI::ValidationError(
+        flag, fmt::format("expected {}, found \"{}\"", std::is_integral_v<T> ? "an integer" : "a number", text));
   return v;
 }
 

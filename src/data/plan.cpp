@@ -381,7 +381,8 @@ std::vector<BatchPlan> plan_sorted(const std::vector<std::int64_t>& lengths, std
     p.length = bucket_length(o, length(order[i]));
     p.rows = rows_for_length(o, p.length);
     p.row_samples.resize(static_cast<std::size_t>(p.rows));
-    for (std::int64_t r = 0; r < p.rows && i < order.size(); ++r) p.row_samples[static_cast<std::size_t>(r)] = {order[i++]};
+    for (std::int64_t r = 0; r < p.rows && i < order.size(); ++r)
+      p.row_samples[static_cast<std::size_t>(r)] = {order[i++]};
     plans.push_back(std::move(p));
   }
   return plans;

@@ -299,7 +299,8 @@ DumpSummary dump_features(const config::Options& o, const DumpHooks& hooks) {
     ends_bytes = write_ends(out, o, ends);
     m.layout.aux_width = o.eagle_version == 3 ? static_cast<std::int64_t>(aux_ids.size()) * tc.hidden_size : 0;
     m.layout.hidden_size = tc.hidden_size;
-    m.layout.dtype = o.features_dtype == config::TargetDtype::auto_ ? target.dtype() : model::target_dtype(o.features_dtype);
+    m.layout.dtype =
+        o.features_dtype == config::TargetDtype::auto_ ? target.dtype() : model::target_dtype(o.features_dtype);
     m.layout.has_argmax = true;
     m.aux_layer_ids = aux_ids;
     m.target = identity;

@@ -35,8 +35,8 @@ std::string format_step_line(const StepStats& s) {
   std::string line = fmt::format(
       "step {}/{} | loss {} | acc {} | tau {:.3f} | lr {:.3e} | grad {:.3f} | {:.0f} tok/s | pad {:.1f}% | "
       "{:.0f} ms/step",
-      s.step, s.total_steps, std::isfinite(s.loss) ? fmt::format("{:.4f}", s.loss) : "n/a", join_acc(s.acc), s.tau, s.lr, s.grad_norm, s.tokens_per_s,
-      100.0 * s.padding_efficiency, s.ms_per_step);
+      s.step, s.total_steps, std::isfinite(s.loss) ? fmt::format("{:.4f}", s.loss) : "n/a", join_acc(s.acc), s.tau,
+      s.lr, s.grad_norm, s.tokens_per_s, 100.0 * s.padding_efficiency, s.ms_per_step);
   if (s.nonfinite_steps > 0) line += fmt::format(" | {} non-finite steps skipped", s.nonfinite_steps);
   return line;
 }

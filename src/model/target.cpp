@@ -129,7 +129,9 @@ void check_layer_count(const fs::path& dir, const Checkpoint& ck, const TargetCo
   const auto config_file = (dir / "config.json").string();
   EAGLE_CHECK(c.num_hidden_layers <= stored,
               Error(ErrorKind::input, "config.json and the checkpoint disagree on the number of layers")
-                  .file(config_file).place("num_hidden_layers").expected(fmt::format("at most {} (the checkpoint's)", stored))
+                  .file(config_file)
+                  .place("num_hidden_layers")
+                  .expected(fmt::format("at most {} (the checkpoint's)", stored))
                   .found(std::to_string(c.num_hidden_layers)));
   auto it = ck.where.find("model.embed_tokens.weight");
   if (it == ck.where.end()) return;  // reported with every other missing tensor
@@ -190,7 +192,8 @@ torch::ScalarType resolve_dtype(torch::ScalarType dtype, const Checkpoint& ck,
                                 const std::map<std::string, std::vector<std::int64_t>>& expected,
                                 const TargetConfig& c) {
   const auto stored = ck.files[ck.where.at("model.embed_tokens.weight")].dtype("model.embed_tokens.weight");
-  if (dtype == torch::ScalarType::Undefined) dtype = is_float(stored) ? stored : dtype_of_name(c.dtype).value_or(torch::kFloat32);
+  if (dtype == torch::ScalarType::Undefined)
+    dtype = is_float(stored) ? stored : dtype_of_name(c.dtype).value_or(torch::kFloat32);
   EAGLE_CHECK(is_float(dtype), Error(ErrorKind::usage, "the target dtype must be float32, bfloat16 or float16")
                                    .found(std::string(c10::toString(dtype))));
   for (const auto& [name, shape] : expected) {

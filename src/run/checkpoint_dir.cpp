@@ -215,7 +215,8 @@ std::size_t CheckpointDir::clean_temporaries() {
   // again): when the new one did not get its COMPLETE marker, the old complete one comes back.
   std::vector<fs::path> moved_aside;
   for (const auto& entry : fs::directory_iterator(dir_))
-    if (!is_link(entry) && entry.path().filename().string().rfind(".tmp-old-", 0) == 0) moved_aside.push_back(entry.path());
+    if (!is_link(entry) && entry.path().filename().string().rfind(".tmp-old-", 0) == 0)
+      moved_aside.push_back(entry.path());
   for (const auto& old : moved_aside) {
     fs::path original = dir_ / old.filename().string().substr(std::string_view(".tmp-old-").size());
     if (step_of_name(original.filename().string()) && !is_complete(original) && is_complete(old)) {

@@ -84,14 +84,19 @@ AcceptanceResult acceptance_rate(const model::TargetModel& target, model::DraftH
 }
 
 EvalSettings EvalSettings::from(const config::Options& o, std::int64_t ttt_steps) {
-  EvalSettings s{data::SamplerOptions::from(o), kMaxEvalSamples, o.eval_num_prompts, o.eval_max_new_tokens,
-                 o.eval_draft_len > 0 ? o.eval_draft_len : ttt_steps, o.bf16};
+  EvalSettings s{data::SamplerOptions::from(o),
+                 kMaxEvalSamples,
+                 o.eval_num_prompts,
+                 o.eval_max_new_tokens,
+                 o.eval_draft_len > 0 ? o.eval_draft_len : ttt_steps,
+                 o.bf16};
   s.batching.group_by_length = false;
   return s;
 }
 
-io::EvalStats evaluate(const features::FeatureSource& features, const model::TargetModel* target, model::DraftHead& head,
-                       const data::Dataset& heldout, const EvalSettings& settings, std::int64_t step) {
+io::EvalStats evaluate(const features::FeatureSource& features, const model::TargetModel* target,
+                       model::DraftHead& head, const data::Dataset& heldout, const EvalSettings& settings,
+                       std::int64_t step) {
   torch::NoGradGuard no_grad;
   io::EvalStats stats;
   stats.step = step;

@@ -20,14 +20,15 @@ torch::Tensor denominator_tensor(const std::vector<std::int64_t>& denominators) 
 }
 
 model::HeadStepOutput forward_micro_batch(const features::FeatureSource& features, model::DraftHead& head,
-                                          const features::BatchTensors& batch, const torch::Tensor& denominators, bool bf16) {
+                                          const features::BatchTensors& batch, const torch::Tensor& denominators,
+                                          bool bf16) {
   device::AutocastGuard autocast(batch.input_ids.device(), bf16);
   return head.train_step_forward(features.head_inputs(batch), denominators);
 }
 
-void train_micro_batch(const features::FeatureSource& features, model::DraftHead& head, const features::BatchTensors& batch,
-                       const torch::Tensor& denominators, bool bf16, torch::Tensor& loss_sum,
-                       torch::Tensor& metric_sums) {
+void train_micro_batch(const features::FeatureSource& features, model::DraftHead& head,
+                       const features::BatchTensors& batch, const torch::Tensor& denominators, bool bf16,
+                       torch::Tensor& loss_sum, torch::Tensor& metric_sums) {
   auto out = forward_micro_batch(features, head, batch, denominators, bf16);
   out.loss.backward();
   loss_sum.add_(out.loss.detach());
@@ -52,8 +53,8 @@ std::vector<std::int64_t> StepCounts::to_vector() const {
 
 StepCounts StepCounts::from_vector(const std::vector<std::int64_t>& values) {
   const auto steps = values.size() - 2;
-  return StepCounts{{values.begin(), values.begin() + static_cast<std::ptrdiff_t>(steps)}, values[steps],
-                    values[steps + 1]};
+  return StepCounts{
+      {values.begin(), values.begin() + static_cast<std::ptrdiff_t>(steps)}, values[steps], values[steps + 1]};
 }
 
 }  // namespace eagle::train

@@ -54,7 +54,8 @@ AcceptanceResult acceptance_rate(const model::TargetModel& target, model::DraftH
 // `eagle-train eval` with the run's data options and bf16 reproduces the run's own evaluation.
 // The AR needs the whole target: without one (offline training without --model_name_or_path) it
 // is left out.
-io::EvalStats evaluate(const features::FeatureSource& features, const model::TargetModel* target, model::DraftHead& head,
-                       const data::Dataset& heldout, const EvalSettings& settings, std::int64_t step);
+io::EvalStats evaluate(const features::FeatureSource& features, const model::TargetModel* target,
+                       model::DraftHead& head, const data::Dataset& heldout, const EvalSettings& settings,
+                       std::int64_t step);
 
 }  // namespace eagle::train
