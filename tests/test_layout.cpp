@@ -25,6 +25,13 @@ const std::map<std::string, int> kRank{{"util", 0},     {"config", 1}, {"data", 
                                        {"generate", 5}, {"train", 6},  {"cli", 7}};
 const std::set<std::string> kPlainCpp{"util", "config", "data", "io", "run"};
 
+// The findings of a check, one a line, for the failure message.
+std::string one_per_line(const std::vector<std::string>& items) {
+  std::string all;
+  for (const auto& item : items) all += item + "\n";
+  return all;
+}
+
 // Every #include line of the area's headers and sources, with the file it is in.
 std::vector<std::pair<std::string, std::string>> include_lines(const std::string& area) {
   std::vector<std::pair<std::string, std::string>> out;
@@ -61,11 +68,7 @@ TEST_CASE("no area includes a higher or sibling area", "[layout]") {
       if (to != area && it->second >= rank) violations.push_back(file + " (" + area + ") includes " + to + ": " + line);
     }
   }
-  INFO([&] {
-    std::string all;
-    for (const auto& v : violations) all += v + "\n";
-    return all;
-  }());
+  INFO(one_per_line(violations));
   CHECK(checked > 200);  // the scan saw the tree
   CHECK(violations.empty());
 }
@@ -76,11 +79,7 @@ TEST_CASE("the plain C++ areas include no LibTorch header", "[layout]") {
   for (const auto& area : kPlainCpp)
     for (const auto& [file, line] : include_lines(area))
       if (std::regex_search(line, torch_include)) violations.push_back(file + ": " + line);
-  INFO([&] {
-    std::string all;
-    for (const auto& v : violations) all += v + "\n";
-    return all;
-  }());
+  INFO(one_per_line(violations));
   CHECK(violations.empty());
 }
 
@@ -176,11 +175,7 @@ TEST_CASE("no two files of an area use each other, directly or around a circle",
     modules += m.uses.size();
     for (const auto& c : cycles(m.uses)) found.push_back(area + ": " + c);
   }
-  INFO([&] {
-    std::string all;
-    for (const auto& f : found) all += f + "\n";
-    return all;
-  }());
+  INFO(one_per_line(found));
   CHECK(modules > 60);  // the scan saw the tree
   CHECK(found.empty());
 }
@@ -221,11 +216,7 @@ TEST_CASE("docs/developer.md's layout names every source file of every area", "[
       }
     }
   }
-  INFO([&] {
-    std::string all;
-    for (const auto& m : missing) all += m + "\n";
-    return all;
-  }());
+  INFO(one_per_line(missing));
   CHECK(missing.empty());
 }
 
@@ -259,11 +250,7 @@ TEST_CASE("nothing in the repository reads a path outside it", "[layout]") {
           found.push_back(fs::relative(it->path(), root).string() + ":" + std::to_string(n) + ": " + line);
     }
   }
-  INFO([&] {
-    std::string all;
-    for (const auto& f : found) all += f + "\n";
-    return all;
-  }());
+  INFO(one_per_line(found));
   CHECK(files > 100);
   CHECK(found.empty());
 }
