@@ -141,7 +141,7 @@ RunInputs open_dumped(const config::Options& o, const HeadReads& head, torch::De
             .hint(fmt::format("train with --training_seq_len {} (the dump's), or dump again", ds->stats().max_length)));
     data::check_token_ids(*ds, c.vocab_size);
   }
-  in.store = open_dumped_features(dir, m, train, val ? &*val : nullptr);
+  in.store = open_dumped_features(dir, m, train, val ? &*val : nullptr, c.vocab_size);
   std::vector<std::int64_t> train_ids(train.size()), val_ids(val ? val->size() : 0);
   std::iota(train_ids.begin(), train_ids.end(), std::int64_t{0});
   std::iota(val_ids.begin(), val_ids.end(), static_cast<std::int64_t>(train.size()));
@@ -171,7 +171,7 @@ RunInputs open_speculators(const config::Options& o, const HeadReads& head, torc
                 "generated with if they differ",
                 dir, fmt::join(in.aux_layer_ids, ", "));
   }
-  in.store = open_speculators_features(dir, rows.rows.front(), config.hidden_size,
+  in.store = open_speculators_features(dir, rows.samples, rows.rows, config.hidden_size,
                                        static_cast<std::int64_t>(in.aux_layer_ids.size()));
   load_target_part(o, device, o.model_name_or_path, in);
   in.target_name = o.model_name_or_path;

@@ -86,9 +86,11 @@ bool shard_done(const std::string& dir, const ShardInfo& shard, const FeatureLay
 
 // The samples of the folder's splits: the store numbers train samples 0..n-1 and validation
 // samples n.. after them. Every shard is opened (mapped, checked against the manifest and the
-// dataset lengths).
+// dataset lengths, every target_argmax in [0, vocab_size)); a read refuses NaN or Inf naming the
+// shard, the tensor, the sample and the position.
 std::shared_ptr<const FeatureStore> open_dumped_features(const std::string& dir, const FeatureManifest& manifest,
-                                                         const data::Dataset& train, const data::Dataset* validation);
+                                                         const data::Dataset& train, const data::Dataset* validation,
+                                                         std::int64_t vocab_size);
 
 // The identity of a target recorded by a dump: architecture and sizes from config, plus a
 // fingerprint of its final norm and first LM-head rows (another fine-tune of the same model differs).
@@ -98,9 +100,16 @@ nlohmann::json target_identity(const std::string& model_dir, const std::string& 
 
 // ---- speculators offline data folders ----
 // Row r of the folder is store sample r. The layout (dtype, slots, H) comes from the first row's
-// file; every row's file is checked when read (shape, dtype, token_ids equal to the row's ids).
+// file; every row's file header is checked when the folder is opened (rows[i], the folder row of
+// samples' sample i: hidden_states of the first row's dtype and slots, at least the sample's tokens,
+// token_ids beside it), its values when read (token_ids equal to the row's ids, finite).
 // n_aux: the slots before the last one that hold aux layers (3 for EAGLE-3, 0 for EAGLE-1).
-std::shared_ptr<const FeatureStore> open_speculators_features(const std::string& dir, std::int64_t first_row,
+std::shared_ptr<const FeatureStore> open_speculators_features(const std::string& dir, const data::Dataset& samples,
+                                                              const std::vector<std::int64_t>& rows,
                                                               std::int64_t hidden_size, std::int64_t n_aux);
+
+// The index of the first NaN or Inf of count values of a floating dtype (bfloat16, float16, float32,
+// float64) at data, -1 when all are finite.
+std::int64_t first_non_finite(const void* data, std::int64_t count, torch::ScalarType dtype);
 
 }  // namespace eagle::features
