@@ -13,7 +13,6 @@
 #include "eagle/model/safetensors.h"
 #include "eagle/model/shape_check.h"
 #include "eagle/util/error.h"
-#include "eagle/util/hash.h"
 #include "eagle/util/json_file.h"
 
 namespace eagle::features {
@@ -367,20 +366,6 @@ std::shared_ptr<const FeatureStore> open_dumped_features(const std::string& dir,
                                                          const data::Dataset& train, const data::Dataset* validation,
                                                          std::int64_t vocab_size) {
   return std::make_shared<DumpedStore>(dir, manifest, train, validation, vocab_size);
-}
-
-json target_identity(const std::string& model_dir, const std::string& architecture, std::int64_t num_hidden_layers,
-                     std::int64_t hidden_size, std::int64_t vocab_size, const torch::Tensor& final_norm,
-                     const torch::Tensor& lm_head) {
-  // Over bf16-rounded values: the same for the target loaded in float32 or bfloat16.
-  auto as_bf16_on_cpu = [](const torch::Tensor& t) { return t.to(torch::kCPU, torch::kBFloat16).contiguous(); };
-  const auto norm = as_bf16_on_cpu(final_norm);
-  const auto rows = as_bf16_on_cpu(lm_head.narrow(0, 0, std::min<std::int64_t>(16, lm_head.size(0))));
-  std::uint64_t h = util::fnv1a(norm.data_ptr(), static_cast<std::size_t>(norm.nbytes()));
-  h = util::fnv1a(rows.data_ptr(), static_cast<std::size_t>(rows.nbytes()), h);
-  return json{
-      {"model_name_or_path", model_dir}, {"architecture", architecture}, {"num_hidden_layers", num_hidden_layers},
-      {"hidden_size", hidden_size},      {"vocab_size", vocab_size},     {"weights_fnv1a", fmt::format("{:016x}", h)}};
 }
 
 }  // namespace eagle::features

@@ -46,7 +46,8 @@ class FeatureStore {
 // ---- folders written by dump-features ----
 inline constexpr const char* kFeaturesManifest = "manifest.json";
 inline constexpr const char* kFeaturesFormat = "eagle-train features";
-inline constexpr int kFeaturesVersion = 1;
+// 2: the target's identity fingerprints every tensor (1: its final norm and first LM-head rows).
+inline constexpr int kFeaturesVersion = 2;
 inline constexpr const char* kFeaturesTargetDir = "target";  // config.json + model.safetensors: the ends only
 inline constexpr const char* kFeaturesShardDir = "features";
 
@@ -61,7 +62,7 @@ struct ShardInfo {
 struct FeatureManifest {
   FeatureLayout layout;
   std::vector<std::int64_t> aux_layer_ids;  // input-of-layer ids of the aux features, low -> high
-  nlohmann::json target;                    // the target's identity (target_identity)
+  nlohmann::json target;                    // the target's identity (target_identity.h)
   nlohmann::json options;                   // the dump options that decide the content
   std::vector<ShardInfo> shards;            // every shard of every split, train first
   bool complete = false;                    // every shard written
@@ -91,12 +92,6 @@ bool shard_done(const std::string& dir, const ShardInfo& shard, const FeatureLay
 std::shared_ptr<const FeatureStore> open_dumped_features(const std::string& dir, const FeatureManifest& manifest,
                                                          const data::Dataset& train, const data::Dataset* validation,
                                                          std::int64_t vocab_size);
-
-// The identity of a target recorded by a dump: architecture and sizes from config, plus a
-// fingerprint of its final norm and first LM-head rows (another fine-tune of the same model differs).
-nlohmann::json target_identity(const std::string& model_dir, const std::string& architecture,
-                               std::int64_t num_hidden_layers, std::int64_t hidden_size, std::int64_t vocab_size,
-                               const torch::Tensor& final_norm, const torch::Tensor& lm_head);
 
 // ---- speculators offline data folders ----
 // Row r of the folder is store sample r. The layout (dtype, slots, H) comes from the first row's
