@@ -11,6 +11,7 @@
 #include <random>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "data_helpers.h"
 #include "eagle/data/speculators_folder.h"
@@ -26,7 +27,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr std::int64_t kVocab = 16, kHidden = 4, kAux = 8;
+constexpr std::int64_t kVocab = 16, kHidden = 4, kAux = 3 * kHidden;
 
 // A folder of one train shard: two samples of 3 and 4 tokens, float32 features.
 struct TinyStore {
@@ -41,7 +42,8 @@ TinyStore tiny_store(const fs::path& dir) {
   s.dir = dir;
   s.train = data::Dataset::from_samples({{{1, 2, 3}, {0, 1, 1}}, {{4, 5, 6, 7}, {0, 0, 1, 1}}});
   s.manifest.layout = {kAux, kHidden, torch::kFloat32, false, true};
-  s.manifest.aux_layer_ids = {1, 2};
+  s.manifest.aux_layer_ids = {1, 2, 3};
+  s.manifest.target = {{"num_hidden_layers", 4}};
   s.manifest.shards = {{"train", 0, 0, 2, 7, "features/train-00000.safetensors"}};
   s.manifest.complete = true;
   s.tensors["aux_hidden"] = torch::arange(7 * kAux, torch::kFloat32).view({7, kAux});
@@ -108,6 +110,37 @@ TEST_CASE("a stored target_argmax outside the vocabulary is refused when its sha
       CHECK_THAT(e.format(), Catch::Contains("train-00000.safetensors") && Catch::Contains("target_argmax\"[4]") &&
                                  Catch::Contains("sample 1 of split train, position 1") && Catch::Contains("[0, 16)") &&
                                  Catch::Contains(std::to_string(bad)));
+    }
+  }
+}
+
+TEST_CASE("a features manifest with other than EAGLE-3's 3 aux ids is refused by name", "[features]") {
+  test::TempDir tmp;
+  auto s = tiny_store(tmp.path());
+  auto with = [&](std::vector<std::int64_t> ids, std::int64_t aux_width) {
+    auto m = s.manifest;
+    m.aux_layer_ids = std::move(ids);
+    m.layout.aux_width = aux_width;
+    test::write_file(tmp / features::kFeaturesManifest, features::to_json(m).dump());
+    return features::read_manifest(tmp.path().string());
+  };
+  CHECK(with({1, 2, 3}, kAux).aux_layer_ids.size() == 3);
+  CHECK(with({}, 0).aux_layer_ids.empty());  // EAGLE-1: no aux features
+  for (const auto& [ids, width] : std::vector<std::pair<std::vector<std::int64_t>, std::int64_t>>{
+           {{0, 1, 2, 3, 4}, 5 * kHidden},  // 5 ids with a matching width: bypassed the 3-id rule
+           {{1, 2}, 2 * kHidden},
+           {{1, 2, 3}, 2 * kHidden},  // aux_width of another count
+           {{3, 2, 1}, kAux},         // not low -> high
+           {{-1, 2, 3}, kAux},
+           {{1, 2, 5}, kAux},  // past the target's 4 layers
+           {{1, 2, 3}, 0}}) {
+    INFO(fmt::format("[{}] width {}", fmt::join(ids, ", "), width));
+    try {
+      with(ids, width);
+      FAIL("accepted");
+    } catch (const Error& e) {
+      CHECK(e.kind() == ErrorKind::input);
+      CHECK_THAT(e.format(), Catch::Contains("manifest.json") && Catch::Contains("aux_layer_ids"));
     }
   }
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -39,6 +40,30 @@ Error shard_error(const std::string& file, const std::string& place) {
       .file(file)
       .place(place)
       .hint("the folder was changed after the dump; dump the features again");
+}
+
+// The dump's aux layers: none for EAGLE-1 (aux_width 0), else EAGLE-3's exactly 3 input-of-layer
+// ids, low -> high, inside the target, filling aux_width. A manifest with other ids would train a head
+// of another shape, or one EAGLE-3 servers do not load (the dump's own option allows 3 only).
+void check_aux_ids(const FeatureManifest& m, const std::string& path) {
+  const auto& ids = m.aux_layer_ids;
+  const json& t = m.target;
+  const std::int64_t layers = t.is_object() && t.contains("num_hidden_layers") && t["num_hidden_layers"].is_number()
+                                  ? t["num_hidden_layers"].get<std::int64_t>()
+                                  : std::numeric_limits<std::int64_t>::max();
+  const bool eagle1 = m.layout.aux_width == 0;
+  bool ok = eagle1 ? ids.empty() : ids.size() == 3 && m.layout.aux_width == 3 * m.layout.hidden_size;
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    ok = ok && ids[i] >= 0 && ids[i] <= layers && (i == 0 || ids[i] >= ids[i - 1]);
+  EAGLE_CHECK(ok, Error(ErrorKind::input, "the manifest's aux layers are not an EAGLE-3 dump's three")
+                      .file(path)
+                      .place("aux_layer_ids")
+                      .expected(eagle1 ? std::string("none (an EAGLE-1 dump: aux_width 0)")
+                                       : fmt::format("3 input-of-layer ids in [0, {}], low -> high, and aux_width "
+                                                     "3 x hidden_size = {}",
+                                                     layers, 3 * m.layout.hidden_size))
+                      .found(fmt::format("[{}], aux_width {}", fmt::join(ids, ", "), m.layout.aux_width))
+                      .hint("the manifest was edited or is corrupt; dump the features again"));
 }
 
 // Checks a shard file against its manifest entry and layout; returns its sample offsets (a tensor:
@@ -312,6 +337,7 @@ FeatureManifest read_manifest(const std::string& dir) {
                   .expected(fmt::format("hidden_size in [1, {}], aux_width in [0, {}], target_argmax true", kMaxWidth,
                                         kMaxWidth))
                   .found(l_text(m.layout)));
+  check_aux_ids(m, path);
   for (const auto& s : m.shards)
     EAGLE_CHECK(s.samples > 0 && s.samples <= kMaxCount && s.tokens >= 0 && s.tokens <= kMaxCount &&
                     s.first_sample >= 0 && s.first_sample <= kMaxCount && s.file.find("..") == std::string::npos &&
