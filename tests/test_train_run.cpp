@@ -252,6 +252,22 @@ TEST_CASE("a window without a trained position logs loss n/a, never 0", "[train]
   for (const auto& j : read_jsonl(dir / "run" / "metrics.jsonl"))
     if (j.contains("loss")) null_losses += j["loss"].is_null() ? 1 : 0;
   CHECK(null_losses >= 3);
+
+  // A held-out split with nothing to score: the evaluation line reads n/a too.
+  eagle::test::write_file(dir / "heldout.jsonl", "{\"input_ids\": [10, 7], \"loss_mask\": [0, 1]}\n");
+  auto e = run_cli("train " + kSmoke + " --eval_data_path " + (dir / "heldout.jsonl").string() +
+                   " --max_steps 2 --eval_steps 0 --eval_num_prompts 0 --output_dir " + (dir / "eval").string());
+  INFO(e.output);
+  CHECK(e.exit_code == 0);
+  CHECK_THAT(e.output, Catch::Contains("eval loss n/a") && Catch::Contains("no held-out position was scored") &&
+                           !Catch::Contains("eval loss 0.0000"));
+  bool evaluated = false;
+  for (const auto& j : read_jsonl(dir / "eval" / "metrics.jsonl"))
+    if (j.contains("eval_loss")) {
+      evaluated = true;
+      CHECK(j["eval_loss"].is_null());
+    }
+  CHECK(evaluated);
 }
 
 TEST_CASE("CI gates fail the run with exit 6 and say which", "[train]") {
