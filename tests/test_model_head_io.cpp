@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <limits>
+
 #include "eagle/model/head_io.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/util/error.h"
@@ -188,6 +190,18 @@ TEST_CASE("eagle-train export converts a checkpoint and refuses what it cannot w
   CHECK_THAT(wrong.output, Catch::Contains("vllm-eagle1"));
   auto missing = run_cli("export --checkpoint " + (tmp / "none").string() + " --output " + (tmp / "n").string());
   CHECK(missing.exit_code == 3);
+  // A head holding NaN or Inf is refused naming the tensor, and nothing is written.
+  {
+    torch::NoGradGuard no_grad;
+    head.module().named_parameters()["midlayer.mlp.down_proj.weight"][0][1] = std::numeric_limits<float>::infinity();
+  }
+  std::filesystem::create_directories(tmp / "nan");
+  model::write_head_files(head, model::checkpoint_format(cfg), (tmp / "nan").string());
+  auto nan = run_cli("export --checkpoint " + (tmp / "nan").string() + " --output " + (tmp / "nan-out").string());
+  INFO(nan.output);
+  CHECK(nan.exit_code == 3);
+  CHECK_THAT(nan.output, Catch::Contains("NaN or Inf") && Catch::Contains("midlayer.mlp.down_proj.weight"));
+  CHECK_FALSE(std::filesystem::exists(tmp / "nan-out"));
 }
 
 TEST_CASE("a SpecForge-style SGLang head imports and matches an independent PyTorch TTT forward", "[model]") {

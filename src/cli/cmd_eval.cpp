@@ -72,16 +72,6 @@ void warn_other_target(const model::HeadConfig& h, const std::string& target_dir
             h.target_name_or_path, target_dir);
 }
 
-// A head holding NaN or Inf would report AR 1 and a NaN loss: refuse it, naming the tensors.
-void check_finite(model::DraftHead& head, const std::string& head_dir) {
-  std::vector<std::string> bad;
-  for (const auto& [name, p] : model::named_parameters(head))
-    if (!torch::isfinite(p).all().item<bool>()) bad.push_back(name);
-  EAGLE_CHECK(bad.empty(), Error(ErrorKind::input, "the head's weights hold NaN or Inf").file(head_dir)
-                               .found(fmt::format("{}", fmt::join(bad, ", ")))
-                               .hint("evaluate an earlier checkpoint (training with nan_policy skip keeps going)"));
-}
-
 // --output must be writable before minutes of evaluation are spent: a probe file in its folder.
 void check_output_writable(const std::string& output) {
   if (output.empty()) return;
@@ -108,7 +98,8 @@ void run_eval(const config::Options& opts, const Invocation& argv) {
   const torch::Device device = device::resolve_device(opts.device);
   auto loaded = model::load_head(opts.checkpoint, device);
   auto& head = *loaded.head;
-  check_finite(head, opts.checkpoint);
+  model::check_finite_parameters(head, opts.checkpoint,
+                                 "evaluate an earlier checkpoint (training with nan_policy skip keeps going)");
   // Checked against the target's config.json before anything heavy is read.
   check_aux_ids(loaded.config, opts, opts.checkpoint);
   if (const auto target_dir = features::target_config_dir(opts); !target_dir.empty()) {

@@ -2,6 +2,7 @@
 // it in the layout a serving engine loads (docs/export.md).
 #include "eagle/cli/commands.h"
 #include "eagle/util/log.h"
+#include "eagle/model/head.h"
 #include "eagle/model/head_io.h"
 #include "eagle/model/target.h"
 #include "eagle/util/error.h"
@@ -23,6 +24,9 @@ void run_export(const config::Options& opts, const Invocation& argv) {
   auto loaded = model::load_head(opts.checkpoint);
   log::info("export", "read EAGLE-{} head ({} layout) from {}", loaded.config.eagle_version,
             model::format_name(loaded.format), opts.checkpoint);
+  // A NaN head would be written out and served broken: refused before anything is written.
+  model::check_finite_parameters(*loaded.head, opts.checkpoint,
+                                 "export an earlier checkpoint (training with nan_policy skip keeps going)");
   const auto format = head_format(opts.format);
   torch::Tensor embedding;
   if (format == model::HeadFormat::speculators) {

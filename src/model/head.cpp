@@ -2,6 +2,7 @@
 #include "eagle/model/head.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "eagle/model/target.h"
 #include "eagle/util/error.h"
@@ -48,6 +49,17 @@ std::int64_t count_parameters(DraftHead& head) {
   std::int64_t n = 0;
   for (const auto& [name, p] : named_parameters(head)) n += p.numel();
   return n;
+}
+
+void check_finite_parameters(DraftHead& head, const std::string& head_dir, const std::string& hint) {
+  std::vector<std::string> bad;
+  for (const auto& [name, p] : named_parameters(head))
+    if (!torch::isfinite(p).all().item<bool>()) bad.push_back(name);
+  EAGLE_CHECK(bad.empty(), Error(ErrorKind::input, "the head's weights hold NaN or Inf")
+                               .file(head_dir)
+                               .place(fmt::format("tensor {}", fmt::join(bad, ", ")))
+                               .expected("finite values")
+                               .hint(hint));
 }
 
 }  // namespace eagle::model

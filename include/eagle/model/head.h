@@ -109,5 +109,8 @@ class DraftHead {
 // The trainable parameters by name (the frozen target tensors are not parameters of the head).
 std::vector<std::pair<std::string, torch::Tensor>> named_parameters(DraftHead& head);
 std::int64_t count_parameters(DraftHead& head);
+// Throws Error(input) naming head_dir and every parameter holding NaN or Inf (with hint): such a head
+// reports AR 1 and a NaN loss, and an export of it would be served broken (eval, export).
+void check_finite_parameters(DraftHead& head, const std::string& head_dir, const std::string& hint);
 
 }  // namespace eagle::model
