@@ -76,7 +76,8 @@ TEST_CASE("generate writes the target's replies as JSONL; bad samples are copied
     CHECK(out[k]["loss_mask"].get<std::vector<int>>() == mask);
   }
   CHECK(out[1] == json{{"input_ids", {1, 2, 3}}, {"loss_mask", {0, 0, 0}}});
-  CHECK(!fs::exists(dir / ("out.jsonl" + std::string(eagle::data::kProgressSuffix))));
+  const auto progress = dir / ("out.jsonl" + std::string(eagle::data::kProgressSuffix));
+  CHECK(json::parse(read_file(progress))["complete"] == true);  // the record a rerun reads
 
   // prepare reads it (the copied sample has no trained token: skipped as it would be from the input).
   auto p = run_cli("prepare --input " + (dir / "out.jsonl").string() + " --output " + (dir / "prepared").string() +
@@ -85,9 +86,31 @@ TEST_CASE("generate writes the target's replies as JSONL; bad samples are copied
   CHECK(p.exit_code == 0);
   CHECK_THAT(p.output, Catch::Contains("2 train + 0 validation samples"));
 
+  // The same command again: nothing to do (exit 0), the output untouched; the data path spelled
+  // another way is the same setting.
+  const std::string written = read_file(dir / "out.jsonl");
   auto again = run_cli(args);
-  CHECK(again.exit_code == 4);
-  CHECK_THAT(again.output, Catch::Contains("already exists"));
+  INFO(again.output);
+  CHECK(again.exit_code == 0);
+  CHECK_THAT(again.output, Catch::Contains("is complete (4 samples") && Catch::Contains("nothing to do"));
+  CHECK(read_file(dir / "out.jsonl") == written);
+  std::string respelled = args;
+  respelled.replace(respelled.find(dir.path().string()), dir.path().string().size(), (dir / "." / "").string());
+  CHECK(run_cli(respelled).exit_code == 0);
+  // Other settings are refused naming the setting; an output changed since is not taken for done.
+  auto other = run_cli(args + " --max_new_tokens 11");
+  CHECK(other.exit_code == 2);
+  CHECK_THAT(other.output, Catch::Contains("other settings") && Catch::Contains("max_new_tokens"));
+  eagle::test::write_file(dir / "out.jsonl", written + "{}\n");
+  auto changed = run_cli(args);
+  CHECK(changed.exit_code == 4);
+  CHECK_THAT(changed.output, Catch::Contains("already exists"));
+  // Removed, the output is generated again to the same bytes (the stale record is replaced).
+  fs::remove(dir / "out.jsonl");
+  auto fresh = run_cli(args);
+  INFO(fresh.output);
+  CHECK(fresh.exit_code == 0);
+  CHECK(read_file(dir / "out.jsonl") == written);
   auto usage = run_cli("generate --model_name_or_path " + kModel + " --data_path x.jsonl --output o.txt");
   CHECK(usage.exit_code == 2);
   CHECK_THAT(usage.output, Catch::Contains(".jsonl"));

@@ -54,7 +54,7 @@ TEST_CASE("a killed generate run resumes after its last commit and the output is
     w.finish(json{{"samples", 5}});
   }
   CHECK(!fs::exists(out + data::kPartSuffix));
-  CHECK(!fs::exists(out + data::kProgressSuffix));
+  CHECK(json::parse(test::read_file(out + data::kProgressSuffix))["complete"] == true);  // what a rerun reads
   CHECK(test::read_file(out) == data::sample_jsonl(all[0]) + data::sample_jsonl(all[2]) + data::sample_jsonl(all[3]) +
                                     data::sample_jsonl(all[4]));
   CHECK(data::sample_jsonl(all[0]) == "{\"input_ids\":[1,2,3],\"loss_mask\":[0,1,1]}\n");
@@ -87,8 +87,17 @@ TEST_CASE("the writer refuses an existing output, another run's progress and a n
   CHECK_NOTHROW(SampleWriter(out2, spelled));
   spelled["model_name_or_path"] = (dir / "other").string();
   CHECK_THROWS_WITH(SampleWriter(out2, spelled), Catch::Contains("model_name_or_path"));
-  { SampleWriter(out, kSettings).finish(json()); }
+  { SampleWriter(out, kSettings).finish(json{{"samples", 1}}); }
   CHECK_THROWS_WITH(SampleWriter(out, kSettings), Catch::Contains("already exists"));
+  // A finished output: check_output lets it through for finished() to decide (nothing to do with the
+  // same settings, refused naming the first other one); an output changed since is refused.
+  CHECK_NOTHROW(SampleWriter::check_output(out));
+  CHECK(SampleWriter::finished(out, kSettings) == json{{"samples", 1}});
+  CHECK_THROWS_WITH(SampleWriter::finished(out, other), Catch::Contains("other settings") && Catch::Contains("seed"));
+  test::write_file(dir / "unrecorded.jsonl", "{}\n");
+  CHECK_THROWS_WITH(SampleWriter::check_output((dir / "unrecorded.jsonl").string()), Catch::Contains("already exists"));
+  test::write_file(out, test::read_file(out) + "{}\n");
+  CHECK_THROWS_WITH(SampleWriter::check_output(out), Catch::Contains("already exists"));
   CHECK_THROWS_WITH(SampleWriter((dir / "out.txt").string(), kSettings), Catch::Contains(".jsonl"));
 }
 

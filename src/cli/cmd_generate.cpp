@@ -6,8 +6,9 @@
 
 #include <chrono>
 #include <filesystem>
-#include <vector>
 #include <limits>
+#include <optional>
+#include <vector>
 
 #include "eagle/cli/commands.h"
 #include "eagle/config/option_table.h"
@@ -66,10 +67,17 @@ void remove_leftovers(const std::string& output) {
 
 void run_generate(const config::Options& opts, const Invocation& argv) {
   data::SampleWriter::check_output(opts.output);
+  // An existing output passed check_output: a finished run recorded it. It is never written again,
+  // so deciding "nothing to do" needs no lock (and works in a read-only folder).
+  std::error_code ec;
+  const bool finished = std::filesystem::exists(opts.output, ec);
   // One generate per output at a time (two would interleave their lines in the part file): the lock
   // beside the output is held until this process ends, as prepare's is.
-  run::DirLock lock(opts.output + ".lock", "the generate output", /*remove_on_release=*/true);
-  remove_leftovers(opts.output);
+  std::optional<run::DirLock> lock;
+  if (!finished) {
+    lock.emplace(opts.output + ".lock", "the generate output", /*remove_on_release=*/true);
+    remove_leftovers(opts.output);
+  }
   device::configure_runtime(opts);
   const torch::Device device = device::resolve_device(opts.device);
   // The config alone first: the data is checked against its vocabulary, and the output's settings
@@ -92,6 +100,14 @@ void run_generate(const config::Options& opts, const Invocation& argv) {
   if (opts.temperature == 0.0 && opts.top_p < 1.0)
     log::warn("generate", "top_p {} has no effect at temperature 0 (greedy)", opts.top_p);
 
+  if (finished) {
+    const auto counts = data::RegenerationCounts::from_json(
+        data::SampleWriter::finished(opts.output, output_settings(opts, dataset, end_ids)),
+        opts.output + data::kProgressSuffix);
+    log::info("generate", "{} is complete ({} samples: {} regenerated, {} copied, {} dropped): nothing to do",
+              opts.output, counts.samples, counts.regenerated, counts.copied, counts.dropped);
+    return;
+  }
   data::SampleWriter writer(opts.output, output_settings(opts, dataset, end_ids));
   auto counts = data::RegenerationCounts::from_json(writer.resumed_counts(), opts.output + data::kProgressSuffix);
   const auto first = writer.samples_done();

@@ -34,9 +34,8 @@ Error os_error(const std::string& path, const std::string& what) {
 json read_progress(const std::string& path) {
   constexpr const char* kStartOver = "remove it and the .partial file beside it to start over";
   const json j = util::read_json_object(path, "progress file", kStartOver, kStartOver);
-  const bool ok = j.value("format", "") == kProgressFormat &&
-                  j.value("version", 0) == kProgressVersion && j.contains("settings") &&
-                  j["samples_done"].is_number_unsigned() && j["bytes"].is_number_unsigned();
+  const bool ok = j.value("format", "") == kProgressFormat && j.value("version", 0) == kProgressVersion &&
+                  j.contains("settings") && j["samples_done"].is_number_unsigned() && j["bytes"].is_number_unsigned();
   EAGLE_CHECK(ok, Error(ErrorKind::input, "not a progress file of this version")
                       .file(path)
                       .expected(fmt::format("\"format\": \"{}\", \"version\": {}", kProgressFormat, kProgressVersion))
@@ -72,6 +71,27 @@ std::string sample_jsonl(const Sample& s) {
                      fmt::join(s.loss_mask, ","));
 }
 
+namespace {
+
+Error exists_error(const std::string& output) {
+  return Error(ErrorKind::output, "the output already exists")
+      .file(output)
+      .hint("choose another --output or remove the old one");
+}
+
+// The progress file of a finished run of output (complete, and output of its recorded size), or null.
+json completion_record(const std::string& output) {
+  const auto progress = output + kProgressSuffix;
+  std::error_code ec;
+  if (!fs::is_regular_file(progress, ec)) return json();
+  const json p = read_progress(progress);
+  if (!p.value("complete", false)) return json();
+  const auto size = fs::file_size(output, ec);
+  return !ec && size == p["bytes"].get<std::uint64_t>() ? p : json();
+}
+
+}  // namespace
+
 void SampleWriter::check_output(const std::string& output) {
   EAGLE_CHECK(output.size() > 6 && output.compare(output.size() - 6, 6, ".jsonl") == 0,
               Error(ErrorKind::usage, "the output must be a .jsonl file")
@@ -79,16 +99,30 @@ void SampleWriter::check_output(const std::string& output) {
                   .found(output)
                   .hint("prepare and train read .jsonl files"));
   std::error_code ec;
-  EAGLE_CHECK(!fs::exists(output, ec), Error(ErrorKind::output, "the output already exists")
-                                           .file(output)
-                                           .hint("choose another --output or remove the old one"));
+  EAGLE_CHECK(!fs::exists(output, ec) || !completion_record(output).is_null(), exists_error(output));
+}
+
+json SampleWriter::finished(const std::string& output, const json& settings) {
+  const json p = completion_record(output);
+  EAGLE_CHECK(!p.is_null(), exists_error(output));
+  const auto key = first_difference(p["settings"], settings);
+  EAGLE_CHECK(key.empty(), Error(ErrorKind::usage, "the output was generated with other settings")
+                               .file(output + kProgressSuffix)
+                               .place(fmt::format("setting \"{}\"", key))
+                               .expected(settings.value(key, json()).dump())
+                               .found(p["settings"].value(key, json()).dump())
+                               .hint(fmt::format("choose another --output, or remove {} and {} to generate it again",
+                                                 output, output + kProgressSuffix)));
+  return p.value("counts", json());
 }
 
 SampleWriter::SampleWriter(const std::string& output, const json& settings)
     : output_(output), part_(output + kPartSuffix), progress_(output + kProgressSuffix), settings_(settings) {
   check_output(output_);
   std::error_code ec;
-  const bool resuming = fs::exists(progress_, ec);
+  EAGLE_CHECK(!fs::exists(output_, ec), exists_error(output_));
+  // A finished run's record whose output was removed since: this run starts over.
+  const bool resuming = fs::exists(progress_, ec) && !read_progress(progress_).value("complete", false);
   if (resuming) {
     const json p = read_progress(progress_);
     const auto key = first_difference(p["settings"], settings_);
@@ -148,9 +182,14 @@ void SampleWriter::commit(const json& counts) {
   }
   buffer_.clear();
   if (::fdatasync(fd_) != 0) throw os_error(part_, "fdatasync of the part file failed");
+  write_progress(counts, /*complete=*/false);
+}
+
+void SampleWriter::write_progress(const json& counts, bool complete) const {
   json j{
       {"format", kProgressFormat}, {"version", kProgressVersion}, {"output", output_}, {"samples_done", samples_done_},
       {"bytes", bytes_},           {"settings", settings_},       {"counts", counts}};
+  if (complete) j["complete"] = true;
   util::write_file_atomic(progress_, j.dump(1) + "\n");
 }
 
@@ -163,7 +202,9 @@ void SampleWriter::finish(const json& counts) {
   EAGLE_CHECK(!ec, Error(ErrorKind::output, "cannot rename the part file").file(part_).found(ec.message()));
   const auto dir = fs::path(output_).parent_path();
   util::fsync_path(dir.empty() ? fs::path(".") : dir);
-  fs::remove(progress_, ec);
+  // The record a rerun reads to find nothing to do, written after the rename: it never claims an
+  // output that is not there.
+  write_progress(counts, /*complete=*/true);
 }
 
 }  // namespace eagle::data
