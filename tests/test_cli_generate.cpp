@@ -177,7 +177,7 @@ TEST_CASE("a second generate on the same output is refused, naming the holder's 
                            " --output " + out + " --max_new_tokens 4 --device cpu --num_threads 1";
   {
     // This process holds the lock as a running generate would.
-    eagle::run::DirLock held(out + ".lock", "the generate output", /*remove_on_release=*/true);
+    eagle::run::DirLock held(out + ".lock", "the generate output", /*beside_output=*/true);
     auto r = run_cli(args);
     INFO(r.output);
     CHECK(r.exit_code == 2);

@@ -75,7 +75,7 @@ void run_generate(const config::Options& opts, const Invocation& argv) {
   // beside the output is held until this process ends, as prepare's is.
   std::optional<run::DirLock> lock;
   if (!finished) {
-    lock.emplace(opts.output + ".lock", "the generate output", /*remove_on_release=*/true);
+    lock.emplace(opts.output + ".lock", "the generate output", /*beside_output=*/true);
     remove_leftovers(opts.output);
   }
   device::configure_runtime(opts);

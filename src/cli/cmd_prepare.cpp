@@ -65,7 +65,7 @@ void run_prepare(const config::Options& opts, const Invocation& argv) {
   // One prepare per output at a time: the lock beside it is held until this process ends.
   std::error_code parent_ec;
   if (!out.parent_path().empty()) fs::create_directories(out.parent_path(), parent_ec);
-  run::DirLock lock(out.string() + ".lock", "the prepare output", /*remove_on_release=*/true);
+  run::DirLock lock(out.string() + ".lock", "the prepare output", /*beside_output=*/true);
   remove_leftovers(out);
   check_output(opts.output);
   auto files = data::list_sample_files(opts.input);

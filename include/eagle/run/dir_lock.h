@@ -1,6 +1,8 @@
 // An exclusive lock on an output (a run's output_dir, a prepared dataset folder), held for the
 // whole process: flock(2) on a lock file that names the holder's pid. The kernel releases it when
-// the process dies, so a killed run never leaves a stale lock.
+// the process dies, so a killed run never leaves a stale lock: a lock file that no process holds
+// never blocks. The file is created 0666 within the umask (another user can take it next) and
+// removed when the lock is released.
 #pragma once
 
 #include <filesystem>
@@ -11,9 +13,9 @@ namespace eagle::run {
 class DirLock {
  public:
   // Takes the lock on lock_file (created if needed). Another process holding it: Error(usage)
-  // naming `what` and the holder's pid. remove_on_release: delete lock_file when released (for a
-  // lock file beside an output rather than inside it).
-  DirLock(std::filesystem::path lock_file, const std::string& what, bool remove_on_release = false);
+  // naming `what` and the holder's pid, and the folder the lock is in or, beside_output (a lock file
+  // beside an output rather than inside it), the lock file itself.
+  DirLock(std::filesystem::path lock_file, const std::string& what, bool beside_output = false);
   ~DirLock();
   DirLock(const DirLock&) = delete;
   DirLock& operator=(const DirLock&) = delete;
@@ -23,7 +25,6 @@ class DirLock {
  private:
   std::filesystem::path path_;
   int fd_ = -1;
-  bool remove_ = false;
 };
 
 // The lock of a run's output_dir: output_dir/.lock (output_dir is created when missing).
