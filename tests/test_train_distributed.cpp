@@ -1,14 +1,17 @@
 // Data parallelism on CPU (Gloo) with two real processes on 127.0.0.1: two ranks of b rows train
 // exactly what one rank of 2b rows trains; a resume with two ranks is bit-exact and with another
 // number is refused; a dead rank ends the other with an error, a signal to one rank stops both
-// after a checkpoint. Free ports are picked per test, so concurrent runs never collide.
-#include <catch2/catch.hpp>
+// after a checkpoint, and so does a SIGKILL of their launcher. Free ports are picked per test, so
+// concurrent runs never collide.
 #include <fmt/format.h>
+#include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -21,8 +24,8 @@
 
 using eagle::test::logged_losses;
 using eagle::test::run_cli;
-using eagle::test::wait_exit;
 using eagle::test::TempDir;
+using eagle::test::wait_exit;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
@@ -122,8 +125,7 @@ TEST_CASE("two ranks under torchrun train what one rank trains; resume is bit-ex
   CHECK_THAT(refused.output, Catch::Contains("another number of ranks") && Catch::Contains("world_size"));
 }
 
-TEST_CASE("a dead rank ends the other with an error; a signal to one rank stops both after a checkpoint",
-          "[train]") {
+TEST_CASE("a dead rank ends the other with an error; a signal to one rank stops both after a checkpoint", "[train]") {
   TempDir dir;
   const std::string args = kSmoke + " --max_steps 400 --logging_steps 1 --save_steps 0 --ddp_timeout_s 60";
   SECTION("SIGKILL to rank 1") {
@@ -131,7 +133,8 @@ TEST_CASE("a dead rank ends the other with an error; a signal to one rank stops 
     const auto out = dir / "killed";
     pid_t r0 = start_rank(0, port, args + " --output_dir " + out.string(), dir / "r0.log");
     pid_t r1 = start_rank(1, port, args + " --output_dir " + out.string(), dir / "r1.log");
-    for (int i = 0; i < 1200 && logged_losses(out).size() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (int i = 0; i < 1200 && logged_losses(out).size() < 2; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     REQUIRE(logged_losses(out).size() >= 2);
     kill(r1, SIGKILL);
     wait_exit(r1);
@@ -151,7 +154,8 @@ TEST_CASE("a dead rank ends the other with an error; a signal to one rank stops 
     const auto out = dir / "stopped";
     pid_t r0 = start_rank(0, port, args + " --output_dir " + out.string(), dir / "r0.log");
     pid_t r1 = start_rank(1, port, args + " --output_dir " + out.string(), dir / "r1.log");
-    for (int i = 0; i < 1200 && logged_losses(out).size() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (int i = 0; i < 1200 && logged_losses(out).size() < 2; ++i)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     REQUIRE(logged_losses(out).size() >= 2);
     kill(r1, SIGTERM);
     const int c1 = wait_exit(r1), c0 = wait_exit(r0);
@@ -162,6 +166,57 @@ TEST_CASE("a dead rank ends the other with an error; a signal to one rank stops 
     CHECK(summary["exit_reason"] == "interrupted");
     CHECK(fs::exists(out / ("checkpoint-" + std::to_string(summary["steps"].get<int>())) / "COMPLETE"));
   }
+}
+
+TEST_CASE("ranks whose launcher is SIGKILLed stop as on SIGTERM: a checkpoint, exit 130", "[train]") {
+  TempDir dir;
+  const auto out = dir / "orphaned";
+  const int port = free_port();
+  // The launcher: a shell that starts both ranks as its children (as torchrun does) and waits.
+  std::string ranks;
+  for (int rank : {0, 1})
+    ranks += fmt::format(
+        "RANK={0} LOCAL_RANK={0} WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 "
+        "MASTER_PORT={1} {2} train {3} --max_steps 400 --logging_steps 1 --save_steps 0 "
+        "--output_dir {4} > {5} 2>&1 & ",
+        rank, port, EAGLE_TRAIN_BIN, kSmoke, out.string(), (dir / fmt::format("r{}.log", rank)).string());
+  const std::string script = "echo $$ > " + (dir / "launcher.pid").string() + "; " + ranks + "wait";
+  const char* cmd = script.c_str();
+  // A child that adopts the orphaned ranks (a subreaper) reaps them and exits 0 when every rank
+  // exited 130, else with the first other status; between fork and exit only async-signal-safe calls.
+  const pid_t reaper = ::fork();
+  REQUIRE(reaper >= 0);
+  if (reaper == 0) {
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+    const pid_t launcher = ::fork();
+    if (launcher == 0) {
+      ::execl("/bin/sh", "sh", "-c", cmd, static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    int result = 0, status = 0;
+    for (pid_t p; (p = ::waitpid(-1, &status, 0)) > 0;) {
+      if (p == launcher) continue;
+      const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (code != 130 && result == 0) result = code == 0 ? 1 : code;
+    }
+    ::_exit(result);
+  }
+  for (int i = 0; i < 1200 && logged_losses(out).size() < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  REQUIRE(logged_losses(out).size() >= 2);
+  const pid_t launcher = std::stoi(eagle::test::read_file(dir / "launcher.pid"));
+  ::kill(launcher, SIGKILL);  // no signal is forwarded: the ranks learn it from the kernel
+  const auto t0 = std::chrono::steady_clock::now();
+  const int code = wait_exit(reaper);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(eagle::test::read_file(dir / "r0.log") << eagle::test::read_file(dir / "r1.log"));
+  CHECK(code == 0);  // both ranks exited 130
+  CHECK(waited < 60.0);
+  auto summary = json::parse(eagle::test::read_file(out / "summary.json"));
+  CHECK(summary["exit_reason"] == "interrupted");
+  CHECK(summary["detail"] == "SIGTERM");
+  CHECK(summary["steps"].get<int>() < 400);
+  CHECK(fs::exists(out / ("checkpoint-" + std::to_string(summary["steps"].get<int>())) / "COMPLETE"));
 }
 
 TEST_CASE("world size 1 under torchrun with NCCL on a GPU", "[train][gpu]") {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <set>
@@ -81,6 +82,9 @@ int main(int argc, char** argv) {
   // stop path (a summary, exit 130) instead of ending the process with 143.
   if (argc > 1 && (std::string_view(argv[1]) == "train" || std::string_view(argv[1]) == "generate"))
     run::install_stop_signals();
+  // Started by torchrun (RANK or WORLD_SIZE set, device::launch_info's rule): a launcher killed with
+  // SIGKILL cannot forward a signal, so the kernel's parent-death signal stops the rank instead.
+  if (std::getenv("RANK") != nullptr || std::getenv("WORLD_SIZE") != nullptr) run::stop_when_parent_dies();
   CLI::App app{"eagle-train: trains EAGLE-3 and EAGLE-1 speculative-decoding draft heads", "eagle-train"};
   app.require_subcommand(0, 1);
   bool show_version = false, options_md = false, dump_config = false;

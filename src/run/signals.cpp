@@ -3,6 +3,9 @@
 
 #include <signal.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/prctl.h>
+#endif
 
 #include <atomic>
 #include <cstring>
@@ -59,6 +62,15 @@ void install_stop_signals() {
   g_signal.store(0);
   g_count.store(0);
   install_handlers();
+}
+
+void stop_when_parent_dies() {
+#ifdef __linux__
+  const pid_t parent = ::getppid();
+  if (::prctl(PR_SET_PDEATHSIG, SIGTERM) != 0) return;  // best effort: the run itself is unaffected
+  // The parent died before the request was in place: nobody will send the signal now.
+  if (::getppid() != parent) ::raise(SIGTERM);
+#endif
 }
 
 StopSignals::StopSignals() {

@@ -10,6 +10,13 @@ namespace eagle::run {
 // work starts, instead of killing the process with 143 and no summary. Idempotent.
 void install_stop_signals();
 
+// For a process started by a launcher (torchrun): its launcher's death is a stop request. On Linux
+// PR_SET_PDEATHSIG has the kernel send SIGTERM when the parent dies, so a SIGKILL of torchrun stops
+// each rank as SIGTERM does (a checkpoint, exit 130) instead of leaving it running to the end; a
+// parent already gone when this runs gets the same SIGTERM at once. Call it after
+// install_stop_signals. Not for a process started by hand: a run under nohup outlives its shell.
+void stop_when_parent_dies();
+
 // Installs the handlers for its lifetime (or adopts those of install_stop_signals, with any signal
 // they caught) and restores the previous ones when destroyed. One at a
 // time per process (a second instance throws Error(internal)).
