@@ -9,6 +9,7 @@
 #include <map>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "data_helpers.h"
 #include "eagle/data/arrow_stream.h"
@@ -122,6 +123,15 @@ TEST_CASE("a speculators folder's rows are its source samples, clipped, without 
   small_vocab.vocab_size = 100;
   CHECK_THAT(error_of([&] { data::read_speculators_folder(kSpeculators.string(), small_vocab); }),
              Catch::Contains("outside the target's vocabulary") && Catch::Contains("hs_0.safetensors"));
+
+  // A state.json whose file entry has a filename of another JSON type: refused by name (was a type_error).
+  test::TempDir tmp;
+  std::filesystem::copy(kSpeculators, tmp / "spec", std::filesystem::copy_options::recursive);
+  auto state = nlohmann::json::parse(test::read_file(tmp / "spec" / "state.json"));
+  state["_data_files"][0]["filename"] = 7;
+  test::write_file(tmp / "spec" / "state.json", state.dump());
+  CHECK_THAT(error_of([&] { data::read_speculators_folder((tmp / "spec").string(), lo); }),
+             Catch::Contains("state.json") && Catch::Contains("_data_files"));
 }
 
 namespace {

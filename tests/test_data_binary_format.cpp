@@ -12,6 +12,7 @@
 #include "eagle/data/binary_format.h"
 #include "eagle/data/flat_builder.h"
 #include "eagle/data/loader.h"
+#include "eagle/data/stats_file.h"
 #include "eagle/run/dir_lock.h"
 #include "eagle/util/hash.h"
 #include "fuzz_helpers.h"
@@ -294,4 +295,21 @@ TEST_CASE("fuzzed prepared-file headers are read or refused, never read outside 
   }
   CHECK(counts.ok > 0);
   CHECK(counts.refused > 1000);
+}
+
+TEST_CASE("a stats.json whose length_histogram has entries of another JSON type is refused by name", "[data]") {
+  nlohmann::json j = nlohmann::json::parse(R"({"samples": 1, "tokens": 4, "trained_tokens": 2, "max_length": 4,
+      "max_token_id": 9, "truncated": 0, "dropped": 0, "skipped": 0, "trained_token_counts": [[9, 2]],
+      "length_histogram": [{"samples": 1}]})");
+  CHECK(eagle::data::stats_from_json(j, "stats.json").length_histogram == std::vector<std::uint64_t>{1});
+  for (const char* bad : {R"([3])", R"([{"samples": "1"}])", R"(5)"}) {
+    INFO(bad);
+    j["length_histogram"] = nlohmann::json::parse(bad);
+    try {
+      eagle::data::stats_from_json(j, "stats.json");
+      FAIL("accepted");
+    } catch (const eagle::Error& e) {  // was nlohmann's type_error (exit 1), or a silent 0
+      CHECK_THAT(e.format(), Catch::Contains("stats.json") && Catch::Contains("length_histogram"));
+    }
+  }
 }

@@ -115,6 +115,17 @@ TEST_CASE("rotation keeps the newest save_total_limit checkpoints", "[run]") {
   CHECK(dir.rotate(5).empty());
 }
 
+TEST_CASE("a best-checkpoint record with a field of another JSON type is refused by name", "[run]") {
+  eagle::test::TempDir tmp;
+  CheckpointDir dir(tmp.path());
+  save_step(dir, 1);
+  REQUIRE(dir.update_best(1, "ar", 2.0));
+  eagle::test::write_file(tmp / CheckpointDir::kBestFolder / CheckpointDir::kBestJson,
+                          R"({"step": 1, "metric": 7, "value": 2.0})");
+  CHECK_THROWS_AS(dir.best(), eagle::Error);  // was nlohmann's type_error (exit 1)
+  CHECK_THROWS_WITH(dir.best(), Catch::Contains("best.json"));
+}
+
 TEST_CASE("the best checkpoint follows the highest metric", "[run]") {
   eagle::test::TempDir tmp;
   CheckpointDir dir(tmp.path());

@@ -101,11 +101,14 @@ json Sampler::state() const {
 }
 
 void Sampler::restore(const json& s) {
-  EAGLE_CHECK(s.is_object() && s.value("format", "") == kStateFormat,
+  // Compared as JSON values: a field of another type is refused, never a type_error (exit 1).
+  EAGLE_CHECK(s.is_object() && s.contains("format") && s["format"] == kStateFormat,
               state_error("not a sampler state", "format")
                   .expected(kStateFormat)
-                  .found(s.is_object() ? s.value("format", "<missing>") : s.type_name()));
-  EAGLE_CHECK(s.value("version", 0) == kStateVersion,
+                  .found(!s.is_object()         ? s.type_name()
+                         : s.contains("format") ? s["format"].dump()
+                                                : "<missing>"));
+  EAGLE_CHECK(s.contains("version") && s["version"] == kStateVersion,
               state_error("unsupported sampler state version", "version")
                   .expected(std::to_string(kStateVersion))
                   .found(s.contains("version") ? s["version"].dump() : "<missing>"));
@@ -186,8 +189,8 @@ std::int64_t Batch::max_segments_per_row() const {
   for (std::int64_t r = 0; r < rows; ++r) {
     std::int64_t runs = 0;
     for (std::int64_t p = 0; p < length; ++p)
-      runs += p == 0 || document_ids[static_cast<std::size_t>(at(r, p))] !=
-                            document_ids[static_cast<std::size_t>(at(r, p - 1))];
+      runs += p == 0 ||
+              document_ids[static_cast<std::size_t>(at(r, p))] != document_ids[static_cast<std::size_t>(at(r, p - 1))];
     most = std::max(most, runs);
   }
   return most;

@@ -29,7 +29,8 @@ std::vector<std::string> arrow_files(const fs::path& dir) {
                   .expected("a list of {\"filename\": \"data-XXXXX-of-YYYYY.arrow\"}"));
   std::vector<std::string> out;
   for (const auto& f : j["_data_files"]) {
-    const std::string name = f.is_object() ? f.value("filename", "") : "";
+    const std::string name =
+        f.is_object() && f.contains("filename") && f["filename"].is_string() ? f["filename"].get<std::string>() : "";
     EAGLE_CHECK(!name.empty() && name.find('/') == std::string::npos && name.find("..") == std::string::npos,
                 Error(ErrorKind::input, "a data file entry is not a plain file name")
                     .file(state.string())

@@ -53,7 +53,13 @@ TokenStats stats_from_json(const nlohmann::json& j, const std::string& file) {
   s.trained_token_counts = TokenCounts(counts);
   nlohmann::json hist;
   get("length_histogram", hist);
-  for (const auto& b : hist) s.length_histogram.push_back(b.value("samples", std::uint64_t{0}));
+  EAGLE_CHECK(hist.is_array(), util::json_field_wrong_type("length_histogram", file, "not a list"));
+  for (const auto& b : hist) {
+    EAGLE_CHECK(b.is_object(), util::json_field_wrong_type("length_histogram", file, "an entry is not an object"));
+    EAGLE_CHECK(!b.contains("samples") || b["samples"].is_number_unsigned(),
+                util::json_field_wrong_type("length_histogram[].samples", file, "not a count"));
+    s.length_histogram.push_back(b.value("samples", std::uint64_t{0}));
+  }
   return s;
 }
 

@@ -165,7 +165,7 @@ std::optional<BestInfo> CheckpointDir::best() const {
   std::ifstream in(best_dir / kBestJson);
   json doc = json::parse(in, nullptr, /*allow_exceptions=*/false);
   if (!doc.is_object() || !doc.contains("step") || !doc["step"].is_number_integer() || !doc.contains("value") ||
-      !doc["value"].is_number())
+      !doc["value"].is_number() || (doc.contains("metric") && !doc["metric"].is_string()))
     throw Error(ErrorKind::input, "malformed best-checkpoint record").file((best_dir / kBestJson).string())
         .expected("{\"step\": int, \"metric\": string, \"value\": number}");
   return BestInfo{doc["step"].get<std::int64_t>(), doc.value("metric", ""), doc["value"].get<double>()};
