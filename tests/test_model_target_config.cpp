@@ -100,8 +100,8 @@ TEST_CASE("target config: fields that change the math are refused by name", "[mo
                                          Catch::Contains("unsupported architecture"));
   }
   SECTION("rope type") {
-    c["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 10000.0}, {"factor", 4.0}};
-    CHECK_THAT(config_error(dir, c), Catch::Contains("rope_parameters.rope_type") && Catch::Contains("yarn"));
+    c["rope_parameters"] = {{"rope_type", "longrope"}, {"rope_theta", 10000.0}, {"factor", 4.0}};
+    CHECK_THAT(config_error(dir, c), Catch::Contains("rope_parameters.rope_type") && Catch::Contains("longrope"));
   }
   SECTION("4.x rope_scaling type") {
     c.erase("rope_parameters");

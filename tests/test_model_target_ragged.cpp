@@ -52,7 +52,8 @@ double max_err(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).
 }  // namespace
 
 TEST_CASE("ragged prefill and decode equal the unbatched forward for every family", "[model]") {
-  for (const char* name : {"tiny-llama", "tiny-llama3", "tiny-mistral", "tiny-qwen2", "tiny-qwen3"}) {
+  for (const char* name : {"tiny-llama", "tiny-llama3", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3-moe",
+                           "tiny-mixtral", "tiny-gpt-oss", "tiny-gpt-oss-mxfp4"}) {
     INFO(name);
     auto m = TargetModel::load(model_dir(name), torch::kFloat32, torch::kCPU);
     torch::manual_seed(7);

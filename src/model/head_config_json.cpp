@@ -45,6 +45,12 @@ RopeConfig rope_from_json(const json& j, std::int64_t head_dim, std::int64_t max
   r.low_freq_factor = p.value("low_freq_factor", 1.0);
   r.high_freq_factor = p.value("high_freq_factor", 4.0);
   r.original_max_position_embeddings = p.value("original_max_position_embeddings", std::int64_t{0});
+  r.beta_fast = p.value("beta_fast", 32.0);
+  r.beta_slow = p.value("beta_slow", 1.0);
+  r.truncate = p.value("truncate", true);
+  r.attention_factor = p.value("attention_factor", 0.0);
+  r.mscale = p.value("mscale", 0.0);
+  r.mscale_all_dim = p.value("mscale_all_dim", 0.0);
   return r;
 }
 

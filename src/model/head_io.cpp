@@ -41,6 +41,15 @@ json rope_scaling_json(const RopeConfig& r) {
   }
   if (r.type == "dynamic" && r.original_max_position_embeddings > 0)
     s["original_max_position_embeddings"] = r.original_max_position_embeddings;
+  if (r.type == "yarn") {
+    s["original_max_position_embeddings"] = r.original_max_position_embeddings;
+    s["beta_fast"] = r.beta_fast;
+    s["beta_slow"] = r.beta_slow;
+    s["truncate"] = r.truncate;
+    if (r.attention_factor > 0) s["attention_factor"] = r.attention_factor;
+    if (r.mscale != 0) s["mscale"] = r.mscale;
+    if (r.mscale_all_dim != 0) s["mscale_all_dim"] = r.mscale_all_dim;
+  }
   return s;
 }
 

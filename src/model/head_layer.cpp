@@ -55,7 +55,7 @@ Qkv project_qkv(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torc
   auto q = torch::linear(x, attn.q_proj->weight).view({b, t, cfg.num_attention_heads, d}).transpose(1, 2);
   auto k = torch::linear(x, attn.k_proj->weight).view({b, t, cfg.num_key_value_heads, d}).transpose(1, 2);
   auto v = torch::linear(x, attn.v_proj->weight).view({b, t, cfg.num_key_value_heads, d}).transpose(1, 2);
-  auto [cos, sin] = rope_cos_sin(inv_freq, positions, q.scalar_type());
+  auto [cos, sin] = rope_cos_sin(inv_freq, positions, q.scalar_type(), rope_attention_factor(cfg.rope));
   return {apply_rope(q, cos, sin), apply_rope(k, cos, sin), v};
 }
 

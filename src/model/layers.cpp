@@ -13,6 +13,12 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
   return weight * h.to(x.scalar_type());
 }
 
+torch::Tensor rms_norm_fp32_weight(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  auto h = x.to(torch::kFloat32);
+  h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return (weight * h).to(x.scalar_type());
+}
+
 namespace {
 
 // The dynamic-NTK base for a sequence length: theta * (factor * len / max_pos - factor + 1)^(d / (d - 2)).
@@ -32,9 +38,44 @@ torch::Tensor inv_freq_of(const RopeConfig& cfg, const torch::Tensor& base) {
   return 1.0 / torch::pow(base, idx / static_cast<double>(cfg.head_dim));
 }
 
+// YaRN (transformers' _compute_yarn_parameters): frequencies below the correction range are
+// interpolated (divided by factor), those above it kept, with a linear ramp between.
+torch::Tensor yarn_inv_freq(const RopeConfig& cfg) {
+  const double dim = static_cast<double>(cfg.head_dim), base = cfg.theta;
+  const double orig = static_cast<double>(cfg.original_max_position_embeddings);
+  auto correction_dim = [&](double rotations) {
+    return dim * std::log(orig / (rotations * 2.0 * M_PI)) / (2.0 * std::log(base));
+  };
+  double low = correction_dim(cfg.beta_fast), high = correction_dim(cfg.beta_slow);
+  if (cfg.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, dim - 1.0);
+  if (low == high) high += 0.001;  // transformers' guard against a zero-width ramp
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+  auto pos_freqs = torch::pow(torch::tensor(base, f32), torch::arange(0, cfg.head_dim, 2, f32) / dim);
+  auto extrapolation = 1.0 / pos_freqs;
+  auto interpolation = 1.0 / (cfg.factor * pos_freqs);
+  auto ramp = ((torch::arange(cfg.head_dim / 2, f32) - low) / (high - low)).clamp(0, 1);
+  auto keep = 1 - ramp;  // 1: extrapolate (the original frequency)
+  return interpolation * (1 - keep) + extrapolation * keep;
+}
+
 }  // namespace
 
+double rope_attention_factor(const RopeConfig& cfg) {
+  if (cfg.type != "yarn") return 1.0;
+  if (cfg.attention_factor > 0) return cfg.attention_factor;
+  auto mscale = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
+  if (cfg.mscale != 0 && cfg.mscale_all_dim != 0)
+    return mscale(cfg.factor, cfg.mscale) / mscale(cfg.factor, cfg.mscale_all_dim);
+  return mscale(cfg.factor, 1.0);
+}
+
 torch::Tensor rope_inv_freq(const RopeConfig& cfg, std::int64_t seq_len) {
+  if (cfg.type == "yarn") return yarn_inv_freq(cfg);
   double base = cfg.theta;
   if (cfg.type == "dynamic" && static_cast<double>(seq_len) > dynamic_max_pos(cfg))
     base = dynamic_base(cfg, static_cast<double>(seq_len), dynamic_max_pos(cfg));
@@ -73,11 +114,12 @@ torch::Tensor rope_inv_freq_serving(const RopeConfig& cfg) {
 }
 
 std::pair<torch::Tensor, torch::Tensor> rope_cos_sin(const torch::Tensor& inv_freq, const torch::Tensor& position_ids,
-                                                     torch::ScalarType dtype) {
+                                                     torch::ScalarType dtype, double scaling) {
   auto inv = inv_freq.to(position_ids.device(), torch::kFloat32);
   auto freqs = position_ids.to(torch::kFloat32).unsqueeze(-1) * inv.view({1, 1, -1});  // [B, T, D/2]
   auto emb = torch::cat({freqs, freqs}, -1);
-  return {emb.cos().to(dtype), emb.sin().to(dtype)};
+  if (scaling == 1.0) return {emb.cos().to(dtype), emb.sin().to(dtype)};
+  return {(emb.cos() * scaling).to(dtype), (emb.sin() * scaling).to(dtype)};
 }
 
 namespace {

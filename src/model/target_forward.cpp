@@ -11,11 +11,29 @@
 namespace eagle::model {
 
 std::pair<torch::Tensor, torch::Tensor> TargetModel::Impl::rope(const torch::Tensor& position_ids) const {
-  if (cfg.rope.type != "dynamic") return rope_cos_sin(inv_freq, position_ids, dtype);
+  if (cfg.rope.type != "dynamic")
+    return rope_cos_sin(inv_freq, position_ids, dtype, rope_attention_factor(cfg.rope));
   // Dynamic NTK scales with the longest position of the call (transformers' formula); it stays a
   // device tensor, so nothing waits for the host and a captured graph recomputes it per replay.
   auto seq_len = position_ids.max() + 1;
   return rope_cos_sin(rope_inv_freq_dynamic(cfg.rope, inv_freq, seq_len), position_ids, dtype);
+}
+
+torch::Tensor TargetModel::Impl::norm(const torch::Tensor& x, const torch::Tensor& w) const {
+  return target_norm(cfg, x, w);
+}
+
+torch::Tensor target_norm(const TargetConfig& config, const torch::Tensor& x, const torch::Tensor& weight) {
+  return config.norm_weight_fp32 ? rms_norm_fp32_weight(x, weight, config.rms_norm_eps)
+                                 : rms_norm(x, weight, config.rms_norm_eps);
+}
+
+torch::Tensor TargetModel::Impl::mlp(std::size_t l, const torch::Tensor& h) const {
+  const auto& w = layers[l];
+  if (cfg.sparse(static_cast<std::int64_t>(l))) return moe(w, h);
+  const auto I = cfg.intermediate_size;
+  auto gu = torch::linear(h, w.gate_up_w);
+  return torch::linear(torch::silu(gu.narrow(-1, 0, I)) * gu.narrow(-1, I, I), w.down_w);
 }
 
 torch::Tensor TargetModel::Impl::layer(std::size_t l, const torch::Tensor& x, const torch::Tensor& cos,
@@ -25,7 +43,7 @@ torch::Tensor TargetModel::Impl::layer(std::size_t l, const torch::Tensor& x, co
   const auto nh = cfg.num_attention_heads, kvh = cfg.num_key_value_heads, hd = cfg.head_dim;
   const double eps = cfg.rms_norm_eps;
 
-  auto h = rms_norm(x, w.input_norm, eps);
+  auto h = norm(x, w.input_norm);
   auto qkv = torch::linear(h, w.qkv_w, w.qkv_b);
   // Token-major [B, T, heads, d] throughout: the layout of variable-length flash attention, so the
   // kernels get views, not copies.
@@ -38,13 +56,11 @@ torch::Tensor TargetModel::Impl::layer(std::size_t l, const torch::Tensor& x, co
   }
   q = apply_rope(q, cos, sin, /*head_axis=*/2);
   k = apply_rope(k, cos, sin, /*head_axis=*/2);
-  auto o = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));  // [B, heads, T, d]
+  const AttentionExtras extras{cfg.window(static_cast<std::int64_t>(l)), w.sinks};
+  auto o = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), extras);  // [B, heads, T, d]
   o = o.transpose(1, 2).reshape({B, T, nh * hd});
   auto r = x + torch::linear(o, w.o_w, w.o_b);
-
-  const auto I = cfg.intermediate_size;
-  auto gu = torch::linear(rms_norm(r, w.post_norm, eps), w.gate_up_w);
-  return r + torch::linear(torch::silu(gu.narrow(-1, 0, I)) * gu.narrow(-1, I, I), w.down_w);
+  return r + mlp(l, norm(r, w.post_norm));
 }
 
 namespace {
@@ -63,14 +79,15 @@ TargetOutput TargetModel::forward(const TargetBatch& batch, const TeacherSpec& t
   check_batch_tensor(batch.input_ids, "input_ids", batch.input_ids, m.device);
   check_batch_tensor(batch.position_ids, "position_ids", batch.input_ids, m.device);
   check_batch_tensor(batch.document_ids, "document_ids", batch.input_ids, m.device);
-  const auto T = batch.input_ids.size(1), L = m.cfg.num_hidden_layers;
+  const auto L = m.cfg.num_hidden_layers;
 
   auto [cos, sin] = m.rope(batch.position_ids);
   // Causal attention alone for padded rows; within each document for packed ones (attention.h).
   const AttentionLayout layout(batch.document_ids, batch.attention);
   const double scale = 1.0 / std::sqrt(static_cast<double>(m.cfg.head_dim));
-  const Impl::Attend attend = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-    return layout_attention(q, k, v, layout, scale);
+  const Impl::Attend attend = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                   const AttentionExtras& extras) {
+    return layout_attention(q, k, v, layout, scale, extras);
   };
 
   std::vector<torch::Tensor> aux;
@@ -85,7 +102,7 @@ TargetOutput TargetModel::forward(const TargetBatch& batch, const TeacherSpec& t
     if (l + 1 < L) keep(l + 1, x);
   }
   TargetOutput out;
-  out.final_hidden = rms_norm(x, m.final_norm, m.cfg.rms_norm_eps);
+  out.final_hidden = m.norm(x, m.final_norm);
   keep(L, out.final_hidden);
   out.aux_hidden = aux.size() == 1 ? aux[0] : torch::cat(aux, -1);
 
@@ -157,15 +174,19 @@ TargetStepOutput TargetModel::forward_cached(KvCache& cache, const torch::Tensor
   const auto iopts = torch::TensorOptions().dtype(torch::kInt64).device(m.device);
   const auto positions = torch::arange(start, start + n, iopts).unsqueeze(0).expand({B, n});
   auto [cos, sin] = m.rope(positions);
-  // New token i (absolute position start + i) attends cached and new keys j <= start + i.
-  const auto mask =
-      (torch::arange(start + n, iopts).unsqueeze(0) <= positions[0].unsqueeze(1)).view({1, 1, n, start + n});
-  const auto rep = m.cfg.num_attention_heads / m.cfg.num_key_value_heads;
+  // New token i (absolute position start + i) attends cached and new keys j <= start + i (and
+  // j > start + i - W in a sliding-window layer).
+  const auto key_pos = torch::arange(start + n, iopts).view({1, 1, 1, start + n});
+  const auto query_pos = positions[0].view({1, 1, n, 1});
+  const auto mask = key_pos <= query_pos;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(m.cfg.head_dim));
   std::size_t l = 0;
   const CacheWrite write{&cache};
-  const Impl::Attend attend = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  const Impl::Attend attend = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                   const AttentionExtras& extras) {
     const auto [keys, values] = write.apply(l, k, v);
-    return at::scaled_dot_product_attention(q, repeat_kv(keys, rep), repeat_kv(values, rep), mask);
+    return masked_attention(q, keys, values, window_mask(mask, query_pos, key_pos, extras.window), scale,
+                            extras.sinks);
   };
 
   std::vector<torch::Tensor> aux;
@@ -181,7 +202,7 @@ TargetStepOutput TargetModel::forward_cached(KvCache& cache, const torch::Tensor
   }
   cache.length = start + n;
   TargetStepOutput out;
-  out.final_hidden = rms_norm(x, m.final_norm, m.cfg.rms_norm_eps);
+  out.final_hidden = m.norm(x, m.final_norm);
   keep(L, out.final_hidden);
   out.aux_hidden = aux.size() == 1 ? aux[0] : torch::cat(aux, -1);
   out.logits = torch::linear(out.final_hidden, m.lm_head).to(torch::kFloat32);

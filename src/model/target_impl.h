@@ -3,6 +3,8 @@
 #pragma once
 
 #include <functional>
+#include <map>
+#include <string>
 #include <vector>
 
 #include <torch/torch.h>
@@ -16,9 +18,34 @@ struct TargetLayerWeights {
   torch::Tensor qkv_w, qkv_b;           // [(heads + 2 kv_heads) * head_dim, H]; bias undefined unless attention_bias
   torch::Tensor o_w, o_b;               // [H, heads * head_dim]; bias undefined unless o_bias
   torch::Tensor q_norm, k_norm;         // [head_dim] (Qwen3) or undefined
-  torch::Tensor gate_up_w;              // [2 I, H]: gate rows then up rows
+  torch::Tensor gate_up_w;              // [2 I, H]: gate rows then up rows (dense MLP layers)
   torch::Tensor down_w;                 // [H, I]
+  torch::Tensor sinks;                  // [heads] learned softmax sinks (gpt-oss) or undefined
+  // A mixture-of-experts layer (TargetConfig::sparse): router [E, H] (bias [E] or undefined), every
+  // expert's gate and up rows [E, 2 I, H] (gate rows first, whatever the checkpoint's order) and
+  // down [E, H, I], with biases [E, 2 I] and [E, H] where the family has them.
+  torch::Tensor router_w, router_b;
+  torch::Tensor experts_gate_up, experts_gate_up_b, experts_down, experts_down_b;
 };
+
+// Every tensor a checkpoint of this config holds, with its shape (target_tensors.cpp).
+std::map<std::string, std::vector<std::int64_t>> expected_tensors(const TargetConfig& c);
+// Parameters of the model as a float checkpoint holds them (MXFP4 blocks count their values), and
+// those one token runs through (the top-k experts of each sparse layer).
+std::pair<std::int64_t, std::int64_t> parameter_counts(TargetConfig c);
+// MXFP4 blocks and scales: uint8 tensors, not weights.
+bool is_packed_fp4(const std::string& name);
+// A sparse layer's router and experts into w, from the checkpoint tensors `get` returns (on the
+// device; MXFP4 blocks and scales as uint8, dequantized here into dtype).
+void assemble_experts(const TargetConfig& c, const std::string& prefix, TargetLayerWeights& w,
+                      const std::function<torch::Tensor(const std::string&)>& get, torch::ScalarType dtype);
+
+// Dequantizes MXFP4 (gpt-oss) expert weights as transformers' convert_moe_packed_tensors: blocks
+// uint8 [E, rows, G, 16] (two e2m1 values a byte, low nibble first), scales uint8 [E, rows, G]
+// (exponent + 127) -> [E, rows, G * 32] in dtype, expert by expert (bounded temporary memory).
+// `name` is the checkpoint tensor's, for errors.
+torch::Tensor dequantize_mxfp4(const torch::Tensor& blocks, const torch::Tensor& scales, torch::ScalarType dtype,
+                               const std::string& name);
 
 // Where one cached forward writes a layer's new keys and values, and which keys it then attends
 // (target_ragged.cpp). Shared length (forward_cached): every row's new tokens go to columns
@@ -44,18 +71,27 @@ struct TargetModel::Impl {
   std::vector<TargetLayerWeights> layers;
   torch::Tensor inv_freq;  // [head_dim / 2] fp32 on device (dynamic RoPE rescales it per call)
   std::vector<std::int64_t> aux_ids;
-  std::int64_t parameter_count = 0;
+  std::int64_t parameter_count = 0, active_parameter_count = 0;
 
   // The attention of a layer: q [B, heads, T, d], k, v [B, kv_heads, T, d] (with RoPE) -> [B, heads,
   // T, d]. The training forward attends within the batch's documents; the incremental one writes
   // k, v into the KV cache and attends it.
-  using Attend = std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&)>;
+  // The layer's window and sinks come with them.
+  using Attend = std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                             const AttentionExtras&)>;
   // One decoder layer.
   torch::Tensor layer(std::size_t l, const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
                       const Attend& attend) const;
   // cos, sin [B, T, head_dim] in the model dtype for position_ids [B, T] (dynamic RoPE from their
   // largest value, on the device).
   std::pair<torch::Tensor, torch::Tensor> rope(const torch::Tensor& position_ids) const;
+  // The feed-forward half of layer l on its normed input [B, T, H]: the dense MLP or the experts.
+  torch::Tensor mlp(std::size_t l, const torch::Tensor& x) const;
+  // The experts of a sparse layer (target_moe.cpp): routing, then the tokens sorted by expert
+  // through grouped matmuls; no host synchronisation where grouped_mm runs (see graph_safe).
+  torch::Tensor moe(const TargetLayerWeights& w, const torch::Tensor& x) const;
+  // RMSNorm as the family computes it.
+  torch::Tensor norm(const torch::Tensor& x, const torch::Tensor& w) const;
 };
 
 }  // namespace eagle::model
