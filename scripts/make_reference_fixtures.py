@@ -19,6 +19,16 @@ gpt-oss whose experts are saved as MXFP4 blocks/scales as on the Hub; its refere
 the weights dequantized by transformers' own convert_moe_packed_tensors, and the folder is checked to
 load back through transformers (Mxfp4Config(dequantize=True)) to the same logits.
 
+Later families: Gemma 3 (text; per-layer-type RoPE, linear-scaled for full attention, sliding window, q/k
+norm, (1 + w) RMSNorm, sqrt(hidden) embedding scale), Gemma 2 (attention and final-logit softcapping, the
+caps low enough to bind), Phi-3 (fused qkv_proj and gate_up_proj, partial rotary, LongRoPE, whose short or
+long factors are chosen per forward call: b.greedy and b.greedy_logits [steps, vocab] record a continuation
+that crosses original_max_position_embeddings), Phi-4 (Phi3ForCausalLM, full rotary), Qwen3 with YaRN,
+Mistral and Qwen2 with sliding windows (Qwen2's only past max_window_layers), and tiny-qwen3-fp8, a Qwen3
+saved as block-scaled FP8 as the Qwen3-*-FP8 releases are (see fp8_projections), whose references come from
+the weights as transformers' Fp8Dequantize makes them; the folder is checked to load back through
+transformers (FineGrainedFP8Config(dequantize=True)) when accelerate is installed (5.23 requires it for FP8).
+
 Also written: tests/fixtures/reference/rope.safetensors (scaled RoPE inverse frequencies, YaRN with
 its attention factor) and tests/fixtures/configs/llama31-4x.json (a config in the 4.x spelling).
 
@@ -27,6 +37,7 @@ Only some outputs:           ... make_reference_fixtures.py --only tiny-gpt-oss 
 (names: the FAMILIES keys, "rope", "llama31-4x"; the others are left as they are).
 """
 import argparse
+import contextlib
 import copy
 import json
 import math
@@ -65,6 +76,22 @@ GPT_OSS = dict(
                      "beta_slow": 1.0, "original_max_position_embeddings": 16, "truncate": False},
     bos_token_id=None, eos_token_id=5)
 
+# Dense families that the window/YaRN/FP8 variants below start from.
+MISTRAL = dict(
+    vocab_size=256, hidden_size=60, intermediate_size=64, num_hidden_layers=3, num_attention_heads=5,
+    num_key_value_heads=1, head_dim=12, rms_norm_eps=1e-6, max_position_embeddings=512,
+    sliding_window=None, tie_word_embeddings=False,
+    rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, bos_token_id=1, eos_token_id=2)
+QWEN2 = dict(
+    vocab_size=320, hidden_size=48, intermediate_size=64, num_hidden_layers=3, num_attention_heads=3,
+    num_key_value_heads=1, rms_norm_eps=1e-6, max_position_embeddings=512, tie_word_embeddings=True,
+    use_sliding_window=False, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+    bos_token_id=None, eos_token_id=5)
+QWEN3 = dict(
+    vocab_size=256, hidden_size=48, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=20, rms_norm_eps=1e-6, max_position_embeddings=512,
+    tie_word_embeddings=False, use_sliding_window=False,
+    rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, bos_token_id=None, eos_token_id=5)
 # name -> (config class, config kwargs); each family's seed is 1234 + its position here, so new families go
 # at the end. Odd head counts, grouped-query attention, tied and untied embeddings, a llama3 rope scaling,
 # q/k/v bias (Qwen2), q/k norm with an explicit head_dim (Qwen3); mixtures of experts: Qwen3-MoE with
@@ -73,6 +100,9 @@ GPT_OSS = dict(
 # q - window < k <= q), gpt-oss (see GPT_OSS) dense and with MXFP4 experts. save_pretrained writes the MoE
 # experts of Qwen3-MoE and Mixtral per expert as on the Hub (mlp.experts.N.{gate,up,down}_proj.weight,
 # block_sparse_moe.experts.N.w1/w2/w3.weight and block_sparse_moe.gate.weight), gpt-oss's as 3-D tensors.
+# Gemma 2's softcaps are 2 (attention) and 10 (logits), 50 and 30 in the real models: with weights of realistic
+# scale the scores stay below 3 and the logits reach 75, so these bind on some scores and a fifth of the logits
+# while keeping the top logits apart (a cap of 3 rounds several of them to exactly 3.0 in fp32, a tie).
 FAMILIES = {
     "tiny-llama": (transformers.LlamaConfig, dict(
         vocab_size=512, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
@@ -84,21 +114,9 @@ FAMILIES = {
         rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
                          "high_freq_factor": 4.0, "original_max_position_embeddings": 16},
         bos_token_id=1, eos_token_id=[2, 3])),
-    "tiny-mistral": (transformers.MistralConfig, dict(
-        vocab_size=256, hidden_size=60, intermediate_size=64, num_hidden_layers=3, num_attention_heads=5,
-        num_key_value_heads=1, head_dim=12, rms_norm_eps=1e-6, max_position_embeddings=512,
-        sliding_window=None, tie_word_embeddings=False,
-        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, bos_token_id=1, eos_token_id=2)),
-    "tiny-qwen2": (transformers.Qwen2Config, dict(
-        vocab_size=320, hidden_size=48, intermediate_size=64, num_hidden_layers=3, num_attention_heads=3,
-        num_key_value_heads=1, rms_norm_eps=1e-6, max_position_embeddings=512, tie_word_embeddings=True,
-        use_sliding_window=False, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
-        bos_token_id=None, eos_token_id=5)),
-    "tiny-qwen3": (transformers.Qwen3Config, dict(
-        vocab_size=256, hidden_size=48, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=20, rms_norm_eps=1e-6, max_position_embeddings=512,
-        tie_word_embeddings=False, use_sliding_window=False,
-        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, bos_token_id=None, eos_token_id=5)),
+    "tiny-mistral": (transformers.MistralConfig, MISTRAL),
+    "tiny-qwen2": (transformers.Qwen2Config, QWEN2),
+    "tiny-qwen3": (transformers.Qwen3Config, QWEN3),
     "tiny-qwen3-moe": (transformers.Qwen3MoeConfig, dict(
         vocab_size=256, hidden_size=48, intermediate_size=64, moe_intermediate_size=24, num_hidden_layers=4,
         num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_experts=8, num_experts_per_tok=2,
@@ -112,6 +130,43 @@ FAMILIES = {
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, bos_token_id=1, eos_token_id=2)),
     "tiny-gpt-oss": (transformers.GptOssConfig, GPT_OSS),
     "tiny-gpt-oss-mxfp4": (transformers.GptOssConfig, GPT_OSS),
+    "tiny-gemma3": (transformers.Gemma3TextConfig, dict(
+        vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=24,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention", "sliding_attention"],
+        sliding_window=4, hidden_activation="gelu_pytorch_tanh", rms_norm_eps=1e-6, max_position_embeddings=512,
+        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                         "full_attention": {"rope_type": "linear", "rope_theta": 1000000.0, "factor": 8.0}},
+        attn_logit_softcapping=None, final_logit_softcapping=None, tie_word_embeddings=True,
+        pad_token_id=0, bos_token_id=2, eos_token_id=1)),
+    "tiny-gemma2": (transformers.Gemma2Config, dict(
+        vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=24, sliding_window=4,
+        hidden_activation="gelu_pytorch_tanh", rms_norm_eps=1e-6, max_position_embeddings=512,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        attn_logit_softcapping=2.0, final_logit_softcapping=10.0, tie_word_embeddings=True,
+        pad_token_id=0, bos_token_id=2, eos_token_id=1)),
+    "tiny-phi3": (transformers.Phi3Config, dict(
+        vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, rms_norm_eps=1e-5, max_position_embeddings=64, original_max_position_embeddings=8,
+        rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0, "partial_rotary_factor": 0.75,
+                         "short_factor": [1.0, 1.05, 1.1, 1.15, 1.2, 1.3],
+                         "long_factor": [2.0, 2.5, 3.25, 4.5, 6.0, 8.0]},
+        sliding_window=None, tie_word_embeddings=False, pad_token_id=None, bos_token_id=1, eos_token_id=5)),
+    "tiny-phi4": (transformers.Phi3Config, dict(
+        vocab_size=256, hidden_size=48, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+        num_key_value_heads=2, rms_norm_eps=1e-5, max_position_embeddings=512, original_max_position_embeddings=512,
+        rope_parameters={"rope_type": "default", "rope_theta": 250000.0}, sliding_window=None,
+        tie_word_embeddings=False, pad_token_id=None, bos_token_id=1, eos_token_id=5)),
+    "tiny-qwen3-yarn": (transformers.Qwen3Config, QWEN3 | dict(
+        max_position_embeddings=32,
+        rope_parameters={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8,
+                         "rope_theta": 1000000.0})),
+    "tiny-mistral-window": (transformers.MistralConfig, MISTRAL | dict(sliding_window=4, max_position_embeddings=512)),
+    "tiny-qwen2-window": (transformers.Qwen2Config, QWEN2 | dict(
+        use_sliding_window=True, sliding_window=4, max_window_layers=1)),
+    "tiny-qwen3-fp8": (transformers.Qwen3Config, QWEN3 | dict(
+        hidden_size=64, intermediate_size=96, head_dim=16, num_attention_heads=4, num_key_value_heads=2)),
 }
 # Families whose expert weights are saved MXFP4-quantized (see write_mxfp4_checkpoint).
 MXFP4 = {"tiny-gpt-oss-mxfp4"}
@@ -127,11 +182,13 @@ def randomize(model, gen):
     weights N(0, 1/fan_in), biases and norm offsets small, embeddings N(0, 1). Mixture-of-experts
     tensors: the 3-D expert weights N(0, 1/fan_in) too, fan_in being the input dim (shape[1] in the
     transposed [E, in, out] gpt-oss layout, shape[2] in the [E, out, in] Mixtral/Qwen3-MoE one); routers
-    are linear weights (and a bias for gpt-oss); gpt-oss's attention sinks ([heads]) N(0, 1)."""
+    are linear weights (and a bias for gpt-oss); gpt-oss's attention sinks ([heads]) N(0, 1). Gemma's RMSNorm
+    scales by (1 + weight), so its norm weights are the offsets alone, 0.1 N(0, 1)."""
+    norm_base = 0.0 if model.config.model_type.startswith("gemma") else 1.0
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight") or "layernorm" in name:
-                p.copy_(1.0 + 0.1 * torch.randn(p.shape, generator=gen))
+                p.copy_(norm_base + 0.1 * torch.randn(p.shape, generator=gen))
             elif name.endswith("bias"):
                 p.copy_(0.1 * torch.randn(p.shape, generator=gen))
             elif "embed_tokens" in name:
@@ -208,6 +265,162 @@ def write_mxfp4_checkpoint(out_dir, packed):
     cfg = json.loads(cfg_path.read_text())
     cfg["quantization_config"] = MXFP4_QUANTIZATION_CONFIG
     cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
+# Families whose dense projections are saved as block-scaled FP8 (see fp8_projections).
+FP8 = {"tiny-qwen3-fp8"}
+FP8_BLOCK = (16, 16)  # 128 x 128 in the releases; 16 x 16 so that the tiny matrices have several blocks
+# What the Qwen3-*-FP8 releases' config.json says (e.g. Qwen3-4B-Thinking-2507-FP8), with the block size above.
+FP8_QUANTIZATION_CONFIG = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+                           "weight_block_size": list(FP8_BLOCK), "modules_to_not_convert": ["lm_head"]}
+FP8_PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                   "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
+
+
+def fp8_projections(model):
+    """Block-scaled FP8 weights for the attention and MLP projections of a dense model, as the Qwen3-*-FP8
+    releases ship them: `<proj>.weight` float8_e4m3fn [out, in] and `<proj>.weight_scale_inv` fp32
+    [ceil(out/16), ceil(in/16)], the dense weight being weight * weight_scale_inv of its block. Made the way
+    those checkpoints were: each block of the randomized fp32 weight scaled so that its largest |value| is 448
+    (scale_inv = amax / 448) and cast (round to nearest) to e4m3. The dense weights loaded into the model are
+    what transformers' Fp8Dequantize (the load-time dequantization of FineGrainedFP8Config(dequantize=True))
+    makes of them: fp8 -> fp32, times the block's fp32 scale in fp32, then cast to the parameter's dtype (so
+    a bf16 load rounds the fp32 product once); checked against an independent decoding that repeats the
+    scales over (partial) blocks. The other tensors (embeddings, norms, lm_head) are bf16 in the releases
+    (torch_dtype bfloat16) and so in write_quantized_checkpoint: their values are rounded to bf16 here, the
+    fp32 references computing with those. Returns the FP8 tensors by checkpoint name.
+
+    Every matrix here is a whole number of 16 x 16 blocks, as in the Qwen3 FP8 releases (128 x 128). With a
+    partial last block the scale grid is ceil(out/16) x ceil(in/16) (FP8Linear's shape, and how its kernels
+    and _dequantize_fp8_weight read it), but 5.23's load-time Fp8Dequantize derives the block from the grid
+    (rows // scale_rows): it raises "not divisible by scale grid" (e.g. 40 rows, 3 scale rows) or silently
+    uses a wrong block (56 rows, 4 scale rows: blocks of 14), so such a folder cannot be checked by loading
+    it back through transformers."""
+    from transformers.integrations.finegrained_fp8 import Fp8Dequantize
+    bm, bn = FP8_BLOCK
+    fp8_max = torch.finfo(torch.float8_e4m3fn).max
+    packed = {}
+    with torch.no_grad():
+        for i, layer in enumerate(model.model.layers):
+            for proj in FP8_PROJECTIONS:
+                linear = layer.get_submodule(proj)
+                w = linear.weight.detach()
+                rows, cols = w.shape
+                assert rows % bm == 0 and cols % bn == 0, (proj, w.shape)  # see the FP8 note in the docstring
+                blocks = w.reshape(rows // bm, bm, cols // bn, bn)
+                scale = (blocks.abs().amax(dim=(1, 3)) / fp8_max).float()
+                q = (blocks / scale[:, None, :, None]).reshape(rows, cols).to(torch.float8_e4m3fn)
+                dense = Fp8Dequantize(None)._dequantize_one(q, scale, output_dtype=torch.float32)
+                expand = scale.repeat_interleave(bm, 0)[:rows].repeat_interleave(bn, 1)[:, :cols]
+                assert torch.equal(q.float() * expand, dense), (i, proj)
+                linear.weight.copy_(dense)
+                name = f"model.layers.{i}.{proj}"
+                packed[f"{name}.weight"] = q
+                packed[f"{name}.weight_scale_inv"] = scale
+        for name, p in model.named_parameters():
+            if name.removesuffix(".weight") not in {k.removesuffix(".weight") for k in packed}:
+                p.copy_(p.to(torch.bfloat16).float())
+    return packed
+
+
+def write_fp8_checkpoint(out_dir, packed):
+    """Replaces the projection weights of a saved checkpoint by their FP8 values and scales, stores the other
+    tensors as bf16 (their values are bf16 already, see fp8_projections), and adds the quantization_config and
+    dtype bfloat16 to config.json, as the Qwen3-*-FP8 releases have."""
+    path = out_dir / "model.safetensors"
+    with safe_open(str(path), "pt") as f:
+        metadata = f.metadata()
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    for k, t in tensors.items():
+        if k not in packed:
+            assert torch.equal(t.to(torch.bfloat16).float(), t), k
+            tensors[k] = t.to(torch.bfloat16)
+    tensors.update(packed)
+    save_file(tensors, str(path), metadata=metadata)
+    cfg_path = out_dir / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["quantization_config"] = FP8_QUANTIZATION_CONFIG
+    cfg["dtype"] = "bfloat16"
+    cfg_path.write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+
+
+def fp8_load_config():
+    """FineGrainedFP8Config(dequantize=True), or None when transformers cannot load FP8 here: 5.23's
+    FineGrainedFP8HfQuantizer.validate_environment raises "Loading an FP8 quantized model requires accelerate"
+    before it looks at dequantize, and accelerate is not in the project venv (install it to run the checks)."""
+    from transformers.utils import is_accelerate_available
+    if not is_accelerate_available():
+        return None
+    return transformers.FineGrainedFP8Config(dequantize=True)
+
+
+def check_fp8_loads(out_dir, ref, ids_a, ids_b, padded, mask):
+    """Loads the FP8 folder back with transformers (dequantized at load, to fp32) and checks its logits. With
+    a pre-quantized FP8 checkpoint and dequantize=True, 5.23 casts only the dequantized weights to the dtype
+    asked for (Fp8Dequantize writes the parameter's dtype) and leaves every other tensor in the checkpoint's
+    dtype (HfQuantizer.get_new_dtype returns None as each converter carries the Fp8Dequantize op), so
+    dtype=float32 gives fp32 projections beside bf16 norms and embeddings, on which the forward fails ("expected
+    m1 and m2 to have the same dtype"); those are upcast here (exactly) before the forward. dtype=bfloat16,
+    the checkpoint's, loads a model that runs (check_bf16_loads)."""
+    quant = fp8_load_config()
+    if quant is None:
+        print(f"{out_dir.name}: FP8 load-back check skipped: transformers needs accelerate to load FP8")
+        return
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(
+        out_dir, quantization_config=quant, dtype=torch.float32, attn_implementation="eager").eval()
+    left = {n for n, p in loaded.named_parameters() if p.dtype != torch.float32}
+    assert left == {n for n, p in loaded.named_parameters() if "_proj." not in n}, sorted(left)
+    loaded.float()
+    worst = 0.0
+    with torch.no_grad():
+        for key, ids, m in (("a", ids_a, None), ("b", ids_b, None), ("padded", padded, mask)):
+            logits = run(loaded, ids, m)[1]
+            diff = (logits - ref[f"{key}.logits"]).abs().max().item()
+            assert diff <= 1e-5, f"{out_dir.name}: transformers' FP8 load differs by {diff} on {key}"
+            worst = max(worst, diff)
+    print(f"{out_dir.name}: loaded back by transformers (FineGrainedFP8Config(dequantize=True)), "
+          f"max logit difference {worst:.3g}")
+
+
+class SoftcapHits:
+    """Counts, while active, the Gemma 2 attention scores (query-key products times the scaling, at the
+    positions the mask lets through) and the final logits whose |value / cap| exceeds 1 before the tanh
+    softcapping, by wrapping the modeling module's eager_attention_forward and hooking lm_head."""
+
+    def __init__(self, model):
+        self.model, self.config = model, model.config
+        self.module = sys.modules[type(model.model.layers[0].self_attn).__module__]
+        self.attn = self.attn_total = self.logit = self.logit_total = 0
+        self.attn_change = self.logit_change = 0.0
+
+    def __enter__(self):
+        self.orig = self.module.eager_attention_forward
+
+        def wrapped(module, query, key, value, attention_mask, dropout=0.0, scaling=None, softcap=None, **kw):
+            if softcap is not None:
+                k = self.module.repeat_kv(key, module.num_key_value_groups)
+                scores = torch.matmul(query, k.transpose(2, 3)) * scaling
+                allowed = (attention_mask == 0).expand_as(scores) if attention_mask is not None else \
+                    torch.ones_like(scores, dtype=torch.bool)
+                s = scores[allowed]
+                self.attn += int((s.abs() > softcap).sum())
+                self.attn_total += s.numel()
+                self.attn_change = max(self.attn_change, (s - softcap * torch.tanh(s / softcap)).abs().max().item())
+            return self.orig(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                             softcap=softcap, **kw)
+        self.module.eager_attention_forward = wrapped
+
+        def hook(_m, _args, out):
+            cap = self.config.final_logit_softcapping
+            self.logit += int((out.abs() > cap).sum())
+            self.logit_total += out.numel()
+            self.logit_change = max(self.logit_change, (out - cap * torch.tanh(out / cap)).abs().max().item())
+        self.handle = self.model.lm_head.register_forward_hook(hook)
+        return self
+
+    def __exit__(self, *exc):
+        self.module.eager_attention_forward = self.orig
+        self.handle.remove()
 
 
 class ClampHits:
@@ -303,35 +516,40 @@ def routing_agreement(config, fp32, bf16, top_k):
 
 
 def to_bf16_as_loaded(model):
-    """model.to(torch.bfloat16), then its fp32 buffers (the non-persistent RoPE inv_freq and
-    original_inv_freq, which .to() would round to bf16) restored to their fp32 values: the model that
-    from_pretrained(dtype=torch.bfloat16) gives (checked in make by loading the saved folder back)."""
+    """model.to(torch.bfloat16), then its RoPE buffers (the non-persistent fp32 *inv_freq and
+    *original_inv_freq, per layer type for Gemma 3, which .to() would round to bf16) restored to their fp32
+    values: the model that from_pretrained(dtype=torch.bfloat16) gives (checked in make by loading the saved
+    folder back). Gemma's embed_scale (sqrt(hidden_size), a non-persistent 0-d buffer) is bf16 there, as .to()
+    makes it (its forward casts it to the embedding's dtype anyway)."""
     kept = {(owner, buf): b.detach().clone() for owner, m in model.named_modules()
             for buf, b in m._buffers.items()
-            if buf in m._non_persistent_buffers_set and b is not None and b.dtype == torch.float32}
+            if buf in m._non_persistent_buffers_set and b is not None and b.dtype == torch.float32
+            and buf.endswith("inv_freq")}
     model = model.to(torch.bfloat16)
     for (owner, buf), value in kept.items():
         model.get_submodule(owner)._buffers[buf] = value
     return model
 
 
-def check_bf16_loads(out_dir, bf, ids, hidden, logits, mxfp4):
-    """from_pretrained(out_dir, dtype=torch.bfloat16) with eager attention and experts (dequantizing MXFP4 at
-    load) must hold the same parameters and buffers (dtypes and values) as to_bf16_as_loaded's model and give
-    bit-identical hidden states and logits."""
+def check_bf16_loads(out_dir, bf, ids, hidden, logits, quant=None):
+    """from_pretrained(out_dir, dtype=torch.bfloat16) with eager attention and experts (dequantizing MXFP4 or
+    FP8 at load: quant is the quantization config to load with) must hold the same parameters and buffers
+    (dtypes and values) as to_bf16_as_loaded's model and give bit-identical hidden states and logits. The
+    buffers are compared after the forward pass on `ids` that both models have then run last: LongRoPE's
+    inv_freq is rewritten by every forward (short or long factors, see longrope_frequency_update)."""
     kw = {"attn_implementation": "eager"}
     if hasattr(bf.config, "num_local_experts"):
         kw["experts_implementation"] = "eager"
-    if mxfp4:
-        kw["quantization_config"] = transformers.Mxfp4Config(dequantize=True)
+    if quant is not None:
+        kw["quantization_config"] = quant
     loaded = transformers.AutoModelForCausalLM.from_pretrained(out_dir, dtype=torch.bfloat16, **kw).eval()
+    h, lg = run(loaded, ids)
+    assert torch.equal(h, hidden) and torch.equal(lg, logits), f"{out_dir.name}: bf16 load gives other outputs"
     mine = {**dict(bf.named_parameters()), **dict(bf.named_buffers())}
     theirs = {**dict(loaded.named_parameters()), **dict(loaded.named_buffers())}
     assert mine.keys() == theirs.keys(), sorted(mine.keys() ^ theirs.keys())
     for k, t in mine.items():
         assert t.dtype == theirs[k].dtype and torch.equal(t, theirs[k]), f"{out_dir.name}: {k} differs"
-    h, lg = run(loaded, ids)
-    assert torch.equal(h, hidden) and torch.equal(lg, logits), f"{out_dir.name}: bf16 load gives other outputs"
     print(f"{out_dir.name}: bf16 reference equals from_pretrained(dtype=bfloat16) bit for bit")
 
 
@@ -340,16 +558,20 @@ def run(model, ids, mask=None):
     return torch.stack(out.hidden_states).float().contiguous(), out.logits.float().contiguous()
 
 
-def greedy(model, prompt, n):
-    """Greedy continuation through transformers' own KV cache (what generate does)."""
+def greedy(model, prompt, n, with_logits=False):
+    """Greedy continuation through transformers' own KV cache (what generate does); with_logits also returns
+    the last-position logits [n, vocab] that chose each token (call 0: the prompt, call i: token i - 1)."""
     out = model(input_ids=prompt, use_cache=True)
-    past, tokens = out.past_key_values, []
+    past, tokens, logits = out.past_key_values, [], []
     nxt = out.logits[:, -1].argmax(-1, keepdim=True)
     for _ in range(n):
         tokens.append(nxt)
+        logits.append(out.logits[0, -1].float())
         out = model(input_ids=nxt, past_key_values=past, use_cache=True)
         past = out.past_key_values
         nxt = out.logits[:, -1].argmax(-1, keepdim=True)
+    if with_logits:
+        return torch.cat(tokens, 1), torch.stack(logits).contiguous()
     return torch.cat(tokens, 1)
 
 
@@ -367,6 +589,7 @@ def make(name, cls, kwargs, index):
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32, **impl)
     randomize(model, gen)
     packed = mxfp4_experts(model, gen) if name in MXFP4 else None
+    fp8 = fp8_projections(model) if name in FP8 else None
     if config.tie_word_embeddings:
         model.tie_weights()
     model.eval()
@@ -378,6 +601,8 @@ def make(name, cls, kwargs, index):
     (out_dir / "generation_config.json").unlink(missing_ok=True)
     if packed is not None:
         write_mxfp4_checkpoint(out_dir, packed)
+    if fp8 is not None:
+        write_fp8_checkpoint(out_dir, fp8)
 
     v = config.vocab_size
     ids_a = torch.randint(3, v, (1, LEN_A), generator=gen)
@@ -393,25 +618,44 @@ def make(name, cls, kwargs, index):
     with torch.no_grad():
         ref["a.input_ids"], ref["b.input_ids"] = ids_a, ids_b
         clamp, routing = ClampHits(model), Routing(model)
-        with clamp, routing:
+        softcap = SoftcapHits(model) if getattr(config, "final_logit_softcapping", None) is not None else None
+        with clamp, routing, softcap or contextlib.nullcontext():
             ref["a.hidden_states"], ref["a.logits"] = run(model, ids_a)
         if clamp.experts:
             print(f"{name}: swiglu_limit {config.swiglu_limit} exceeded on prompt a by {clamp.gate} gate and "
                   f"{clamp.up} up values of {clamp.total} each")
             assert clamp.gate > 0 and clamp.up > 0
+        if softcap is not None:
+            print(f"{name}: softcapping on prompt a: |score| > {config.attn_logit_softcapping} for {softcap.attn} of "
+                  f"{softcap.attn_total} attention scores (largest change {softcap.attn_change:.3g}), "
+                  f"|logit| > {config.final_logit_softcapping} for {softcap.logit} of {softcap.logit_total} logits "
+                  f"(largest change {softcap.logit_change:.3g})")
+            assert softcap.attn > 0 and softcap.logit > 0
         ref["b.hidden_states"], ref["b.logits"] = run(model, ids_b)
         ref["padded.input_ids"], ref["padded.attention_mask"] = padded, mask
         ref["padded.hidden_states"], ref["padded.logits"] = run(model, padded, mask)
         ref["a.greedy"] = greedy(model, ids_a, GREEDY_TOKENS)
+        if config.rope_parameters.get("rope_type") == "longrope":
+            # Prompt b is within original_max_position_embeddings, its continuation goes past it: the first
+            # calls use the short factors, the later ones the long (the cached keys keep the earlier rotation).
+            ref["b.greedy"], ref["b.greedy_logits"] = greedy(model, ids_b, GREEDY_TOKENS, with_logits=True)
         if packed is not None:
             check_mxfp4_loads(out_dir, ref, ids_a, ids_b, padded, mask)
+        if fp8 is not None:
+            check_fp8_loads(out_dir, ref, ids_a, ids_b, padded, mask)
         # The same model computed in bf16 by transformers as from_pretrained(dtype=bfloat16) loads it (weights
         # in bf16, RoPE inv_freq kept in fp32), for the bf16 bound of our forward.
         bf = to_bf16_as_loaded(model)
         routing_bf = Routing(bf)
         with routing_bf:
             ref["a.bf16.hidden_states"], ref["a.bf16.logits"] = run(bf, ids_a)
-        check_bf16_loads(out_dir, bf, ids_a, ref["a.bf16.hidden_states"], ref["a.bf16.logits"], packed is not None)
+        quant = transformers.Mxfp4Config(dequantize=True) if packed is not None else None
+        if fp8 is not None:
+            quant = fp8_load_config()
+        if fp8 is not None and quant is None:
+            print(f"{name}: bf16 load-back check skipped: transformers needs accelerate to load FP8")
+        else:
+            check_bf16_loads(out_dir, bf, ids_a, ref["a.bf16.hidden_states"], ref["a.bf16.logits"], quant)
         rel = {k: ((ref[f"a.bf16.{k}"] - ref[f"a.{k}"]).abs().max() / ref[f"a.{k}"].abs().max()).item()
                for k in ("hidden_states", "logits")}
         summary = f"bf16 vs fp32 on prompt a: hidden states {rel['hidden_states']:.3g}, logits {rel['logits']:.3g}"

@@ -11,8 +11,9 @@
 using namespace eagle;
 
 TEST_CASE("target forward on CUDA matches transformers", "[model][gpu]") {
-  for (const char* name : {"tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral", "tiny-gpt-oss",
-                           "tiny-gpt-oss-mxfp4"}) {
+  for (const char* name :
+       {"tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral", "tiny-gpt-oss",
+        "tiny-gpt-oss-mxfp4", "tiny-gemma3", "tiny-gemma2", "tiny-phi3", "tiny-qwen3-fp8", "tiny-mistral-window"}) {
     INFO(name);
     const std::string root = EAGLE_SOURCE_DIR;
     auto ref = model::load_safetensors(root + "/tests/fixtures/reference/" + name + ".safetensors");
@@ -42,7 +43,8 @@ TEST_CASE("MoE and sliding-window targets in bf16 on CUDA: grouped matmuls, flas
   // On sm90 the experts run at::_grouped_mm and the windowed layers flash attention with window
   // arguments; both must agree with the CPU path (fp32 scores, a per-expert loop) to bf16 accuracy,
   // and the forward must not wait for the host (so the trainer captures it in CUDA graphs).
-  for (const char* name : {"tiny-qwen3-moe", "tiny-mixtral", "tiny-gpt-oss", "tiny-gpt-oss-mxfp4"}) {
+  for (const char* name : {"tiny-qwen3-moe", "tiny-mixtral", "tiny-gpt-oss", "tiny-gpt-oss-mxfp4", "tiny-gemma3",
+                           "tiny-gemma2", "tiny-mistral-window", "tiny-qwen2-window"}) {
     INFO(name);
     const std::string dir = std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/" + name;
     auto gpu = model::TargetModel::load(dir, torch::kBFloat16, torch::kCUDA);

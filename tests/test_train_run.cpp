@@ -294,8 +294,10 @@ TEST_CASE("the trainer refuses bad input before training", "[train]") {
   }
 }
 
-TEST_CASE("each mixture-of-experts target trains (padded and padding-free) and its export names it", "[train]") {
-  for (const char* name : {"tiny-qwen3-moe", "tiny-mixtral", "tiny-gpt-oss-mxfp4"}) {
+TEST_CASE("each newer target family trains (padded and padding-free) and its export names it", "[train]") {
+  // The MoE families, Gemma 2/3 (soft caps, two RoPEs), Phi-3 (longrope, partial rotary) and an FP8 checkpoint.
+  for (const char* name : {"tiny-qwen3-moe", "tiny-mixtral", "tiny-gpt-oss-mxfp4", "tiny-gemma3", "tiny-gemma2",
+                           "tiny-phi3", "tiny-qwen3-fp8"}) {
     INFO(name);
     const auto model = std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/" + name;
     const auto arch = json::parse(eagle::test::read_file(fs::path(model) / "config.json"))["architectures"][0];

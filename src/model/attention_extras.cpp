@@ -75,7 +75,9 @@ Tensor blocked_extras(const Tensor& q, const Tensor& k, const Tensor& v, const A
   for (std::int64_t t0 = 0; t0 < t; t0 += chunk) {
     const auto c = std::min(chunk, t - t0), t1 = t0 + c;
     const auto lo = x.window > 0 ? std::max<std::int64_t>(0, t0 - x.window + 1) : 0;
-    auto s = torch::matmul(q.narrow(2, t0, c), kk.narrow(2, lo, t1 - lo).transpose(-1, -2)).to(torch::kFloat32) * scale;
+    auto s = soft_cap(
+        torch::matmul(q.narrow(2, t0, c), kk.narrow(2, lo, t1 - lo).transpose(-1, -2)).to(torch::kFloat32) * scale,
+        x.softcap);
     const auto qpos = torch::arange(t0, t1, iopts).view({1, c, 1});
     const auto kpos = torch::arange(lo, t1, iopts).view({1, 1, t1 - lo});
     auto visible = (kpos <= qpos) & (doc.narrow(1, t0, c).unsqueeze(2) == doc.narrow(1, lo, t1 - lo).unsqueeze(1));
@@ -95,19 +97,23 @@ torch::Tensor layout_attention(const torch::Tensor& q, const torch::Tensor& k, c
   if (!extras.any()) return layout_attention(q, k, v, layout, scale);
   EAGLE_CHECK(!extras.sinks.defined() || (extras.sinks.dim() == 1 && extras.sinks.size(0) == q.size(1)),
               Error(ErrorKind::internal, "attention sinks must be one per head").found(c10::str(extras.sinks.sizes())));
-  if (cuda_flash_takes(q)) return cuda_flash_extras(q, k, v, layout, scale, extras);
+  if (cuda_flash_takes(q) && extras.softcap <= 0) return cuda_flash_extras(q, k, v, layout, scale, extras);
   return blocked_extras(q, k, v, layout, scale, extras);
 }
 
 torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const torch::Tensor& mask, double scale, const torch::Tensor& sinks) {
+                               const torch::Tensor& mask, double scale, const AttentionExtras& extras) {
   const auto rep = q.size(1) / k.size(1);
   const auto kk = repeat_kv(k, rep), vv = repeat_kv(v, rep);
-  if (!sinks.defined()) return at::scaled_dot_product_attention(q, kk, vv, mask, 0.0, false, scale);
-  // transformers' eager gpt-oss attention: the sink a last column of the softmax, then dropped.
-  auto s = (torch::matmul(q, kk.transpose(-1, -2)) * scale).to(torch::kFloat32);
+  if (!extras.sinks.defined() && extras.softcap <= 0)
+    return at::scaled_dot_product_attention(q, kk, vv, mask, 0.0, false, scale);
+  // transformers' eager attention: scores (soft-capped: Gemma 2), then for gpt-oss the sink as a
+  // last column of the softmax, dropped after it.
+  auto s = soft_cap((torch::matmul(q, kk.transpose(-1, -2)) * scale).to(torch::kFloat32), extras.softcap);
   s = s.masked_fill(mask.logical_not(), kNegInf);
-  const auto sink = sinks.to(torch::kFloat32).view({1, -1, 1, 1}).expand({s.size(0), s.size(1), s.size(2), 1});
+  if (!extras.sinks.defined()) return torch::matmul(torch::softmax(s, -1).to(vv.scalar_type()), vv);
+  const auto sink =
+      extras.sinks.to(torch::kFloat32).view({1, -1, 1, 1}).expand({s.size(0), s.size(1), s.size(2), 1});
   const auto p = torch::softmax(torch::cat({s, sink}, -1), -1).narrow(-1, 0, s.size(-1));
   return torch::matmul(p.to(vv.scalar_type()), vv);
 }

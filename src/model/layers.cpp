@@ -13,6 +13,17 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
   return weight * h.to(x.scalar_type());
 }
 
+torch::Tensor rms_norm_one_plus(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  auto h = x.to(torch::kFloat32);
+  h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return (h * (1.0 + weight.to(torch::kFloat32))).to(x.scalar_type());
+}
+
+torch::Tensor soft_cap(const torch::Tensor& x, double cap) {
+  if (cap <= 0) return x;
+  return torch::tanh(x / cap) * cap;
+}
+
 torch::Tensor rms_norm_fp32_weight(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   auto h = x.to(torch::kFloat32);
   h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
@@ -66,6 +77,11 @@ torch::Tensor yarn_inv_freq(const RopeConfig& cfg) {
 }  // namespace
 
 double rope_attention_factor(const RopeConfig& cfg) {
+  if (cfg.type == "longrope") {  // transformers' _compute_longrope_parameters
+    if (cfg.attention_factor > 0) return cfg.attention_factor;
+    const double orig = static_cast<double>(cfg.original_max_position_embeddings);
+    return cfg.factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(cfg.factor) / std::log(orig));
+  }
   if (cfg.type != "yarn") return 1.0;
   if (cfg.attention_factor > 0) return cfg.attention_factor;
   auto mscale = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
@@ -74,8 +90,22 @@ double rope_attention_factor(const RopeConfig& cfg) {
   return mscale(cfg.factor, 1.0);
 }
 
+// 1 / (ext * base^(2j / d)) with the short or long per-frequency factors ext.
+torch::Tensor longrope_inv_freq(const RopeConfig& cfg, const std::vector<double>& ext) {
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+  const auto shape = torch::arange(0, cfg.head_dim, 2, torch::TensorOptions().dtype(torch::kInt64)).to(torch::kFloat32) /
+                     static_cast<double>(cfg.head_dim);
+  return 1.0 / (torch::tensor(ext, torch::TensorOptions().dtype(torch::kFloat64)).to(torch::kFloat32) *
+                torch::pow(torch::tensor(cfg.theta, f32), shape));
+}
+
+torch::Tensor rope_inv_freq_long(const RopeConfig& cfg) { return longrope_inv_freq(cfg, cfg.long_factor); }
+
 torch::Tensor rope_inv_freq(const RopeConfig& cfg, std::int64_t seq_len) {
   if (cfg.type == "yarn") return yarn_inv_freq(cfg);
+  if (cfg.type == "longrope")
+    return longrope_inv_freq(
+        cfg, seq_len > cfg.original_max_position_embeddings ? cfg.long_factor : cfg.short_factor);
   double base = cfg.theta;
   if (cfg.type == "dynamic" && static_cast<double>(seq_len) > dynamic_max_pos(cfg))
     base = dynamic_base(cfg, static_cast<double>(seq_len), dynamic_max_pos(cfg));
@@ -135,7 +165,10 @@ torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const
                          std::int64_t head_axis) {
   auto c = cos.unsqueeze(head_axis);
   auto s = sin.unsqueeze(head_axis);
-  return x * c + rotate_half(x) * s;
+  const auto r = cos.size(-1);
+  if (r == x.size(-1)) return x * c + rotate_half(x) * s;
+  const auto rot = x.narrow(-1, 0, r);  // partial rotary: the first r features turn, the rest pass
+  return torch::cat({rot * c + rotate_half(rot) * s, x.narrow(-1, r, x.size(-1) - r)}, -1);
 }
 
 torch::Tensor repeat_kv(const torch::Tensor& x, std::int64_t n_rep) {

@@ -197,6 +197,13 @@ torch::ScalarType resolve_dtype(torch::ScalarType dtype, const Checkpoint& ck,
                                    .found(std::string(c10::toString(dtype))));
   for (const auto& [name, shape] : expected) {
     const auto t = ck.files[ck.where.at(name)].dtype(name);
+    if (is_fp8_weight(c, name)) {
+      EAGLE_CHECK(t == torch::kFloat8_e4m3fn, Error(ErrorKind::input, "FP8 weights must be float8_e4m3fn (F8_E4M3)")
+                                                  .file(ck.files[ck.where.at(name)].path())
+                                                  .place(fmt::format("tensor \"{}\"", name))
+                                                  .found(std::string(c10::toString(t))));
+      continue;
+    }
     if (is_packed_fp4(name)) {
       EAGLE_CHECK(t == torch::kUInt8, Error(ErrorKind::input, "MXFP4 blocks and scales must be uint8 (U8)")
                                           .file(ck.files[ck.where.at(name)].path())
@@ -237,6 +244,8 @@ TargetModel TargetModel::load(const std::string& dir_name, torch::ScalarType dty
   // scales stay uint8 until assemble dequantizes them.
   auto m = assemble(c, dtype, device, [&](const std::string& name) {
     auto t = raw(name);
+    if (is_fp8_weight(c, name))  // dequantized on the device, block by block
+      return dequantize_fp8(t.to(device), raw(name + "_scale_inv").to(device), c.fp8_block, dtype, name);
     return t.scalar_type() == torch::kUInt8 ? t.to(device) : t.to(device, dtype);
   });
   log::info("model", "loaded {} ({} layers, hidden {}, vocab {}, {} parameters) as {} on {}", c.architecture,
@@ -247,12 +256,14 @@ TargetModel TargetModel::load(const std::string& dir_name, torch::ScalarType dty
 
 TargetModel TargetModel::random(const TargetConfig& config_in, torch::ScalarType dtype, torch::Device device) {
   auto config = config_in;
-  config.quant_method.clear();  // random float experts
+  config.quant_method.clear();  // random float experts and weights
+  config.fp8_block.clear();
   const auto shapes = expected_tensors(config);
   const auto opts = torch::TensorOptions().dtype(dtype).device(device);
   auto m = assemble(config, dtype, device, [&](const std::string& name) {
     const auto& shape = shapes.at(name);
-    if (name.find("norm.weight") != std::string::npos) return torch::ones(shape, opts);
+    if (name.find("norm.weight") != std::string::npos)  // unit scale: w = 1, or Gemma's 1 + w with w = 0
+      return config.norm_one_plus ? torch::zeros(shape, opts) : torch::ones(shape, opts);
     return torch::randn(shape, opts).mul_(0.02);  // transformers' initializer_range
   });
   log::info("model", "random {} ({} layers, hidden {}, vocab {}, {} parameters) as {} on {}", config.architecture,
@@ -278,8 +289,13 @@ TargetModel TargetModel::assemble(const TargetConfig& c, torch::ScalarType dtype
     TargetLayerWeights w;
     w.input_norm = get(p + "input_layernorm.weight");
     w.post_norm = get(p + "post_attention_layernorm.weight");
-    w.qkv_w = torch::cat({get(p + "self_attn.q_proj.weight"), get(p + "self_attn.k_proj.weight"),
-                          get(p + "self_attn.v_proj.weight")});
+    if (c.sandwich_norms) {
+      w.pre_ff_norm = get(p + "pre_feedforward_layernorm.weight");
+      w.post_ff_norm = get(p + "post_feedforward_layernorm.weight");
+    }
+    w.qkv_w = c.fused_checkpoint ? get(p + "self_attn.qkv_proj.weight")
+                                 : torch::cat({get(p + "self_attn.q_proj.weight"), get(p + "self_attn.k_proj.weight"),
+                                               get(p + "self_attn.v_proj.weight")});
     if (c.attention_bias)
       w.qkv_b = torch::cat({get(p + "self_attn.q_proj.bias"), get(p + "self_attn.k_proj.bias"),
                             get(p + "self_attn.v_proj.bias")});
@@ -293,13 +309,17 @@ TargetModel TargetModel::assemble(const TargetConfig& c, torch::ScalarType dtype
     if (c.sparse(l)) {
       assemble_experts(c, p, w, get, dtype);
     } else {
-      w.gate_up_w = torch::cat({get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")});
+      w.gate_up_w = c.fused_checkpoint  // Phi-3: gate rows, then up rows, as chunk(2) splits them
+                        ? get(p + "mlp.gate_up_proj.weight")
+                        : torch::cat({get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")});
       w.down_w = get(p + "mlp.down_proj.weight");
     }
     impl->layers.push_back(std::move(w));
   }
   std::tie(impl->parameter_count, impl->active_parameter_count) = parameter_counts(c);
   impl->inv_freq = rope_inv_freq(c.rope).to(device);
+  if (c.rope.type == "longrope") impl->long_inv_freq = rope_inv_freq_long(c.rope).to(device);
+  if (c.local_rope) impl->local_inv_freq = rope_inv_freq(*c.local_rope).to(device);
   impl->aux_ids = default_aux_layer_ids(c.num_hidden_layers);
   TargetModel m;
   m.impl_ = std::move(impl);
@@ -363,6 +383,8 @@ std::vector<std::string> TargetModel::non_finite_weights() const {
     const auto p = fmt::format("model.layers.{}.", l);
     check(p + "input_layernorm.weight", w.input_norm);
     check(p + "post_attention_layernorm.weight", w.post_norm);
+    check(p + "pre_feedforward_layernorm.weight", w.pre_ff_norm);
+    check(p + "post_feedforward_layernorm.weight", w.post_ff_norm);
     check(p + "self_attn.{q,k,v}_proj.weight", w.qkv_w);
     check(p + "self_attn.{q,k,v}_proj.bias", w.qkv_b);
     check(p + "self_attn.o_proj.weight", w.o_w);

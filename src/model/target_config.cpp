@@ -13,6 +13,7 @@
 #include "eagle/model/target.h"
 #include "eagle/util/error.h"
 #include "eagle/util/json_file.h"
+#include "config_reader.h"
 
 namespace eagle::model {
 
@@ -20,64 +21,6 @@ namespace {
 
 using nlohmann::json;
 
-struct Reader {
-  const std::string& path;
-  const json& j;
-
-  Error bad(const std::string& key, const std::string& what) const {
-    return Error(ErrorKind::input, what).file(path).place(fmt::format("field \"{}\"", key));
-  }
-  bool has(const std::string& key) const { return j.contains(key) && !j[key].is_null(); }
-
-  std::int64_t integer(const std::string& key) const {
-    EAGLE_CHECK(has(key), bad(key, "required field missing"));
-    EAGLE_CHECK(j[key].is_number_integer(), bad(key, "not an integer").found(j[key].dump()));
-    // An unsigned value past 2^63-1 would wrap to a negative one (2^64-1 reads as -1).
-    EAGLE_CHECK(!j[key].is_number_unsigned() ||
-                    j[key].get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()),
-                bad(key, "integer out of range").expected("at most 2^63-1").found(j[key].dump()));
-    return j[key].get<std::int64_t>();
-  }
-  std::int64_t positive(const std::string& key) const {
-    auto v = integer(key);
-    EAGLE_CHECK(v > 0, bad(key, "must be positive").found(std::to_string(v)));
-    return v;
-  }
-  std::int64_t integer_or(const std::string& key, std::int64_t def) const { return has(key) ? integer(key) : def; }
-  double number_or(const std::string& key, double def) const {
-    if (!has(key)) return def;
-    EAGLE_CHECK(j[key].is_number(), bad(key, "not a number").found(j[key].dump()));
-    return j[key].get<double>();
-  }
-  bool boolean_or(const std::string& key, bool def) const {
-    if (!has(key)) return def;
-    EAGLE_CHECK(j[key].is_boolean(), bad(key, "not a boolean").found(j[key].dump()));
-    return j[key].get<bool>();
-  }
-  std::string string_or(const std::string& key, const std::string& def) const {
-    if (!has(key)) return def;
-    EAGLE_CHECK(j[key].is_string(), bad(key, "not a string").found(j[key].dump()));
-    return j[key].get<std::string>();
-  }
-  // A token id or a list of them (eos_token_id); empty when absent. Each must be a token of the
-  // vocabulary: 2^64-1 would read as -1 through a signed cast, and an id past the vocabulary never
-  // ends a reply.
-  std::vector<std::int64_t> id_list(const std::string& key, std::int64_t vocab_size) const {
-    std::vector<std::int64_t> ids;
-    if (!has(key)) return ids;
-    const json list = j[key].is_array() ? j[key] : json::array({j[key]});
-    for (const auto& x : list) {
-      EAGLE_CHECK(x.is_number_integer(), bad(key, "not an integer").found(x.dump()));
-      const bool in_vocab = x.is_number_unsigned() ? x.get<std::uint64_t>() < static_cast<std::uint64_t>(vocab_size)
-                                                   : x.get<std::int64_t>() >= 0 && x.get<std::int64_t>() < vocab_size;
-      EAGLE_CHECK(in_vocab, bad(key, "token id outside the vocabulary")
-                                .expected(fmt::format("an id in [0, {}) (vocab_size)", vocab_size))
-                                .found(x.dump()));
-      ids.push_back(x.get<std::int64_t>());
-    }
-    return ids;
-  }
-};
 
 struct Family {
   const char* architecture;
@@ -86,10 +29,11 @@ struct Family {
 constexpr Family kFamilies[] = {{"LlamaForCausalLM", "llama"},       {"MistralForCausalLM", "mistral"},
                                 {"Qwen2ForCausalLM", "qwen2"},       {"Qwen3ForCausalLM", "qwen3"},
                                 {"Qwen3MoeForCausalLM", "qwen3_moe"}, {"MixtralForCausalLM", "mixtral"},
-                                {"GptOssForCausalLM", "gpt_oss"}};
+                                {"GptOssForCausalLM", "gpt_oss"},     {"Gemma2ForCausalLM", "gemma2"},
+                                {"Gemma3ForCausalLM", "gemma3_text"}, {"Phi3ForCausalLM", "phi3"}};
 constexpr const char* kFamilyList =
     "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
-    "MixtralForCausalLM or GptOssForCausalLM";
+    "MixtralForCausalLM, GptOssForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM or Phi3ForCausalLM";
 
 // Fields that other decoders use to change the math; none of them exists in the supported
 // families, so their presence means the checkpoint is something we would compute wrongly.
@@ -97,80 +41,6 @@ constexpr const char* kForeignMathFields[] = {
     "attn_logit_softcapping", "final_logit_softcapping", "logit_scale", "embedding_multiplier",
     "residual_multiplier",    "attention_multiplier",    "logits_scaling", "no_rope_layers",
     "use_qk_norm",            "query_pre_attn_scalar"};
-
-// rope_parameters (5.x) or rope_theta + rope_scaling (4.x) into a RopeConfig.
-RopeConfig read_rope(const Reader& r, std::int64_t head_dim, std::int64_t max_pos) {
-  RopeConfig rope;
-  rope.head_dim = head_dim;
-  rope.max_position_embeddings = max_pos;
-  json params = json::object();
-  std::string where = "rope_parameters";
-  if (r.has("rope_parameters")) {
-    params = r.j["rope_parameters"];
-    EAGLE_CHECK(params.is_object() && !params.contains("full_attention"),
-                r.bad(where, "unsupported rope_parameters layout (per-layer-type RoPE)").found(params.dump()));
-  } else {
-    where = "rope_scaling";
-    if (r.has("rope_scaling")) {
-      params = r.j["rope_scaling"];
-      EAGLE_CHECK(params.is_object(), r.bad(where, "not an object").found(params.dump()));
-    }
-    params["rope_theta"] = r.number_or("rope_theta", 10000.0);
-  }
-  const Reader p{r.path, params};
-  auto bad = [&](const std::string& key, const std::string& what) {
-    return Error(ErrorKind::input, what).file(r.path).place(fmt::format("field \"{}.{}\"", where, key));
-  };
-  rope.theta = p.number_or("rope_theta", 10000.0);
-  EAGLE_CHECK(rope.theta > 0, bad("rope_theta", "must be positive").found(std::to_string(rope.theta)));
-  rope.type = p.has("rope_type") ? p.string_or("rope_type", "default") : p.string_or("type", "default");
-  EAGLE_CHECK(rope.type == "default" || rope.type == "linear" || rope.type == "dynamic" || rope.type == "llama3" ||
-                  rope.type == "yarn",
-              bad("rope_type", "unsupported RoPE type").expected("default, linear, dynamic, llama3 or yarn")
-                  .found(rope.type).hint("this scaling changes the attention math and is not implemented"));
-  const double partial = p.number_or("partial_rotary_factor", r.number_or("partial_rotary_factor", 1.0));
-  EAGLE_CHECK(partial == 1.0, bad("partial_rotary_factor", "partial rotary embeddings are not supported")
-                                  .expected("1.0").found(std::to_string(partial)));
-  if (rope.type == "yarn") {
-    rope.original_max_position_embeddings = p.integer("original_max_position_embeddings");
-    EAGLE_CHECK(rope.original_max_position_embeddings > 0,
-                bad("original_max_position_embeddings", "must be positive")
-                    .found(std::to_string(rope.original_max_position_embeddings)));
-    // transformers: a missing factor is the ratio of the two context lengths.
-    rope.factor = p.number_or("factor", static_cast<double>(max_pos) /
-                                            static_cast<double>(rope.original_max_position_embeddings));
-    rope.beta_fast = p.number_or("beta_fast", 32.0);
-    rope.beta_slow = p.number_or("beta_slow", 1.0);
-    // transformers reads truncate from the top-level rope_parameters (default true).
-    rope.truncate = p.boolean_or("truncate", true);
-    rope.attention_factor = p.number_or("attention_factor", 0.0);
-    rope.mscale = p.number_or("mscale", 0.0);
-    rope.mscale_all_dim = p.number_or("mscale_all_dim", 0.0);
-    EAGLE_CHECK(rope.beta_fast > 0 && rope.beta_slow > 0 && std::isfinite(rope.beta_fast) &&
-                    std::isfinite(rope.beta_slow),
-                bad("beta_fast", "yarn's beta_fast and beta_slow must be positive")
-                    .found(fmt::format("{} and {}", rope.beta_fast, rope.beta_slow)));
-    EAGLE_CHECK(rope.attention_factor >= 0 && std::isfinite(rope.attention_factor),
-                bad("attention_factor", "must be positive").found(std::to_string(rope.attention_factor)));
-  }
-  if (rope.type != "default" && rope.type != "yarn") {
-    rope.factor = p.number_or("factor", 0.0);
-    EAGLE_CHECK(rope.factor >= 1.0,
-                bad("factor", "RoPE scaling factor must be >= 1").found(std::to_string(rope.factor)));
-  }
-  if (rope.type == "llama3") {
-    rope.low_freq_factor = p.number_or("low_freq_factor", 1.0);
-    rope.high_freq_factor = p.number_or("high_freq_factor", 4.0);
-    rope.original_max_position_embeddings = p.integer("original_max_position_embeddings");
-    EAGLE_CHECK(rope.high_freq_factor > rope.low_freq_factor,
-                bad("high_freq_factor", "must exceed low_freq_factor").found(std::to_string(rope.high_freq_factor)));
-  }
-  EAGLE_CHECK(rope.factor >= 1.0 && std::isfinite(rope.factor),
-              bad("factor", "RoPE scaling factor must be >= 1").found(std::to_string(rope.factor)));
-  // dynamic: transformers scales against max_position_embeddings (original_max_position_embeddings
-  // is not used by its formula), so rope.original_max_position_embeddings stays 0.
-  return rope;
-}
 
 bool is_moe_family(const std::string& model_type) {
   return model_type == "qwen3_moe" || model_type == "mixtral" || model_type == "gpt_oss";
@@ -221,6 +91,8 @@ void read_moe(const Reader& r, TargetConfig& c) {
   }
 }
 
+void read_fp8(const Reader& r, const json& q, TargetConfig& c);
+
 // A quantization_config: gpt-oss's MXFP4 experts are read (dequantized exactly at load); any other
 // method is refused by name.
 void read_quantization(const Reader& r, TargetConfig& c) {
@@ -229,10 +101,11 @@ void read_quantization(const Reader& r, TargetConfig& c) {
   EAGLE_CHECK(q.is_object(), r.bad("quantization_config", "not an object").found(q.dump()));
   const std::string method = q.contains("quant_method") && q["quant_method"].is_string()
                                  ? q["quant_method"].get<std::string>() : q.dump();
+  if (method == "fp8" && !c.moe()) return read_fp8(r, q, c);
   EAGLE_CHECK(c.model_type == "gpt_oss" && method == "mxfp4",
               r.bad("quantization_config.quant_method", "quantized checkpoint not supported")
                   .expected(c.model_type == "gpt_oss" ? "mxfp4, or no quantization_config"
-                                                      : "no quantization_config (a float checkpoint)")
+                                                      : "fp8 (block-scaled e4m3) on a dense target, or none")
                   .found(method)
                   .hint("use the checkpoint's bf16 release, or dequantize it with transformers first"));
   EAGLE_CHECK(c.hidden_size % 32 == 0 && c.moe_intermediate_size % 32 == 0,
@@ -242,51 +115,100 @@ void read_quantization(const Reader& r, TargetConfig& c) {
   c.quant_method = method;
 }
 
-// Which keys each layer attends. Dense families: sliding windows are refused where they apply;
-// Mixtral and Qwen3-MoE (use_sliding_window) slide in every layer; gpt-oss follows layer_types.
+// Which keys each layer attends, as transformers' masks do per family: `layer_types` when the
+// config lists them (full_attention | sliding_attention, the window being sliding_window); else
+// Mistral, Mixtral and Phi-3 slide in every layer when sliding_window is set, Qwen2/Qwen3 from
+// layer max_window_layers on with use_sliding_window (Qwen3-MoE: every layer), gpt-oss and Gemma 2
+// alternate (sliding first), Gemma 3 slides except every sliding_window_pattern-th layer.
 void read_attention_types(const Reader& r, TargetConfig& c) {
   const auto& t = c.model_type;
-  const auto L = static_cast<std::size_t>(c.num_hidden_layers);
-  if (t == "mistral") {
-    const auto window = r.integer_or("sliding_window", 0);
-    EAGLE_CHECK(window <= 0 || window >= c.max_position_embeddings,
-                r.bad("sliding_window", "sliding-window attention is not supported")
-                    .expected(fmt::format("null or >= max_position_embeddings ({})", c.max_position_embeddings))
-                    .found(std::to_string(window)));
-  } else if (t == "qwen2" || t == "qwen3") {
-    EAGLE_CHECK(!r.boolean_or("use_sliding_window", false),
-                r.bad("use_sliding_window", "sliding-window attention is not supported").found("true"));
-  } else if (t == "mixtral" || (t == "qwen3_moe" && r.boolean_or("use_sliding_window", false))) {
-    const auto window = r.integer_or("sliding_window", t == "qwen3_moe" ? 4096 : 0);
-    EAGLE_CHECK(window >= 0, r.bad("sliding_window", "must be positive or null").found(std::to_string(window)));
-    if (window > 0) c.layer_windows.assign(L, window);
-  }
-  if (t == "gpt_oss") {
-    const auto window = r.integer_or("sliding_window", 128);
-    EAGLE_CHECK(window > 0, r.bad("sliding_window", "must be positive").found(std::to_string(window)));
-    c.layer_windows.assign(L, 0);
-    if (!r.has("layer_types")) {  // transformers' default: sliding, full, sliding, ...
-      for (std::size_t l = 0; l < L; l += 2) c.layer_windows[l] = window;
-      return;
-    }
+  const auto L = c.num_hidden_layers;
+  const bool qwen = t == "qwen2" || t == "qwen3" || t == "qwen3_moe";
+  const bool slides = qwen ? r.boolean_or("use_sliding_window", false) : true;
+  const std::int64_t default_window = t == "gpt_oss" ? 128 : (t == "gemma2" || t == "gemma3_text" ? 4096 : 0);
+  const auto window = slides ? r.integer_or("sliding_window", qwen ? 4096 : default_window) : 0;
+  EAGLE_CHECK(window >= 0, r.bad("sliding_window", "must be positive or null").found(std::to_string(window)));
+  std::vector<bool> sliding(static_cast<std::size_t>(L), false);
+  if (r.has("layer_types")) {
     const auto& types = r.j["layer_types"];
-    EAGLE_CHECK(types.is_array() && types.size() == L,
+    EAGLE_CHECK(types.is_array() && static_cast<std::int64_t>(types.size()) == L,
                 r.bad("layer_types", "expected one attention type per layer")
                     .expected(fmt::format("a list of {} entries", L)).found(types.dump()));
-    for (std::size_t l = 0; l < L; ++l) {
+    for (std::size_t l = 0; l < sliding.size(); ++l) {
       EAGLE_CHECK(types[l] == "full_attention" || types[l] == "sliding_attention",
                   r.bad(fmt::format("layer_types[{}]", l), "unknown attention type")
                       .expected("full_attention or sliding_attention").found(types[l].dump()));
-      if (types[l] == "sliding_attention") c.layer_windows[l] = window;
+      sliding[l] = types[l] == "sliding_attention";
     }
-    return;
+  } else {
+    const auto pattern = t == "gemma3_text" ? r.integer_or("sliding_window_pattern", 6) : 2;
+    EAGLE_CHECK(pattern >= 1, r.bad("sliding_window_pattern", "must be positive").found(std::to_string(pattern)));
+    const auto from = t == "qwen2" || t == "qwen3" ? r.integer_or("max_window_layers", 0) : 0;
+    for (std::int64_t l = 0; l < L; ++l) {
+      const bool alternate = t == "gpt_oss" || t == "gemma2" || t == "gemma3_text";
+      sliding[static_cast<std::size_t>(l)] = alternate ? (l + 1) % pattern != 0 : l >= from;
+    }
   }
-  if (r.has("layer_types")) {
-    EAGLE_CHECK(r.j["layer_types"].is_array(), r.bad("layer_types", "not a list"));
-    for (const auto& x : r.j["layer_types"])
-      EAGLE_CHECK(x == "full_attention", r.bad("layer_types", "only full_attention layers are supported")
-                                             .found(x.dump()));
+  for (std::size_t l = 0; l < sliding.size(); ++l) {
+    if (!sliding[l] || window == 0) continue;
+    if (c.layer_windows.empty()) c.layer_windows.assign(sliding.size(), 0);
+    c.layer_windows[l] = window;
   }
+  EAGLE_CHECK(window > 0 || !r.has("layer_types") ||
+                  std::find(sliding.begin(), sliding.end(), true) == sliding.end() || qwen,
+              r.bad("sliding_window", "sliding_attention layers need a window").found("null"));
+}
+
+// Gemma 2 and 3 (transformers' modeling_gemma2, _gemma3): norms, embedding scale, attention scale,
+// soft caps, the GELU MLP, q/k norm (Gemma 3).
+void read_gemma(const Reader& r, TargetConfig& c) {
+  c.norm_one_plus = c.embed_scaled = c.sandwich_norms = true;
+  c.qk_norm = c.model_type == "gemma3_text";
+  c.hidden_act = r.string_or("hidden_activation", r.string_or("hidden_act", "gelu_pytorch_tanh"));
+  EAGLE_CHECK(c.hidden_act == "gelu_pytorch_tanh",
+              r.bad("hidden_activation", "unsupported activation").expected("gelu_pytorch_tanh").found(c.hidden_act));
+  const double scalar = r.number_or("query_pre_attn_scalar", static_cast<double>(c.head_dim));
+  EAGLE_CHECK(scalar > 0 && std::isfinite(scalar),
+              r.bad("query_pre_attn_scalar", "must be positive").found(std::to_string(scalar)));
+  c.attention_scale = 1.0 / std::sqrt(scalar);
+  // Gemma 3's attention never applies attn_logit_softcapping (transformers does not pass it on).
+  c.attn_softcap = c.model_type == "gemma2" ? r.number_or("attn_logit_softcapping", 0.0) : 0.0;
+  c.final_softcap = r.number_or("final_logit_softcapping", 0.0);
+  EAGLE_CHECK(c.attn_softcap >= 0 && c.final_softcap >= 0 && std::isfinite(c.attn_softcap) &&
+                  std::isfinite(c.final_softcap),
+              r.bad("final_logit_softcapping", "soft caps must be positive or null"));
+  EAGLE_CHECK(!r.boolean_or("use_bidirectional_attention", false),
+              r.bad("use_bidirectional_attention", "bidirectional attention (an encoder) is not a causal target")
+                  .found("true"));
+}
+
+// Phi-3 / Phi-4: fused qkv_proj and gate_up_proj in the checkpoint (split at load), no bias.
+void read_phi3(const Reader& r, TargetConfig& c) {
+  c.fused_checkpoint = true;
+  EAGLE_CHECK(!r.boolean_or("attention_bias", false),
+              r.bad("attention_bias", "Phi-3 has no attention bias").found("true"));
+}
+
+// FP8 block-scaled checkpoints (fine-grained FP8: e4m3 weights, weight_scale_inv per block).
+void read_fp8(const Reader& r, const json& q, TargetConfig& c) {
+  const Reader qr{r.path, q};
+  auto bad = [&](const std::string& key, const std::string& what) {
+    return Error(ErrorKind::input, what).file(r.path).place("field \"quantization_config." + key + "\"");
+  };
+  const auto fmt_name = qr.string_or("fmt", "e4m3");
+  EAGLE_CHECK(fmt_name == "e4m3", bad("fmt", "only e4m3 FP8 is read").found(fmt_name));
+  EAGLE_CHECK(qr.has("weight_block_size") && q["weight_block_size"].is_array() && q["weight_block_size"].size() == 2,
+              bad("weight_block_size", "FP8 checkpoints are read block-scaled only")
+                  .expected("[rows, columns] of each weight_scale_inv block")
+                  .hint("per-tensor FP8 (weight_scale) is not supported"));
+  for (const auto& x : q["weight_block_size"]) {
+    EAGLE_CHECK(x.is_number_integer() && x.get<std::int64_t>() > 0,
+                bad("weight_block_size", "block sizes must be positive integers").found(x.dump()));
+    c.fp8_block.push_back(x.get<std::int64_t>());
+  }
+  if (q.contains("modules_to_not_convert") && q["modules_to_not_convert"].is_array())
+    for (const auto& m : q["modules_to_not_convert"])
+      if (m.is_string()) c.fp8_skip.push_back(m.get<std::string>() + ".");
 }
 
 }  // namespace
@@ -334,14 +256,15 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
   c.max_position_embeddings = r.integer_or("max_position_embeddings", 2048);
   c.rms_norm_eps = r.number_or("rms_norm_eps", 1e-6);
   c.tie_word_embeddings = r.boolean_or("tie_word_embeddings", false);
-  c.hidden_act = r.string_or("hidden_act", "silu");
-  EAGLE_CHECK(c.hidden_act == "silu",
+  const bool gemma = c.model_type == "gemma2" || c.model_type == "gemma3_text";
+  c.hidden_act = gemma ? "gelu_pytorch_tanh" : r.string_or("hidden_act", "silu");
+  EAGLE_CHECK(c.hidden_act == "silu" || gemma,
               r.bad("hidden_act", "unsupported activation").expected("silu").found(c.hidden_act));
   c.dtype = r.has("dtype") ? r.string_or("dtype", "float32") : r.string_or("torch_dtype", "float32");
   EAGLE_CHECK(c.dtype == "float32" || c.dtype == "bfloat16" || c.dtype == "float16",
               r.bad(r.has("dtype") ? "dtype" : "torch_dtype", "unsupported dtype")
                   .expected("float32, bfloat16 or float16").found(c.dtype));
-  c.rope = read_rope(r, c.head_dim, c.max_position_embeddings);
+  read_rope_layers(r, c);
 
   // Bias and normalisation layout per family (as in transformers' modeling files).
   const bool attention_bias = r.boolean_or("attention_bias", c.model_type == "gpt_oss");
@@ -354,6 +277,8 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
     c.o_bias = attention_bias;  // Llama, Qwen3(-MoE) and gpt-oss put the bias on o_proj too
   }
   c.qk_norm = c.model_type == "qwen3" || c.model_type == "qwen3_moe";
+  if (gemma) read_gemma(r, c);
+  if (c.model_type == "phi3") read_phi3(r, c);
   c.attention_sinks = c.norm_weight_fp32 = c.model_type == "gpt_oss";
   EAGLE_CHECK(!r.boolean_or("mlp_bias", false),
               r.bad("mlp_bias", "MLP bias is not supported").expected("false").found("true"));
@@ -366,9 +291,13 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
   read_quantization(r, c);
   // Sliding windows change which keys a query sees; refused where they apply and are not implemented.
   read_attention_types(r, c);
-  for (const char* key : kForeignMathFields)
+  for (const char* key : kForeignMathFields) {
+    const std::string k = key;
+    if (gemma && (k == "attn_logit_softcapping" || k == "final_logit_softcapping" || k == "query_pre_attn_scalar"))
+      continue;  // Gemma's own fields (read above)
     EAGLE_CHECK(!r.has(key), r.bad(key, "field changes the model's math and is not supported by this architecture")
                                  .hint("is this really a " + c.architecture + " checkpoint?"));
+  }
 
   c.eos_token_ids = r.id_list("eos_token_id", c.vocab_size);
   c.bos_token_id = r.integer_or("bos_token_id", -1);

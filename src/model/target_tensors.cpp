@@ -2,6 +2,7 @@
 // parameter counts, and the experts of sparse layers assembled into the forward's layout.
 #include <fmt/format.h>
 
+#include "eagle/util/error.h"
 #include "target_impl.h"
 
 namespace eagle::model {
@@ -42,6 +43,16 @@ void gpt_oss_experts(const TargetConfig& c, const std::string& p, std::map<std::
 }
 
 // Every tensor the config implies, with its shape.
+// Each FP8 projection weight's block scales, [ceil(rows / b0), ceil(columns / b1)] fp32.
+void add_fp8_scales(const TargetConfig& c, std::map<std::string, std::vector<std::int64_t>>& e) {
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> scales;
+  for (const auto& [name, shape] : e)
+    if (is_fp8_weight(c, name))
+      scales.push_back({name + "_scale_inv", {(shape[0] + c.fp8_block[0] - 1) / c.fp8_block[0],
+                                              (shape[1] + c.fp8_block[1] - 1) / c.fp8_block[1]}});
+  for (auto& [name, shape] : scales) e[name] = shape;
+}
+
 }  // namespace
 
 std::map<std::string, std::vector<std::int64_t>> expected_tensors(const TargetConfig& c) {
@@ -55,9 +66,17 @@ std::map<std::string, std::vector<std::int64_t>> expected_tensors(const TargetCo
     const auto p = fmt::format("model.layers.{}.", l);
     e[p + "input_layernorm.weight"] = {H};
     e[p + "post_attention_layernorm.weight"] = {H};
-    e[p + "self_attn.q_proj.weight"] = {q, H};
-    e[p + "self_attn.k_proj.weight"] = {kv, H};
-    e[p + "self_attn.v_proj.weight"] = {kv, H};
+    if (c.sandwich_norms) {
+      e[p + "pre_feedforward_layernorm.weight"] = {H};
+      e[p + "post_feedforward_layernorm.weight"] = {H};
+    }
+    if (c.fused_checkpoint) {
+      e[p + "self_attn.qkv_proj.weight"] = {q + 2 * kv, H};
+    } else {
+      e[p + "self_attn.q_proj.weight"] = {q, H};
+      e[p + "self_attn.k_proj.weight"] = {kv, H};
+      e[p + "self_attn.v_proj.weight"] = {kv, H};
+    }
     e[p + "self_attn.o_proj.weight"] = {H, q};
     if (c.attention_bias) {
       e[p + "self_attn.q_proj.bias"] = {q};
@@ -71,8 +90,12 @@ std::map<std::string, std::vector<std::int64_t>> expected_tensors(const TargetCo
     }
     if (c.attention_sinks) e[p + "self_attn.sinks"] = {c.num_attention_heads};
     if (!c.sparse(l)) {
-      e[p + "mlp.gate_proj.weight"] = {I, H};
-      e[p + "mlp.up_proj.weight"] = {I, H};
+      if (c.fused_checkpoint) {
+        e[p + "mlp.gate_up_proj.weight"] = {2 * I, H};
+      } else {
+        e[p + "mlp.gate_proj.weight"] = {I, H};
+        e[p + "mlp.up_proj.weight"] = {I, H};
+      }
       e[p + "mlp.down_proj.weight"] = {H, I};
       continue;
     }
@@ -90,13 +113,35 @@ std::map<std::string, std::vector<std::int64_t>> expected_tensors(const TargetCo
       e[expert(n.down, x)] = {H, Ie};
     }
   }
+  if (!c.fp8_block.empty()) add_fp8_scales(c, e);
   return e;
+}
+
+bool is_fp8_weight(const TargetConfig& c, const std::string& name) {
+  if (c.fp8_block.empty() || name.rfind("model.layers.", 0) != 0 || !name.ends_with("_proj.weight")) return false;
+  for (const auto& skip : c.fp8_skip)
+    if (name.find(skip) != std::string::npos) return false;
+  return true;
+}
+
+torch::Tensor dequantize_fp8(const torch::Tensor& weight, const torch::Tensor& scale_inv,
+                             const std::vector<std::int64_t>& block, torch::ScalarType dtype, const std::string& name) {
+  EAGLE_CHECK(weight.scalar_type() == torch::kFloat8_e4m3fn,
+              Error(ErrorKind::input, "FP8 weights must be float8_e4m3fn (F8_E4M3)")
+                  .place(fmt::format("tensor \"{}\"", name)).found(std::string(c10::toString(weight.scalar_type()))));
+  const auto rows = weight.size(0), cols = weight.size(1);
+  // Each scale covers a block of rows x columns (the last blocks may be partial).
+  const auto s = scale_inv.to(torch::kFloat32)
+                     .repeat_interleave(block[0], 0).narrow(0, 0, rows)
+                     .repeat_interleave(block[1], 1).narrow(1, 0, cols);
+  return (weight.to(torch::kFloat32) * s).to(dtype);
 }
 
 // Parameters of the checkpoint as a float model has them (MXFP4 blocks count their values), and
 // those one token runs through (top-k of the experts).
 std::pair<std::int64_t, std::int64_t> parameter_counts(TargetConfig c) {
   c.quant_method.clear();
+  c.fp8_block.clear();  // the block scales are not parameters
   std::int64_t total = 0;
   for (const auto& [name, shape] : expected_tensors(c)) {
     std::int64_t n = 1;

@@ -72,7 +72,8 @@ torch::Tensor layout_attention(const torch::Tensor& q, const torch::Tensor& k, c
 struct AttentionExtras {
   std::int64_t window = 0;
   torch::Tensor sinks;
-  bool any() const { return window > 0 || sinks.defined(); }
+  double softcap = 0.0;  // Gemma 2: scores become softcap * tanh(scores / softcap) before the mask
+  bool any() const { return window > 0 || sinks.defined() || softcap > 0; }
 };
 
 // layout_attention with the extras, forward only (the frozen target): CUDA flash attention with its
@@ -85,7 +86,7 @@ torch::Tensor layout_attention(const torch::Tensor& q, const torch::Tensor& k, c
 // [B, h, Tq, Tk]) says which keys each query sees (every query sees at least one); with sinks as
 // transformers' eager gpt-oss attention computes them. The KV-cache forwards' attention.
 torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                               const torch::Tensor& mask, double scale, const torch::Tensor& sinks);
+                               const torch::Tensor& mask, double scale, const AttentionExtras& extras);
 
 // mask (bool) narrowed to a sliding window: key column j stays visible to a query at position p iff
 // j > p - window. key_positions [.., Tk] and query_positions [.., Tq, 1] broadcast against mask.

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,8 @@ enum class MoeRouting {
 
 struct TargetConfig {
   std::string architecture;  // config.json "architectures"[0], e.g. LlamaForCausalLM
-  std::string model_type;    // llama | mistral | qwen2 | qwen3 | qwen3_moe | mixtral | gpt_oss
+  std::string model_type;    // llama | mistral | qwen2 | qwen3 | qwen3_moe | mixtral | gpt_oss | gemma2 |
+                             // gemma3_text | phi3
   std::int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0;
   std::int64_t num_attention_heads = 0, num_key_value_heads = 0, head_dim = 0;
   std::int64_t max_position_embeddings = 0;
@@ -37,7 +39,7 @@ struct TargetConfig {
   bool attention_bias = false;  // q/k/v bias (Qwen2; Llama/Qwen3 with attention_bias)
   bool o_bias = false;          // o_proj bias (Llama/Qwen3 with attention_bias; never Qwen2)
   bool qk_norm = false;         // q_norm/k_norm (Qwen3)
-  std::string hidden_act = "silu";
+  std::string hidden_act = "silu";  // or gelu_pytorch_tanh (Gemma's hidden_activation)
   std::string dtype = "float32";  // torch_dtype (4.x) or dtype (5.x)
   std::vector<std::int64_t> eos_token_ids;
   std::int64_t bos_token_id = -1;
@@ -61,6 +63,19 @@ struct TargetConfig {
   std::vector<std::int64_t> layer_windows;
   bool attention_sinks = false;   // gpt-oss: a learned per-head logit in every softmax denominator
   bool norm_weight_fp32 = false;  // GptOssRMSNorm multiplies its weight before the cast back
+  std::optional<RopeConfig> local_rope;  // the sliding layers' RoPE where it differs (Gemma 3)
+
+  // Gemma 2/3: RMSNorm x * (1 + w) in fp32, the embedding times sqrt(hidden_size) in the model
+  // dtype, a norm on the attention's output and norms before and after the MLP, attention scaled
+  // by query_pre_attn_scalar^-1/2, tanh soft caps on the attention scores and the final logits.
+  bool norm_one_plus = false, embed_scaled = false, sandwich_norms = false;
+  double attention_scale = 0.0;                   // 0: head_dim^-1/2
+  double attn_softcap = 0.0, final_softcap = 0.0;  // 0: none
+  bool fused_checkpoint = false;                   // Phi-3: qkv_proj and gate_up_proj stored fused
+  // FP8 checkpoints (quantization_config.quant_method fp8): e4m3 weights with weight_scale_inv
+  // per block of fp8_block[0] x fp8_block[1]; empty: none.
+  std::vector<std::int64_t> fp8_block;
+  std::vector<std::string> fp8_skip;  // modules_to_not_convert: names containing one stay float
 
   bool moe() const { return num_experts > 0; }
   bool sparse(std::int64_t layer) const { return moe() && sparse_layers.at(static_cast<std::size_t>(layer)); }
@@ -76,7 +91,8 @@ struct TargetConfig {
   static TargetConfig from_model_dir(const std::string& dir);
 };
 
-// RMSNorm as the family computes it (gpt-oss multiplies the weight in fp32 before the cast back).
+// RMSNorm as the family computes it (gpt-oss multiplies the weight in fp32 before the cast back;
+// Gemma scales by 1 + w in fp32).
 torch::Tensor target_norm(const TargetConfig& config, const torch::Tensor& x, const torch::Tensor& weight);
 
 // The ids that end a reply: config's eos_token_ids plus generation_config.json's eos_token_id (an id
@@ -110,8 +126,10 @@ struct TargetOutput {
 struct TeacherOutput {
   torch::Tensor logits, argmax;
 };
+// final_softcap (Gemma's final_logit_softcapping, 0: none) caps the logits first, as the target's
+// own logits are.
 TeacherOutput lm_head_teacher(const torch::Tensor& final_hidden, const torch::Tensor& lm_head,
-                              const TeacherSpec& teacher);
+                              const TeacherSpec& teacher, double final_softcap = 0.0);
 
 // The target's tensors on either side of its decoder layers: all that the head (the embedding)
 // and its teacher (final norm, LM head) need of it, so training from stored features
