@@ -323,3 +323,30 @@ TEST_CASE("each newer target family trains (padded and padding-free) and its exp
     }
   }
 }
+
+TEST_CASE("an EAGLE 3.1 head with the Qwen3-style layer trains, exports its switches and refuses a changed variant",
+          "[train]") {
+  TempDir dir;
+  auto out = dir / "run";
+  const std::string variant = " --fc_norm --norm_output --draft_layer qwen3";
+  auto r = run_cli("train " + kSmoke + variant + " --max_steps 4 --logging_steps 2 --eval_steps 4 --save_steps 4" +
+                   " --output_dir " + out.string());
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("step 4 AR: "));
+  auto cfg = json::parse(eagle::test::read_file(out / "checkpoint-4" / "config.json"));
+  CHECK(cfg["fc_norm"] == true);
+  CHECK(cfg["norm_output"] == true);
+  auto ex = run_cli("export --checkpoint " + (out / "checkpoint-4").string() + " --format speculators --output " +
+                    (dir / "spec").string());
+  INFO(ex.output);
+  REQUIRE(ex.exit_code == 0);
+  auto spec = json::parse(eagle::test::read_file(dir / "spec" / "config.json"));
+  CHECK(spec["transformer_layer_config"]["model_type"] == "qwen3");
+  CHECK(spec["fc_norm"] == true);
+  auto resumed = run_cli("train " + kSmoke + " --fc_norm --max_steps 6 --resume_from_checkpoint auto --output_dir " +
+                         out.string());
+  INFO(resumed.output);
+  CHECK(resumed.exit_code == 2);
+  CHECK_THAT(resumed.output, Catch::Contains("norm_output") && Catch::Contains("draft_layer"));
+}

@@ -63,7 +63,7 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
                          : "";
   if (j.value("speculators_model_type", std::string()) == "eagle3")
     format = HeadFormat::speculators;
-  else if (arch == "LlamaForCausalLMEagle3")
+  else if (arch == "LlamaForCausalLMEagle3" || arch == "Eagle3LlamaForCausalLM" || arch == "Eagle3Qwen3ForCausalLM")
     format = HeadFormat::sglang;
   else if (arch == "EagleLlamaForCausalLM")
     format = HeadFormat::vllm_eagle1;
@@ -104,6 +104,29 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
   c.max_position_embeddings =
       layer.contains("max_position_embeddings") ? get_int(layer, "max_position_embeddings", file, 1, 1 << 24) : 2048;
   c.rope = rope_from_json(layer, c.head_dim, c.max_position_embeddings);
+  if (c.eagle_version == 3) {  // EAGLE 3.1 switches at the top level (norm_before_fc also in eagle_config)
+    auto flag = [&](const char* key) {
+      const json* where = j.contains(key) ? &j : nullptr;
+      if (!where && j.contains("eagle_config") && j["eagle_config"].is_object() && j["eagle_config"].contains(key))
+        where = &j["eagle_config"];
+      if (!where) return false;
+      EAGLE_CHECK((*where)[key].is_boolean(), config_error(file, key, "not a boolean").found((*where)[key].dump()));
+      return (*where)[key].get<bool>();
+    };
+    c.fc_norm = flag("fc_norm");
+    c.norm_output = flag("norm_output");
+    c.norm_before_fc = flag("norm_before_fc");
+    EAGLE_CHECK(!(c.fc_norm && c.norm_before_fc),
+                config_error(file, "norm_before_fc", "fc_norm and norm_before_fc together are not read")
+                    .hint("speculators refuses the pair; export one of them"));
+    // speculators: norm_before_residual is true when absent; eagle-train trains it false.
+    const bool nbr = j.contains("norm_before_residual") ? j["norm_before_residual"].is_boolean() &&
+                                                              j["norm_before_residual"].get<bool>()
+                                                        : format == HeadFormat::speculators;
+    EAGLE_CHECK(!nbr, config_error(file, "norm_before_residual", "heads with norm_before_residual are not read")
+                          .expected("false (written by eagle-train)").found("true (or absent in speculators format)"));
+    c.qk_norm = layer.value("model_type", std::string("llama")) == "qwen3" || arch == "Eagle3Qwen3ForCausalLM";
+  }
   c.target_dtype = j.value("dtype", j.value("torch_dtype", layer.value("torch_dtype", c.target_dtype)));
   c.vocab_size = get_int(layer, "vocab_size", file, 1, kMaxVocab);
   c.draft_vocab_size = c.eagle_version == 3 ? get_int(j, "draft_vocab_size", file, 1, c.vocab_size) : c.vocab_size;
