@@ -20,30 +20,10 @@ namespace {
 
 const std::string kRoot = std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/";
 
-// The imported head's TTT logits on the reference inputs (three steps), against the reference's.
 void check_against_reference(const std::string& head_name, const std::string& ref_name) {
   auto loaded = model::load_head(kRoot + "heads/" + head_name);
-  auto ref = model::load_safetensors(kRoot + "reference/" + ref_name + ".safetensors");
-  auto cfg = loaded.config;
-  cfg.ttt_steps = 3;
-  auto& src = dynamic_cast<model::Eagle3Head&>(*loaded.head);
-  model::Eagle3Head three(cfg, src.vocab());
-  {
-    torch::NoGradGuard ng;
-    auto from = src.named_parameters();
-    for (auto& p : three.named_parameters()) p.value().copy_(from[p.key()]);
-  }
-  three.set_target_weights(ref["embedding"], ref["embedding"]);
-  model::HeadInputs in;
-  in.input_ids = ref["input_ids"];
-  in.position_ids = ref["position_ids"];
-  in.document_ids = ref["document_ids"];
-  in.aux_hidden = ref["aux_hidden"];
-  auto logits = three.ttt_logits(in);
-  for (std::size_t k = 0; k < 3; ++k) {
-    INFO("step " << k);
-    CHECK(torch::allclose(logits[k], ref["logits_" + std::to_string(k)], 1e-4, 1e-4));
-  }
+  test::check_head_against_reference(*loaded.head, loaded.config,
+                                     model::load_safetensors(kRoot + "reference/" + ref_name + ".safetensors"));
 }
 
 model::HeadConfig variant_config(bool fc_norm, bool norm_output, bool qk_norm, bool norm_before_fc) {
@@ -85,22 +65,10 @@ TEST_CASE("each variant drafts what its training-time-test unroll predicts", "[m
       for (auto& p : head.named_parameters())
         if (p.key().find("norm") != std::string::npos) p.value().uniform_(0.5, 1.5);
     }
-    const std::int64_t n = 6;
-    auto feats = torch::randn({1, n, 48});
-    auto ids = torch::randint(0, 40, {1, n + 1}, torch::kInt64);
+    auto feats = torch::randn({1, 6, 48});
+    auto ids = torch::randint(0, 40, {1, 7}, torch::kInt64);
     auto cache = head.new_cache(1, 32);
-    auto drafted = head.draft(cache, feats, ids.narrow(1, 1, n), 3);
-    model::HeadInputs in;
-    const std::int64_t t = n + 3;
-    in.input_ids = torch::cat({ids, drafted.narrow(1, 0, 2)}, 1);
-    in.position_ids = torch::arange(t, torch::kInt64).unsqueeze(0);
-    in.document_ids = torch::zeros({1, t}, torch::kInt64);
-    in.aux_hidden = torch::cat({feats, torch::randn({1, 3, 48})}, 1);
-    auto logits = head.ttt_logits(in);
-    for (std::int64_t k = 0; k < 3; ++k) {
-      auto id = head.draft_ids.index({logits[static_cast<std::size_t>(k)].index({0, n - 1}).argmax()});
-      CHECK(id.item<std::int64_t>() == drafted.index({0, k}).item<std::int64_t>());
-    }
+    test::check_drafting_matches_unroll(head, cache, feats, ids);
   }
 }
 

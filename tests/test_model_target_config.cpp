@@ -13,6 +13,7 @@
 #include "eagle/model/target.h"
 #include "eagle/util/error.h"
 #include "helpers.h"
+#include "target_fixtures.h"
 
 using namespace eagle;
 using eagle::model::TargetConfig;
@@ -41,16 +42,7 @@ std::string load_error(const fs::path& dir) {
   return "";
 }
 
-std::string config_error(const test::TempDir& dir, const nlohmann::json& config) {
-  test::write_file(dir / "config.json", config.dump());
-  try {
-    TargetConfig::from_json_file((dir / "config.json").string());
-  } catch (const Error& e) {
-    return e.format();
-  }
-  FAIL("no error for config " << config.dump());
-  return "";
-}
+using test::config_error;
 
 }  // namespace
 

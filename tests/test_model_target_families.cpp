@@ -13,6 +13,7 @@
 #include "eagle/model/target.h"
 #include "eagle/util/error.h"
 #include "helpers.h"
+#include "target_fixtures.h"
 
 using namespace eagle;
 using eagle::model::TargetConfig;
@@ -22,23 +23,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path fixture(const std::string& name) { return fs::path(EAGLE_SOURCE_DIR) / "tests/fixtures/models" / name; }
-json config_of(const std::string& name) { return json::parse(test::read_file(fixture(name) / "config.json")); }
-
-TargetConfig parse(const test::TempDir& dir, const json& config) {
-  test::write_file(dir / "config.json", config.dump());
-  return TargetConfig::from_json_file((dir / "config.json").string());
-}
-
-std::string config_error(const test::TempDir& dir, const json& config) {
-  try {
-    parse(dir, config);
-  } catch (const Error& e) {
-    return e.format();
-  }
-  FAIL("no error for config " << config.dump());
-  return "";
-}
+fs::path fixture(const std::string& name) { return test::model_fixture(name); }
+json config_of(const std::string& name) { return test::fixture_config(name); }
+TargetConfig parse(const test::TempDir& dir, const json& config) { return test::parse_config(dir, config); }
+using test::config_error;
 
 using Windows = std::vector<std::int64_t>;
 
@@ -176,15 +164,7 @@ TEST_CASE("FP8 checkpoints: block scales named with the weights, other FP8 layou
   const std::string w = "model.layers.1.mlp.down_proj.weight";
   REQUIRE(t.at(w).scalar_type() == torch::kFloat8_e4m3fn);
   auto load_error = [&](const std::map<std::string, torch::Tensor>& tensors, const json& config) {
-    test::write_file(dir / "config.json", config.dump(2));
-    model::save_safetensors((dir / "model.safetensors").string(), tensors);
-    try {
-      TargetModel::load(dir.path().string(), torch::kFloat32, torch::kCPU);
-    } catch (const Error& e) {
-      return e.format();
-    }
-    FAIL("no error");
-    return std::string();
+    return test::model_load_error(dir.path(), config, tensors);
   };
   SECTION("a missing block scale") {
     auto u = t;

@@ -14,6 +14,7 @@
 #include "eagle/util/error.h"
 #include "helpers.h"
 #include "host_sync_probe.h"
+#include "target_fixtures.h"
 
 using namespace eagle;
 using eagle::model::TargetConfig;
@@ -23,36 +24,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-fs::path fixture(const std::string& name) { return fs::path(EAGLE_SOURCE_DIR) / "tests/fixtures/models" / name; }
-
-json config_of(const std::string& name) { return json::parse(test::read_file(fixture(name) / "config.json")); }
-
-TargetConfig parse(const test::TempDir& dir, const json& config) {
-  test::write_file(dir / "config.json", config.dump());
-  return TargetConfig::from_json_file((dir / "config.json").string());
-}
-
-std::string config_error(const test::TempDir& dir, const json& config) {
-  try {
-    parse(dir, config);
-  } catch (const Error& e) {
-    return e.format();
-  }
-  FAIL("no error for config " << config.dump());
-  return "";
-}
-
-// A copy of a fixture in dir with this config and these tensors; the load error.
+fs::path fixture(const std::string& name) { return test::model_fixture(name); }
+json config_of(const std::string& name) { return test::fixture_config(name); }
+TargetConfig parse(const test::TempDir& dir, const json& config) { return test::parse_config(dir, config); }
+using test::config_error;
 std::string load_error(const fs::path& dir, const json& config, const std::map<std::string, torch::Tensor>& t) {
-  test::write_file(dir / "config.json", config.dump(2));
-  model::save_safetensors((dir / "model.safetensors").string(), t);
-  try {
-    TargetModel::load(dir.string(), torch::kFloat32, torch::kCPU);
-  } catch (const Error& e) {
-    return e.format();
-  }
-  FAIL("no error loading " << dir);
-  return "";
+  return test::model_load_error(dir, config, t);
 }
 
 std::map<std::string, torch::Tensor> tensors_of(const std::string& name) {
