@@ -24,6 +24,7 @@
 #include "eagle/features/batch_tensors.h"
 #include "eagle/features/inputs.h"
 #include "eagle/features/store.h"
+#include "eagle/features/target_identity.h"
 #include "eagle/model/dtype.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/model/target.h"
@@ -272,23 +273,21 @@ DumpSummary dump_features(const config::Options& o, const DumpHooks& hooks) {
     return summary;
   }
 
+  // The target's identity from its files, before its weights load: a resumed dump of another target
+  // (or of a fine-tune of it) is refused by the tensor that differs.
+  const auto identity = target_identity(canonical(o.model_name_or_path), o.model_name_or_path, config);
+  if (existing)
+    check_same_target(existing->target, identity, (out / kFeaturesManifest).string(), /*with_path=*/true,
+                      "complete the dump with its own target, or choose another --output");
   auto target = model::load_target(o, device);
   if (!aux_ids.empty()) target.set_aux_layer_ids(aux_ids);
   const auto& tc = target.config();
   const auto ends = target.ends();
-  const auto identity = target_identity(canonical(o.model_name_or_path), tc.architecture, tc.num_hidden_layers,
-                                        tc.hidden_size, tc.vocab_size, ends.final_norm, ends.lm_head);
   TrainData data;
   FeatureManifest m;
   std::uint64_t ends_bytes = 0;
   if (existing) {
     m = *existing;
-    EAGLE_CHECK(m.target == identity, Error(ErrorKind::usage, "the target changed since the dump started")
-                                          .file((out / kFeaturesManifest).string())
-                                          .place("target")
-                                          .expected(m.target.dump())
-                                          .found(identity.dump())
-                                          .hint("complete the dump with its own target, or choose another --output"));
     data.train = data::open_dataset_file((out / data::kTrainFile).string());
     if (fs::exists(out / data::kValidationFile))
       data.heldout = data::open_dataset_file((out / data::kValidationFile).string());

@@ -13,6 +13,7 @@
 #include "eagle/data/flat_builder.h"
 #include "eagle/data/loader.h"
 #include "eagle/data/speculators_folder.h"
+#include "eagle/features/target_identity.h"
 #include "eagle/model/dtype.h"
 #include "eagle/util/error.h"
 #include "eagle/util/log.h"
@@ -112,16 +113,10 @@ RunInputs open_dumped(const config::Options& o, const HeadReads& head, torch::De
   const auto& c = in.ends.config;
   if (!o.model_name_or_path.empty()) {
     // Another target (or another fine-tune of it) would train the head against the wrong teacher.
-    const auto now = target_identity(o.model_name_or_path, c.architecture, c.num_hidden_layers, c.hidden_size,
-                                     c.vocab_size, in.ends.final_norm, in.ends.lm_head);
-    for (const char* key : {"architecture", "num_hidden_layers", "hidden_size", "vocab_size", "weights_fnv1a"})
-      EAGLE_CHECK(m.target.contains(key) && m.target[key] == now[key],
-                  Error(ErrorKind::usage, "the features were computed by another target")
-                      .file(manifest_file)
-                      .place(fmt::format("target.{}", key))
-                      .expected(fmt::format("{} ({})", now[key].dump(), o.model_name_or_path))
-                      .found(m.target.contains(key) ? m.target[key].dump() : "none")
-                      .hint("give the target the features were dumped from, or none (the folder holds its ends)"));
+    check_same_target(m.target, target_identity(o.model_name_or_path, o.model_name_or_path, c), manifest_file,
+                      /*with_path=*/false,
+                      "give the target the features were dumped from, or none (the folder "
+                      "holds its ends)");
   }
   in.target_name =
       o.model_name_or_path.empty() ? m.target.value("model_name_or_path", std::string()) : o.model_name_or_path;
@@ -141,7 +136,7 @@ RunInputs open_dumped(const config::Options& o, const HeadReads& head, torch::De
             .hint(fmt::format("train with --training_seq_len {} (the dump's), or dump again", ds->stats().max_length)));
     data::check_token_ids(*ds, c.vocab_size);
   }
-  in.store = open_dumped_features(dir, m, train, val ? &*val : nullptr);
+  in.store = open_dumped_features(dir, m, train, val ? &*val : nullptr, c.vocab_size);
   std::vector<std::int64_t> train_ids(train.size()), val_ids(val ? val->size() : 0);
   std::iota(train_ids.begin(), train_ids.end(), std::int64_t{0});
   std::iota(val_ids.begin(), val_ids.end(), static_cast<std::int64_t>(train.size()));
@@ -171,7 +166,7 @@ RunInputs open_speculators(const config::Options& o, const HeadReads& head, torc
                 "generated with if they differ",
                 dir, fmt::join(in.aux_layer_ids, ", "));
   }
-  in.store = open_speculators_features(dir, rows.rows.front(), config.hidden_size,
+  in.store = open_speculators_features(dir, rows.samples, rows.rows, config.hidden_size,
                                        static_cast<std::int64_t>(in.aux_layer_ids.size()));
   load_target_part(o, device, o.model_name_or_path, in);
   in.target_name = o.model_name_or_path;

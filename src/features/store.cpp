@@ -1,20 +1,19 @@
-// Feature stores (see feature_store.h): the manifest and shards of dump-features folders, and the
-// per-row hidden-state files of speculators folders.
+// The feature store of dump-features folders (see store.h): the manifest, the shards (checked and
+// range-checked when opened, their values finite when read), the target's identity.
 #include "eagle/features/store.h"
 
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "eagle/data/speculators_folder.h"
 #include "eagle/model/dtype.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/model/shape_check.h"
 #include "eagle/util/error.h"
-#include "eagle/util/hash.h"
 #include "eagle/util/json_file.h"
 
 namespace eagle::features {
@@ -43,8 +42,33 @@ Error shard_error(const std::string& file, const std::string& place) {
       .hint("the folder was changed after the dump; dump the features again");
 }
 
-// Checks a shard file against its manifest entry and layout; returns its sample offsets.
-const std::int64_t* check_shard(const model::SafetensorsFile& f, const ShardInfo& s, const FeatureLayout& l) {
+// The dump's aux layers: none for EAGLE-1 (aux_width 0), else EAGLE-3's exactly 3 input-of-layer
+// ids, low -> high, inside the target, filling aux_width. A manifest with other ids would train a head
+// of another shape, or one EAGLE-3 servers do not load (the dump's own option allows 3 only).
+void check_aux_ids(const FeatureManifest& m, const std::string& path) {
+  const auto& ids = m.aux_layer_ids;
+  const json& t = m.target;
+  const std::int64_t layers = t.is_object() && t.contains("num_hidden_layers") && t["num_hidden_layers"].is_number()
+                                  ? t["num_hidden_layers"].get<std::int64_t>()
+                                  : std::numeric_limits<std::int64_t>::max();
+  const bool eagle1 = m.layout.aux_width == 0;
+  bool ok = eagle1 ? ids.empty() : ids.size() == 3 && m.layout.aux_width == 3 * m.layout.hidden_size;
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    ok = ok && ids[i] >= 0 && ids[i] <= layers && (i == 0 || ids[i] >= ids[i - 1]);
+  EAGLE_CHECK(ok, Error(ErrorKind::input, "the manifest's aux layers are not an EAGLE-3 dump's three")
+                      .file(path)
+                      .place("aux_layer_ids")
+                      .expected(eagle1 ? std::string("none (an EAGLE-1 dump: aux_width 0)")
+                                       : fmt::format("3 input-of-layer ids in [0, {}], low -> high, and aux_width "
+                                                     "3 x hidden_size = {}",
+                                                     layers, 3 * m.layout.hidden_size))
+                      .found(fmt::format("[{}], aux_width {}", fmt::join(ids, ", "), m.layout.aux_width))
+                      .hint("the manifest was edited or is corrupt; dump the features again"));
+}
+
+// Checks a shard file against its manifest entry and layout; returns its sample offsets (a tensor:
+// a copy when the file's offsets are not 8-byte aligned, so the caller keeps it).
+torch::Tensor check_shard(const model::SafetensorsFile& f, const ShardInfo& s, const FeatureLayout& l) {
   const auto& meta = f.metadata();
   auto meta_is = [&](const char* key, const std::string& v) {
     auto it = meta.find(key);
@@ -66,18 +90,39 @@ const std::int64_t* check_shard(const model::SafetensorsFile& f, const ShardInfo
   expect("last_hidden", {s.tokens, l.hidden_size}, l.dtype);
   expect("target_argmax", {s.tokens}, torch::kInt32);
   expect("sample_offsets", {s.samples + 1}, torch::kInt64);
-  const auto* off = f.get("sample_offsets").data_ptr<std::int64_t>();
+  auto offsets = f.get("sample_offsets");
+  const auto* off = offsets.data_ptr<std::int64_t>();
   EAGLE_CHECK(off[0] == 0 && off[s.samples] == s.tokens, shard_error(f.path(), "sample_offsets"));
   for (std::int64_t j = 0; j < s.samples; ++j)
     EAGLE_CHECK(off[j + 1] >= off[j], shard_error(f.path(), fmt::format("sample_offsets[{}]", j + 1)));
-  return off;
+  return offsets;
+}
+
+// The place of token t of a shard: its sample (of the split) and position there.
+std::string token_place(const ShardInfo& s, const std::int64_t* off, std::int64_t t) {
+  const auto j = std::upper_bound(off, off + s.samples + 1, t) - off - 1;
+  return fmt::format("sample {} of split {}, position {}", s.first_sample + j, s.split, t - off[j]);
+}
+
+// Every stored argmax is a token of the target's vocabulary: past it the teacher's gather reads
+// outside the LM head (an internal error), and -1 trained against no token at all, silently.
+void check_argmax(const model::SafetensorsFile& f, const ShardInfo& s, const std::int64_t* off,
+                  const std::int32_t* argmax, std::int64_t vocab_size) {
+  for (std::int64_t t = 0; t < s.tokens; ++t)
+    EAGLE_CHECK(argmax[t] >= 0 && argmax[t] < vocab_size,
+                Error(ErrorKind::input, "a stored target_argmax is outside the target's vocabulary")
+                    .file(f.path())
+                    .place(fmt::format("tensor \"target_argmax\"[{}] ({})", t, token_place(s, off, t)))
+                    .expected(fmt::format("a token id in [0, {})", vocab_size))
+                    .found(std::to_string(argmax[t]))
+                    .hint("the shard is corrupt or of another target; dump the features again"));
 }
 
 // A dump-features folder: its shards, mapped.
 class DumpedStore : public FeatureStore {
  public:
   DumpedStore(const std::string& dir, const FeatureManifest& m, const data::Dataset& train,
-              const data::Dataset* validation)
+              const data::Dataset* validation, std::int64_t vocab_size)
       : train_samples_(static_cast<std::int64_t>(train.size())) {
     layout_ = m.layout;
     source_ = dir;
@@ -87,16 +132,18 @@ class DumpedStore : public FeatureStore {
                   Error(ErrorKind::input, "a shard names samples its split does not have")
                       .file((fs::path(dir) / kFeaturesManifest).string())
                       .place(s.file));
-      Shard sh{s, model::SafetensorsFile::open((fs::path(dir) / s.file).string()), nullptr, nullptr, nullptr, nullptr};
+      Shard sh{s, model::SafetensorsFile::open((fs::path(dir) / s.file).string()), {}, {}, {}, {}};
       sh.offsets = check_shard(sh.file, s, layout_);
+      const auto* off = sh.offsets.data_ptr<std::int64_t>();
       for (std::int64_t j = 0; j < s.samples; ++j)
-        EAGLE_CHECK(sh.offsets[j + 1] - sh.offsets[j] == ds->length(static_cast<std::size_t>(s.first_sample + j)),
+        EAGLE_CHECK(off[j + 1] - off[j] == ds->length(static_cast<std::size_t>(s.first_sample + j)),
                     shard_error(sh.file.path(), fmt::format("sample {} of split {}", s.first_sample + j, s.split))
                         .expected(fmt::format("{} tokens (the dataset's)",
                                               ds->length(static_cast<std::size_t>(s.first_sample + j)))));
-      if (layout_.aux_width > 0) sh.aux = static_cast<const std::uint8_t*>(sh.file.get("aux_hidden").data_ptr());
-      sh.last = static_cast<const std::uint8_t*>(sh.file.get("last_hidden").data_ptr());
-      sh.argmax = sh.file.get("target_argmax").data_ptr<std::int32_t>();
+      if (layout_.aux_width > 0) sh.aux = sh.file.get("aux_hidden");
+      sh.last = sh.file.get("last_hidden");
+      sh.argmax = sh.file.get("target_argmax");
+      check_argmax(sh.file, s, off, sh.argmax.data_ptr<std::int32_t>(), vocab_size);
       (s.split == "train" ? train_shards_ : validation_shards_).push_back(std::move(sh));
     }
     check_covered(train_shards_, train, "train", dir);
@@ -113,27 +160,42 @@ class DumpedStore : public FeatureStore {
     EAGLE_CHECK(it != shards.begin(), Error(ErrorKind::internal, "no shard holds the sample"));
     const Shard& s = *std::prev(it);
     const std::int64_t j = local - s.info.first_sample;
-    EAGLE_CHECK(j < s.info.samples && pos >= 0 && pos + n <= s.offsets[j + 1] - s.offsets[j],
+    const auto* off = s.offsets.data_ptr<std::int64_t>();
+    EAGLE_CHECK(j < s.info.samples && pos >= 0 && pos + n <= off[j + 1] - off[j],
                 Error(ErrorKind::internal, "feature read outside its sample")
                     .file(s.file.path())
                     .place(fmt::format("sample {}, positions {}..{}", sample, pos, pos + n)));
-    const std::int64_t t0 = s.offsets[j] + pos;
-    const auto elem = static_cast<std::int64_t>(c10::elementSize(layout_.dtype));
-    if (layout_.aux_width > 0)
-      std::memcpy(aux, s.aux + t0 * layout_.aux_width * elem, static_cast<std::size_t>(n * layout_.aux_width * elem));
-    std::memcpy(last, s.last + t0 * layout_.hidden_size * elem,
-                static_cast<std::size_t>(n * layout_.hidden_size * elem));
-    for (std::int64_t k = 0; k < n; ++k) argmax[k] = s.argmax[t0 + k];
+    const std::int64_t t0 = off[j] + pos;
+    if (layout_.aux_width > 0) copy_rows(s, s.aux, "aux_hidden", layout_.aux_width, t0, n, aux);
+    copy_rows(s, s.last, "last_hidden", layout_.hidden_size, t0, n, last);
+    const auto* stored = s.argmax.data_ptr<std::int32_t>();
+    for (std::int64_t k = 0; k < n; ++k) argmax[k] = stored[t0 + k];
   }
 
  private:
   struct Shard {
     ShardInfo info;
     model::SafetensorsFile file;
-    const std::int64_t* offsets;
-    const std::uint8_t *aux, *last;
-    const std::int32_t* argmax;
+    torch::Tensor offsets, aux, last, argmax;  // views of the mapping (or aligned copies)
   };
+
+  // Copies n rows of `width` values from token t0 of a shard's tensor, refusing NaN or Inf by file,
+  // tensor and place (it would otherwise end the run as a non-finite loss, naming nothing).
+  void copy_rows(const Shard& s, const torch::Tensor& t, const char* name, std::int64_t width, std::int64_t t0,
+                 std::int64_t n, void* dst) const {
+    const auto elem = static_cast<std::int64_t>(c10::elementSize(layout_.dtype));
+    const auto* src = static_cast<const std::uint8_t*>(t.data_ptr()) + t0 * width * elem;
+    const auto bad = first_non_finite(src, n * width, layout_.dtype);
+    EAGLE_CHECK(bad < 0,
+                Error(ErrorKind::input, "the stored features hold NaN or Inf")
+                    .file(s.file.path())
+                    .place(fmt::format("tensor \"{}\", {}", name,
+                                       token_place(s.info, s.offsets.data_ptr<std::int64_t>(), t0 + bad / width)))
+                    .expected("finite values")
+                    .hint("the target overflowed in the dump's dtype or the shard is corrupt; check the "
+                          "target (eagle-train inspect) and dump the features again"));
+    std::memcpy(dst, src, static_cast<std::size_t>(n * width * elem));
+  }
   static void check_covered(const std::vector<Shard>& shards, const data::Dataset& ds, const char* split,
                             const std::string& dir) {
     std::int64_t next = 0;
@@ -155,88 +217,50 @@ class DumpedStore : public FeatureStore {
   std::vector<Shard> train_shards_, validation_shards_;
 };
 
-// A speculators folder: hidden_states/hs_<row>.safetensors per row, opened when read.
-class SpeculatorsStore : public FeatureStore {
- public:
-  SpeculatorsStore(const std::string& dir, std::int64_t first_row, std::int64_t hidden_size, std::int64_t n_aux)
-      : dir_(dir), n_aux_(n_aux) {
-    source_ = dir;
-    const auto f = model::SafetensorsFile::open(data::speculators_hidden_file(dir, first_row));
-    EAGLE_CHECK(f.contains("hidden_states") && f.shape("hidden_states").size() == 3,
-                Error(ErrorKind::input, "no hidden_states [T, layers, H] tensor").file(f.path()));
-    const auto shape = f.shape("hidden_states");
-    slots_ = shape[1];
-    layout_.dtype = f.dtype("hidden_states");
-    layout_.hidden_size = shape[2];
-    layout_.aux_width = n_aux * shape[2];
-    layout_.pre_norm = true;
-    layout_.has_argmax = false;
-    EAGLE_CHECK(layout_.hidden_size == hidden_size,
-                Error(ErrorKind::input, "the hidden states are of another target")
-                    .file(f.path())
-                    .place("hidden_states")
-                    .expected(fmt::format("hidden size {} (the target's)", hidden_size))
-                    .found(std::to_string(layout_.hidden_size)));
-    EAGLE_CHECK(slots_ >= 1 + n_aux && (n_aux == 0 || slots_ == 1 + n_aux),
-                Error(ErrorKind::input, "the hidden states hold another number of layers")
-                    .file(f.path())
-                    .place("hidden_states")
-                    .expected(fmt::format("{} layers: {} aux layers, then the last", n_aux + 1, n_aux))
-                    .found(fmt::format("{} layers", slots_))
-                    .hint("EAGLE-3 reads 3 aux layers plus the last layer (speculators' default layer ids)"));
-    EAGLE_CHECK(
-        layout_.dtype == torch::kBFloat16 || layout_.dtype == torch::kFloat16 || layout_.dtype == torch::kFloat32,
-        Error(ErrorKind::input, "hidden states must be bfloat16, float16 or float32")
-            .file(f.path())
-            .found(c10::toString(layout_.dtype)));
-  }
+}  // namespace
 
-  void read(std::int64_t row, std::int64_t pos, std::int64_t n, const std::int32_t* ids, void* aux, void* last,
-            std::int64_t*) const override {
-    const auto f = model::SafetensorsFile::open(data::speculators_hidden_file(dir_, row));
-    const auto H = layout_.hidden_size;
-    EAGLE_CHECK(f.contains("hidden_states") && f.contains("token_ids"),
-                Error(ErrorKind::input, "a hidden-state file lacks hidden_states or token_ids").file(f.path()));
-    const auto shape = f.shape("hidden_states");
-    EAGLE_CHECK(shape.size() == 3 && shape[1] == slots_ && shape[2] == H && shape[0] >= pos + n &&
-                    f.dtype("hidden_states") == layout_.dtype,
-                Error(ErrorKind::input, "hidden states of another shape or dtype than the folder's first row")
-                    .file(f.path())
-                    .place("hidden_states")
-                    .expected(fmt::format("{} [>= {}, {}, {}]", model::dtype_name(layout_.dtype), pos + n, slots_, H))
-                    .found(model::tensor_text(f.dtype("hidden_states"), shape)));
-    const auto tokens = f.get("token_ids").to(torch::kInt64).contiguous();
-    EAGLE_CHECK(tokens.dim() == 1 && tokens.size(0) == shape[0],
-                Error(ErrorKind::input, "token_ids does not match hidden_states").file(f.path()).place("token_ids"));
-    const auto* tok = tokens.data_ptr<std::int64_t>();
-    for (std::int64_t k = 0; k < n; ++k)
-      EAGLE_CHECK(tok[pos + k] == ids[k],
-                  Error(ErrorKind::input, "the hidden states were computed for other tokens than the row's")
-                      .file(f.path())
-                      .place(fmt::format("token_ids[{}]", pos + k))
-                      .expected(fmt::format("{} (input_ids of row {})", ids[k], row))
-                      .found(std::to_string(tok[pos + k])));
-    const auto hs = f.get("hidden_states");
-    const auto* base = static_cast<const std::uint8_t*>(hs.data_ptr());
-    const auto elem = static_cast<std::int64_t>(c10::elementSize(layout_.dtype));
-    const std::int64_t row_bytes = slots_ * H * elem;
-    for (std::int64_t k = 0; k < n; ++k) {
-      const auto* t = base + (pos + k) * row_bytes;
-      // Slots in ascending layer order: the aux layers first, the last layer at the end.
-      if (n_aux_ > 0)
-        std::memcpy(static_cast<std::uint8_t*>(aux) + k * n_aux_ * H * elem, t,
-                    static_cast<std::size_t>(n_aux_ * H * elem));
-      std::memcpy(static_cast<std::uint8_t*>(last) + k * H * elem, t + (slots_ - 1) * H * elem,
-                  static_cast<std::size_t>(H * elem));
+namespace {
+
+// The first of count values whose exponent bits are all ones (NaN or Inf), -1 when none; in blocks
+// without an early exit, so the compiler vectorises the common all-finite case.
+template <typename Bits>
+std::int64_t first_all_ones(const void* data, std::int64_t count, Bits exponent) {
+  const auto* p = static_cast<const unsigned char*>(data);
+  constexpr std::int64_t kBlock = 1024;
+  for (std::int64_t b = 0; b < count; b += kBlock) {
+    const std::int64_t end = std::min(count, b + kBlock);
+    bool any = false;
+    for (std::int64_t i = b; i < end; ++i) {
+      Bits v;
+      std::memcpy(&v, p + i * static_cast<std::int64_t>(sizeof(Bits)), sizeof(Bits));
+      any |= (v & exponent) == exponent;
+    }
+    if (!any) continue;
+    for (std::int64_t i = b; i < end; ++i) {
+      Bits v;
+      std::memcpy(&v, p + i * static_cast<std::int64_t>(sizeof(Bits)), sizeof(Bits));
+      if ((v & exponent) == exponent) return i;
     }
   }
-
- private:
-  std::string dir_;
-  std::int64_t n_aux_, slots_ = 0;
-};
+  return -1;
+}
 
 }  // namespace
+
+std::int64_t first_non_finite(const void* data, std::int64_t count, torch::ScalarType dtype) {
+  switch (dtype) {
+    case torch::kBFloat16:
+      return first_all_ones<std::uint16_t>(data, count, 0x7f80);
+    case torch::kHalf:
+      return first_all_ones<std::uint16_t>(data, count, 0x7c00);
+    case torch::kFloat:
+      return first_all_ones<std::uint32_t>(data, count, 0x7f800000u);
+    case torch::kDouble:
+      return first_all_ones<std::uint64_t>(data, count, 0x7ff0000000000000ull);
+    default:
+      throw Error(ErrorKind::internal, "no finite check for this dtype").found(c10::toString(dtype));
+  }
+}
 
 std::uint64_t FeatureManifest::bytes_per_token() const {
   return static_cast<std::uint64_t>((layout.aux_width + layout.hidden_size) * c10::elementSize(layout.dtype)) + 4;
@@ -313,6 +337,7 @@ FeatureManifest read_manifest(const std::string& dir) {
                   .expected(fmt::format("hidden_size in [1, {}], aux_width in [0, {}], target_argmax true", kMaxWidth,
                                         kMaxWidth))
                   .found(l_text(m.layout)));
+  check_aux_ids(m, path);
   for (const auto& s : m.shards)
     EAGLE_CHECK(s.samples > 0 && s.samples <= kMaxCount && s.tokens >= 0 && s.tokens <= kMaxCount &&
                     s.first_sample >= 0 && s.first_sample <= kMaxCount && s.file.find("..") == std::string::npos &&
@@ -364,27 +389,9 @@ bool shard_done(const std::string& dir, const ShardInfo& shard, const FeatureLay
 }
 
 std::shared_ptr<const FeatureStore> open_dumped_features(const std::string& dir, const FeatureManifest& manifest,
-                                                         const data::Dataset& train, const data::Dataset* validation) {
-  return std::make_shared<DumpedStore>(dir, manifest, train, validation);
-}
-
-json target_identity(const std::string& model_dir, const std::string& architecture, std::int64_t num_hidden_layers,
-                     std::int64_t hidden_size, std::int64_t vocab_size, const torch::Tensor& final_norm,
-                     const torch::Tensor& lm_head) {
-  // Over bf16-rounded values: the same for the target loaded in float32 or bfloat16.
-  auto as_bf16_on_cpu = [](const torch::Tensor& t) { return t.to(torch::kCPU, torch::kBFloat16).contiguous(); };
-  const auto norm = as_bf16_on_cpu(final_norm);
-  const auto rows = as_bf16_on_cpu(lm_head.narrow(0, 0, std::min<std::int64_t>(16, lm_head.size(0))));
-  std::uint64_t h = util::fnv1a(norm.data_ptr(), static_cast<std::size_t>(norm.nbytes()));
-  h = util::fnv1a(rows.data_ptr(), static_cast<std::size_t>(rows.nbytes()), h);
-  return json{
-      {"model_name_or_path", model_dir}, {"architecture", architecture}, {"num_hidden_layers", num_hidden_layers},
-      {"hidden_size", hidden_size},      {"vocab_size", vocab_size},     {"weights_fnv1a", fmt::format("{:016x}", h)}};
-}
-
-std::shared_ptr<const FeatureStore> open_speculators_features(const std::string& dir, std::int64_t first_row,
-                                                              std::int64_t hidden_size, std::int64_t n_aux) {
-  return std::make_shared<SpeculatorsStore>(dir, first_row, hidden_size, n_aux);
+                                                         const data::Dataset& train, const data::Dataset* validation,
+                                                         std::int64_t vocab_size) {
+  return std::make_shared<DumpedStore>(dir, manifest, train, validation, vocab_size);
 }
 
 }  // namespace eagle::features

@@ -220,6 +220,12 @@ torch::Tensor SafetensorsFile::get(const std::string& name) const {
   return t;
 }
 
+std::string_view SafetensorsFile::bytes(const std::string& name) const {
+  const auto& e = entry_of(*impl_, name);
+  return {static_cast<const char*>(impl_->base) + impl_->data_start + e.begin,
+          static_cast<std::size_t>(e.end - e.begin)};
+}
+
 const std::map<std::string, std::string>& SafetensorsFile::metadata() const { return impl_->metadata; }
 
 std::map<std::string, torch::Tensor> load_safetensors(const std::string& path) {

@@ -36,16 +36,8 @@ std::vector<std::int64_t> default_aux_layer_ids(std::int64_t L) {
   return {clamp(1), clamp(L / 2), clamp(L - 1)};
 }
 
-namespace {
-
-// Where each tensor of the checkpoint lives.
-struct Checkpoint {
-  std::vector<SafetensorsFile> files;
-  std::map<std::string, std::size_t> where;  // tensor name -> index into files
-};
-
-Checkpoint open_checkpoint(const fs::path& dir) {
-  Checkpoint ck;
+CheckpointFiles open_checkpoint(const fs::path& dir) {
+  CheckpointFiles ck;
   const auto single = dir / "model.safetensors";
   const auto index = dir / "model.safetensors.index.json";
   if (fs::exists(single)) {
@@ -87,10 +79,12 @@ Checkpoint open_checkpoint(const fs::path& dir) {
   return ck;
 }
 
+namespace {
+
 // The config may not claim more decoder layers than the checkpoint holds (1 + the largest N of
 // "model.layers.N."; extra ones are reported with the other unexpected tensors), and the embedding
 // must have its vocabulary and hidden size.
-void check_layer_count(const fs::path& dir, const Checkpoint& ck, const TargetConfig& c) {
+void check_layer_count(const fs::path& dir, const CheckpointFiles& ck, const TargetConfig& c) {
   constexpr std::string_view kLayers = "model.layers.";
   std::int64_t stored = 0;
   for (const auto& [name, file] : ck.where) {
@@ -151,7 +145,7 @@ std::string list_some(const std::vector<std::string>& v) {
 
 // Checks names and shapes against the config and throws one error naming every problem; tensors
 // beyond `expected` are problems too unless extras_allowed.
-void check_tensors(const fs::path& dir, const Checkpoint& ck,
+void check_tensors(const fs::path& dir, const CheckpointFiles& ck,
                    const std::map<std::string, std::vector<std::int64_t>>& expected, const TargetConfig& c,
                    bool extras_allowed = false) {
   std::vector<std::string> missing, unexpected, wrong;
@@ -187,7 +181,7 @@ bool is_float(torch::ScalarType t) { return t == torch::kFloat32 || t == torch::
 
 // The dtype the target runs in: `dtype`, or for Undefined the checkpoint's (its embedding's, else
 // config.json's); every expected tensor must be floating point.
-torch::ScalarType resolve_dtype(torch::ScalarType dtype, const Checkpoint& ck,
+torch::ScalarType resolve_dtype(torch::ScalarType dtype, const CheckpointFiles& ck,
                                 const std::map<std::string, std::vector<std::int64_t>>& expected,
                                 const TargetConfig& c) {
   const auto stored = ck.files[ck.where.at("model.embed_tokens.weight")].dtype("model.embed_tokens.weight");

@@ -2,6 +2,7 @@
 // (target_forward.cpp): device-resident weights, fused where that makes fewer, larger matmuls.
 #pragma once
 
+#include <filesystem>
 #include <functional>
 #include <map>
 #include <string>
@@ -9,9 +10,19 @@
 
 #include <torch/torch.h>
 
+#include "eagle/model/safetensors.h"
 #include "eagle/model/target.h"
 
 namespace eagle::model {
+
+// The safetensors files of a model folder (model.safetensors, or the shards its
+// model.safetensors.index.json names) and where each tensor lives: the loader's and the
+// fingerprint's (target_fingerprint.cpp).
+struct CheckpointFiles {
+  std::vector<SafetensorsFile> files;
+  std::map<std::string, std::size_t> where;  // tensor name -> index into files
+};
+CheckpointFiles open_checkpoint(const std::filesystem::path& dir);
 
 struct TargetLayerWeights {
   torch::Tensor input_norm, post_norm;  // [H]; Gemma: post_norm is the attention output's norm

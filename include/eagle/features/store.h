@@ -46,7 +46,8 @@ class FeatureStore {
 // ---- folders written by dump-features ----
 inline constexpr const char* kFeaturesManifest = "manifest.json";
 inline constexpr const char* kFeaturesFormat = "eagle-train features";
-inline constexpr int kFeaturesVersion = 1;
+// 2: the target's identity fingerprints every tensor (1: its final norm and first LM-head rows).
+inline constexpr int kFeaturesVersion = 2;
 inline constexpr const char* kFeaturesTargetDir = "target";  // config.json + model.safetensors: the ends only
 inline constexpr const char* kFeaturesShardDir = "features";
 
@@ -61,7 +62,7 @@ struct ShardInfo {
 struct FeatureManifest {
   FeatureLayout layout;
   std::vector<std::int64_t> aux_layer_ids;  // input-of-layer ids of the aux features, low -> high
-  nlohmann::json target;                    // the target's identity (target_identity)
+  nlohmann::json target;                    // the target's identity (target_identity.h)
   nlohmann::json options;                   // the dump options that decide the content
   std::vector<ShardInfo> shards;            // every shard of every split, train first
   bool complete = false;                    // every shard written
@@ -86,21 +87,24 @@ bool shard_done(const std::string& dir, const ShardInfo& shard, const FeatureLay
 
 // The samples of the folder's splits: the store numbers train samples 0..n-1 and validation
 // samples n.. after them. Every shard is opened (mapped, checked against the manifest and the
-// dataset lengths).
+// dataset lengths, every target_argmax in [0, vocab_size)); a read refuses NaN or Inf naming the
+// shard, the tensor, the sample and the position.
 std::shared_ptr<const FeatureStore> open_dumped_features(const std::string& dir, const FeatureManifest& manifest,
-                                                         const data::Dataset& train, const data::Dataset* validation);
-
-// The identity of a target recorded by a dump: architecture and sizes from config, plus a
-// fingerprint of its final norm and first LM-head rows (another fine-tune of the same model differs).
-nlohmann::json target_identity(const std::string& model_dir, const std::string& architecture,
-                               std::int64_t num_hidden_layers, std::int64_t hidden_size, std::int64_t vocab_size,
-                               const torch::Tensor& final_norm, const torch::Tensor& lm_head);
+                                                         const data::Dataset& train, const data::Dataset* validation,
+                                                         std::int64_t vocab_size);
 
 // ---- speculators offline data folders ----
 // Row r of the folder is store sample r. The layout (dtype, slots, H) comes from the first row's
-// file; every row's file is checked when read (shape, dtype, token_ids equal to the row's ids).
+// file; every row's file header is checked when the folder is opened (rows[i], the folder row of
+// samples' sample i: hidden_states of the first row's dtype and slots, at least the sample's tokens,
+// token_ids beside it), its values when read (token_ids equal to the row's ids, finite).
 // n_aux: the slots before the last one that hold aux layers (3 for EAGLE-3, 0 for EAGLE-1).
-std::shared_ptr<const FeatureStore> open_speculators_features(const std::string& dir, std::int64_t first_row,
+std::shared_ptr<const FeatureStore> open_speculators_features(const std::string& dir, const data::Dataset& samples,
+                                                              const std::vector<std::int64_t>& rows,
                                                               std::int64_t hidden_size, std::int64_t n_aux);
+
+// The index of the first NaN or Inf of count values of a floating dtype (bfloat16, float16, float32,
+// float64) at data, -1 when all are finite.
+std::int64_t first_non_finite(const void* data, std::int64_t count, torch::ScalarType dtype);
 
 }  // namespace eagle::features

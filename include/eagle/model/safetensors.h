@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <torch/torch.h>
@@ -24,6 +25,8 @@ class SafetensorsFile {
   torch::ScalarType dtype(const std::string& name) const;
   // A CPU tensor viewing the mapping (it keeps the mapping alive). Throws naming a missing tensor.
   torch::Tensor get(const std::string& name) const;
+  // The tensor's stored bytes, never copied (valid while this object lives).
+  std::string_view bytes(const std::string& name) const;
   const std::map<std::string, std::string>& metadata() const;
 
   struct Impl;

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -170,6 +171,12 @@ struct TargetStepOutput {
 // Default EAGLE-3 input-of-layer ids for L layers: [2, L/2, L-3] for L >= 7; smaller models get
 // [1, L/2, L-1] clamped to [0, L-1] (docs/models.md).
 std::vector<std::int64_t> default_aux_layer_ids(std::int64_t num_layers);
+
+// Every tensor of a model folder's safetensors files, cheaply (no weight is loaded): name -> "dtype
+// [shape] hash", the hash an FNV-1a of the byte count and of 4 chunks of 1 KiB at fixed offsets
+// (start, thirds, end; all bytes of a smaller tensor). A fine-tune differs in the tensors it
+// changed, which a fingerprint of the ends alone (final norm, LM head) missed.
+std::map<std::string, std::string> tensor_fingerprints(const std::string& model_dir);
 
 class TargetModel {
  public:
