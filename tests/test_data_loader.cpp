@@ -268,7 +268,7 @@ TEST_CASE("one huge token id costs no memory: counts are bounded by what was see
   CHECK(train.max_rss_kb < kLimitKb);
 }
 
-TEST_CASE("data inputs that are not regular files are refused by path; folder walks survive symlink loops",
+TEST_CASE("data inputs that are not regular files are refused by path, in folders too; walks survive symlink loops",
           "[data]") {
   eagle::test::TempDir dir;
   namespace fs = std::filesystem;
@@ -287,10 +287,28 @@ TEST_CASE("data inputs that are not regular files are refused by path; folder wa
   fs::create_directories(dir / "data" / "sub");
   eagle::test::write_file(dir / "data" / "sub" / "a.jsonl", "{\"input_ids\": [1, 2, 3, 4], \"loss_mask\": [0, 1, 1, 1]}\n");
   fs::create_directory_symlink(dir / "data", dir / "data" / "sub" / "loop");
-  REQUIRE(::mkfifo((dir / "data" / "skipped.jsonl").c_str(), 0600) == 0);  // never opened in a folder walk
   auto walk = eagle::test::run_command("timeout 60 " EAGLE_TRAIN_BIN " data-stats --json --data_path " +
                                        (dir / "data").string() + " 2>&1");
   INFO(walk.output);
   CHECK(walk.exit_code == 0);
   CHECK_THAT(walk.output, Catch::Contains("\"samples\": 1"));
+  // In a folder, a sample-file name that is not a regular file is refused by name: never opened (a
+  // FIFO blocks), never skipped (its samples would be missing without a word).
+  REQUIRE(::mkfifo((dir / "data" / "sub" / "pipe.jsonl").c_str(), 0600) == 0);
+  auto pipe = eagle::test::run_command("timeout 60 " EAGLE_TRAIN_BIN " data-stats --json --data_path " +
+                                       (dir / "data").string() + " 2>&1");
+  INFO(pipe.output);
+  CHECK(pipe.exit_code == 3);
+  CHECK_THAT(pipe.output, Catch::Contains("sub/pipe.jsonl") && Catch::Contains("FIFO"));
+  fs::remove(dir / "data" / "sub" / "pipe.jsonl");
+  fs::create_symlink(dir / "gone.jsonl", dir / "data" / "dangling.jsonl");
+  auto dangling = eagle::test::run_cli("data-stats --data_path " + (dir / "data").string());
+  INFO(dangling.output);
+  CHECK(dangling.exit_code == 3);
+  CHECK_THAT(dangling.output, Catch::Contains("dangling.jsonl") && Catch::Contains("dangling symbolic link") &&
+                                  Catch::Contains("gone.jsonl"));
+  // Names that are not sample files are no data: left alone whatever they are.
+  fs::remove(dir / "data" / "dangling.jsonl");
+  fs::create_symlink(dir / "gone", dir / "data" / "notes.txt");
+  CHECK(eagle::test::run_cli("data-stats --data_path " + (dir / "data").string()).exit_code == 0);
 }

@@ -75,6 +75,9 @@ TEST_CASE("the eval line reads 'step N AR: x'", "[io]") {
   CHECK(format_eval_line(e) == "step 300 AR: 2.875 | eval loss 2.1235 | acc 0.700 0.500 | tau 2.400");
   e.ar.reset();
   CHECK(format_eval_line(e) == "step 300 AR: n/a | eval loss 2.1235 | acc 0.700 0.500 | tau 2.400");
+  e.loss = std::numeric_limits<double>::quiet_NaN();  // nothing scored: never "eval loss 0.0000"
+  CHECK(format_eval_line(e) == "step 300 AR: n/a | eval loss n/a | acc 0.700 0.500 | tau 2.400");
+  CHECK(to_json(e)["eval_loss"].is_null());
 }
 
 TEST_CASE("progress bars and plain progress lines", "[io]") {

@@ -239,20 +239,39 @@ TEST_CASE("non-finite values stop the run under nan_policy error and are skipped
 
 TEST_CASE("a window without a trained position logs loss n/a, never 0", "[train]") {
   TempDir dir;
-  // Only the second token of each sample is trained: no position t has t+2 trained (the first TTT
-  // step predicts two tokens ahead), so there is nothing to learn from.
-  std::string data;
-  for (int i = 0; i < 12; ++i) data += "{\"input_ids\": [" + std::to_string(10 + i) + ", 7], \"loss_mask\": [0, 1]}\n";
+  // Only the second token of most samples is trained: no position t has t+2 trained (the first TTT
+  // step predicts two tokens ahead), so their steps have nothing to learn from. One sample trains
+  // (data with no trainable position at all is refused before training).
+  std::string data = "{\"input_ids\": [1, 2, 3, 4], \"loss_mask\": [0, 0, 1, 1]}\n";
+  for (int i = 0; i < 11; ++i) data += "{\"input_ids\": [" + std::to_string(10 + i) + ", 7], \"loss_mask\": [0, 1]}\n";
   eagle::test::write_file(dir / "untrainable.jsonl", data);
   auto r = run_cli("train " + kSmoke + " --data_path " + (dir / "untrainable.jsonl").string() +
-                   " --validation_fraction 0 --max_steps 2 --logging_steps 1 --output_dir " + (dir / "run").string());
+                   " --validation_fraction 0 --per_device_train_batch_size 1 --max_steps 4 --logging_steps 1 " +
+                   "--output_dir " + (dir / "run").string());
   INFO(r.output);
   CHECK(r.exit_code == 0);
   CHECK_THAT(r.output, Catch::Contains("loss n/a") && Catch::Contains("had no position to train") &&
                            !Catch::Contains("loss 0.0000"));
+  int null_losses = 0;
   for (const auto& j : read_jsonl(dir / "run" / "metrics.jsonl"))
-    if (j.contains("loss")) CHECK(j["loss"].is_null());
-  CHECK(json::parse(eagle::test::read_file(dir / "run" / "summary.json"))["final_loss"].is_null());
+    if (j.contains("loss")) null_losses += j["loss"].is_null() ? 1 : 0;
+  CHECK(null_losses >= 3);
+
+  // A held-out split with nothing to score: the evaluation line reads n/a too.
+  eagle::test::write_file(dir / "heldout.jsonl", "{\"input_ids\": [10, 7], \"loss_mask\": [0, 1]}\n");
+  auto e = run_cli("train " + kSmoke + " --eval_data_path " + (dir / "heldout.jsonl").string() +
+                   " --max_steps 2 --eval_steps 0 --eval_num_prompts 0 --output_dir " + (dir / "eval").string());
+  INFO(e.output);
+  CHECK(e.exit_code == 0);
+  CHECK_THAT(e.output, Catch::Contains("eval loss n/a") && Catch::Contains("no held-out position was scored") &&
+                           !Catch::Contains("eval loss 0.0000"));
+  bool evaluated = false;
+  for (const auto& j : read_jsonl(dir / "eval" / "metrics.jsonl"))
+    if (j.contains("eval_loss")) {
+      evaluated = true;
+      CHECK(j["eval_loss"].is_null());
+    }
+  CHECK(evaluated);
 }
 
 TEST_CASE("CI gates fail the run with exit 6 and say which", "[train]") {

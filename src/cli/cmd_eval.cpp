@@ -13,6 +13,7 @@
 #include "eagle/cli/commands.h"
 #include "eagle/device/runtime.h"
 #include "eagle/features/inputs.h"
+#include "eagle/io/progress.h"
 #include "eagle/io/step_stats.h"
 #include "eagle/model/head_io.h"
 #include "eagle/run/summary.h"
@@ -134,8 +135,9 @@ void run_eval(const config::Options& opts, const Invocation& argv) {
   if (opts.json) std::cout << j.dump(2) << "\n";
   else
     std::cout << fmt::format(
-        "AR {} | eval loss {:.4f} | acc {:.3f} | tau {:.3f} ({} held-out samples, {} drafted per round)\n",
-        stats.ar ? fmt::format("{:.3f}", *stats.ar) : std::string("n/a"), stats.loss, fmt::join(stats.acc, " "),
+        "AR {} | eval loss {} | acc {:.3f} | tau {:.3f} ({} held-out samples, {} drafted per round)\n",
+        stats.ar ? fmt::format("{:.3f}", *stats.ar) : std::string("n/a"), io::loss_text(stats.loss),
+        fmt::join(stats.acc, " "),
         stats.tau, heldout.size(), settings.draft_len);
   if (!opts.output.empty()) util::write_file_atomic(opts.output, j.dump(2) + "\n");
   run::RunSummary measured;

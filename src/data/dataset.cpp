@@ -151,6 +151,13 @@ TokenId Dataset::token(std::size_t sample, std::int64_t pos) const {
   return static_cast<const std::uint32_t*>(storage_.tokens)[k];
 }
 
+bool has_trainable_position(const Dataset& ds) {
+  for (std::size_t i = 0; i < ds.size(); ++i)
+    for (std::int64_t p = kFirstTrainablePosition; p < ds.length(i); ++p)
+      if (ds.trained(i, p)) return true;
+  return false;
+}
+
 bool Dataset::trained(std::size_t sample, std::int64_t pos) const {
   std::uint64_t k = storage_.offsets[sample] + static_cast<std::uint64_t>(pos);
   return (storage_.mask_bits[k / 8] >> (k % 8)) & 1u;

@@ -8,9 +8,9 @@
 #include <zlib.h>
 
 #include <algorithm>
-#include <set>
 #include <cstring>
 #include <filesystem>
+#include <set>
 
 #include "eagle/util/error.h"
 #include "eagle/util/fs_sync.h"
@@ -20,8 +20,8 @@ namespace eagle::data {
 namespace {
 
 namespace fs = std::filesystem;
-constexpr std::size_t kPadding = 64;          // simdjson's SIMDJSON_PADDING
-constexpr std::size_t kChunk = 8u << 20;      // JSONL read size
+constexpr std::size_t kPadding = 64;      // simdjson's SIMDJSON_PADDING
+constexpr std::size_t kChunk = 8u << 20;  // JSONL read size
 constexpr std::size_t kGzChunk = 1u << 20;
 
 bool ends_with(const std::string& s, std::string_view suffix) {
@@ -160,8 +160,9 @@ bool is_sample_file(const std::string& path) {
 namespace {
 
 // The sample files below a folder, recursively. Symlinked folders are followed once each (a link
-// back up the tree would otherwise loop); entries that are not regular files (FIFOs, devices,
-// sockets) are skipped, never opened.
+// back up the tree would otherwise loop); an entry with a sample file's name that is not a regular
+// file (a dangling link, a FIFO, a device, a socket) is refused by name, never opened (opening a
+// FIFO blocks) nor skipped (its samples would be missing silently).
 void walk_folder(const fs::path& root, std::vector<std::string>& found) {
   std::set<std::pair<dev_t, ino_t>> seen;
   std::vector<fs::path> pending{root};
@@ -173,8 +174,12 @@ void walk_folder(const fs::path& root, std::vector<std::string>& found) {
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator(dir, ec)) {
       std::error_code e2;
-      if (entry.is_directory(e2)) pending.push_back(entry.path());
-      else if (entry.is_regular_file(e2) && is_sample_file(entry.path().string())) found.push_back(entry.path().string());
+      if (entry.is_directory(e2)) {
+        pending.push_back(entry.path());
+      } else if (is_sample_file(entry.path().string())) {
+        util::require_regular_file(entry.path(), ErrorKind::input, "a data file of the folder");
+        found.push_back(entry.path().string());
+      }
     }
     if (ec) throw Error(ErrorKind::input, "cannot read the folder").file(dir.string()).found(ec.message());
   }
@@ -200,15 +205,15 @@ std::vector<std::string> list_sample_files(const std::vector<std::string>& input
       walk_folder(in, found);
       if (found.empty())
         throw Error(ErrorKind::input, "the folder holds no sample files")
-                            .file(in)
-                            .expected("files named *.jsonl, *.json, *.jsonl.gz or *.json.gz");
+            .file(in)
+            .expected("files named *.jsonl, *.json, *.jsonl.gz or *.json.gz");
       std::sort(found.begin(), found.end());
       files.insert(files.end(), found.begin(), found.end());
     } else {
       if (!is_sample_file(in))
         throw Error(ErrorKind::input, "unknown input file type")
-                            .file(in)
-                            .expected("a name ending in .jsonl, .json, .jsonl.gz or .json.gz");
+            .file(in)
+            .expected("a name ending in .jsonl, .json, .jsonl.gz or .json.gz");
       util::require_regular_file(in, ErrorKind::input, "the data file");
       files.push_back(in);
     }

@@ -39,6 +39,20 @@ std::optional<data::Dataset> heldout_split(const config::Options& opts, std::int
   return data::load_dataset(opts.eval_data_path, lo).train;
 }
 
+// Data with no position to train would run every step at loss n/a and end with exit 0 and an
+// untrained head; refused before anything is built.
+void check_trainable(const data::Dataset& ds) {
+  EAGLE_CHECK(data::has_trainable_position(ds),
+              Error(ErrorKind::input, "the training data has no trainable position")
+                  .file(ds.source())
+                  .expected(fmt::format("a sample with a trained token (loss_mask 1) at position {} or later: the "
+                                        "head predicts a token from the ones before it",
+                                        data::kFirstTrainablePosition))
+                  .found(fmt::format("{} samples, {} trained tokens, none at a trainable position", ds.size(),
+                                     ds.stats().trained_tokens))
+                  .hint("check the loss masks (eagle-train data-stats counts the trained tokens)"));
+}
+
 std::vector<std::int64_t> pick(const std::vector<std::int64_t>& ids, const std::vector<std::size_t>& at) {
   std::vector<std::int64_t> out;
   out.reserve(at.size());
@@ -69,6 +83,7 @@ void set_data(RunInputs& in, data::Dataset all, std::vector<std::int64_t> all_id
     return;
   }
   EAGLE_CHECK(all.size() > 0, Error(ErrorKind::input, "the features hold no training sample").file(in.store->source()));
+  check_trainable(all);
   in.train = std::move(all);
   in.train_samples = std::move(all_ids);
   in.heldout = std::move(val);
@@ -221,6 +236,7 @@ TrainData load_train_data(const config::Options& opts, std::int64_t vocab_size) 
   TrainData out{std::move(loaded.train), heldout_split(opts, vocab_size, std::move(loaded.validation))};
   EAGLE_CHECK(out.train.size() > 0,
               Error(ErrorKind::input, "the training data holds no usable sample").file(opts.data_path));
+  check_trainable(out.train);
   log::info("data", "training samples: {} ({} tokens, {} trained); held-out samples: {}", out.train.size(),
             out.train.stats().tokens, out.train.stats().trained_tokens, out.heldout ? out.heldout->size() : 0);
   return out;

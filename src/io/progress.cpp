@@ -31,20 +31,22 @@ std::string timing(std::int64_t step, std::int64_t total, double elapsed_s, std:
 
 }  // namespace
 
+std::string loss_text(double loss) { return std::isfinite(loss) ? fmt::format("{:.4f}", loss) : "n/a"; }
+
 std::string format_step_line(const StepStats& s) {
   std::string line = fmt::format(
       "step {}/{} | loss {} | acc {} | tau {:.3f} | lr {:.3e} | grad {:.3f} | {:.0f} tok/s | pad {:.1f}% | "
       "{:.0f} ms/step",
-      s.step, s.total_steps, std::isfinite(s.loss) ? fmt::format("{:.4f}", s.loss) : "n/a", join_acc(s.acc), s.tau,
-      s.lr, s.grad_norm, s.tokens_per_s, 100.0 * s.padding_efficiency, s.ms_per_step);
+      s.step, s.total_steps, loss_text(s.loss), join_acc(s.acc), s.tau, s.lr, s.grad_norm, s.tokens_per_s,
+      100.0 * s.padding_efficiency, s.ms_per_step);
   if (s.nonfinite_steps > 0) line += fmt::format(" | {} non-finite steps skipped", s.nonfinite_steps);
   return line;
 }
 
 std::string format_eval_line(const EvalStats& e) {
   std::string ar = e.ar ? fmt::format("{:.3f}", *e.ar) : "n/a";
-  return fmt::format("step {} AR: {} | eval loss {:.4f} | acc {} | tau {:.3f}", e.step, ar, e.loss, join_acc(e.acc),
-                     e.tau);
+  return fmt::format("step {} AR: {} | eval loss {} | acc {} | tau {:.3f}", e.step, ar, loss_text(e.loss),
+                     join_acc(e.acc), e.tau);
 }
 
 std::string format_progress_bar(std::int64_t step, std::int64_t total, double elapsed_s, std::int64_t start_step,

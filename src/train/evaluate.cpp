@@ -1,6 +1,7 @@
 // Held-out evaluation and the real acceptance rate (see evaluate.h).
 #include "eagle/train/evaluate.h"
 
+#include <limits>
 #include <numeric>
 
 #include "eagle/data/sampler.h"
@@ -119,8 +120,13 @@ io::EvalStats evaluate(const features::FeatureSource& features, const model::Tar
     sums += out.metric_sums;
     loss += out.loss;
   }
-  stats.loss = loss.item<double>();
   auto summary = summarize_metrics(sums.cpu());
+  // Nothing scored (no held-out position trains): no loss, as on the step line, never 0.
+  stats.loss = summary.positions > 0 ? loss.item<double>() : std::numeric_limits<double>::quiet_NaN();
+  if (summary.positions == 0)
+    log::warn("eval",
+              "no held-out position was scored: eval loss n/a (a trained token needs two tokens before it "
+              "in its sample; check the held-out data's loss masks)");
   stats.acc = summary.acc;
   stats.tau = summary.tau;
   if (settings.num_prompts > 0 && target != nullptr) {

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <string>
 
+#include <fmt/format.h>
+
 #include "eagle/util/error.h"
 #include "eagle/util/exclusive_file.h"
 
@@ -107,6 +109,14 @@ void require_regular_file(const fs::path& path, ErrorKind kind, std::string_view
   std::error_code ec;
   const auto st = fs::status(path, ec);
   if (fs::is_regular_file(st)) return;
+  std::error_code lec;
+  if (!fs::exists(st) && fs::is_symlink(fs::symlink_status(path, lec))) {
+    const auto target = fs::read_symlink(path, lec);
+    throw Error(kind, std::string(what) + " is a dangling symbolic link")
+        .file(path.string())
+        .expected("a regular file")
+        .found(fmt::format("a link to {}, which does not exist", lec ? std::string("?") : target.string()));
+  }
   if (!fs::exists(st) && (!ec || ec == std::errc::no_such_file_or_directory))
     throw Error(kind, std::string(what) + " not found").file(path.string());
   std::string found = "not a regular file";

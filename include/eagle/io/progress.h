@@ -16,7 +16,10 @@ namespace eagle::io {
 //  12345 tok/s | pad 87.5% | 412 ms/step" (one line; " | 3 non-finite steps skipped" appended
 // when nonfinite_steps > 0).
 std::string format_step_line(const StepStats& s);
-// "step 120 AR: 2.875 | eval loss 2.1234 | acc 0.700 0.500 | tau 2.400" ("AR: n/a" when not measured).
+// A loss as the lines print it: "2.3456", or "n/a" when nothing was scored (NaN), never 0.
+std::string loss_text(double loss);
+// "step 120 AR: 2.875 | eval loss 2.1234 | acc 0.700 0.500 | tau 2.400" ("AR: n/a" when not measured,
+// "eval loss n/a" when no held-out position was scored).
 std::string format_eval_line(const EvalStats& e);
 // "[#########.....................]  30.0% 300/1000 | 1m00s elapsed | ETA 2m20s": `width` cells,
 // ETA from the mean step time of the steps this process ran (step - start_step).
