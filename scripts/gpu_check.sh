@@ -4,7 +4,8 @@
 # scripts/gpu_bundle.sh (.cache/gpu-bundle, carried along) and the machine's Python torch, runs the
 # [gpu] tests (the real training step per batch shape: graphed == eager in fp32, one capture per
 # shape then replays, no host synchronisation, graph memory near eager's; flash attention; CUDA
-# parity), trains the smoke config eagerly and with CUDA graphs (same losses), generates eagerly and
+# parity, MoE grouped matmuls and sliding-window/sink flash attention in bf16), trains the smoke config
+# eagerly and with CUDA graphs (same losses; also on the MXFP4 gpt-oss fixture), generates eagerly and
 # with graphed decode steps (same file), and benchmarks the
 # training step at Llama-3.1-8B shapes with random weights made on the device (granularity 0 / 128 /
 # padding-free, eager / graphed: real tokens/s, peak memory, MFU). Everything goes under $OUT
@@ -113,13 +114,22 @@ for mode in eager graphed packed-eager packed-graphed; do
   "$BUILD/eagle-train" train "${common[@]}" "${extra[@]}" --max_cuda_graphs "$graphs" --output_dir "$OUT/$mode" \
     >"$OUT/$mode.log" 2>&1 || fail "smoke training ($mode)"
 done
+# A mixture-of-experts target with sinks, sliding windows and YaRN in bf16: grouped matmuls and
+# flash windows, eager and graphed (TargetModel::graph_safe on sm90).
+for mode in moe-eager moe-graphed; do
+  graphs=8
+  [[ "$mode" = *eager ]] && graphs=0
+  "$BUILD/eagle-train" train "${common[@]}" --model_name_or_path "$ROOT/tests/fixtures/models/tiny-gpt-oss-mxfp4" \
+    --target_dtype bfloat16 --max_cuda_graphs "$graphs" --output_dir "$OUT/$mode" \
+    >"$OUT/$mode.log" 2>&1 || fail "MoE smoke training ($mode)"
+done
 "$PY" - "$OUT" >>"$OUT/summary.txt" <<'PYEOF' || fail "smoke training: graphed losses differ from eager"
 import json, re, sys
 out = sys.argv[1]
 def losses(run):
     return [j["loss"] for j in map(json.loads, open(f"{out}/{run}/metrics.jsonl")) if "loss" in j]
 ok = True
-for e, g in (("eager", "graphed"), ("packed-eager", "packed-graphed")):
+for e, g in (("eager", "graphed"), ("packed-eager", "packed-graphed"), ("moe-eager", "moe-graphed")):
     a, b = losses(e), losses(g)
     worst = max(abs(x - y) for x, y in zip(a, b)) if a and len(a) == len(b) else float("inf")
     graphs = re.findall(r"CUDA graphs: .*", open(f"{out}/{g}.log").read())

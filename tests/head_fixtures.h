@@ -2,7 +2,11 @@
 // features (legitimate inputs of the head), with hand-built token ids and document layouts.
 #pragma once
 
+#include <catch2/catch.hpp>
 #include <torch/torch.h>
+
+#include <map>
+#include <string>
 
 #include "eagle/model/eagle1_head.h"
 #include "eagle/model/eagle3_head.h"
@@ -63,6 +67,55 @@ inline model::HeadInputs tiny_inputs(const model::HeadConfig& cfg) {
   in.target_argmax = torch::randint(0, 12, {b, t}, torch::kInt64) * 3;
   in.target_argmax.index_put_({1, 3}, 4);  // not a draft id
   return in;
+}
+
+// Drafts 3 tokens after a random prefix of 6 and checks that the TTT unroll over the prefix followed
+// by the drafted tokens predicts each of them at the prefix's last position (Catch2 checks). Returns
+// the drafted tokens [1, 3] and leaves the prefix in cache.
+inline torch::Tensor check_drafting_matches_unroll(model::Eagle3Head& head, model::DraftCache& cache,
+                                                  const torch::Tensor& feats, const torch::Tensor& ids) {
+  const auto n = feats.size(1);
+  auto drafted = head.draft(cache, feats, ids.narrow(1, 1, n), 3);
+  REQUIRE(drafted.sizes() == torch::IntArrayRef({1, 3}));
+  model::HeadInputs in;
+  const auto t = n + 3;
+  in.input_ids = torch::cat({ids, drafted.narrow(1, 0, 2)}, 1);
+  in.position_ids = torch::arange(t, torch::kInt64).unsqueeze(0);
+  in.document_ids = torch::zeros({1, t}, torch::kInt64);
+  in.aux_hidden = torch::cat({feats, torch::randn({1, 3, feats.size(2)})}, 1);
+  auto logits = head.ttt_logits(in);
+  for (std::int64_t k = 0; k < 3; ++k) {
+    auto id = head.draft_ids.index({logits[static_cast<std::size_t>(k)].index({0, n - 1}).argmax()});
+    CHECK(id.item<std::int64_t>() == drafted.index({0, k}).item<std::int64_t>());
+  }
+  return drafted;
+}
+
+// A loaded head re-made with 3 TTT steps (weights copied) against an independent PyTorch forward's
+// logits (scripts/make_head_reference.py: inputs input_ids, position_ids, document_ids, aux_hidden,
+// embedding; logits_k per step).
+inline void check_head_against_reference(model::DraftHead& loaded, const model::HeadConfig& config,
+                                         std::map<std::string, torch::Tensor> ref) {
+  auto cfg = config;
+  cfg.ttt_steps = 3;
+  auto& src = dynamic_cast<model::Eagle3Head&>(loaded);
+  model::Eagle3Head three(cfg, src.vocab());
+  {
+    torch::NoGradGuard ng;
+    auto from = src.named_parameters();
+    for (auto& p : three.named_parameters()) p.value().copy_(from[p.key()]);
+  }
+  three.set_target_weights(ref["embedding"], ref["embedding"]);
+  model::HeadInputs in;
+  in.input_ids = ref["input_ids"];
+  in.position_ids = ref["position_ids"];
+  in.document_ids = ref["document_ids"];
+  in.aux_hidden = ref["aux_hidden"];
+  auto logits = three.ttt_logits(in);
+  for (std::size_t k = 0; k < 3; ++k) {
+    INFO("step " << k);
+    CHECK(torch::allclose(logits[k], ref["logits_" + std::to_string(k)], 1e-4, 1e-4));
+  }
 }
 
 }  // namespace eagle::test

@@ -214,27 +214,6 @@ TEST_CASE("a SpecForge-style SGLang head imports and matches an independent PyTo
   CHECK(loaded.config.rope.type == "llama3");
   CHECK(loaded.config.rope.original_max_position_embeddings == 16);
   CHECK(loaded.config.draft_vocab_size == 20);
-  auto ref = model::load_safetensors(root + "reference/eagle3-head.safetensors");
-  auto& head = dynamic_cast<model::Eagle3Head&>(*loaded.head);
-  head.set_target_weights(ref["embedding"], ref["embedding"]);
-  auto cfg = loaded.config;
-  cfg.ttt_steps = 3;
-  model::Eagle3Head three(cfg, head.vocab());
-  {
-    torch::NoGradGuard ng;
-    auto src = head.named_parameters();
-    for (auto& p : three.named_parameters()) p.value().copy_(src[p.key()]);
-  }
-  three.set_target_weights(ref["embedding"], ref["embedding"]);
-  model::HeadInputs in;
-  in.input_ids = ref["input_ids"];
-  in.position_ids = ref["position_ids"];
-  in.document_ids = ref["document_ids"];
-  in.aux_hidden = ref["aux_hidden"];
-  auto logits = three.ttt_logits(in);
-  for (std::size_t k = 0; k < 3; ++k) {
-    INFO("step " << k);
-    auto expected = ref["logits_" + std::to_string(k)];
-    CHECK(torch::allclose(logits[k], expected, 1e-4, 1e-4));
-  }
+  eagle::test::check_head_against_reference(*loaded.head, loaded.config,
+                                            model::load_safetensors(root + "reference/eagle3-head.safetensors"));
 }

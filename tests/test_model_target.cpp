@@ -1,8 +1,8 @@
 // Target model parity with transformers (tests/fixtures, made by scripts/make_reference_fixtures.py):
 // hidden states and logits in fp32 and bf16, padded and packed batches, the chunked teacher, the
 // KV-cache forward and greedy continuation.
-#include <catch2/catch.hpp>
 #include <torch/torch.h>
+#include <catch2/catch.hpp>
 
 #include "eagle/model/safetensors.h"
 #include "eagle/model/target.h"
@@ -13,7 +13,14 @@ using eagle::model::TargetModel;
 
 namespace {
 
-const char* kFamilies[] = {"tiny-llama", "tiny-llama3", "tiny-mistral", "tiny-qwen2", "tiny-qwen3"};
+const char* kFamilies[] = {
+    "tiny-llama",   "tiny-llama3",     "tiny-mistral",        "tiny-qwen2",        "tiny-qwen3",    "tiny-qwen3-moe",
+    "tiny-mixtral", "tiny-gpt-oss",    "tiny-gpt-oss-mxfp4",  "tiny-gemma3",       "tiny-gemma2",   "tiny-phi3",
+    "tiny-phi4",    "tiny-qwen3-yarn", "tiny-mistral-window", "tiny-qwen2-window", "tiny-qwen3-fp8"};
+
+// longrope switches factors by sequence length: transformers per call (a padded batch takes its
+// longest row's), eagle-train per sample in training batches (docs/models.md, RoPE).
+bool longrope(const TargetModel& m) { return m.config().rope.type == "longrope"; }
 
 std::string model_dir(const std::string& name) {
   return std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/" + name;
@@ -89,7 +96,7 @@ TEST_CASE("target padded and packed batches equal the per-sample forward", "[mod
     auto hs = stacked(out.aux_hidden, H);
     auto ref_hs = ref.at("padded.hidden_states");
     CHECK(max_err(hs.select(1, 0), ref_hs.select(1, 0)) <= 1e-4);
-    CHECK(max_err(hs.select(1, 1).narrow(1, 0, Tb), ref_hs.select(1, 1).narrow(1, 0, Tb)) <= 1e-4);
+    if (!longrope(m)) CHECK(max_err(hs.select(1, 1).narrow(1, 0, Tb), ref_hs.select(1, 1).narrow(1, 0, Tb)) <= 1e-4);
     CHECK(max_err(hs.select(1, 1).narrow(1, 0, Tb), ref.at("b.hidden_states").select(1, 0)) <= 1e-4);
     CHECK(max_err(out.teacher_logits[1].narrow(0, 0, Tb), ref.at("b.logits")[0]) <= 1e-4);
     CHECK(torch::isfinite(out.teacher_logits).all().item<bool>());  // padding rows stay finite
@@ -146,15 +153,21 @@ TEST_CASE("target bf16 forward stays within the documented bound of transformers
     auto ref = reference(name);
     auto out = m.forward(unpadded(ref.at("a.input_ids")), full_vocab(m));
     CHECK(out.aux_hidden.scalar_type() == torch::kBFloat16);
-    // Bound of docs/models.md (measured <= 0.011 on these fixtures): both sides round to bf16
+    // Bound of docs/models.md (measured <= 0.011 on the dense fixtures): both sides round to bf16
     // (8 bits of mantissa) after every op, in different orders.
-    const auto hs = stacked(out.aux_hidden, m.config().hidden_size);
+    const auto hs = stacked(out.aux_hidden, m.config().hidden_size);  // [L+1, 1, T, H]
     const auto ref_hs = ref.at("a.bf16.hidden_states");
-    const double rel_hs = max_err(hs, ref_hs) / ref_hs.abs().max().item<double>();
-    const double rel_logits = max_err(out.teacher_logits, ref.at("a.bf16.logits")) /
-                              ref.at("a.bf16.logits").abs().max().item<double>();
-    CHECK(rel_hs <= 0.02);
-    CHECK(rel_logits <= 0.02);
+    const auto ref_logits = ref.at("a.bf16.logits");
+    // Per token: the largest error over layers and features, relative to the largest magnitude.
+    const auto rel_hs = (hs - ref_hs).abs().amax({0, 3}).squeeze(0) / ref_hs.abs().max();
+    const auto rel_logits = (out.teacher_logits - ref_logits).abs().amax(-1).squeeze(0) / ref_logits.abs().max();
+    // A mixture of experts may route one token of the prompt differently where two experts' router
+    // scores nearly tie (a gap of ~1e-4 flips under bf16 rounding in either implementation); that
+    // token, and only one, may exceed the bound.
+    const std::int64_t allowed = m.config().moe() ? 1 : 0;
+    INFO("hidden " << rel_hs << " logits " << rel_logits);
+    CHECK((rel_hs > 0.02).sum().item<std::int64_t>() <= allowed);
+    CHECK((rel_logits > 0.02).sum().item<std::int64_t>() <= allowed);
   }
 }
 
@@ -167,10 +180,13 @@ TEST_CASE("target KV-cache forward equals the full forward; greedy continuation 
     const auto T = ids.size(1);
     const auto full = m.forward(unpadded(ids), {});
 
-    // Prefill 6, then 3, then the rest: logits and aux features equal the full forward's.
+    // Prefill 6, then 3, then the rest: logits and aux features equal the full forward's (longrope:
+    // a first call already past the original context, so that every call takes the long factors).
     auto cache = m.new_cache(1, 32);
     std::vector<torch::Tensor> logits, aux;
-    for (auto [s, n] : {std::pair<std::int64_t, std::int64_t>{0, 6}, {6, 3}, {9, T - 9}}) {
+    using Split = std::vector<std::pair<std::int64_t, std::int64_t>>;
+    const auto splits = longrope(m) ? Split{{0, 9}, {9, 1}, {10, T - 10}} : Split{{0, 6}, {6, 3}, {9, T - 9}};
+    for (auto [s, n] : splits) {
       auto o = m.forward_cached(cache, ids.narrow(1, s, n));
       logits.push_back(o.logits);
       aux.push_back(o.aux_hidden);
@@ -229,7 +245,12 @@ TEST_CASE("RoPE inverse frequencies of the scaled types match transformers", "[m
                                torch::arange(0, 64, 2).to(torch::kFloat64) / 64.0);
   CHECK(max_err(serving, want) <= 1e-6 * want.max().item<double>());
   CHECK(max_err(model::rope_inv_freq_serving(linear), model::rope_inv_freq(linear)) == 0.0);
-  model::RopeConfig llama3{.head_dim = 64, .theta = 500000.0, .type = "llama3", .factor = 8.0,
-                           .low_freq_factor = 1.0, .high_freq_factor = 4.0, .original_max_position_embeddings = 64};
+  model::RopeConfig llama3{.head_dim = 64,
+                           .theta = 500000.0,
+                           .type = "llama3",
+                           .factor = 8.0,
+                           .low_freq_factor = 1.0,
+                           .high_freq_factor = 4.0,
+                           .original_max_position_embeddings = 64};
   CHECK(max_err(model::rope_inv_freq(llama3), ref.at("llama3")) <= 1e-7);
 }

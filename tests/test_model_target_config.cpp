@@ -13,6 +13,7 @@
 #include "eagle/model/target.h"
 #include "eagle/util/error.h"
 #include "helpers.h"
+#include "target_fixtures.h"
 
 using namespace eagle;
 using eagle::model::TargetConfig;
@@ -41,16 +42,7 @@ std::string load_error(const fs::path& dir) {
   return "";
 }
 
-std::string config_error(const test::TempDir& dir, const nlohmann::json& config) {
-  test::write_file(dir / "config.json", config.dump());
-  try {
-    TargetConfig::from_json_file((dir / "config.json").string());
-  } catch (const Error& e) {
-    return e.format();
-  }
-  FAIL("no error for config " << config.dump());
-  return "";
-}
+using test::config_error;
 
 }  // namespace
 
@@ -100,33 +92,25 @@ TEST_CASE("target config: fields that change the math are refused by name", "[mo
                                          Catch::Contains("unsupported architecture"));
   }
   SECTION("rope type") {
-    c["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 10000.0}, {"factor", 4.0}};
-    CHECK_THAT(config_error(dir, c), Catch::Contains("rope_parameters.rope_type") && Catch::Contains("yarn"));
+    c["rope_parameters"] = {{"rope_type", "mrope"}, {"rope_theta", 10000.0}, {"factor", 4.0}};
+    CHECK_THAT(config_error(dir, c), Catch::Contains("rope_parameters.rope_type") && Catch::Contains("mrope"));
   }
   SECTION("4.x rope_scaling type") {
     c.erase("rope_parameters");
     c["rope_theta"] = 10000.0;
-    c["rope_scaling"] = {{"type", "longrope"}, {"factor", 4.0}};
-    CHECK_THAT(config_error(dir, c), Catch::Contains("rope_scaling.rope_type") && Catch::Contains("longrope"));
+    c["rope_scaling"] = {{"type", "mrope"}, {"factor", 4.0}};
+    CHECK_THAT(config_error(dir, c), Catch::Contains("rope_scaling.rope_type") && Catch::Contains("mrope"));
+    c["rope_scaling"] = {{"type", "longrope"}, {"factor", 4.0}, {"original_max_position_embeddings", 64},
+                         {"short_factor", {1.0, 1.0}}, {"long_factor", {2.0, 2.0}}};
+    CHECK_THAT(config_error(dir, c), Catch::Contains("rope_scaling.short_factor") && Catch::Contains("8 factors"));
   }
   SECTION("activation") {
     c["hidden_act"] = "gelu";
     CHECK_THAT(config_error(dir, c), Catch::Contains("\"hidden_act\"") && Catch::Contains("gelu"));
   }
-  SECTION("mistral sliding window in use") {
-    c["architectures"] = {"MistralForCausalLM"};
-    c["model_type"] = "mistral";
-    c["sliding_window"] = 64;
-    CHECK_THAT(config_error(dir, c), Catch::Contains("\"sliding_window\"") && Catch::Contains("64"));
-    c["sliding_window"] = 4096;  // >= max_position_embeddings (256): never applies
-    test::write_file(dir / "config.json", c.dump());
-    CHECK_NOTHROW(TargetConfig::from_json_file((dir / "config.json").string()));
-  }
-  SECTION("qwen2 sliding window") {
-    c["architectures"] = {"Qwen2ForCausalLM"};
-    c["model_type"] = "qwen2";
-    c["use_sliding_window"] = true;
-    CHECK_THAT(config_error(dir, c), Catch::Contains("\"use_sliding_window\""));
+  SECTION("sliding windows: a sliding layer without a window") {
+    c["layer_types"] = {"full_attention", "sliding_attention", "full_attention", "full_attention"};
+    CHECK_THAT(config_error(dir, c), Catch::Contains("\"sliding_window\"") && Catch::Contains("need a window"));
   }
   SECTION("mlp bias") {
     c["mlp_bias"] = true;

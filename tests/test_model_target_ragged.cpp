@@ -52,7 +52,11 @@ double max_err(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).
 }  // namespace
 
 TEST_CASE("ragged prefill and decode equal the unbatched forward for every family", "[model]") {
-  for (const char* name : {"tiny-llama", "tiny-llama3", "tiny-mistral", "tiny-qwen2", "tiny-qwen3"}) {
+  // (tiny-phi3's longrope switches with the call's length: its own case below.)
+  for (const char* name :
+       {"tiny-llama", "tiny-llama3", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral",
+        "tiny-gpt-oss", "tiny-gpt-oss-mxfp4", "tiny-gemma3", "tiny-gemma2", "tiny-phi4", "tiny-qwen3-yarn",
+        "tiny-mistral-window", "tiny-qwen2-window", "tiny-qwen3-fp8"}) {
     INFO(name);
     auto m = TargetModel::load(model_dir(name), torch::kFloat32, torch::kCPU);
     torch::manual_seed(7);
@@ -97,6 +101,28 @@ TEST_CASE("ragged prefill and decode equal the unbatched forward for every famil
                                           {2, 4, 8}, {0, 1, 2}, false));
     CHECK(max_err(a, b) <= 1e-5);
     CHECK(max_err(a[2], expected[2][8]) <= 1e-4);
+  }
+}
+
+TEST_CASE("ragged decode with longrope: each row takes the long factors once its sequence outgrows the original",
+          "[model]") {
+  // tiny-phi3: original context 8. Row 0's prompt of 10 is past it from the start: its prefill and
+  // decode equal the full forward. Row 1's prompt of 5 uses the short factors as its own unpadded
+  // forward does, whatever row 0 holds in the same step.
+  auto m = TargetModel::load(model_dir("tiny-phi3"), torch::kFloat32, torch::kCPU);
+  torch::manual_seed(11);
+  const auto V = m.config().vocab_size;
+  const auto long_seq = torch::randint(3, V, {12}), short_seq = torch::randint(3, V, {5});
+  const auto expected_long = full_logits(m, long_seq), expected_short = full_logits(m, short_seq);
+  auto cache = m.new_cache(2, kCapacity);
+  auto first = m.forward_ragged(cache, step({long_seq.narrow(0, 0, 10), short_seq}, {0, 0}, {0, 1}, false));
+  CHECK(max_err(first[0], expected_long[9]) <= 1e-4);
+  CHECK(max_err(first[1], expected_short[4]) <= 1e-4);
+  for (std::int64_t k = 0; k < 2; ++k) {
+    auto ids = torch::stack({long_seq[10 + k], torch::tensor(0)}).view({2, 1});
+    auto columns = torch::tensor({10 + k, kSpare}).view({2, 1});
+    auto out = m.forward_ragged(cache, {ids, columns, {}, torch::zeros({2}, torch::kInt64), 11 + k});
+    CHECK(max_err(out[0], expected_long[10 + k]) <= 1e-4);
   }
 }
 

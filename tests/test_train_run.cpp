@@ -143,7 +143,8 @@ TEST_CASE("resume refuses options that shape the head or the data, naming each",
                    " --ttt_steps 2 --aux_hidden_state_layer_ids 0,1,2 --draft_vocab_size 128 --eagle_version 3");
   INFO(r.output);
   CHECK(r.exit_code == 2);
-  CHECK_THAT(r.output, Catch::Contains("other options (3 differ)") && Catch::Contains("ttt_steps: checkpoint 3, now 2") &&
+  CHECK_THAT(r.output, Catch::Contains("other options (3 differ)") &&
+                           Catch::Contains("ttt_steps: checkpoint 3, now 2") &&
                            Catch::Contains("aux_hidden_state_layer_ids") && Catch::Contains("draft_vocab_size"));
   // The default aux ids written out (the tiny 4-layer target's [1, 2, 3]) are the same head: resolved
   // values are compared, not the empty default with its spelled-out value.
@@ -165,7 +166,8 @@ TEST_CASE("SIGTERM checkpoints and exits 130; auto resume finishes the run", "[t
   auto args = " --max_steps 200 --eval_steps 0 --save_steps 0 --logging_steps 1 --eval_num_prompts 0";
   const pid_t pid = eagle::test::start_cli("train " + kSmoke + args + " --output_dir " + out.string(), dir / "log.txt");
   // Wait until a few steps are logged, then ask it to stop.
-  for (int i = 0; i < 600 && logged_losses(out).size() < 3; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int i = 0; i < 600 && logged_losses(out).size() < 3; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   REQUIRE(logged_losses(out).size() >= 3);
   kill(pid, SIGTERM);
   const int code = eagle::test::wait_exit(pid);
@@ -192,7 +194,8 @@ TEST_CASE("a second run on a running run's output_dir is refused naming the firs
   auto out = dir / "run";
   auto args = " --max_steps 400 --eval_steps 0 --save_steps 0 --logging_steps 1 --eval_num_prompts 0";
   const pid_t pid = eagle::test::start_cli("train " + kSmoke + args + " --output_dir " + out.string(), dir / "log.txt");
-  for (int i = 0; i < 600 && logged_losses(out).empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  for (int i = 0; i < 600 && logged_losses(out).empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   REQUIRE_FALSE(logged_losses(out).empty());
   for (const char* extra : {" --resume_from_checkpoint auto", " --overwrite_output_dir"}) {
     auto r = run_cli("train " + kSmoke + args + extra + " --output_dir " + out.string());
@@ -203,7 +206,8 @@ TEST_CASE("a second run on a running run's output_dir is refused naming the firs
   }
   kill(pid, SIGKILL);  // the kernel releases the lock with the process
   eagle::test::wait_exit(pid);
-  auto r = run_cli("train " + kSmoke + " --max_steps 2 --eval_steps 0 --eval_num_prompts 0 --resume_from_checkpoint auto"
+  auto r = run_cli("train " + kSmoke +
+                   " --max_steps 2 --eval_steps 0 --eval_num_prompts 0 --resume_from_checkpoint auto"
                    " --output_dir " + out.string());
   INFO(r.output);
   CHECK(r.exit_code == 0);
@@ -300,10 +304,68 @@ TEST_CASE("the trainer refuses bad input before training", "[train]") {
   CHECK_THAT(v.output, Catch::Contains("9"));
   // EAGLE-3 fuses exactly three layers: another count is refused with the options, before loading.
   for (const char* ids : {"1,2", "0,1,2,3"}) {
-    auto n = run_cli("train " + kSmoke + " --aux_hidden_state_layer_ids " + ids + " --output_dir " + (dir / "d").string());
+    auto n =
+        run_cli("train " + kSmoke + " --aux_hidden_state_layer_ids " + ids + " --output_dir " + (dir / "d").string());
     INFO(n.output);
     CHECK(n.exit_code == 2);
     CHECK_THAT(n.output, Catch::Contains("--aux_hidden_state_layer_ids") && Catch::Contains("3 layer ids for EAGLE-3"));
     CHECK_FALSE(std::filesystem::exists(dir / "d"));
   }
+}
+
+TEST_CASE("each newer target family trains (padded and padding-free) and its export names it", "[train]") {
+  // The MoE families, Gemma 2/3 (soft caps, two RoPEs), Phi-3 (longrope, partial rotary) and an FP8 checkpoint.
+  for (const char* name : {"tiny-qwen3-moe", "tiny-mixtral", "tiny-gpt-oss-mxfp4", "tiny-gemma3", "tiny-gemma2",
+                           "tiny-phi3", "tiny-qwen3-fp8"}) {
+    INFO(name);
+    const auto model = std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/" + name;
+    const auto arch = json::parse(eagle::test::read_file(fs::path(model) / "config.json"))["architectures"][0];
+    for (const char* padding_free : {"false", "true"}) {
+      INFO("padding_free " << padding_free);
+      TempDir dir;
+      auto out = dir / "run";
+      auto r = run_cli("train " + kSmoke + " --model_name_or_path " + model + " --padding_free=" + padding_free +
+                       " --max_steps 6 --logging_steps 3 --eval_steps 6 --save_steps 6 --output_dir " + out.string());
+      INFO(r.output);
+      REQUIRE(r.exit_code == 0);
+      CHECK_THAT(r.output, Catch::Contains(arch.get<std::string>()) && Catch::Contains("step 6 AR: "));
+      auto losses = logged_losses(out);
+      REQUIRE(losses.size() == 2);
+      CHECK(std::isfinite(losses.at(6)));
+      auto exported = dir / "speculators";
+      auto ex = run_cli("export --checkpoint " + (out / "checkpoint-6").string() + " --format speculators --output " +
+                        exported.string());
+      INFO(ex.output);
+      REQUIRE(ex.exit_code == 0);
+      auto cfg = json::parse(eagle::test::read_file(exported / "config.json"));
+      CHECK(cfg["speculators_config"]["verifier"]["architectures"] == json::array({arch}));
+    }
+  }
+}
+
+TEST_CASE("an EAGLE 3.1 head with the Qwen3-style layer trains, exports its switches and refuses a changed variant",
+          "[train]") {
+  TempDir dir;
+  auto out = dir / "run";
+  const std::string variant = " --fc_norm --norm_output --draft_layer qwen3";
+  auto r = run_cli("train " + kSmoke + variant + " --max_steps 4 --logging_steps 2 --eval_steps 4 --save_steps 4" +
+                   " --output_dir " + out.string());
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("step 4 AR: "));
+  auto cfg = json::parse(eagle::test::read_file(out / "checkpoint-4" / "config.json"));
+  CHECK(cfg["fc_norm"] == true);
+  CHECK(cfg["norm_output"] == true);
+  auto ex = run_cli("export --checkpoint " + (out / "checkpoint-4").string() + " --format speculators --output " +
+                    (dir / "spec").string());
+  INFO(ex.output);
+  REQUIRE(ex.exit_code == 0);
+  auto spec = json::parse(eagle::test::read_file(dir / "spec" / "config.json"));
+  CHECK(spec["transformer_layer_config"]["model_type"] == "qwen3");
+  CHECK(spec["fc_norm"] == true);
+  auto resumed = run_cli("train " + kSmoke + " --fc_norm --max_steps 6 --resume_from_checkpoint auto --output_dir " +
+                         out.string());
+  INFO(resumed.output);
+  CHECK(resumed.exit_code == 2);
+  CHECK_THAT(resumed.output, Catch::Contains("norm_output") && Catch::Contains("draft_layer"));
 }

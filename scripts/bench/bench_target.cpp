@@ -1,7 +1,9 @@
 // Target forward benchmark: real tokens/s of a fixed random Llama (4 layers, hidden 512, 8 heads,
 // vocabulary 32000, fp32, batch 4 x 512) and its model FLOPs utilisation against the fp32 matmul
 // FLOP/s measured in the same run; also the peak resident memory of the forward with the chunked
-// teacher versus the whole [B*T, V] logits at once. Run through scripts/bench/bench_target.sh.
+// teacher versus the whole [B*T, V] logits at once; then a mixture-of-experts target (Qwen3-MoE
+// layout, 16 experts, top 2) against a dense Qwen3 of the same active parameters. Run through
+// scripts/bench/bench_target.sh.
 #include <unistd.h>
 
 #include <algorithm>
@@ -87,6 +89,61 @@ double matmul_flops(int reps) {
   return 2.0 * n * n * n / best;
 }
 
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// Real tokens/s of the training forward of a random model of this config.json (median of reps).
+double forward_tokens_per_s(const nlohmann::json& config, int reps, std::int64_t* params, std::int64_t* active) {
+  const fs::path file = fs::temp_directory_path() / fmt::format("eagle_bench_config_{}.json", ::getpid());
+  std::ofstream(file) << config.dump();
+  const auto c = eagle::model::TargetConfig::from_json_file(file.string());
+  fs::remove(file);
+  torch::manual_seed(0);
+  auto m = eagle::model::TargetModel::random(c, torch::kFloat32, torch::kCPU);
+  *params = m.parameter_count();
+  *active = m.active_parameter_count();
+  eagle::model::TargetBatch batch{torch::randint(kVocab, {kBatch, kSeq}),
+                                  torch::arange(kSeq).unsqueeze(0).expand({kBatch, kSeq}).contiguous(),
+                                  torch::zeros({kBatch, kSeq}, torch::kInt64), {false, 0}};
+  const eagle::model::TeacherSpec teacher{torch::arange(0, kVocab, 4), 1024};
+  m.forward(batch, teacher);  // warm-up
+  std::vector<double> tps;
+  for (int i = 0; i < reps; ++i) {
+    auto t0 = Clock::now();
+    m.forward(batch, teacher);
+    tps.push_back(double(kBatch * kSeq) / seconds_since(t0));
+  }
+  return median_of(tps);
+}
+
+// A Qwen3-MoE target (16 experts of intermediate 768, 2 per token) and the dense Qwen3 whose MLP
+// (intermediate 1536) has the same active parameters.
+void moe_versus_dense(int reps) {
+  nlohmann::json base = {{"vocab_size", kVocab}, {"hidden_size", kHidden}, {"num_hidden_layers", kLayers},
+                         {"num_attention_heads", kHeads}, {"num_key_value_heads", kHeads / 2}, {"head_dim", 64},
+                         {"rms_norm_eps", 1e-6}, {"max_position_embeddings", 4096}, {"rope_theta", 1e6},
+                         {"torch_dtype", "float32"}, {"tie_word_embeddings", false}};
+  auto dense = base, moe = base;
+  dense["architectures"] = {"Qwen3ForCausalLM"};
+  dense["model_type"] = "qwen3";
+  dense["intermediate_size"] = 2 * 768;
+  moe["architectures"] = {"Qwen3MoeForCausalLM"};
+  moe["model_type"] = "qwen3_moe";
+  moe["num_experts"] = 16;
+  moe["num_experts_per_tok"] = 2;
+  moe["moe_intermediate_size"] = 768;
+  moe["norm_topk_prob"] = true;
+  std::int64_t dp = 0, da = 0, mp = 0, ma = 0;
+  const double dense_tps = forward_tokens_per_s(dense, reps, &dp, &da);
+  const double moe_tps = forward_tokens_per_s(moe, reps, &mp, &ma);
+  std::cout << fmt::format(
+      "dense Qwen3 ({:.1f} M parameters, {:.1f} M active): {:.0f} tokens/s (median of {})\n"
+      "Qwen3-MoE, 16 experts top 2 ({:.1f} M parameters, {:.1f} M active): {:.0f} tokens/s ({:.2f}x the dense)\n",
+      dp / 1e6, da / 1e6, dense_tps, reps, mp / 1e6, ma / 1e6, moe_tps, moe_tps / dense_tps);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -150,6 +207,7 @@ int main(int argc, char** argv) {
       torch::get_num_threads(), median(peaks) / 1e9, kBatch, kSeq, tokens, median(secs), reps, median(tps),
       best_of(tps), model_flops / 1e9, matmul_params / 1e6, attn_flops / 1e9, 100.0 * median(mfu),
       100.0 * best_of(mfu), peak_chunked, peak_whole, kBatch * kSeq);
+  moe_versus_dense(reps);
   std::error_code ec;
   fs::remove(dir / "model.safetensors", ec);
   fs::remove(dir / "config.json", ec);

@@ -1,6 +1,7 @@
 // eagle-train inspect: loads a target model folder (which checks config.json and every tensor),
 // reads every weight for NaN/Inf, runs one short forward, and prints the architecture, sizes,
 // dtype and the EAGLE-3 aux layers.
+#include <algorithm>
 #include <iostream>
 
 #include <fmt/format.h>
@@ -14,6 +15,46 @@
 #include "eagle/util/error.h"
 
 namespace eagle::cli {
+
+namespace {
+
+std::vector<std::string> layer_types(const model::TargetConfig& c) {
+  std::vector<std::string> types;
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
+    types.push_back(c.window(l) > 0 ? "sliding_attention" : "full_attention");
+  return types;
+}
+
+std::int64_t sliding_window(const model::TargetConfig& c) {
+  std::int64_t w = 0;
+  for (auto x : c.layer_windows) w = std::max(w, x);
+  return w;
+}
+
+std::vector<std::int64_t> dense_layers(const model::TargetConfig& c) {
+  std::vector<std::int64_t> ids;
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
+    if (!c.sparse(l)) ids.push_back(l);
+  return ids;
+}
+
+// The lines only MoE, windowed or sink models have.
+std::string extra_lines(const model::TargetConfig& c, const model::TargetModel& m) {
+  std::string s;
+  if (c.moe())
+    s += fmt::format("experts:       {} per sparse layer, {} per token, expert intermediate {}; dense MLP layers {}; "
+                     "active parameters {} ({:.2f} M){}\n",
+                     c.num_experts, c.experts_per_token, c.moe_intermediate_size, dense_layers(c),
+                     m.active_parameter_count(), static_cast<double>(m.active_parameter_count()) / 1e6,
+                     c.quant_method.empty() ? "" : "; stored as " + c.quant_method);
+  if (!c.layer_windows.empty() || c.attention_sinks)
+    s += fmt::format("layer types:   {}{}{}\n", layer_types(c),
+                     sliding_window(c) > 0 ? fmt::format(" (sliding window {})", sliding_window(c)) : "",
+                     c.attention_sinks ? ", attention sinks" : "");
+  return s;
+}
+
+}  // namespace
 
 void run_inspect(const config::Options& opts, const Invocation& argv) {
   auto m = model::load_target(opts, device::resolve_device(opts.device));
@@ -55,6 +96,15 @@ void run_inspect(const config::Options& opts, const Invocation& argv) {
         {"max_position_embeddings", c.max_position_embeddings},
         {"aux_hidden_state_layer_ids", m.aux_layer_ids()},
         {"eos_token_ids", c.eos_token_ids},
+        {"active_parameters", m.active_parameter_count()},
+        {"experts", c.num_experts},
+        {"experts_per_token", c.experts_per_token},
+        {"moe_intermediate_size", c.moe_intermediate_size},
+        {"dense_layers", dense_layers(c)},
+        {"quantization", c.quant_method.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(c.quant_method)},
+        {"layer_types", layer_types(c)},
+        {"sliding_window", sliding_window(c)},
+        {"attention_sinks", c.attention_sinks},
         {"checkpoint_ok", true},
     };
     std::cout << j.dump(2) << "\n";
@@ -70,13 +120,14 @@ void run_inspect(const config::Options& opts, const Invocation& argv) {
       "vocabulary:    {}{}\n"
       "rope:          {} (theta {}, factor {}), max positions {}\n"
       "aux layers:    {} (input-of-layer ids, hidden_states[id])\n"
+      "{}"
       "checkpoint:    ok (every tensor present with the right shape and finite; a forward is finite)\n",
       opts.model_name_or_path, c.architecture, c.model_type, m.parameter_count(),
       static_cast<double>(m.parameter_count()) / 1e6, dtype, c.dtype, c.num_hidden_layers, c.hidden_size,
       c.intermediate_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
       c.attention_bias ? ", q/k/v bias" : "", c.qk_norm ? ", q/k norm" : "", c.vocab_size,
       c.tie_word_embeddings ? " (tied embeddings)" : "", c.rope.type, c.rope.theta, c.rope.factor,
-      c.max_position_embeddings, m.aux_layer_ids());
+      c.max_position_embeddings, m.aux_layer_ids(), extra_lines(c, m));
 }
 
 }  // namespace eagle::cli

@@ -144,6 +144,18 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::ttt_steps, "ttt_steps", G::draft, kTrain,
         "Training-time test steps: how far the head is unrolled on its own outputs; eval uses the head's")
       .range(1, 32);
+  t.add(&Options::fc_norm, "fc_norm", G::draft, kTrain,
+        "EAGLE 3.1: RMSNorm each aux feature (one weight per layer) before the FC; the exports say so");
+  t.add(&Options::norm_output, "norm_output", G::draft, kTrain,
+        "EAGLE 3.1: feed the final-normed hidden (what produced the logits) back as the next step's state");
+  t.add(&Options::norm_before_fc, "norm_before_fc", G::draft, kTrain,
+        "One RMSNorm over the concatenated aux features before the FC (speculators' default; not with "
+        "fc_norm; vLLM serves it, SGLang does not)")
+      .check([](bool v, const Options& o) { return v && o.fc_norm ? "not together with fc_norm" : ""; });
+  t.add(&Options::draft_layer, "draft_layer", G::draft, kTrain,
+        "The draft decoder layer: llama, or qwen3 (RMSNorm over each head's q and k before RoPE; vLLM's "
+        "Eagle3Qwen3ForCausalLM)")
+      .check([](const std::string& v, const Options&) { return v == "llama" || v == "qwen3" ? "" : "llama or qwen3"; });
   t.add(&Options::ttt_loss_decay, "ttt_loss_decay", G::draft, kTrain,
         "Weight of TTT step k's loss is ttt_loss_decay^k")
       .range(0.0, 1.0);

@@ -346,7 +346,8 @@ DumpSummary dump_features(const config::Options& o, const DumpHooks& hooks) {
 
   auto so = data::SamplerOptions::from(o);
   so.padding_free = false;
-  Dumper dumper(target, m.layout, so, o.max_cuda_graphs);
+  // A MoE target whose experts run a host loop (see graph_safe) runs eagerly.
+  Dumper dumper(target, m.layout, so, target.graph_safe() ? o.max_cuda_graphs : 0);
   DumpProgress progress(summary.tokens, done_tokens, summary.shards);
   const auto t0 = Clock::now();
   for (std::size_t i = 0; i < m.shards.size(); ++i) {

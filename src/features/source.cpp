@@ -55,7 +55,7 @@ class OfflineFeatures : public FeatureSource {
         samples_(std::move(samples)),
         device_(device),
         teacher_(teacher),
-        eps_(ends.config.rms_norm_eps) {
+        config_(ends.config) {
     torch::NoGradGuard no_grad;
     const auto& l = store_->layout();
     final_norm_ = ends.final_norm.to(device);
@@ -128,7 +128,7 @@ class OfflineFeatures : public FeatureSource {
     model::HeadInputs in = batch_inputs(b);
     in.aux_hidden = b.aux_hidden;
     auto last = b.last_hidden.to(dtype_);
-    if (store_->layout().pre_norm) last = model::rms_norm(last, final_norm_, eps_);
+    if (store_->layout().pre_norm) last = model::target_norm(config_, last, final_norm_);
     in.final_hidden = last;
     if (store_->layout().has_argmax) {
       in.target_argmax = b.target_argmax;
@@ -146,7 +146,7 @@ class OfflineFeatures : public FeatureSource {
   std::vector<std::int64_t> samples_;
   torch::Device device_;
   model::TeacherSpec teacher_;
-  double eps_;
+  model::TargetConfig config_;
   torch::ScalarType dtype_ = torch::kFloat32;
   torch::Tensor final_norm_, draft_rows_, lm_head_;
 };

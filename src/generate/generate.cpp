@@ -90,7 +90,7 @@ class Generator {
     cache_ = target.new_cache(s.batch_size, s.limits.context + 1);
     // Dynamic-NTK RoPE scales with the step's key length, which graphed steps round up: such targets run eagerly.
     const bool dynamic_rope = target.config().rope.type == "dynamic";
-    if (device.is_cuda() && s.max_cuda_graphs > 0 && !dynamic_rope) {
+    if (device.is_cuda() && s.max_cuda_graphs > 0 && !dynamic_rope && target.graph_safe()) {
       // Every reply passes the shorter key lengths first: they get the graphs when there are too few.
       std::vector<data::Shape> by_length;
       for (std::int64_t c = kGraphColumns; c < s.limits.context + 1 + kGraphColumns; c += kGraphColumns)

@@ -19,6 +19,12 @@ Eagle3Head::Eagle3Head(HeadConfig cfg, const DraftVocab& vocab) : cfg_(std::move
   const auto n_aux = static_cast<std::int64_t>(cfg_.aux_layer_ids.size());
   fc = register_module("fc", torch::nn::Linear(torch::nn::LinearOptions(n_aux * cfg_.target_hidden_size,
                                                                          cfg_.hidden_size).bias(false)));
+  if (cfg_.norm_before_fc)
+    input_norm = register_module("input_norm", RmsNorm(n_aux * cfg_.target_hidden_size, cfg_.rms_norm_eps));
+  if (cfg_.fc_norm) {
+    fc_norm = register_module("fc_norm", torch::nn::ModuleList());
+    for (std::int64_t i = 0; i < n_aux; ++i) fc_norm->push_back(RmsNorm(cfg_.target_hidden_size, cfg_.rms_norm_eps));
+  }
   midlayer = register_module("midlayer", HeadLayer(cfg_, /*eagle3=*/true));
   norm = register_module("norm", RmsNorm(cfg_.hidden_size, cfg_.rms_norm_eps));
   lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(cfg_.hidden_size,
@@ -58,13 +64,29 @@ torch::Tensor Eagle3Head::embed(const torch::Tensor& ids) const {
   return torch::embedding(embedding_, ids.to(embedding_.device())).to(fc->weight.scalar_type());
 }
 
+torch::Tensor Eagle3Head::combine(const torch::Tensor& aux_in) {
+  auto u = aux_in.to(fc->weight.scalar_type());
+  if (input_norm) u = input_norm->forward(u);
+  if (fc_norm) {  // vLLM: input_norm first, then one norm per feature chunk (never both: refused)
+    std::vector<torch::Tensor> chunks;
+    const auto n = static_cast<std::int64_t>(fc_norm->size());
+    for (std::int64_t i = 0; i < n; ++i)
+      chunks.push_back(fc_norm[static_cast<std::size_t>(i)]->as<RmsNormImpl>()->forward(
+          u.narrow(-1, i * cfg_.target_hidden_size, cfg_.target_hidden_size)));
+    u = torch::cat(chunks, -1);
+  }
+  return fc->forward(u);
+}
+
+torch::Tensor Eagle3Head::next_state(const torch::Tensor& h) { return cfg_.norm_output ? norm->forward(h) : h; }
+
 template <typename Visit>
 void Eagle3Head::unroll(const HeadInputs& in, Visit&& visit) {
   const auto dev = fc->weight.device();
   if (inv_freq_.device() != dev) inv_freq_ = inv_freq_.to(dev);
   auto& layer = *midlayer;
   const double scale = 1.0 / std::sqrt(static_cast<double>(cfg_.head_dim));
-  auto hidden = fc->forward(in.aux_hidden.to(fc->weight.scalar_type()));
+  auto hidden = combine(in.aux_hidden);
   const AttentionLayout layout(in.document_ids, in.attention);
   torch::Tensor k0, v0;
   std::vector<torch::Tensor> kds, vds;
@@ -84,7 +106,7 @@ void Eagle3Head::unroll(const HeadInputs& in, Visit&& visit) {
     auto h = layer.finish(hidden, a);
     auto logits = lm_head->forward(norm->forward(h));
     visit(k, StepResult{h, logits});
-    hidden = h;
+    hidden = next_state(h);
   }
 }
 
@@ -152,7 +174,7 @@ torch::Tensor Eagle3Head::draft(DraftCache& cache, const torch::Tensor& features
     return layer.finish(hidden, cached_attention(cache, cfg_, start, raw.q, raw.k, raw.v));
   };
   const auto start = cache.length;
-  auto h = run(fc->forward(features.to(dev, fc->weight.scalar_type())), next_ids.to(dev), start, start);
+  auto h = run(combine(features.to(dev)), next_ids.to(dev), start, start);
   cache.length = start + n;
   std::vector<torch::Tensor> drafted;
   auto last = h.narrow(1, n - 1, 1);
@@ -161,7 +183,7 @@ torch::Tensor Eagle3Head::draft(DraftCache& cache, const torch::Tensor& features
     drafted.push_back(token);
     if (j + 1 == draft_len) break;
     // Chained step j+1: the slot after the prefix's last position, RoPE position last + j + 1.
-    last = run(last, token, cache.length + j, cache.length - 1 + j + 1);
+    last = run(next_state(last), token, cache.length + j, cache.length - 1 + j + 1);
   }
   return torch::cat(drafted, 1);
 }

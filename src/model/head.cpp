@@ -22,10 +22,18 @@ HeadConfig HeadConfig::from_target(const TargetConfig& target, std::int64_t eagl
   c.num_key_value_heads = target.num_key_value_heads > 0 ? target.num_key_value_heads : target.num_attention_heads;
   c.head_dim = target.head_dim > 0 ? target.head_dim : target.hidden_size / target.num_attention_heads;
   c.rms_norm_eps = target.rms_norm_eps;
-  c.hidden_act = target.hidden_act;
+  c.hidden_act = "silu";  // the draft layer is a Llama layer, whatever the target's MLP (Gemma: GELU)
   c.max_position_embeddings = target.max_position_embeddings;
-  c.rope = target.rope;
-  c.rope.head_dim = c.head_dim;
+  c.rope = target.rope;  // the full-attention layers' (Gemma 3's global RoPE)
+  c.rope.head_dim = c.head_dim;  // every feature of the head turns (no partial rotary in the draft layer)
+  if (c.rope.type == "longrope") {
+    // Phi-3's factors are per rotary frequency of the target's heads; the head rotates plain RoPE
+    // at the target's base, and its export says so (docs/heads.md).
+    c.rope = RopeConfig{};
+    c.rope.head_dim = c.head_dim;
+    c.rope.theta = target.rope.theta;
+    c.rope.max_position_embeddings = target.max_position_embeddings;
+  }
   c.vocab_size = target.vocab_size;
   c.draft_vocab_size = eagle_version == 3 ? std::min(draft_vocab_size, target.vocab_size) : target.vocab_size;
   c.target_hidden_size = target.hidden_size;

@@ -121,6 +121,12 @@ RopeConfig rope_from_json(const Fields& layer, std::int64_t head_dim, std::int64
   r.low_freq_factor = p.number_or("low_freq_factor", 1.0, 1e-6, kHuge);
   r.high_freq_factor = p.number_or("high_freq_factor", 4.0, 1e-6, kHuge);
   r.original_max_position_embeddings = p.integer_or("original_max_position_embeddings", 0, 0, 1 << 24);
+  r.beta_fast = p.number_or("beta_fast", 32.0, 0, kHuge);
+  r.beta_slow = p.number_or("beta_slow", 1.0, 0, kHuge);
+  r.truncate = p.boolean_or("truncate", true);
+  r.attention_factor = p.number_or("attention_factor", 0.0, 0, kHuge);
+  r.mscale = p.number_or("mscale", 0.0, -kHuge, kHuge);
+  r.mscale_all_dim = p.number_or("mscale_all_dim", 0.0, -kHuge, kHuge);
   return r;
 }
 
@@ -147,7 +153,7 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
   const std::string arch = top.first_string("architectures");
   if (top.string_or("speculators_model_type", "") == "eagle3")
     format = HeadFormat::speculators;
-  else if (arch == "LlamaForCausalLMEagle3")
+  else if (arch == "LlamaForCausalLMEagle3" || arch == "Eagle3LlamaForCausalLM" || arch == "Eagle3Qwen3ForCausalLM")
     format = HeadFormat::sglang;
   else if (arch == "EagleLlamaForCausalLM")
     format = HeadFormat::vllm_eagle1;
@@ -186,6 +192,24 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
   c.hidden_act = layer.string_or("hidden_act", "silu");
   c.max_position_embeddings = layer.integer_or("max_position_embeddings", 2048, 1, 1 << 24);
   c.rope = rope_from_json(layer, c.head_dim, c.max_position_embeddings);
+  if (c.eagle_version == 3) {  // EAGLE 3.1 switches at the top level (norm_before_fc also in eagle_config)
+    const Fields eagle = top.object("eagle_config");
+    auto flag = [&](const char* key) {
+      return top.has(key) ? top.boolean_or(key, false) : eagle.boolean_or(key, false);
+    };
+    c.fc_norm = flag("fc_norm");
+    c.norm_output = flag("norm_output");
+    c.norm_before_fc = flag("norm_before_fc");
+    EAGLE_CHECK(!(c.fc_norm && c.norm_before_fc),
+                config_error(file, "norm_before_fc", "fc_norm and norm_before_fc together are not read")
+                    .hint("speculators refuses the pair; export one of them"));
+    // speculators: norm_before_residual is true when absent; eagle-train trains it false.
+    const bool nbr = top.boolean_or("norm_before_residual", format == HeadFormat::speculators);
+    EAGLE_CHECK(!nbr, config_error(file, "norm_before_residual", "heads with norm_before_residual are not read")
+                          .expected("false (written by eagle-train)")
+                          .found("true (or absent in speculators format)"));
+    c.qk_norm = layer.string_or("model_type", "llama") == "qwen3" || arch == "Eagle3Qwen3ForCausalLM";
+  }
   c.target_dtype = top.string_or("dtype", top.string_or("torch_dtype", layer.string_or("torch_dtype", c.target_dtype)));
   c.vocab_size = layer.integer("vocab_size", 1, kMaxVocab);
   c.draft_vocab_size = c.eagle_version == 3 ? top.integer("draft_vocab_size", 1, c.vocab_size) : c.vocab_size;

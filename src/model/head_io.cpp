@@ -41,12 +41,31 @@ json rope_scaling_json(const RopeConfig& r) {
   }
   if (r.type == "dynamic" && r.original_max_position_embeddings > 0)
     s["original_max_position_embeddings"] = r.original_max_position_embeddings;
+  if (r.type == "yarn") {
+    s["original_max_position_embeddings"] = r.original_max_position_embeddings;
+    s["beta_fast"] = r.beta_fast;
+    s["beta_slow"] = r.beta_slow;
+    s["truncate"] = r.truncate;
+    if (r.attention_factor > 0) s["attention_factor"] = r.attention_factor;
+    if (r.mscale != 0) s["mscale"] = r.mscale;
+    if (r.mscale_all_dim != 0) s["mscale_all_dim"] = r.mscale_all_dim;
+  }
   return s;
 }
 
-// The Llama fields of the draft layer, shared by all formats.
+// The EAGLE 3.1 switches, every one written (vLLM's defaults when absent are false, but speculators'
+// norm_before_residual is true when absent: eagle-train writes what it trained).
+void variant_fields(const HeadConfig& c, json& j) {
+  if (c.eagle_version != 3) return;
+  j["fc_norm"] = c.fc_norm;
+  j["norm_output"] = c.norm_output;
+  j["norm_before_fc"] = c.norm_before_fc;
+  j["norm_before_residual"] = false;
+}
+
+// The fields of the draft layer, shared by all formats (Llama, or Qwen3 with its q/k norm).
 json llama_fields(const HeadConfig& c) {
-  return {{"model_type", "llama"},
+  json j = {{"model_type", c.qk_norm ? "qwen3" : "llama"},
           {"hidden_size", c.hidden_size},
           {"intermediate_size", c.intermediate_size},
           {"num_attention_heads", c.num_attention_heads},
@@ -66,6 +85,9 @@ json llama_fields(const HeadConfig& c) {
           // config's dtype, and a float32 config next to a bf16 target fails there (docs/export.md).
           {"torch_dtype", c.target_dtype},
           {"dtype", c.target_dtype}};
+  // transformers' Qwen3Config would derive sliding windows and a head_dim of 128 when absent.
+  if (c.qk_norm) j["use_sliding_window"] = false;
+  return j;
 }
 
 json eagle_train_fields(const HeadConfig& c) {
@@ -153,7 +175,9 @@ std::shared_ptr<DraftHead> make_head(const HeadConfig& cfg, const DraftVocab& vo
 }
 
 HeadFormat checkpoint_format(const HeadConfig& cfg) {
-  return cfg.eagle_version == 1 ? HeadFormat::vllm_eagle1 : HeadFormat::sglang;
+  if (cfg.eagle_version == 1) return HeadFormat::vllm_eagle1;
+  // What SGLang does not serve is kept in the speculators layout, which vLLM reads.
+  return cfg.qk_norm || cfg.norm_before_fc ? HeadFormat::speculators : HeadFormat::sglang;
 }
 
 nlohmann::json head_config_json(const HeadConfig& c, HeadFormat format) {
@@ -177,8 +201,16 @@ nlohmann::json head_config_json(const HeadConfig& c, HeadFormat format) {
   std::vector<std::int64_t> output_of_layer;
   for (auto id : c.aux_layer_ids) output_of_layer.push_back(id - 1);
   if (format == HeadFormat::sglang) {
+    // SGLang serves neither the Qwen3-style layer nor norm_before_fc (it drops input_norm silently).
+    EAGLE_CHECK(!c.qk_norm && !c.norm_before_fc,
+                Error(ErrorKind::usage, "SGLang does not serve this head")
+                    .place(c.qk_norm ? "draft_layer" : "norm_before_fc")
+                    .expected("a Llama-style layer without norm_before_fc for --format sglang")
+                    .found(c.qk_norm ? "the Qwen3-style layer" : "norm_before_fc")
+                    .hint("export --format speculators: vLLM serves it (Eagle3Qwen3ForCausalLM / input_norm)"));
     json j = llama_fields(c);
     j["architectures"] = {"LlamaForCausalLMEagle3"};
+    variant_fields(c, j);
     j["draft_vocab_size"] = c.draft_vocab_size;
     j["target_hidden_size"] = c.target_hidden_size;
     j["eagle_config"] = {{"eagle_aux_hidden_state_layer_ids", output_of_layer}, {"use_aux_hidden_state", true}};
@@ -187,8 +219,10 @@ nlohmann::json head_config_json(const HeadConfig& c, HeadFormat format) {
     return j;
   }
   json layer = llama_fields(c);
-  layer["architectures"] = {"LlamaForCausalLM"};
-  return {
+  layer["architectures"] = {c.qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM"};
+  json variant;
+  variant_fields(c, variant);
+  json out = {
       {"architectures", {"Eagle3Speculator"}},
       {"speculators_model_type", "eagle3"},
       {"transformer_layer_config", layer},
@@ -212,6 +246,8 @@ nlohmann::json head_config_json(const HeadConfig& c, HeadFormat format) {
       {"torch_dtype", c.target_dtype},
       {"dtype", c.target_dtype},
       {"eagle_train", eagle_train_fields(c)}};
+  out.update(variant);
+  return out;
 }
 
 std::map<std::string, torch::Tensor> head_tensors(DraftHead& head, HeadFormat format) {

@@ -24,6 +24,10 @@ HeadAttentionImpl::HeadAttentionImpl(const HeadConfig& cfg, std::int64_t input_s
   k_proj = register_module("k_proj", linear(input_size, cfg.num_key_value_heads * cfg.head_dim));
   v_proj = register_module("v_proj", linear(input_size, cfg.num_key_value_heads * cfg.head_dim));
   o_proj = register_module("o_proj", linear(cfg.num_attention_heads * cfg.head_dim, cfg.hidden_size));
+  if (cfg.qk_norm) {
+    q_norm = register_module("q_norm", RmsNorm(cfg.head_dim, cfg.rms_norm_eps));
+    k_norm = register_module("k_norm", RmsNorm(cfg.head_dim, cfg.rms_norm_eps));
+  }
 }
 
 HeadMlpImpl::HeadMlpImpl(const HeadConfig& cfg) {
@@ -54,8 +58,12 @@ Qkv project_qkv(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torc
   const auto b = x.size(0), t = x.size(1), d = cfg.head_dim;
   auto q = torch::linear(x, attn.q_proj->weight).view({b, t, cfg.num_attention_heads, d}).transpose(1, 2);
   auto k = torch::linear(x, attn.k_proj->weight).view({b, t, cfg.num_key_value_heads, d}).transpose(1, 2);
+  if (attn.q_norm) {  // Qwen3-style layer: each head's q and k normalised before RoPE
+    q = attn.q_norm->forward(q);
+    k = attn.k_norm->forward(k);
+  }
   auto v = torch::linear(x, attn.v_proj->weight).view({b, t, cfg.num_key_value_heads, d}).transpose(1, 2);
-  auto [cos, sin] = rope_cos_sin(inv_freq, positions, q.scalar_type());
+  auto [cos, sin] = rope_cos_sin(inv_freq, positions, q.scalar_type(), rope_attention_factor(cfg.rope));
   return {apply_rope(q, cos, sin), apply_rope(k, cos, sin), v};
 }
 

@@ -13,6 +13,23 @@ torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, doub
   return weight * h.to(x.scalar_type());
 }
 
+torch::Tensor rms_norm_one_plus(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  auto h = x.to(torch::kFloat32);
+  h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return (h * (1.0 + weight.to(torch::kFloat32))).to(x.scalar_type());
+}
+
+torch::Tensor soft_cap(const torch::Tensor& x, double cap) {
+  if (cap <= 0) return x;
+  return torch::tanh(x / cap) * cap;
+}
+
+torch::Tensor rms_norm_fp32_weight(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  auto h = x.to(torch::kFloat32);
+  h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return (weight * h).to(x.scalar_type());
+}
+
 namespace {
 
 // The dynamic-NTK base for a sequence length: theta * (factor * len / max_pos - factor + 1)^(d / (d - 2)).
@@ -32,9 +49,63 @@ torch::Tensor inv_freq_of(const RopeConfig& cfg, const torch::Tensor& base) {
   return 1.0 / torch::pow(base, idx / static_cast<double>(cfg.head_dim));
 }
 
+// YaRN (transformers' _compute_yarn_parameters): frequencies below the correction range are
+// interpolated (divided by factor), those above it kept, with a linear ramp between.
+torch::Tensor yarn_inv_freq(const RopeConfig& cfg) {
+  const double dim = static_cast<double>(cfg.head_dim), base = cfg.theta;
+  const double orig = static_cast<double>(cfg.original_max_position_embeddings);
+  auto correction_dim = [&](double rotations) {
+    return dim * std::log(orig / (rotations * 2.0 * M_PI)) / (2.0 * std::log(base));
+  };
+  double low = correction_dim(cfg.beta_fast), high = correction_dim(cfg.beta_slow);
+  if (cfg.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, dim - 1.0);
+  if (low == high) high += 0.001;  // transformers' guard against a zero-width ramp
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+  auto pos_freqs = torch::pow(torch::tensor(base, f32), torch::arange(0, cfg.head_dim, 2, f32) / dim);
+  auto extrapolation = 1.0 / pos_freqs;
+  auto interpolation = 1.0 / (cfg.factor * pos_freqs);
+  auto ramp = ((torch::arange(cfg.head_dim / 2, f32) - low) / (high - low)).clamp(0, 1);
+  auto keep = 1 - ramp;  // 1: extrapolate (the original frequency)
+  return interpolation * (1 - keep) + extrapolation * keep;
+}
+
 }  // namespace
 
+double rope_attention_factor(const RopeConfig& cfg) {
+  if (cfg.type == "longrope") {  // transformers' _compute_longrope_parameters
+    if (cfg.attention_factor > 0) return cfg.attention_factor;
+    const double orig = static_cast<double>(cfg.original_max_position_embeddings);
+    return cfg.factor <= 1.0 ? 1.0 : std::sqrt(1.0 + std::log(cfg.factor) / std::log(orig));
+  }
+  if (cfg.type != "yarn") return 1.0;
+  if (cfg.attention_factor > 0) return cfg.attention_factor;
+  auto mscale = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
+  if (cfg.mscale != 0 && cfg.mscale_all_dim != 0)
+    return mscale(cfg.factor, cfg.mscale) / mscale(cfg.factor, cfg.mscale_all_dim);
+  return mscale(cfg.factor, 1.0);
+}
+
+// 1 / (ext * base^(2j / d)) with the short or long per-frequency factors ext.
+torch::Tensor longrope_inv_freq(const RopeConfig& cfg, const std::vector<double>& ext) {
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+  const auto shape = torch::arange(0, cfg.head_dim, 2, torch::TensorOptions().dtype(torch::kInt64)).to(torch::kFloat32) /
+                     static_cast<double>(cfg.head_dim);
+  return 1.0 / (torch::tensor(ext, torch::TensorOptions().dtype(torch::kFloat64)).to(torch::kFloat32) *
+                torch::pow(torch::tensor(cfg.theta, f32), shape));
+}
+
+torch::Tensor rope_inv_freq_long(const RopeConfig& cfg) { return longrope_inv_freq(cfg, cfg.long_factor); }
+
 torch::Tensor rope_inv_freq(const RopeConfig& cfg, std::int64_t seq_len) {
+  if (cfg.type == "yarn") return yarn_inv_freq(cfg);
+  if (cfg.type == "longrope")
+    return longrope_inv_freq(
+        cfg, seq_len > cfg.original_max_position_embeddings ? cfg.long_factor : cfg.short_factor);
   double base = cfg.theta;
   if (cfg.type == "dynamic" && static_cast<double>(seq_len) > dynamic_max_pos(cfg))
     base = dynamic_base(cfg, static_cast<double>(seq_len), dynamic_max_pos(cfg));
@@ -73,11 +144,12 @@ torch::Tensor rope_inv_freq_serving(const RopeConfig& cfg) {
 }
 
 std::pair<torch::Tensor, torch::Tensor> rope_cos_sin(const torch::Tensor& inv_freq, const torch::Tensor& position_ids,
-                                                     torch::ScalarType dtype) {
+                                                     torch::ScalarType dtype, double scaling) {
   auto inv = inv_freq.to(position_ids.device(), torch::kFloat32);
   auto freqs = position_ids.to(torch::kFloat32).unsqueeze(-1) * inv.view({1, 1, -1});  // [B, T, D/2]
   auto emb = torch::cat({freqs, freqs}, -1);
-  return {emb.cos().to(dtype), emb.sin().to(dtype)};
+  if (scaling == 1.0) return {emb.cos().to(dtype), emb.sin().to(dtype)};
+  return {(emb.cos() * scaling).to(dtype), (emb.sin() * scaling).to(dtype)};
 }
 
 namespace {
@@ -93,7 +165,10 @@ torch::Tensor apply_rope(const torch::Tensor& x, const torch::Tensor& cos, const
                          std::int64_t head_axis) {
   auto c = cos.unsqueeze(head_axis);
   auto s = sin.unsqueeze(head_axis);
-  return x * c + rotate_half(x) * s;
+  const auto r = cos.size(-1);
+  if (r == x.size(-1)) return x * c + rotate_half(x) * s;
+  const auto rot = x.narrow(-1, 0, r);  // partial rotary: the first r features turn, the rest pass
+  return torch::cat({rot * c + rotate_half(rot) * s, x.narrow(-1, r, x.size(-1) - r)}, -1);
 }
 
 torch::Tensor repeat_kv(const torch::Tensor& x, std::int64_t n_rep) {

@@ -34,7 +34,7 @@ constexpr DtypeInfo kDtypes[] = {
     {"F32", torch::kFloat32, 4}, {"BF16", torch::kBFloat16, 2}, {"F16", torch::kFloat16, 2},
     {"F64", torch::kFloat64, 8}, {"I64", torch::kInt64, 8},     {"I32", torch::kInt32, 4},
     {"I16", torch::kInt16, 2},   {"I8", torch::kInt8, 1},       {"U8", torch::kUInt8, 1},
-    {"BOOL", torch::kBool, 1},
+    {"BOOL", torch::kBool, 1},   {"F8_E4M3", torch::kFloat8_e4m3fn, 1}, {"F8_E5M2", torch::kFloat8_e5m2, 1},
 };
 
 const DtypeInfo* dtype_by_name(const std::string& name) {

@@ -16,6 +16,13 @@
 #include "eagle/util/log.h"
 #include "target_impl.h"
 
+#ifdef EAGLE_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <cuda_runtime_api.h>
+#endif
+
 namespace eagle::model {
 
 namespace fs = std::filesystem;
@@ -74,39 +81,6 @@ CheckpointFiles open_checkpoint(const fs::path& dir) {
 
 namespace {
 
-// Every tensor the config implies, with its shape.
-std::map<std::string, std::vector<std::int64_t>> expected_tensors(const TargetConfig& c) {
-  const auto H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
-  const auto q = c.num_attention_heads * D, kv = c.num_key_value_heads * D;
-  std::map<std::string, std::vector<std::int64_t>> e;
-  e["model.embed_tokens.weight"] = {c.vocab_size, H};
-  e["model.norm.weight"] = {H};
-  if (!c.tie_word_embeddings) e["lm_head.weight"] = {c.vocab_size, H};
-  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const auto p = fmt::format("model.layers.{}.", l);
-    e[p + "input_layernorm.weight"] = {H};
-    e[p + "post_attention_layernorm.weight"] = {H};
-    e[p + "self_attn.q_proj.weight"] = {q, H};
-    e[p + "self_attn.k_proj.weight"] = {kv, H};
-    e[p + "self_attn.v_proj.weight"] = {kv, H};
-    e[p + "self_attn.o_proj.weight"] = {H, q};
-    if (c.attention_bias) {
-      e[p + "self_attn.q_proj.bias"] = {q};
-      e[p + "self_attn.k_proj.bias"] = {kv};
-      e[p + "self_attn.v_proj.bias"] = {kv};
-    }
-    if (c.o_bias) e[p + "self_attn.o_proj.bias"] = {H};
-    if (c.qk_norm) {
-      e[p + "self_attn.q_norm.weight"] = {D};
-      e[p + "self_attn.k_norm.weight"] = {D};
-    }
-    e[p + "mlp.gate_proj.weight"] = {I, H};
-    e[p + "mlp.up_proj.weight"] = {I, H};
-    e[p + "mlp.down_proj.weight"] = {H, I};
-  }
-  return e;
-}
-
 // The config may not claim more decoder layers than the checkpoint holds (1 + the largest N of
 // "model.layers.N."; extra ones are reported with the other unexpected tensors), and the embedding
 // must have its vocabulary and hidden size.
@@ -134,6 +108,31 @@ void check_layer_count(const fs::path& dir, const CheckpointFiles& ck, const Tar
               Error(ErrorKind::input, "config.json and the checkpoint's model.embed_tokens.weight disagree on the "
                                       "embedding size")
                   .file(config_file).place("vocab_size, hidden_size"));
+}
+
+// Refuses, before anything is read, a model whose weights cannot fit in the device's free memory.
+void check_fits(const TargetConfig& c, torch::ScalarType dtype, torch::Device device, const std::string& dir) {
+  if (!device.is_cuda()) return;  // CPU: memory-mapped, paged in as used
+#ifdef EAGLE_WITH_CUDA
+  const auto bytes = static_cast<double>(parameter_counts(c).first) * static_cast<double>(c10::elementSize(dtype));
+  std::size_t free = 0, total = 0;
+  {
+    c10::cuda::CUDAGuard guard(device.has_index() ? device.index() : c10::cuda::current_device());
+    C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  }
+  // 5% of the free memory is left for activations, the head and the allocator's rounding.
+  EAGLE_CHECK(bytes <= 0.95 * static_cast<double>(free),
+              Error(ErrorKind::input, "the target's weights do not fit in the GPU's free memory")
+                  .file(dir)
+                  .expected(fmt::format("at most {:.1f} GiB of weights (95% of {:.1f} GiB free)",
+                                        0.95 * static_cast<double>(free) / (1 << 30),
+                                        static_cast<double>(free) / (1 << 30)))
+                  .found(fmt::format("{:.1f} GiB ({} parameters in {})", bytes / (1 << 30), parameter_counts(c).first,
+                                     c10::toString(dtype)))
+                  .hint("use a smaller --target_dtype, a larger GPU, or train from stored features (dump-features)"));
+#else
+  (void)c, (void)dtype, (void)dir;
+#endif
 }
 
 std::string list_some(const std::vector<std::string>& v) {
@@ -192,6 +191,20 @@ torch::ScalarType resolve_dtype(torch::ScalarType dtype, const CheckpointFiles& 
                                    .found(std::string(c10::toString(dtype))));
   for (const auto& [name, shape] : expected) {
     const auto t = ck.files[ck.where.at(name)].dtype(name);
+    if (is_fp8_weight(c, name)) {
+      EAGLE_CHECK(t == torch::kFloat8_e4m3fn, Error(ErrorKind::input, "FP8 weights must be float8_e4m3fn (F8_E4M3)")
+                                                  .file(ck.files[ck.where.at(name)].path())
+                                                  .place(fmt::format("tensor \"{}\"", name))
+                                                  .found(std::string(c10::toString(t))));
+      continue;
+    }
+    if (is_packed_fp4(name)) {
+      EAGLE_CHECK(t == torch::kUInt8, Error(ErrorKind::input, "MXFP4 blocks and scales must be uint8 (U8)")
+                                          .file(ck.files[ck.where.at(name)].path())
+                                          .place(fmt::format("tensor \"{}\"", name))
+                                          .found(std::string(c10::toString(t))));
+      continue;
+    }
     EAGLE_CHECK(is_float(t),
                 Error(ErrorKind::input, "weights must be floating point (quantized checkpoints are not read)")
                     .file(ck.files[ck.where.at(name)].path()).place(fmt::format("tensor \"{}\"", name))
@@ -220,20 +233,31 @@ TargetModel TargetModel::load(const std::string& dir_name, torch::ScalarType dty
 
   auto raw = [&](const std::string& name) { return ck.files[ck.where.at(name)].get(name); };
   dtype = resolve_dtype(dtype, ck, expected, c);
-  // On CPU in the stored dtype, to() returns the mapping's view itself: no copy.
-  auto m = assemble(c, dtype, device, [&](const std::string& name) { return raw(name).to(device, dtype); });
+  check_fits(c, dtype, device, dir_name);
+  // On CPU in the stored dtype, to() returns the mapping's view itself: no copy. MXFP4 blocks and
+  // scales stay uint8 until assemble dequantizes them.
+  auto m = assemble(c, dtype, device, [&](const std::string& name) {
+    auto t = raw(name);
+    if (is_fp8_weight(c, name))  // dequantized on the device, block by block
+      return dequantize_fp8(t.to(device), raw(name + "_scale_inv").to(device), c.fp8_block, dtype, name);
+    return t.scalar_type() == torch::kUInt8 ? t.to(device) : t.to(device, dtype);
+  });
   log::info("model", "loaded {} ({} layers, hidden {}, vocab {}, {} parameters) as {} on {}", c.architecture,
             c.num_hidden_layers, c.hidden_size, c.vocab_size, m.parameter_count(), c10::toString(dtype),
             device.str());
   return m;
 }
 
-TargetModel TargetModel::random(const TargetConfig& config, torch::ScalarType dtype, torch::Device device) {
+TargetModel TargetModel::random(const TargetConfig& config_in, torch::ScalarType dtype, torch::Device device) {
+  auto config = config_in;
+  config.quant_method.clear();  // random float experts and weights
+  config.fp8_block.clear();
   const auto shapes = expected_tensors(config);
   const auto opts = torch::TensorOptions().dtype(dtype).device(device);
   auto m = assemble(config, dtype, device, [&](const std::string& name) {
     const auto& shape = shapes.at(name);
-    if (name.find("norm.weight") != std::string::npos) return torch::ones(shape, opts);
+    if (name.find("norm.weight") != std::string::npos)  // unit scale: w = 1, or Gemma's 1 + w with w = 0
+      return config.norm_one_plus ? torch::zeros(shape, opts) : torch::ones(shape, opts);
     return torch::randn(shape, opts).mul_(0.02);  // transformers' initializer_range
   });
   log::info("model", "random {} ({} layers, hidden {}, vocab {}, {} parameters) as {} on {}", config.architecture,
@@ -259,8 +283,13 @@ TargetModel TargetModel::assemble(const TargetConfig& c, torch::ScalarType dtype
     TargetLayerWeights w;
     w.input_norm = get(p + "input_layernorm.weight");
     w.post_norm = get(p + "post_attention_layernorm.weight");
-    w.qkv_w = torch::cat({get(p + "self_attn.q_proj.weight"), get(p + "self_attn.k_proj.weight"),
-                          get(p + "self_attn.v_proj.weight")});
+    if (c.sandwich_norms) {
+      w.pre_ff_norm = get(p + "pre_feedforward_layernorm.weight");
+      w.post_ff_norm = get(p + "post_feedforward_layernorm.weight");
+    }
+    w.qkv_w = c.fused_checkpoint ? get(p + "self_attn.qkv_proj.weight")
+                                 : torch::cat({get(p + "self_attn.q_proj.weight"), get(p + "self_attn.k_proj.weight"),
+                                               get(p + "self_attn.v_proj.weight")});
     if (c.attention_bias)
       w.qkv_b = torch::cat({get(p + "self_attn.q_proj.bias"), get(p + "self_attn.k_proj.bias"),
                             get(p + "self_attn.v_proj.bias")});
@@ -270,16 +299,21 @@ TargetModel TargetModel::assemble(const TargetConfig& c, torch::ScalarType dtype
       w.q_norm = get(p + "self_attn.q_norm.weight");
       w.k_norm = get(p + "self_attn.k_norm.weight");
     }
-    w.gate_up_w = torch::cat({get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")});
-    w.down_w = get(p + "mlp.down_proj.weight");
+    if (c.attention_sinks) w.sinks = get(p + "self_attn.sinks");
+    if (c.sparse(l)) {
+      assemble_experts(c, p, w, get, dtype);
+    } else {
+      w.gate_up_w = c.fused_checkpoint  // Phi-3: gate rows, then up rows, as chunk(2) splits them
+                        ? get(p + "mlp.gate_up_proj.weight")
+                        : torch::cat({get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")});
+      w.down_w = get(p + "mlp.down_proj.weight");
+    }
     impl->layers.push_back(std::move(w));
   }
-  for (const auto& [name, shape] : expected_tensors(c)) {
-    std::int64_t n = 1;
-    for (auto d : shape) n *= d;
-    impl->parameter_count += n;
-  }
+  std::tie(impl->parameter_count, impl->active_parameter_count) = parameter_counts(c);
   impl->inv_freq = rope_inv_freq(c.rope).to(device);
+  if (c.rope.type == "longrope") impl->long_inv_freq = rope_inv_freq_long(c.rope).to(device);
+  if (c.local_rope) impl->local_inv_freq = rope_inv_freq(*c.local_rope).to(device);
   impl->aux_ids = default_aux_layer_ids(c.num_hidden_layers);
   TargetModel m;
   m.impl_ = std::move(impl);
@@ -312,6 +346,18 @@ const TargetConfig& TargetModel::config() const { return impl_->cfg; }
 torch::Device TargetModel::device() const { return impl_->device; }
 torch::ScalarType TargetModel::dtype() const { return impl_->dtype; }
 std::int64_t TargetModel::parameter_count() const { return impl_->parameter_count; }
+std::int64_t TargetModel::active_parameter_count() const { return impl_->active_parameter_count; }
+
+bool TargetModel::graph_safe() const {
+  const auto& m = *impl_;
+  if (!m.cfg.moe() || !m.device.is_cuda()) return true;
+#ifdef EAGLE_WITH_CUDA
+  return m.dtype == torch::kBFloat16 && at::cuda::getDeviceProperties(m.device.index())->major >= 9 &&
+         m.cfg.hidden_size % 8 == 0 && m.cfg.moe_intermediate_size % 8 == 0;
+#else
+  return false;
+#endif
+}
 const std::vector<std::int64_t>& TargetModel::aux_layer_ids() const { return impl_->aux_ids; }
 torch::Tensor TargetModel::lm_head_weight() const { return impl_->lm_head; }
 torch::Tensor TargetModel::embedding_weight() const { return impl_->embed; }
@@ -331,6 +377,8 @@ std::vector<std::string> TargetModel::non_finite_weights() const {
     const auto p = fmt::format("model.layers.{}.", l);
     check(p + "input_layernorm.weight", w.input_norm);
     check(p + "post_attention_layernorm.weight", w.post_norm);
+    check(p + "pre_feedforward_layernorm.weight", w.pre_ff_norm);
+    check(p + "post_feedforward_layernorm.weight", w.post_ff_norm);
     check(p + "self_attn.{q,k,v}_proj.weight", w.qkv_w);
     check(p + "self_attn.{q,k,v}_proj.bias", w.qkv_b);
     check(p + "self_attn.o_proj.weight", w.o_w);
@@ -339,6 +387,13 @@ std::vector<std::string> TargetModel::non_finite_weights() const {
     check(p + "self_attn.k_norm.weight", w.k_norm);
     check(p + "mlp.{gate,up}_proj.weight", w.gate_up_w);
     check(p + "mlp.down_proj.weight", w.down_w);
+    check(p + "self_attn.sinks", w.sinks);
+    check(p + "router", w.router_w);
+    check(p + "router bias", w.router_b);
+    check(p + "experts (gate, up)", w.experts_gate_up);
+    check(p + "experts (gate, up) bias", w.experts_gate_up_b);
+    check(p + "experts (down)", w.experts_down);
+    check(p + "experts (down) bias", w.experts_down_b);
   }
   return bad;
 }

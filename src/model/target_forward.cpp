@@ -10,43 +10,6 @@
 
 namespace eagle::model {
 
-std::pair<torch::Tensor, torch::Tensor> TargetModel::Impl::rope(const torch::Tensor& position_ids) const {
-  if (cfg.rope.type != "dynamic") return rope_cos_sin(inv_freq, position_ids, dtype);
-  // Dynamic NTK scales with the longest position of the call (transformers' formula); it stays a
-  // device tensor, so nothing waits for the host and a captured graph recomputes it per replay.
-  auto seq_len = position_ids.max() + 1;
-  return rope_cos_sin(rope_inv_freq_dynamic(cfg.rope, inv_freq, seq_len), position_ids, dtype);
-}
-
-torch::Tensor TargetModel::Impl::layer(std::size_t l, const torch::Tensor& x, const torch::Tensor& cos,
-                                       const torch::Tensor& sin, const Attend& attend) const {
-  const auto& w = layers[l];
-  const auto B = x.size(0), T = x.size(1);
-  const auto nh = cfg.num_attention_heads, kvh = cfg.num_key_value_heads, hd = cfg.head_dim;
-  const double eps = cfg.rms_norm_eps;
-
-  auto h = rms_norm(x, w.input_norm, eps);
-  auto qkv = torch::linear(h, w.qkv_w, w.qkv_b);
-  // Token-major [B, T, heads, d] throughout: the layout of variable-length flash attention, so the
-  // kernels get views, not copies.
-  auto q = qkv.narrow(-1, 0, nh * hd).view({B, T, nh, hd});
-  auto k = qkv.narrow(-1, nh * hd, kvh * hd).view({B, T, kvh, hd});
-  auto v = qkv.narrow(-1, (nh + kvh) * hd, kvh * hd).view({B, T, kvh, hd});
-  if (cfg.qk_norm) {
-    q = rms_norm(q, w.q_norm, eps);
-    k = rms_norm(k, w.k_norm, eps);
-  }
-  q = apply_rope(q, cos, sin, /*head_axis=*/2);
-  k = apply_rope(k, cos, sin, /*head_axis=*/2);
-  auto o = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2));  // [B, heads, T, d]
-  o = o.transpose(1, 2).reshape({B, T, nh * hd});
-  auto r = x + torch::linear(o, w.o_w, w.o_b);
-
-  const auto I = cfg.intermediate_size;
-  auto gu = torch::linear(rms_norm(r, w.post_norm, eps), w.gate_up_w);
-  return r + torch::linear(torch::silu(gu.narrow(-1, 0, I)) * gu.narrow(-1, I, I), w.down_w);
-}
-
 namespace {
 
 void check_batch_tensor(const torch::Tensor& t, const char* name, const torch::Tensor& ids, torch::Device device) {
@@ -63,14 +26,18 @@ TargetOutput TargetModel::forward(const TargetBatch& batch, const TeacherSpec& t
   check_batch_tensor(batch.input_ids, "input_ids", batch.input_ids, m.device);
   check_batch_tensor(batch.position_ids, "position_ids", batch.input_ids, m.device);
   check_batch_tensor(batch.document_ids, "document_ids", batch.input_ids, m.device);
-  const auto T = batch.input_ids.size(1), L = m.cfg.num_hidden_layers;
+  const auto L = m.cfg.num_hidden_layers;
 
-  auto [cos, sin] = m.rope(batch.position_ids);
+  // longrope decides per sample (its document's length), as if each ran alone through transformers.
+  const auto lengths = m.cfg.rope.type == "longrope" ? document_lengths(batch.position_ids, batch.document_ids)
+                                                     : torch::Tensor();
+  const auto rope = m.rope(batch.position_ids, lengths);
   // Causal attention alone for padded rows; within each document for packed ones (attention.h).
   const AttentionLayout layout(batch.document_ids, batch.attention);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(m.cfg.head_dim));
-  const Impl::Attend attend = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-    return layout_attention(q, k, v, layout, scale);
+  const double scale = target_attention_scale(m.cfg);
+  const Impl::Attend attend = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                   const AttentionExtras& extras) {
+    return layout_attention(q, k, v, layout, scale, extras);
   };
 
   std::vector<torch::Tensor> aux;
@@ -78,25 +45,25 @@ TargetOutput TargetModel::forward(const TargetBatch& batch, const TeacherSpec& t
     for (auto a : m.aux_ids)
       if (a == id) aux.push_back(h);
   };
-  auto x = torch::embedding(m.embed, batch.input_ids);
+  auto x = m.embed_scaled(batch.input_ids);
   keep(0, x);
   for (std::int64_t l = 0; l < L; ++l) {
-    x = m.layer(static_cast<std::size_t>(l), x, cos, sin, attend);
+    x = m.layer(static_cast<std::size_t>(l), x, rope, attend);
     if (l + 1 < L) keep(l + 1, x);
   }
   TargetOutput out;
-  out.final_hidden = rms_norm(x, m.final_norm, m.cfg.rms_norm_eps);
+  out.final_hidden = m.norm(x, m.final_norm);
   keep(L, out.final_hidden);
   out.aux_hidden = aux.size() == 1 ? aux[0] : torch::cat(aux, -1);
 
-  auto t = lm_head_teacher(out.final_hidden, m.lm_head, teacher);
+  auto t = lm_head_teacher(out.final_hidden, m.lm_head, teacher, m.cfg.final_softcap);
   out.target_argmax = t.argmax;
   out.teacher_logits = t.logits;
   return out;
 }
 
 TeacherOutput lm_head_teacher(const torch::Tensor& final_hidden, const torch::Tensor& lm_head,
-                              const TeacherSpec& teacher) {
+                              const TeacherSpec& teacher, double final_softcap) {
   torch::NoGradGuard no_grad;
   EAGLE_CHECK(teacher.chunk_tokens > 0, Error(ErrorKind::usage, "chunk_tokens must be positive"));
   // The LM head in chunks of rows: [chunk, V] at a time instead of [.., V].
@@ -107,7 +74,7 @@ TeacherOutput lm_head_teacher(const torch::Tensor& final_hidden, const torch::Te
   std::vector<torch::Tensor> argmax, draft_logits;
   for (std::int64_t s = 0; s < rows; s += teacher.chunk_tokens) {
     const auto n = std::min(teacher.chunk_tokens, rows - s);
-    auto logits = torch::linear(flat.narrow(0, s, n), lm_head);
+    auto logits = soft_cap(torch::linear(flat.narrow(0, s, n), lm_head), final_softcap);
     argmax.push_back(logits.argmax(-1));
     if (with_draft) draft_logits.push_back(logits.index_select(1, draft_ids).to(torch::kFloat32));
   }
@@ -156,16 +123,20 @@ TargetStepOutput TargetModel::forward_cached(KvCache& cache, const torch::Tensor
                                          .found(fmt::format("{} + {}", start, n)));
   const auto iopts = torch::TensorOptions().dtype(torch::kInt64).device(m.device);
   const auto positions = torch::arange(start, start + n, iopts).unsqueeze(0).expand({B, n});
-  auto [cos, sin] = m.rope(positions);
-  // New token i (absolute position start + i) attends cached and new keys j <= start + i.
-  const auto mask =
-      (torch::arange(start + n, iopts).unsqueeze(0) <= positions[0].unsqueeze(1)).view({1, 1, n, start + n});
-  const auto rep = m.cfg.num_attention_heads / m.cfg.num_key_value_heads;
+  // longrope: transformers decides per call from its longest position (here start + n).
+  const auto rope = m.rope(positions, torch::full({B, n}, start + n, iopts));
+  // New token i (absolute position start + i) attends cached and new keys j <= start + i (and
+  // j > start + i - W in a sliding-window layer).
+  const auto key_pos = torch::arange(start + n, iopts).view({1, 1, 1, start + n});
+  const auto query_pos = positions[0].view({1, 1, n, 1});
+  const auto mask = key_pos <= query_pos;
+  const double scale = target_attention_scale(m.cfg);
   std::size_t l = 0;
   const CacheWrite write{&cache};
-  const Impl::Attend attend = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  const Impl::Attend attend = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                   const AttentionExtras& extras) {
     const auto [keys, values] = write.apply(l, k, v);
-    return at::scaled_dot_product_attention(q, repeat_kv(keys, rep), repeat_kv(values, rep), mask);
+    return masked_attention(q, keys, values, window_mask(mask, query_pos, key_pos, extras.window), scale, extras);
   };
 
   std::vector<torch::Tensor> aux;
@@ -173,18 +144,18 @@ TargetStepOutput TargetModel::forward_cached(KvCache& cache, const torch::Tensor
     for (auto a : m.aux_ids)
       if (a == id) aux.push_back(h);
   };
-  auto x = torch::embedding(m.embed, ids);
+  auto x = m.embed_scaled(ids);
   keep(0, x);
   for (; l < static_cast<std::size_t>(L); ++l) {
-    x = m.layer(l, x, cos, sin, attend);
+    x = m.layer(l, x, rope, attend);
     if (l + 1 < static_cast<std::size_t>(L)) keep(static_cast<std::int64_t>(l) + 1, x);
   }
   cache.length = start + n;
   TargetStepOutput out;
-  out.final_hidden = rms_norm(x, m.final_norm, m.cfg.rms_norm_eps);
+  out.final_hidden = m.norm(x, m.final_norm);
   keep(L, out.final_hidden);
   out.aux_hidden = aux.size() == 1 ? aux[0] : torch::cat(aux, -1);
-  out.logits = torch::linear(out.final_hidden, m.lm_head).to(torch::kFloat32);
+  out.logits = m.logits(out.final_hidden).to(torch::kFloat32);
   return out;
 }
 

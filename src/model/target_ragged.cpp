@@ -1,5 +1,7 @@
 // Cached forwards of TargetModel with per-row lengths (batched generation): where a layer's new keys
 // and values go (CacheWrite, also for the shared-length forward_cached) and forward_ragged.
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "eagle/model/shape_check.h"
@@ -62,22 +64,29 @@ torch::Tensor TargetModel::forward_ragged(KvCache& cache, const RaggedStep& step
                    step.columns, !step.rows.defined(), step.key_len};
   // Idle and padding rows write to the spare last column; clamped, they do not raise the longest
   // position that dynamic-NTK RoPE scales with (their outputs are discarded).
-  auto [cos, sin] = m.rope(step.columns.clamp_max(step.key_len - 1));
+  // longrope: per row, from the position of its last real token (padding sits at the spare column).
+  const auto lengths = m.cfg.rope.type == "longrope"
+                           ? (step.columns.gather(1, step.last.view({R, 1})) + 1).expand({R, N})
+                           : torch::Tensor();
+  const auto rope = m.rope(step.columns.clamp_max(step.key_len - 1), lengths);
   // Token (r, i) attends the columns j <= columns[r, i] of its row: its own earlier tokens (cached or
   // written by this step) and nothing a previous occupant of the row left beyond them.
-  const auto mask = (torch::arange(step.key_len, iopts).view({1, 1, 1, -1}) <= step.columns.view({R, 1, N, 1}));
-
-  const auto rep = m.cfg.num_attention_heads / m.cfg.num_key_value_heads;
+  // A sliding-window layer also drops the columns <= columns[r, i] - W.
+  const auto key_pos = torch::arange(step.key_len, iopts).view({1, 1, 1, -1});
+  const auto query_pos = step.columns.view({R, 1, N, 1});
+  const auto mask = key_pos <= query_pos;
+  const double scale = target_attention_scale(m.cfg);
   std::size_t l = 0;
-  const Impl::Attend attend = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+  const Impl::Attend attend = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                   const AttentionExtras& extras) {
     const auto [keys, values] = write.apply(l, k, v);
-    return at::scaled_dot_product_attention(q, repeat_kv(keys, rep), repeat_kv(values, rep), mask);
+    return masked_attention(q, keys, values, window_mask(mask, query_pos, key_pos, extras.window), scale, extras);
   };
 
-  auto x = torch::embedding(m.embed, step.ids);
-  for (; l < static_cast<std::size_t>(L); ++l) x = m.layer(l, x, cos, sin, attend);
+  auto x = m.embed_scaled(step.ids);
+  for (; l < static_cast<std::size_t>(L); ++l) x = m.layer(l, x, rope, attend);
   auto h = x.index({torch::arange(R, iopts), step.last});  // [R, H]
-  return torch::linear(rms_norm(h, m.final_norm, m.cfg.rms_norm_eps), m.lm_head).to(torch::kFloat32);
+  return m.logits(m.norm(h, m.final_norm)).to(torch::kFloat32);
 }
 
 }  // namespace eagle::model

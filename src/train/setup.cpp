@@ -18,6 +18,12 @@ std::shared_ptr<model::DraftHead> make_head(const config::Options& opts, const f
   auto cfg = model::HeadConfig::from_target(tc, opts.eagle_version, inputs.aux_layer_ids, vocab.size());
   cfg.ttt_steps = opts.ttt_steps;
   cfg.ttt_loss_decay = opts.ttt_loss_decay;
+  if (cfg.eagle_version == 3) {
+    cfg.fc_norm = opts.fc_norm;
+    cfg.norm_output = opts.norm_output;
+    cfg.norm_before_fc = opts.norm_before_fc;
+    cfg.qk_norm = opts.draft_layer == "qwen3";
+  }
   cfg.target_name_or_path = inputs.target_name;
   cfg.target_architecture = tc.architecture;
   auto head = model::make_head(cfg, vocab);

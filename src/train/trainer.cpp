@@ -169,7 +169,8 @@ void Trainer::build() {
   // Packed rows: the most documents a row can hold, the static size of the attention offsets.
   max_segments_ = o_.padding_free ? data::max_segments_per_row(lengths, o_.training_seq_len) : 0;
   const auto shape_counts = sampler_->shape_counts(0);
-  graphs_.emplace(device_, o_.max_cuda_graphs,
+  // A target that reads the host in its forward (TargetModel::graph_safe) runs eagerly.
+  graphs_.emplace(device_, inputs_.target && !inputs_.target->graph_safe() ? 0 : o_.max_cuda_graphs,
                   device::most_frequent_shapes(shape_counts, static_cast<std::int64_t>(shape_counts.size())), "train");
   const auto params = model::named_parameters(*head_);
   comm_ = device::bind_flat_gradients(params, /*extra=*/1, device_);
@@ -349,7 +350,7 @@ void Trainer::save() {
 // Rank 0: the checkpoint of the latest evaluation's step becomes the best when it beats the best.
 void Trainer::mark_best() {
   if (!group_->is_main() || !last_eval_ || last_eval_->step != state_.step) return;
-  checkpoints_->update_best(state_.step, last_eval_->ar ? "ar" : "tau", last_eval_->ar ? *last_eval_->ar : last_eval_->tau);
+  checkpoints_->update_best(state_.step, last_eval_->ar ? "ar" : "tau", last_eval_->ar.value_or(last_eval_->tau));
 }
 
 void Trainer::log_window() {

@@ -45,6 +45,10 @@ struct Options {
   // draft
   std::int64_t eagle_version = 3;
   std::int64_t ttt_steps = 7;
+  bool fc_norm = false;         // EAGLE 3.1: an RMSNorm on each aux feature before the FC
+  bool norm_output = false;     // EAGLE 3.1: the post-final-norm hidden is the next step's state
+  bool norm_before_fc = false;  // one RMSNorm over the whole concatenation before the FC
+  std::string draft_layer = "llama";  // llama | qwen3 (q/k norm per head)
   double ttt_loss_decay = 0.8;
   std::int64_t draft_vocab_size = 32000;
 

@@ -66,6 +66,33 @@ torch::Tensor document_causal_mask(const torch::Tensor& document_ids, std::int64
 torch::Tensor layout_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const AttentionLayout& layout, double scale);
 
+// What a layer's attention adds to causal attention (attention_extras.cpp): a sliding window of
+// `window` keys (query i sees key j iff i - window < j <= i; 0: no window) and learned sinks [h]
+// (gpt-oss: one logit per head in every softmax denominator, no value; undefined: none).
+struct AttentionExtras {
+  std::int64_t window = 0;
+  torch::Tensor sinks;
+  double softcap = 0.0;  // Gemma 2: scores become softcap * tanh(scores / softcap) before the mask
+  bool any() const { return window > 0 || sinks.defined() || softcap > 0; }
+};
+
+// layout_attention with the extras, forward only (the frozen target): CUDA flash attention with its
+// window arguments (fp16/bf16), else fp32 scores in query blocks over the keys the window and the
+// documents allow; sinks rescale each query's output by sigmoid(lse - sink), exact.
+torch::Tensor layout_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const AttentionLayout& layout, double scale, const AttentionExtras& extras);
+
+// Attention of q [B, h, Tq, d] over k, v [B, kv_heads, Tk, d] where mask (bool, broadcasting to
+// [B, h, Tq, Tk]) says which keys each query sees (every query sees at least one); with sinks as
+// transformers' eager gpt-oss attention computes them. The KV-cache forwards' attention.
+torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& mask, double scale, const AttentionExtras& extras);
+
+// mask (bool) narrowed to a sliding window: key column j stays visible to a query at position p iff
+// j > p - window. key_positions [.., Tk] and query_positions [.., Tq, 1] broadcast against mask.
+torch::Tensor window_mask(const torch::Tensor& mask, const torch::Tensor& query_positions,
+                          const torch::Tensor& key_positions, std::int64_t window);
+
 // The same with the log-sum-exp of each query's scores, both differentiable (the draft head's
 // training attention combines them with extra keys): out [B, h, T, d] in q's dtype, lse
 // [B, h, T, 1] fp32. Kernels: CPU flash attention (per document when packed), CUDA flash attention

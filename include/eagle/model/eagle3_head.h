@@ -34,6 +34,8 @@ class Eagle3Head : public torch::nn::Module, public DraftHead {
   DraftVocab vocab() const;
 
   torch::nn::Linear fc{nullptr};
+  RmsNorm input_norm{nullptr};            // norm_before_fc: over all aux features [A * H_t]
+  torch::nn::ModuleList fc_norm{nullptr};  // fc_norm: one RmsNorm per aux feature [H_t]
   HeadLayer midlayer{nullptr};
   RmsNorm norm{nullptr};
   torch::nn::Linear lm_head{nullptr};
@@ -47,6 +49,10 @@ class Eagle3Head : public torch::nn::Module, public DraftHead {
   template <typename Visit>
   void unroll(const HeadInputs& in, Visit&& visit);
   torch::Tensor embed(const torch::Tensor& ids) const;
+  // F1 of EAGLE-variants.md: the aux features [.., A * H_t] through the optional norms and the FC.
+  torch::Tensor combine(const torch::Tensor& aux);
+  // The next step's state from a step's layer output h: norm(h) with norm_output, else h.
+  torch::Tensor next_state(const torch::Tensor& h);
 
   HeadConfig cfg_;
   torch::Tensor embedding_;  // the target's, frozen, not registered

@@ -31,6 +31,10 @@ struct HeadConfig {
   std::int64_t target_num_hidden_layers = 0;
   std::vector<std::int64_t> aux_layer_ids;  // input-of-layer ids (hidden_states[id]), low -> high
   bool fc_bias = false;                 // EAGLE-1 only
+  // EAGLE 3.1 and its parts (EAGLE-variants.md §1): fc_norm.{i} on each aux feature, input_norm over
+  // their concatenation, the final-normed hidden as the recurrent state.
+  bool fc_norm = false, norm_before_fc = false, norm_output = false;
+  bool qk_norm = false;                 // the Qwen3-style draft layer (q_norm, k_norm per head)
   std::int64_t ttt_steps = 7;           // EAGLE-3 TTT steps (and the speculative tokens exported)
   double ttt_loss_decay = 0.8;          // weight of step k is decay^k
   double eagle1_feature_weight = 1.0;   // EAGLE-1: weight of SmoothL1 on the next feature

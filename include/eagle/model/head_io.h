@@ -22,7 +22,8 @@ std::string format_name(HeadFormat f);
 // A new head of cfg's version (vocab ignored for EAGLE-1).
 std::shared_ptr<DraftHead> make_head(const HeadConfig& cfg, const DraftVocab& vocab);
 
-// The layout a head is checkpointed in: sglang for EAGLE-3, vllm_eagle1 for EAGLE-1.
+// The layout a head is checkpointed in: sglang for EAGLE-3 (speculators for the variants SGLang
+// does not serve: the Qwen3-style layer, norm_before_fc), vllm_eagle1 for EAGLE-1.
 HeadFormat checkpoint_format(const HeadConfig& cfg);
 
 // config.json of a head in a format (throws when the format does not fit the head).

@@ -12,7 +12,7 @@ namespace eagle::model {
 // RMSNorm with one registered parameter "weight" (ones at start).
 struct RmsNormImpl : torch::nn::Module {
   RmsNormImpl(std::int64_t size, double eps);
-  torch::Tensor forward(const torch::Tensor& x) { return rms_norm(x, weight, eps); }
+  torch::Tensor forward(const torch::Tensor& x) const { return rms_norm(x, weight, eps); }
   torch::Tensor weight;
   double eps;
 };
@@ -21,6 +21,7 @@ TORCH_MODULE(RmsNorm);
 struct HeadAttentionImpl : torch::nn::Module {
   HeadAttentionImpl(const HeadConfig& cfg, std::int64_t input_size);
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RmsNorm q_norm{nullptr}, k_norm{nullptr};  // [head_dim], the Qwen3-style layer only (cfg.qk_norm)
 };
 TORCH_MODULE(HeadAttention);
 

@@ -1,12 +1,14 @@
-// The frozen target model: Llama-family decoders (Llama 2/3/3.x, Mistral, Qwen2, Qwen3) read from
-// a Hugging Face checkpoint folder, run without gradients for training features and teacher
-// outputs, and incrementally with a KV cache for acceptance evaluation.
+// The frozen target model: Llama-family decoders (Llama 2/3/3.x, Mistral, Qwen2, Qwen3) and the
+// mixture-of-experts families Qwen3-MoE, Mixtral and gpt-oss, read from a Hugging Face checkpoint
+// folder, run without gradients for training features and teacher outputs, and incrementally with
+// a KV cache for acceptance evaluation.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,9 +20,17 @@
 
 namespace eagle::model {
 
+// How a mixture-of-experts layer weighs its experts.
+enum class MoeRouting {
+  softmax_topk,  // Qwen3-MoE, Mixtral: softmax over all experts in fp32, the k largest (renormalised
+                 // over the k when norm_topk_prob)
+  topk_softmax,  // gpt-oss: the k largest logits (router with bias), softmax over those k
+};
+
 struct TargetConfig {
   std::string architecture;  // config.json "architectures"[0], e.g. LlamaForCausalLM
-  std::string model_type;    // llama | mistral | qwen2 | qwen3
+  std::string model_type;    // llama | mistral | qwen2 | qwen3 | qwen3_moe | mixtral | gpt_oss | gemma2 |
+                             // gemma3_text | phi3
   std::int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0;
   std::int64_t num_attention_heads = 0, num_key_value_heads = 0, head_dim = 0;
   std::int64_t max_position_embeddings = 0;
@@ -30,10 +40,49 @@ struct TargetConfig {
   bool attention_bias = false;  // q/k/v bias (Qwen2; Llama/Qwen3 with attention_bias)
   bool o_bias = false;          // o_proj bias (Llama/Qwen3 with attention_bias; never Qwen2)
   bool qk_norm = false;         // q_norm/k_norm (Qwen3)
-  std::string hidden_act = "silu";
+  std::string hidden_act = "silu";  // or gelu_pytorch_tanh (Gemma's hidden_activation)
   std::string dtype = "float32";  // torch_dtype (4.x) or dtype (5.x)
   std::vector<std::int64_t> eos_token_ids;
   std::int64_t bos_token_id = -1;
+
+  // Mixture of experts; num_experts 0: a dense MLP (intermediate_size) in every layer.
+  std::int64_t num_experts = 0, experts_per_token = 0;
+  std::int64_t moe_intermediate_size = 0;  // each expert's (Qwen3-MoE's field; the others' intermediate_size)
+  std::vector<bool> sparse_layers;          // per layer: a MoE block (else the dense MLP)
+  MoeRouting routing = MoeRouting::softmax_topk;
+  bool norm_topk_prob = true;        // softmax_topk: renormalise the chosen k weights
+  bool routing_weights_fp32 = false; // Mixtral weighs the experts' outputs in fp32 (Qwen3-MoE: model dtype)
+  bool router_bias = false, expert_bias = false;  // gpt-oss
+  // gpt-oss experts: gate and up interleaved in the checkpoint, clamped at swiglu_limit, activation
+  // (up + 1) * gate * sigmoid(alpha * gate). Otherwise SiLU(gate) * up.
+  bool clamped_swiglu = false;
+  double swiglu_alpha = 1.702, swiglu_limit = 7.0;
+  std::string quant_method;  // "" or "mxfp4" (gpt-oss experts stored as FP4 blocks and scales)
+
+  // Attention per layer: 0 full causal attention, W > 0 a sliding window of W keys (token i attends
+  // j iff i - W < j <= i: transformers' sliding_window_overlay). Empty: full attention everywhere.
+  std::vector<std::int64_t> layer_windows;
+  bool attention_sinks = false;   // gpt-oss: a learned per-head logit in every softmax denominator
+  bool norm_weight_fp32 = false;  // GptOssRMSNorm multiplies its weight before the cast back
+  std::optional<RopeConfig> local_rope;  // the sliding layers' RoPE where it differs (Gemma 3)
+
+  // Gemma 2/3: RMSNorm x * (1 + w) in fp32, the embedding times sqrt(hidden_size) in the model
+  // dtype, a norm on the attention's output and norms before and after the MLP, attention scaled
+  // by query_pre_attn_scalar^-1/2, tanh soft caps on the attention scores and the final logits.
+  bool norm_one_plus = false, embed_scaled = false, sandwich_norms = false;
+  double attention_scale = 0.0;                   // 0: head_dim^-1/2
+  double attn_softcap = 0.0, final_softcap = 0.0;  // 0: none
+  bool fused_checkpoint = false;                   // Phi-3: qkv_proj and gate_up_proj stored fused
+  // FP8 checkpoints (quantization_config.quant_method fp8): e4m3 weights with weight_scale_inv
+  // per block of fp8_block[0] x fp8_block[1]; empty: none.
+  std::vector<std::int64_t> fp8_block;
+  std::vector<std::string> fp8_skip;  // modules_to_not_convert: names containing one stay float
+
+  bool moe() const { return num_experts > 0; }
+  bool sparse(std::int64_t layer) const { return moe() && sparse_layers.at(static_cast<std::size_t>(layer)); }
+  std::int64_t window(std::int64_t layer) const {
+    return layer_windows.empty() ? 0 : layer_windows.at(static_cast<std::size_t>(layer));
+  }
 
   // Reads config.json (transformers 4.x and 5.x spellings); refuses unsupported architectures and
   // fields that change the math, by name.
@@ -42,6 +91,10 @@ struct TargetConfig {
   // the data can be checked against the vocabulary before the weights load.
   static TargetConfig from_model_dir(const std::string& dir);
 };
+
+// RMSNorm as the family computes it (gpt-oss multiplies the weight in fp32 before the cast back;
+// Gemma scales by 1 + w in fp32).
+torch::Tensor target_norm(const TargetConfig& config, const torch::Tensor& x, const torch::Tensor& weight);
 
 // The ids that end a reply: config's eos_token_ids plus generation_config.json's eos_token_id (an id
 // or a list) in model_dir when that file exists; each id once, in that order.
@@ -74,8 +127,10 @@ struct TargetOutput {
 struct TeacherOutput {
   torch::Tensor logits, argmax;
 };
+// final_softcap (Gemma's final_logit_softcapping, 0: none) caps the logits first, as the target's
+// own logits are.
 TeacherOutput lm_head_teacher(const torch::Tensor& final_hidden, const torch::Tensor& lm_head,
-                              const TeacherSpec& teacher);
+                              const TeacherSpec& teacher, double final_softcap = 0.0);
 
 // The target's tensors on either side of its decoder layers: all that the head (the embedding)
 // and its teacher (final norm, LM head) need of it, so training from stored features
@@ -139,7 +194,12 @@ class TargetModel {
   const TargetConfig& config() const;
   torch::Device device() const;
   torch::ScalarType dtype() const;
-  std::int64_t parameter_count() const;
+  std::int64_t parameter_count() const;         // as a float checkpoint holds them
+  std::int64_t active_parameter_count() const;  // one token's: the top-k experts of each sparse layer
+  // Whether a forward is free of host synchronisation, so it can be captured in a CUDA graph: false
+  // only for a mixture of experts on a GPU where at::_grouped_mm does not run (not bf16, or before
+  // sm90), whose per-expert loop reads the expert counts on the host.
+  bool graph_safe() const;
   // Input-of-layer ids (hidden_states[id]); default EAGLE-3 [2, L/2, L-3] (see EAGLE.md).
   const std::vector<std::int64_t>& aux_layer_ids() const;
   void set_aux_layer_ids(std::vector<std::int64_t> ids);  // validated: each in [0, L]
