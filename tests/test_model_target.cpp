@@ -6,6 +6,7 @@
 
 #include "eagle/model/safetensors.h"
 #include "eagle/model/target.h"
+#include "eagle/util/error.h"
 #include "helpers.h"
 
 using namespace eagle;
@@ -253,4 +254,40 @@ TEST_CASE("RoPE inverse frequencies of the scaled types match transformers", "[m
                            .high_freq_factor = 4.0,
                            .original_max_position_embeddings = 64};
   CHECK(max_err(model::rope_inv_freq(llama3), ref.at("llama3")) <= 1e-7);
+}
+
+TEST_CASE("a target in chunks of positions equals the whole-row forward and transformers", "[model]") {
+  // Chunks of 3 positions (not dividing the fixtures' lengths) in the layers' position-wise half,
+  // packed rows and a KV-cache prefill; the experts route each chunk's tokens alone.
+  for (const char* name : kFamilies) {
+    INFO(name);
+    auto m = load_all_hidden(name, torch::kFloat32);
+    auto ref = reference(name);
+    const auto H = m.config().hidden_size;
+    const auto ids_a = ref.at("a.input_ids"), ids_b = ref.at("b.input_ids");
+    const auto Ta = ids_a.size(1), Tb = ids_b.size(1);
+    model::TargetBatch packed{
+        torch::cat({ids_a, ids_b}, 1), torch::cat({torch::arange(Ta), torch::arange(Tb)}).unsqueeze(0),
+        torch::cat({torch::zeros({Ta}, torch::kInt64), torch::ones({Tb}, torch::kInt64)}).unsqueeze(0)};
+    REQUIRE(m.chunk_tokens() == 0);
+    auto whole = m.forward(packed, full_vocab(m));
+    auto whole_cached = m.new_cache(1, Ta);
+    auto whole_step = m.forward_cached(whole_cached, ids_a);
+    m.set_chunk_tokens(3);
+    REQUIRE(Ta % 3 != 0);
+    auto pk = m.forward(packed, full_vocab(m));
+    CHECK(max_err(pk.aux_hidden, whole.aux_hidden) <= 1e-5);
+    CHECK(max_err(pk.teacher_logits, whole.teacher_logits) <= 5e-5);  // logits of magnitude ~30: a few ulp
+    CHECK(torch::equal(pk.target_argmax, whole.target_argmax));
+    auto pk_hs = stacked(pk.aux_hidden, H);
+    CHECK(max_err(pk_hs.narrow(2, 0, Ta), ref.at("a.hidden_states")) <= 1e-4);
+    CHECK(max_err(pk_hs.narrow(2, Ta, Tb), ref.at("b.hidden_states")) <= 1e-4);
+    CHECK(max_err(pk.teacher_logits.narrow(1, 0, Ta), ref.at("a.logits")) <= 1e-4);
+    auto cache = m.new_cache(1, Ta);
+    auto step = m.forward_cached(cache, ids_a);
+    CHECK(max_err(step.logits, whole_step.logits) <= 5e-5);
+    CHECK(max_err(step.logits, ref.at("a.logits")) <= 1e-4);
+  }
+  auto m = TargetModel::load(model_dir("tiny-llama"), torch::kFloat32, torch::kCPU);
+  CHECK_THROWS_AS(m.set_chunk_tokens(-1), eagle::Error);
 }

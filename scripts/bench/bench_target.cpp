@@ -2,8 +2,11 @@
 // vocabulary 32000, fp32, batch 4 x 512) and its model FLOPs utilisation against the fp32 matmul
 // FLOP/s measured in the same run; also the peak resident memory of the forward with the chunked
 // teacher versus the whole [B*T, V] logits at once; then a mixture-of-experts target (Qwen3-MoE
-// layout, 16 experts, top 2) against a dense Qwen3 of the same active parameters. Run through
+// layout, 16 experts, top 2) against a dense Qwen3 of the same active parameters; and the peak
+// memory of one long row with the layers' position-wise half in chunks or whole (a process per chunk
+// size). Run through
 // scripts/bench/bench_target.sh.
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -144,11 +147,54 @@ void moe_versus_dense(int reps) {
       dp / 1e6, da / 1e6, dense_tps, reps, mp / 1e6, ma / 1e6, moe_tps, moe_tps / dense_tps);
 }
 
+// One row of kLongSeq tokens through a random Llama of wide MLPs (hidden 512, intermediate 8192, as
+// wide against H as Llama-3.1-8B's 14336 against 4096, 2 layers): the peak resident memory and time
+// of a forward with the layers' position-wise half whole (target_chunk_tokens 0) and in chunks,
+// beside the bytes of its outputs (aux and final hidden states, fp32 teacher over 8000 draft ids,
+// argmax) that any chunk keeps. Each chunk size runs in a process of its own, with every
+// allocation of 1 MiB or more mapped and unmapped on its own (glibc's heap would otherwise keep
+// freed tensors resident and blur the peak): `eagle_bench_target 1 long CHUNK`.
+void long_row_memory(std::int64_t chunk) {
+  constexpr std::int64_t kLongSeq = 16384;
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+  nlohmann::json config = {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"vocab_size", kVocab},
+                           {"hidden_size", kHidden}, {"intermediate_size", 8192}, {"num_hidden_layers", 2},
+                           {"num_attention_heads", kHeads}, {"num_key_value_heads", kHeads}, {"rms_norm_eps", 1e-5},
+                           {"max_position_embeddings", 32768}, {"rope_theta", 10000.0}, {"torch_dtype", "float32"},
+                           {"tie_word_embeddings", false}};
+  const fs::path file = fs::temp_directory_path() / fmt::format("eagle_bench_long_{}.json", ::getpid());
+  std::ofstream(file) << config.dump();
+  const auto c = eagle::model::TargetConfig::from_json_file(file.string());
+  fs::remove(file);
+  torch::manual_seed(0);
+  auto m = eagle::model::TargetModel::random(c, torch::kFloat32, torch::kCPU);
+  m.set_chunk_tokens(chunk);
+  const eagle::model::TeacherSpec teacher{torch::arange(0, kVocab, 4), 1024};
+  eagle::model::TargetBatch row{torch::randint(kVocab, {1, kLongSeq}), torch::arange(kLongSeq).unsqueeze(0),
+                                torch::zeros({1, kLongSeq}, torch::kInt64), {false, 0}};
+  const double base = rss_mib();
+  reset_peak();
+  auto t0 = Clock::now();
+  auto out = m.forward(row, teacher);
+  const double secs = seconds_since(t0);
+  const double peak = peak_rss_mib() - base;
+  const double outputs = double(out.aux_hidden.nbytes() + out.final_hidden.nbytes() + out.teacher_logits.nbytes() +
+                                out.target_argmax.nbytes()) / (1 << 20);
+  std::cout << fmt::format(
+      "one row of {} tokens, intermediate 8192, target_chunk_tokens {}: peak RSS increase {:.0f} MiB "
+      "(outputs {:.0f} MiB), {:.2f} s\n",
+      kLongSeq, chunk, peak, outputs, secs);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   const int reps = argc > 1 ? std::atoi(argv[1]) : 3;
   const fs::path dir = fs::temp_directory_path() / fmt::format("eagle_bench_target_{}", ::getpid());
+  if (argc > 3 && std::string(argv[2]) == "long") {  // the long-row memory of one chunk size alone
+    long_row_memory(std::atoll(argv[3]));
+    return 0;
+  }
   write_model(dir);
   auto m = eagle::model::TargetModel::load(dir.string(), torch::kFloat32, torch::kCPU);
   torch::manual_seed(1);

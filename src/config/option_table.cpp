@@ -121,6 +121,11 @@ std::vector<OptionEntry> declare_options() {
       .required(kTrain | kEval, {"features_path"});
   t.add(&Options::target_dtype, "target_dtype", G::model, kTrain | kInspect | kEval | kGenerate | kDump,
         "Dtype of the frozen target's weights and forward; auto: the checkpoint's dtype");
+  t.add(&Options::target_chunk_tokens, "target_chunk_tokens", G::model,
+        kTrain | kInspect | kEval | kGenerate | kDump,
+        "Positions per chunk of each target layer's position-wise half (o_proj, residual, MLP or experts): its "
+        "temporaries grow with this, not the sequence length (docs/training.md, long context); 0: whole rows")
+      .range(0, kMaxTokens);
   t.add(&Options::aux_hidden_state_layer_ids, "aux_hidden_state_layer_ids", G::model,
         kTrain | kInspect | kEval | kDump,
         "EAGLE-3 target layers whose inputs are fused, input-of-layer convention "

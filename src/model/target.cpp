@@ -414,10 +414,17 @@ void TargetModel::set_aux_layer_ids(std::vector<std::int64_t> ids) {
   impl_->aux_ids = std::move(ids);
 }
 
+std::int64_t TargetModel::chunk_tokens() const { return impl_->chunk_tokens; }
+void TargetModel::set_chunk_tokens(std::int64_t tokens) {
+  EAGLE_CHECK(tokens >= 0, Error(ErrorKind::usage, "target_chunk_tokens must be >= 0").found(std::to_string(tokens)));
+  impl_->chunk_tokens = tokens;
+}
+
 TargetModel load_target(const config::Options& opts, torch::Device device,
                         const std::vector<std::int64_t>& aux_layer_ids) {
   auto target = TargetModel::load(opts.model_name_or_path, target_dtype(opts.target_dtype), device);
   if (!aux_layer_ids.empty()) target.set_aux_layer_ids(aux_layer_ids);
+  target.set_chunk_tokens(opts.target_chunk_tokens);
   const auto& c = target.config();
   log::info("model", "target {}: {} layers, hidden {}, vocabulary {}, {} parameters, aux layers [{}]", c.architecture,
             c.num_hidden_layers, c.hidden_size, c.vocab_size, target.parameter_count(),

@@ -40,10 +40,21 @@ TargetOutput TargetModel::forward(const TargetBatch& batch, const TeacherSpec& t
     return layout_attention(q, k, v, layout, scale, extras);
   };
 
-  std::vector<torch::Tensor> aux;
+  // Each aux hidden state is copied into its slot of the output as it is made (joining them at the
+  // end would hold them twice); a single aux layer is the hidden state itself.
+  TargetOutput out;
+  const auto n_aux = static_cast<std::int64_t>(m.aux_ids.size());
   auto keep = [&](std::int64_t id, const torch::Tensor& h) {
-    for (auto a : m.aux_ids)
-      if (a == id) aux.push_back(h);
+    for (std::int64_t i = 0; i < n_aux; ++i) {
+      if (m.aux_ids[static_cast<std::size_t>(i)] != id) continue;
+      if (n_aux == 1) {
+        out.aux_hidden = h;
+        continue;
+      }
+      const auto H = h.size(-1);
+      if (!out.aux_hidden.defined()) out.aux_hidden = torch::empty({h.size(0), h.size(1), n_aux * H}, h.options());
+      out.aux_hidden.narrow(-1, i * H, H).copy_(h);
+    }
   };
   auto x = m.embed_scaled(batch.input_ids);
   keep(0, x);
@@ -51,10 +62,8 @@ TargetOutput TargetModel::forward(const TargetBatch& batch, const TeacherSpec& t
     x = m.layer(static_cast<std::size_t>(l), x, rope, attend);
     if (l + 1 < L) keep(l + 1, x);
   }
-  TargetOutput out;
   out.final_hidden = m.norm(x, m.final_norm);
   keep(L, out.final_hidden);
-  out.aux_hidden = aux.size() == 1 ? aux[0] : torch::cat(aux, -1);
 
   auto t = lm_head_teacher(out.final_hidden, m.lm_head, teacher, m.cfg.final_softcap);
   out.target_argmax = t.argmax;
@@ -71,20 +80,24 @@ TeacherOutput lm_head_teacher(const torch::Tensor& final_hidden, const torch::Te
   const auto draft_ids = with_draft ? teacher.draft_ids.to(lm_head.device(), torch::kInt64) : torch::Tensor();
   const auto flat = final_hidden.reshape({-1, final_hidden.size(-1)});
   const auto rows = flat.size(0);
-  std::vector<torch::Tensor> argmax, draft_logits;
+  // Each chunk is written into the outputs in place: a list of chunks joined at the end would hold
+  // the [rows, V_d] teacher twice at its peak.
+  auto argmax = torch::empty({rows}, flat.options().dtype(torch::kInt64));
+  auto draft_logits =
+      with_draft ? torch::empty({rows, draft_ids.size(0)}, flat.options().dtype(torch::kFloat32)) : torch::Tensor();
   for (std::int64_t s = 0; s < rows; s += teacher.chunk_tokens) {
     const auto n = std::min(teacher.chunk_tokens, rows - s);
     auto logits = soft_cap(torch::linear(flat.narrow(0, s, n), lm_head), final_softcap);
-    argmax.push_back(logits.argmax(-1));
-    if (with_draft) draft_logits.push_back(logits.index_select(1, draft_ids).to(torch::kFloat32));
+    argmax.narrow(0, s, n).copy_(logits.argmax(-1));
+    if (with_draft) draft_logits.narrow(0, s, n).copy_(logits.index_select(1, draft_ids));
   }
   auto lead = final_hidden.sizes().vec();
   lead.pop_back();
   TeacherOutput out;
-  out.argmax = torch::cat(argmax).view(lead);
+  out.argmax = argmax.view(lead);
   if (with_draft) {
     lead.push_back(draft_ids.size(0));
-    out.logits = torch::cat(draft_logits).view(lead);
+    out.logits = draft_logits.view(lead);
   }
   return out;
 }

@@ -103,6 +103,7 @@ struct TargetModel::Impl {
   torch::Tensor local_inv_freq;  // cfg.local_rope's (Gemma 3's sliding layers), or undefined
   std::vector<std::int64_t> aux_ids;
   std::int64_t parameter_count = 0, active_parameter_count = 0;
+  std::int64_t chunk_tokens = 0;  // positions per chunk of a layer's position-wise half; 0: all at once
 
   // The attention of a layer: q [B, heads, T, d], k, v [B, kv_heads, T, d] (with RoPE) -> [B, heads,
   // T, d]. The training forward attends within the batch's documents; the incremental one writes

@@ -90,12 +90,23 @@ torch::Tensor TargetModel::Impl::layer(std::size_t l, const torch::Tensor& x, co
   const AttentionExtras extras{window, w.sinks, cfg.attn_softcap};
   auto o = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), extras);  // [B, heads, T, d]
   o = o.transpose(1, 2).reshape({B, T, nh * hd});
-  auto a = torch::linear(o, w.o_w, w.o_b);
-  if (cfg.sandwich_norms) a = norm(a, w.post_norm);
-  auto r = x + a;
-  auto m = mlp(l, norm(r, cfg.sandwich_norms ? w.pre_ff_norm : w.post_norm));
-  if (cfg.sandwich_norms) m = norm(m, w.post_ff_norm);
-  return r + m;
+  // The position-wise rest (o_proj, residual, MLP or experts) acts on each token alone, so it runs in
+  // chunks of chunk_tokens positions: its [.., T, 2 I] temporaries are bounded by the chunk, not T.
+  const auto rest = [&](const torch::Tensor& xc, const torch::Tensor& oc) {
+    auto a = torch::linear(oc, w.o_w, w.o_b);
+    if (cfg.sandwich_norms) a = norm(a, w.post_norm);
+    auto r = xc + a;
+    auto m = mlp(l, norm(r, cfg.sandwich_norms ? w.pre_ff_norm : w.post_norm));
+    if (cfg.sandwich_norms) m = norm(m, w.post_ff_norm);
+    return r + m;
+  };
+  if (chunk_tokens <= 0 || T <= chunk_tokens) return rest(x, o);
+  auto out = torch::empty_like(x);
+  for (std::int64_t s = 0; s < T; s += chunk_tokens) {
+    const auto n = std::min(chunk_tokens, T - s);
+    out.narrow(1, s, n).copy_(rest(x.narrow(1, s, n), o.narrow(1, s, n)));
+  }
+  return out;
 }
 
 torch::Tensor TargetModel::Impl::embed_scaled(const torch::Tensor& ids) const {

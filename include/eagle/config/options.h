@@ -40,6 +40,7 @@ struct Options {
   // model
   std::string model_name_or_path;             // target model folder (Hugging Face layout)
   TargetDtype target_dtype = TargetDtype::auto_;
+  std::int64_t target_chunk_tokens = 4096;    // positions per chunk of a target layer's MLP half; 0: all
   std::vector<std::int64_t> aux_hidden_state_layer_ids;  // input-of-layer ids; empty: [2, L/2, L-3]
 
   // draft

@@ -203,6 +203,11 @@ class TargetModel {
   // Input-of-layer ids (hidden_states[id]); default EAGLE-3 [2, L/2, L-3] (see EAGLE.md).
   const std::vector<std::int64_t>& aux_layer_ids() const;
   void set_aux_layer_ids(std::vector<std::int64_t> ids);  // validated: each in [0, L]
+  // Positions per chunk of each layer's position-wise half (o_proj, residual, MLP or experts) in
+  // every forward: its temporaries grow with the chunk, not the sequence (--target_chunk_tokens);
+  // 0: whole rows. The results do not depend on it beyond rounding.
+  std::int64_t chunk_tokens() const;
+  void set_chunk_tokens(std::int64_t tokens);
 
   // Training forward under NoGradGuard (not inference mode).
   TargetOutput forward(const TargetBatch& batch, const TeacherSpec& teacher) const;
