@@ -67,6 +67,22 @@ TEST_CASE("suggested boundaries pad the samples least", "[data]") {
   CHECK(suggest_boundaries({5, 20, 20, 40, 100}, 128, 1, 16) == std::vector<std::int64_t>{128});
 }
 
+TEST_CASE("the granularity grid reaches long contexts and holds the given granularity", "[data]") {
+  SamplerOptions o;
+  o.training_seq_len = 2048;
+  o.bucket_granularity = 128;
+  CHECK(granularity_grid(o) == std::vector<std::int64_t>{0, 64, 128, 256, 512, 1024});
+  o.training_seq_len = 131072;
+  o.bucket_granularity = 3000;
+  CHECK(granularity_grid(o) == std::vector<std::int64_t>{0, 64, 128, 256, 512, 1024, 2048, 3000, 4096, 8192});
+  // A 131072-token sample at granularity 8192 and a budget of one such row: one shape, no padding.
+  o.bucket_granularity = 8192;
+  o.max_tokens_per_batch = 131072;
+  const auto r = evaluate_mode({131072, 131000}, o, "long");
+  CHECK(r.shapes_used == 1);
+  CHECK(r.shapes_possible == 16);
+}
+
 TEST_CASE("data-stats prints the histogram and the mode grid as text and JSON", "[data]") {
   TempDir dir;
   // Lengths 3, 5, 9, 12: with 2 rows at training_seq_len 16, the baseline computes 64 tokens for 29

@@ -140,11 +140,23 @@ std::vector<std::int64_t> suggest_boundaries(const std::vector<std::int64_t>& le
   return out;
 }
 
+std::vector<std::int64_t> granularity_grid(const SamplerOptions& base) {
+  // 64..1024, then powers of two up to a sixteenth of training_seq_len (long contexts: 2048..8192 at
+  // 131072), and the granularity given when it is none of those.
+  std::vector<std::int64_t> grid{0, 64, 128, 256, 512, 1024};
+  for (std::int64_t g = 2048; g <= base.training_seq_len / 16; g *= 2) grid.push_back(g);
+  if (std::find(grid.begin(), grid.end(), base.bucket_granularity) == grid.end()) {
+    grid.push_back(base.bucket_granularity);
+    std::sort(grid.begin(), grid.end());
+  }
+  return grid;
+}
+
 std::vector<ModeReport> evaluate_grid(const std::vector<std::int64_t>& lengths, const SamplerOptions& base) {
   std::vector<ModeReport> out;
   for (bool grouped : {true, false}) {
     const char* g = grouped ? "grouped" : "random";
-    for (std::int64_t gran : {0, 64, 128, 256, 512, 1024}) {
+    for (std::int64_t gran : granularity_grid(base)) {
       SamplerOptions o = base;
       o.group_by_length = grouped;
       o.padding_free = false;

@@ -52,9 +52,13 @@ struct RankReport {
 std::vector<RankReport> evaluate_ranks(const std::vector<std::int64_t>& lengths, const SamplerOptions& o,
                                        std::int64_t num_ranks);
 
-// The comparison data-stats prints: granularities 0 (the baseline), 64, 128, 256, 512, 1024, the
-// given bucket_boundaries (or the suggested ones), and padding-free, each grouped and not; rows,
-// token budget, training_seq_len and seed are taken from `base`.
+// The granularities data-stats compares: 0 (the baseline), 64, 128, 256, 512, 1024, powers of two
+// from 2048 up to training_seq_len / 16 (long contexts), and base's own granularity.
+std::vector<std::int64_t> granularity_grid(const SamplerOptions& base);
+
+// The comparison data-stats prints: the granularity_grid, the given bucket_boundaries (or the
+// suggested ones), and padding-free, each grouped and not; rows, token budget, training_seq_len and
+// seed are taken from `base`.
 std::vector<ModeReport> evaluate_grid(const std::vector<std::int64_t>& lengths, const SamplerOptions& base);
 
 // At most `count` bucket lengths, multiples of `multiple`, the last training_seq_len, chosen to pad
