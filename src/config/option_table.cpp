@@ -164,6 +164,19 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::ttt_loss_decay, "ttt_loss_decay", G::draft, kTrain,
         "Weight of TTT step k's loss is ttt_loss_decay^k")
       .range(0.0, 1.0);
+  t.add(&Options::loss, "loss", G::draft, kTrain,
+        "EAGLE-3's per-position loss against the target: kl (soft cross-entropy, forward KL), tv (total "
+        "variation 1 - sum min(p, q), acceptance itself) or lk_hybrid (speculators' adaptive KL/TV blend); "
+        "docs/training.md")
+      .check([](const std::string& v, const Options& o) {
+        if (v != "kl" && v != "tv" && v != "lk_hybrid") return std::string("kl, tv or lk_hybrid");
+        if (v != "kl" && o.eagle_version != 3) return std::string("kl for EAGLE-1 (tv and lk_hybrid are EAGLE-3's)");
+        return std::string();
+      });
+  t.add(&Options::loss_chunk_size, "loss_chunk_size", G::draft, kTrain,
+        "Tokens per chunk of EAGLE-3's fused LM head and loss (logits recomputed in backward, memory one "
+        "chunk of [tokens, draft_vocab_size]); 0: unchunked, every step's full logits kept")
+      .range(0, kMaxBatchTokens);
   t.add(&Options::draft_vocab_size, "draft_vocab_size", G::draft, kTrain,
         "Tokens in the draft vocabulary, the most frequent trained tokens; capped at the target's "
         "vocabulary")

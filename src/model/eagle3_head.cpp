@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "eagle/model/fused_loss.h"
 #include "eagle/model/head_loss.h"
 #include "eagle/model/shape_check.h"
 #include "eagle/util/error.h"
@@ -104,15 +105,14 @@ void Eagle3Head::unroll(const HeadInputs& in, Visit&& visit) {
     }
     auto a = ttt_attention(cfg_.attention, qkv.q, k0, v0, kds, vds, layout, scale);
     auto h = layer.finish(hidden, a);
-    auto logits = lm_head->forward(norm->forward(h));
-    visit(k, StepResult{h, logits});
+    visit(k, StepResult{h, norm->forward(h)});
     hidden = next_state(h);
   }
 }
 
 std::vector<torch::Tensor> Eagle3Head::ttt_logits(const HeadInputs& in) {
   std::vector<torch::Tensor> out;
-  unroll(in, [&](std::int64_t, const StepResult& r) { out.push_back(r.logits); });
+  unroll(in, [&](std::int64_t, const StepResult& r) { out.push_back(lm_head->forward(r.normed)); });
   return out;
 }
 
@@ -138,16 +138,18 @@ HeadStepOutput Eagle3Head::train_step_forward(const HeadInputs& in, const torch:
   auto loss = torch::zeros({}, den.options());
   std::vector<torch::Tensor> rows;
   auto prefix_ok = torch::ones_like(in.input_ids, torch::TensorOptions().dtype(torch::kBool));
+  const auto teacher_logits = in.teacher_logits.contiguous();  // one copy at most, shared by the steps
   unroll(in, [&](std::int64_t k, const StepResult& r) {
-    // Teacher of step k at t: the target's distribution at t+1+k (restricted to the draft ids).
-    auto teacher = torch::softmax(shift_left(in.teacher_logits, k + 1, 0.0).to(torch::kFloat32), -1);
+    // Teacher of step k at t: the target's distribution at t+1+k (restricted to the draft ids), made
+    // per chunk with the logits and the loss in step_loss (model/fused_loss.h).
     auto target_next = shift_left(in.target_argmax, k + 1, 0.0);
     auto valid = in_document_mask(in.loss_mask, in.document_ids, k) & t2d.index({target_next});
-    auto pos_loss = soft_cross_entropy(r.logits, teacher);
-    auto step_sum = torch::where(valid, pos_loss, torch::zeros_like(pos_loss)).sum();
-    loss = loss + std::pow(cfg_.ttt_loss_decay, static_cast<double>(k)) * step_sum / den[k];
-    auto correct = draft_ids.index({r.logits.argmax(-1)}) == target_next;
-    rows.push_back(metric_row(valid, correct, prefix_ok, pos_loss));
+    auto scale = std::pow(cfg_.ttt_loss_decay, static_cast<double>(k)) / den[k];
+    auto step = step_loss(cfg_.loss, r.normed, lm_head->weight, teacher_logits, k + 1, valid, scale,
+                          cfg_.loss_chunk_size);
+    loss = loss + step.weighted;
+    auto correct = draft_ids.index({step.argmax}) == target_next;
+    rows.push_back(metric_row(valid, correct, prefix_ok, step.position_loss));
     prefix_ok = prefix_ok & valid & correct;
   });
   return {loss, torch::stack(rows).detach()};

@@ -1,6 +1,8 @@
 // Shifted views, valid masks, soft cross-entropy and metric rows of the draft heads (see head_loss.h).
 #include "eagle/model/head_loss.h"
 
+#include "eagle/util/error.h"
+
 namespace eagle::model {
 
 torch::Tensor shift_left(const torch::Tensor& x, std::int64_t n, double fill) {
@@ -21,6 +23,35 @@ torch::Tensor in_document_mask(const torch::Tensor& loss_mask, const torch::Tens
 torch::Tensor soft_cross_entropy(const torch::Tensor& logits, const torch::Tensor& teacher_probs) {
   auto logp = torch::log_softmax(logits.to(torch::kFloat32), -1);
   return -(teacher_probs.to(torch::kFloat32) * logp).sum(-1);
+}
+
+std::string loss_name(LossKind kind) {
+  switch (kind) {
+    case LossKind::kl:
+      return "kl";
+    case LossKind::tv:
+      return "tv";
+    case LossKind::lk_hybrid:
+      return "lk_hybrid";
+  }
+  return "kl";
+}
+
+LossKind parse_loss_kind(const std::string& name) {
+  for (auto k : {LossKind::kl, LossKind::tv, LossKind::lk_hybrid})
+    if (loss_name(k) == name) return k;
+  throw Error(ErrorKind::input, "unknown loss").place("loss").expected("kl, tv or lk_hybrid").found(name);
+}
+
+torch::Tensor position_loss(LossKind kind, const torch::Tensor& logits, const torch::Tensor& teacher_probs) {
+  if (kind == LossKind::kl) return soft_cross_entropy(logits, teacher_probs);
+  auto p = teacher_probs.to(torch::kFloat32);
+  auto logq = torch::log_softmax(logits.to(torch::kFloat32), -1);
+  auto alpha = torch::minimum(p, logq.exp()).sum(-1);
+  if (kind == LossKind::tv) return 1.0 - alpha;
+  auto kl = (torch::xlogy(p, p) - p * logq).sum(-1);
+  auto lambda = torch::exp(-kLkEta * alpha.detach());
+  return lambda * kl + (1.0 - lambda) * (1.0 - alpha);
 }
 
 torch::Tensor metric_row(const torch::Tensor& valid, const torch::Tensor& correct, const torch::Tensor& prefix_ok,

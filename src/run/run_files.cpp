@@ -57,7 +57,9 @@ bool may_change_on_resume(std::string_view option) {
       "logging_steps", "log_level", "output_dir", "overwrite_output_dir", "save_steps", "save_total_limit",
       "resume_from_checkpoint",
       // runtime (bit-exact resumes need the same device and threads; the run itself is the same)
-      "device", "num_threads", "max_cuda_graphs", "config", "ddp_backend", "ddp_timeout_s"};
+      "device", "num_threads", "max_cuda_graphs", "config", "ddp_backend", "ddp_timeout_s",
+      // memory layout of the loss (the same values and gradients up to fp32 rounding)
+      "loss_chunk_size"};
   return kMayChange.count(option) > 0;
 }
 

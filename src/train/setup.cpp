@@ -18,6 +18,8 @@ std::shared_ptr<model::DraftHead> make_head(const config::Options& opts, const f
   auto cfg = model::HeadConfig::from_target(tc, opts.eagle_version, inputs.aux_layer_ids, vocab.size());
   cfg.ttt_steps = opts.ttt_steps;
   cfg.ttt_loss_decay = opts.ttt_loss_decay;
+  cfg.loss = model::parse_loss_kind(opts.loss);
+  cfg.loss_chunk_size = opts.loss_chunk_size;
   if (cfg.eagle_version == 3) {
     cfg.fc_norm = opts.fc_norm;
     cfg.norm_output = opts.norm_output;

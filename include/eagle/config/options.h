@@ -51,6 +51,8 @@ struct Options {
   bool norm_before_fc = false;  // one RMSNorm over the whole concatenation before the FC
   std::string draft_layer = "llama";  // llama | qwen3 (q/k norm per head)
   double ttt_loss_decay = 0.8;
+  std::string loss = "kl";              // kl | tv | lk_hybrid (EAGLE-3's per-position loss)
+  std::int64_t loss_chunk_size = 1024;  // tokens per chunk of the fused LM head and loss; 0: unchunked
   std::int64_t draft_vocab_size = 32000;
 
   // train

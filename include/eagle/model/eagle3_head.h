@@ -43,7 +43,7 @@ class Eagle3Head : public torch::nn::Module, public DraftHead {
 
  private:
   struct StepResult {
-    torch::Tensor hidden, logits;  // recurrent hidden (pre-norm) [B, T, H], draft logits [B, T, V_d]
+    torch::Tensor hidden, normed;  // the layer's output (pre-norm) [B, T, H] and its final norm
   };
   // Runs the TTT unroll, calling visit(k, result) after each step.
   template <typename Visit>

@@ -10,6 +10,7 @@
 
 #include <torch/torch.h>
 
+#include "eagle/model/head_loss.h"
 #include "eagle/model/layers.h"
 #include "eagle/model/target.h"
 #include "eagle/model/ttt_attention.h"
@@ -37,6 +38,8 @@ struct HeadConfig {
   bool qk_norm = false;                 // the Qwen3-style draft layer (q_norm, k_norm per head)
   std::int64_t ttt_steps = 7;           // EAGLE-3 TTT steps (and the speculative tokens exported)
   double ttt_loss_decay = 0.8;          // weight of step k is decay^k
+  LossKind loss = LossKind::kl;         // EAGLE-3's per-position loss (head_loss.h); training only
+  std::int64_t loss_chunk_size = 1024;  // EAGLE-3: tokens per chunk of the fused loss; 0 unchunked
   double eagle1_feature_weight = 1.0;   // EAGLE-1: weight of SmoothL1 on the next feature
   double eagle1_token_weight = 0.1;     // EAGLE-1: weight of the soft cross-entropy
   std::string target_name_or_path;      // named in the exports

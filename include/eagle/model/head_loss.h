@@ -5,10 +5,22 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include <torch/torch.h>
 
 namespace eagle::model {
+
+// The per-position loss of a draft distribution q against the teacher's p (docs/training.md
+// "Losses"): kl, the soft cross-entropy -sum p log q (forward KL up to the teacher's entropy, today's
+// default); tv, the total variation 1 - sum min(p, q); lk_hybrid, lambda KL(p||q) + (1 - lambda) TV
+// with lambda = exp(-kLkEta * alpha) per position, alpha = sum min(p, q) not differentiated
+// (vllm-project/speculators' lk_hybrid_loss, Samarin et al. 2026).
+enum class LossKind { kl, tv, lk_hybrid };
+inline constexpr double kLkEta = 3.0;
+// "kl", "tv", "lk_hybrid"; parse_loss_kind throws Error(input) naming the option otherwise.
+std::string loss_name(LossKind kind);
+LossKind parse_loss_kind(const std::string& name);
 
 // x [B, T, ...] shifted left by n along dim 1 (x'[t] = x[t+n]), the last n entries set to fill.
 torch::Tensor shift_left(const torch::Tensor& x, std::int64_t n, double fill);
@@ -20,6 +32,10 @@ torch::Tensor in_document_mask(const torch::Tensor& loss_mask, const torch::Tens
 
 // Per-position soft cross-entropy -sum_v p_v log softmax(logits)_v, [.., V] -> [..], in fp32.
 torch::Tensor soft_cross_entropy(const torch::Tensor& logits, const torch::Tensor& teacher_probs);
+
+// The per-position loss of a kind, [.., V] -> [..] in fp32, through autograd over the whole row (the
+// unchunked reference of model/fused_loss.h).
+torch::Tensor position_loss(LossKind kind, const torch::Tensor& logits, const torch::Tensor& teacher_probs);
 
 // Columns of the metric sums tensor [K, kMetricColumns] (raw sums and counts, they add across
 // batches and ranks).

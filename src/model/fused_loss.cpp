@@ -1,0 +1,158 @@
+// The fused, chunked output layer and loss of one TTT step (see fused_loss.h).
+#include "eagle/model/fused_loss.h"
+
+#include <ATen/autocast_mode.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+
+#include <algorithm>
+
+namespace eagle::model {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// A chunk's loss [n] and, when asked, its gradient with respect to the logits [n, V] (per token, of
+// the unweighted loss). z [n, V] and p [n, V] fp32.
+struct ChunkTerms {
+  torch::Tensor loss, grad;
+};
+
+ChunkTerms chunk_terms(LossKind kind, const torch::Tensor& z, const torch::Tensor& p, bool want_grad) {
+  auto logq = torch::log_softmax(z, -1);
+  auto q = logq.exp();
+  ChunkTerms r;
+  if (kind == LossKind::kl) {
+    r.loss = -(p * logq).sum(-1);
+    // d/dz of -sum p log softmax(z): q * sum(p) - p (as log_softmax's backward computes it).
+    if (want_grad) r.grad = q * p.sum(-1, true) - p;
+    return r;
+  }
+  auto alpha = torch::minimum(p, q).sum(-1);
+  torch::Tensor tv_grad;
+  if (want_grad) {
+    // d(1 - sum min(p, q))/dq: -1 where q < p, -1/2 at ties (torch.minimum's rule), then through
+    // the softmax: q * (g - sum q g).
+    auto g = -torch::where(q < p, 1.0, torch::where(q == p, 0.5, 0.0)).to(torch::kFloat32);
+    tv_grad = q * (g - (q * g).sum(-1, true));
+  }
+  if (kind == LossKind::tv) {
+    r.loss = 1.0 - alpha;
+    r.grad = tv_grad;
+    return r;
+  }
+  auto lambda = torch::exp(-kLkEta * alpha);  // a weight, not differentiated
+  auto kl = (torch::xlogy(p, p) - p * logq).sum(-1);
+  r.loss = lambda * kl + (1.0 - lambda) * (1.0 - alpha);
+  if (want_grad) {
+    auto l = lambda.unsqueeze(-1);
+    r.grad = l * (q * p.sum(-1, true) - p) + (1.0 - l) * tv_grad;
+  }
+  return r;
+}
+
+// What both passes need to make a chunk's logits and teacher.
+struct Plan {
+  LossKind kind;
+  std::int64_t shift, chunk;
+  at::ScalarType compute;  // the logits' dtype: the autocast dtype when autocast was on, else o's
+};
+
+// Rows [c0, c0 + n) of the flat teacher logits moved by shift, softmaxed in fp32. Rows past the end
+// repeat the last row (their positions are never valid: a chain needs its row's token t + shift + 1).
+torch::Tensor teacher_chunk(const torch::Tensor& teacher, std::int64_t c0, std::int64_t n, std::int64_t shift) {
+  const auto rows = teacher.size(0);
+  torch::Tensor t;
+  if (c0 + shift + n <= rows) {
+    t = teacher.narrow(0, c0 + shift, n);
+  } else {
+    auto idx = torch::arange(c0 + shift, c0 + shift + n, teacher.options().dtype(torch::kInt64)).clamp_max(rows - 1);
+    t = teacher.index_select(0, idx);
+  }
+  return torch::softmax(t.to(torch::kFloat32), -1);
+}
+
+torch::Tensor chunk_logits(const torch::Tensor& o_c, const torch::Tensor& w_c) { return torch::mm(o_c, w_c.t()); }
+
+class ChunkedStepLoss : public torch::autograd::Function<ChunkedStepLoss> {
+ public:
+  // o [N, H], weight [V, H], teacher [N, V], valid [N] bool, scale 0-dim.
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& o, const torch::Tensor& weight,
+                               const torch::Tensor& teacher, const torch::Tensor& valid, const torch::Tensor& scale,
+                               std::int64_t kind, std::int64_t shift, std::int64_t chunk) {
+    const auto dev = o.device().type();
+    const bool autocast = at::autocast::is_autocast_enabled(dev);
+    const Plan plan{static_cast<LossKind>(kind), shift, chunk,
+                    autocast ? at::autocast::get_autocast_dtype(dev) : o.scalar_type()};
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    const auto n_rows = o.size(0);
+    auto w_c = weight.to(plan.compute);
+    std::vector<torch::Tensor> losses, argmaxes;
+    for (std::int64_t c0 = 0; c0 < n_rows; c0 += chunk) {
+      const auto n = std::min(chunk, n_rows - c0);
+      auto z = chunk_logits(o.narrow(0, c0, n).to(plan.compute), w_c);
+      argmaxes.push_back(z.argmax(-1));
+      losses.push_back(chunk_terms(plan.kind, z.to(torch::kFloat32), teacher_chunk(teacher, c0, n, shift), false).loss);
+    }
+    auto loss = torch::cat(losses);
+    auto weighted = scale * torch::where(valid, loss, torch::zeros_like(loss)).sum();
+    auto argmax = torch::cat(argmaxes);
+    ctx->save_for_backward({o, weight, teacher, valid, scale});
+    ctx->saved_data["kind"] = kind;
+    ctx->saved_data["shift"] = shift;
+    ctx->saved_data["chunk"] = chunk;
+    ctx->saved_data["compute"] = static_cast<std::int64_t>(plan.compute);
+    ctx->mark_non_differentiable({loss, argmax});
+    return {weighted, loss, argmax};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &o = saved[0], &weight = saved[1], &teacher = saved[2], &valid = saved[3], &scale = saved[4];
+    const Plan plan{static_cast<LossKind>(ctx->saved_data["kind"].toInt()), ctx->saved_data["shift"].toInt(),
+                    ctx->saved_data["chunk"].toInt(), static_cast<at::ScalarType>(ctx->saved_data["compute"].toInt())};
+    variable_list out(8);
+    if (!grads[0].defined()) return out;
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    const auto coef = (grads[0].to(torch::kFloat32) * scale).reshape({1, 1});
+    const auto n_rows = o.size(0);
+    auto w_c = weight.to(plan.compute);
+    std::vector<torch::Tensor> grad_o;
+    auto grad_w = torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32));
+    for (std::int64_t c0 = 0; c0 < n_rows; c0 += plan.chunk) {
+      const auto n = std::min(plan.chunk, n_rows - c0);
+      auto o_c = o.narrow(0, c0, n).to(plan.compute);
+      auto z = chunk_logits(o_c, w_c).to(torch::kFloat32);
+      auto terms = chunk_terms(plan.kind, z, teacher_chunk(teacher, c0, n, plan.shift), true);
+      auto mask = valid.narrow(0, c0, n).unsqueeze(-1);
+      auto dz = torch::where(mask, terms.grad * coef, torch::zeros_like(terms.grad)).to(plan.compute);
+      grad_o.push_back(torch::mm(dz, w_c).to(o.scalar_type()));
+      grad_w.add_(torch::mm(dz.t(), o_c).to(torch::kFloat32));
+    }
+    out[0] = torch::cat(grad_o);
+    out[1] = grad_w.to(weight.scalar_type());
+    return out;
+  }
+};
+
+}  // namespace
+
+StepLossOutput step_loss(LossKind kind, const torch::Tensor& o, const torch::Tensor& weight,
+                         const torch::Tensor& teacher_logits, std::int64_t shift, const torch::Tensor& valid,
+                         const torch::Tensor& scale, std::int64_t chunk) {
+  const auto b = o.size(0), len = o.size(1), vocab = weight.size(0);
+  if (chunk <= 0) {
+    auto logits = torch::linear(o, weight);
+    auto teacher = torch::softmax(shift_left(teacher_logits, shift, 0.0).to(torch::kFloat32), -1);
+    auto pos = position_loss(kind, logits, teacher);
+    auto weighted = scale * torch::where(valid, pos, torch::zeros_like(pos)).sum();
+    return {weighted, pos.detach(), logits.argmax(-1)};
+  }
+  auto outs =
+      ChunkedStepLoss::apply(o.reshape({b * len, o.size(2)}), weight, teacher_logits.reshape({b * len, vocab}),
+                             valid.reshape({b * len}), scale.to(torch::kFloat32), static_cast<std::int64_t>(kind),
+                             shift, std::min(chunk, std::max<std::int64_t>(b * len, 1)));
+  return {outs[0], outs[1].view({b, len}), outs[2].view({b, len})};
+}
+
+}  // namespace eagle::model

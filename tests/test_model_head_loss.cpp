@@ -1,0 +1,251 @@
+// The losses of the draft head (kl, tv, lk_hybrid) against a PyTorch reference, the fused chunked
+// output layer and loss against the unchunked path (values, metrics and gradients), under bf16
+// autocast, and the peak allocation of a head step at a long-T case.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+#include <unordered_map>
+
+#include <ATen/autocast_mode.h>
+#include <c10/core/CPUAllocator.h>
+
+#include "eagle/model/fused_loss.h"
+#include "eagle/model/head_loss.h"
+#include "eagle/model/safetensors.h"
+#include "eagle/util/error.h"
+#include "head_fixtures.h"
+#include "helpers.h"
+
+using namespace eagle;
+using namespace eagle::test;
+
+namespace {
+
+const model::LossKind kKinds[] = {model::LossKind::kl, model::LossKind::tv, model::LossKind::lk_hybrid};
+
+struct HeadRun {
+  double loss = 0;
+  torch::Tensor metrics;
+  std::vector<torch::Tensor> grads;
+};
+
+// One train_step_forward and backward of a fresh tiny head (same seed, so the same weights).
+HeadRun run_head(model::LossKind kind, std::int64_t chunk, const model::HeadInputs& in, bool packed = true,
+                 bool bf16 = false) {
+  auto cfg = tiny_head_config(3, 3);
+  cfg.loss = kind;
+  cfg.loss_chunk_size = chunk;
+  torch::manual_seed(11);
+  auto target = tiny_target();
+  model::Eagle3Head head(cfg, tiny_vocab());
+  head.init_from_target(target.embedding, target.lm_head);
+  auto inputs = in;
+  inputs.attention.packed = packed;
+  at::autocast::set_autocast_enabled(torch::kCPU, bf16);
+  at::autocast::set_autocast_dtype(torch::kCPU, torch::kBFloat16);
+  auto out = head.train_step_forward(inputs, torch::tensor({7.0f, 6.0f, 5.0f}));
+  at::autocast::set_autocast_enabled(torch::kCPU, false);
+  at::autocast::clear_cache();
+  out.loss.backward();
+  HeadRun r{out.loss.item<double>(), out.metric_sums, {}};
+  for (const auto& p : head.parameters()) r.grads.push_back(p.grad().clone());
+  return r;
+}
+
+void check_same(const HeadRun& a, const HeadRun& b, double rtol, double atol) {
+  CHECK(a.loss == Approx(b.loss).epsilon(rtol));
+  CHECK(torch::allclose(a.metrics, b.metrics, rtol, atol));
+  REQUIRE(a.grads.size() == b.grads.size());
+  for (std::size_t i = 0; i < a.grads.size(); ++i) {
+    INFO("parameter " << i);
+    CHECK(torch::allclose(a.grads[i], b.grads[i], rtol, atol));
+  }
+}
+
+// Counts the bytes of live CPU tensors (every CPU allocation goes through GetCPUAllocator) and the
+// peak since reset, forwarding to the default allocator. The data pointers stay simple (context ==
+// data, as raw_allocate requires); the sizes are kept beside them.
+class CountingAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(std::size_t n) override {
+    void* p = inner()->raw_allocate(n);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      sizes_[p] = n;
+      live_ += static_cast<std::int64_t>(n);
+      peak_ = std::max(peak_, live_);
+    }
+    return {p, p, &release, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+  void reset_peak() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    peak_ = live_;
+  }
+  std::int64_t live() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return live_;
+  }
+  std::int64_t peak() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return peak_;
+  }
+  // Installs the counter for the guard's scope (tensors made meanwhile are released through it later).
+  struct Installed {
+    Installed() {
+      inner();  // the default allocator, taken before the counter replaces it
+      c10::SetCPUAllocator(&instance(), 100);
+    }
+    ~Installed() { c10::SetCPUAllocator(inner(), 100); }
+  };
+  static CountingAllocator& instance() {
+    static CountingAllocator a;
+    return a;
+  }
+
+ private:
+  static c10::Allocator* inner() {
+    static c10::Allocator* a = c10::GetCPUAllocator();  // the default, before any install
+    return a;
+  }
+  static void release(void* p) {
+    auto& self = instance();
+    {
+      std::lock_guard<std::mutex> lock(self.mutex_);
+      auto it = self.sizes_.find(p);
+      if (it != self.sizes_.end()) {
+        self.live_ -= static_cast<std::int64_t>(it->second);
+        self.sizes_.erase(it);
+      }
+    }
+    inner()->raw_deleter()(p);
+  }
+  std::mutex mutex_;
+  std::unordered_map<void*, std::size_t> sizes_;
+  std::int64_t live_ = 0, peak_ = 0;
+};
+
+}  // namespace
+
+TEST_CASE("each loss and its gradients equal the PyTorch reference, chunked or not", "[model]") {
+  // Fixture from scripts/make_loss_reference.py: B 2, T 9, H 8, V_d 11, teacher shifted by 2.
+  const auto ref =
+      model::load_safetensors(std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/reference/losses.safetensors");
+  const auto valid = ref.at("valid").to(torch::kBool);
+  const auto scale = torch::tensor(0.7f);
+  for (auto kind : kKinds) {
+    const auto name = model::loss_name(kind);
+    CHECK(model::parse_loss_kind(name) == kind);
+    for (std::int64_t chunk : {0, 1, 4, 7, 18, 1000}) {
+      INFO(name << " chunk " << chunk);
+      auto o = ref.at("o").clone().requires_grad_();
+      auto w = ref.at("lm_head").clone().requires_grad_();
+      auto out = model::step_loss(kind, o, w, ref.at("teacher_logits"), 2, valid, scale, chunk);
+      CHECK(out.weighted.item<double>() == Approx(ref.at(name + ".loss").item<double>()).epsilon(1e-5));
+      auto pos_ref = ref.at(name + ".position_loss");
+      CHECK(torch::allclose(out.position_loss.masked_select(valid), pos_ref.masked_select(valid), 1e-5, 1e-6));
+      CHECK(torch::equal(out.argmax, ref.at("argmax")));
+      CHECK_FALSE(out.position_loss.requires_grad());
+      out.weighted.backward();
+      CHECK(torch::allclose(o.grad(), ref.at(name + ".grad_o"), 1e-4, 1e-6));
+      CHECK(torch::allclose(w.grad(), ref.at(name + ".grad_lm_head"), 1e-4, 1e-6));
+    }
+  }
+  CHECK_THROWS_AS(model::parse_loss_kind("js"), Error);
+}
+
+TEST_CASE("TV of equal distributions is 0 and LK-hybrid is KL where they do not overlap", "[model]") {
+  auto logits = torch::tensor({{1.0f, 2.0f, 3.0f}, {30.0f, 0.0f, 0.0f}});
+  auto p = torch::softmax(torch::tensor({{1.0f, 2.0f, 3.0f}, {0.0f, 0.0f, 30.0f}}), -1);
+  auto tv = model::position_loss(model::LossKind::tv, logits, p);
+  CHECK(tv[0].item<double>() == Approx(0).margin(1e-6));
+  CHECK(tv[1].item<double>() == Approx(1).margin(1e-6));
+  auto lk = model::position_loss(model::LossKind::lk_hybrid, logits, p);
+  auto ce = model::position_loss(model::LossKind::kl, logits, p);
+  CHECK(lk[0].item<double>() == Approx(0).margin(1e-5));  // KL 0, TV 0
+  // alpha ~ 0: lambda ~ 1, the loss is KL = CE - H(p).
+  auto entropy = -(p[1] * p[1].log()).sum().item<double>();
+  CHECK(lk[1].item<double>() == Approx(ce[1].item<double>() - entropy).epsilon(1e-4));
+}
+
+TEST_CASE("the chunked head step equals the unchunked one for every loss, padded and packed rows", "[model]") {
+  torch::manual_seed(3);
+  auto in = tiny_inputs(tiny_head_config(3, 3));  // row 0 one sample then padding, row 1 two samples
+  for (auto kind : kKinds) {
+    for (bool packed : {true, false}) {
+      auto full = run_head(kind, 0, in, packed);
+      CHECK(std::isfinite(full.loss));
+      for (std::int64_t chunk : {1, 3, 7, 20, 64}) {
+        INFO(model::loss_name(kind) << " packed " << packed << " chunk " << chunk);
+        check_same(run_head(kind, chunk, in, packed), full, 1e-5, 1e-6);
+      }
+    }
+  }
+  // The losses differ from one another (the option does something).
+  CHECK(run_head(model::LossKind::tv, 7, in).loss != Approx(run_head(model::LossKind::kl, 7, in).loss));
+}
+
+TEST_CASE("the chunked head step under bf16 autocast stays close to the unchunked one", "[model]") {
+  torch::manual_seed(3);
+  auto in = tiny_inputs(tiny_head_config(3, 3));
+  for (auto kind : kKinds) {
+    INFO(model::loss_name(kind));
+    auto full = run_head(kind, 0, in, true, true);
+    auto chunked = run_head(kind, 7, in, true, true);
+    CHECK(std::isfinite(chunked.loss));
+    CHECK(chunked.loss == Approx(full.loss).epsilon(0.02));
+    CHECK(torch::allclose(chunked.metrics.narrow(1, 0, 4), full.metrics.narrow(1, 0, 4)));
+    for (std::size_t i = 0; i < full.grads.size(); ++i) {
+      CHECK(chunked.grads[i].scalar_type() == torch::kFloat32);
+      CHECK(torch::allclose(chunked.grads[i], full.grads[i], 0.05, 0.02));
+    }
+  }
+}
+
+TEST_CASE("a long-T head step never holds a [T, V_d] fp32 tensor with the chunked loss", "[model]") {
+  // T 1024, V_d 4096, H 16, K 3: one [T, V_d] fp32 tensor is 16 MiB; the unchunked path keeps
+  // several per step for backward. The bound is one such tensor above what was live before.
+  const std::int64_t t = 1024, vd = 4096;
+  auto cfg = tiny_head_config(3, 3);
+  cfg.vocab_size = vd;
+  cfg.draft_vocab_size = vd;
+  model::DraftVocab vocab;
+  vocab.target_vocab_size = vd;
+  for (std::int64_t i = 0; i < vd; ++i) vocab.draft_ids.push_back(i);
+  torch::manual_seed(2);
+  auto target = tiny_target(vd, 16);
+  model::HeadInputs in;
+  in.input_ids = torch::randint(0, vd, {1, t}, torch::kInt64);
+  in.document_ids = torch::zeros({1, t}, torch::kInt64);
+  in.position_ids = torch::arange(t, torch::kInt64).view({1, t});
+  in.loss_mask = torch::ones({1, t}, torch::kUInt8);
+  in.aux_hidden = torch::randn({1, t, 48});
+  in.teacher_logits = torch::randn({1, t, vd});
+  in.target_argmax = torch::randint(0, vd, {1, t}, torch::kInt64);
+  const auto den = torch::full({3}, 1000.0f);
+  const std::int64_t full_bytes = t * vd * 4;
+  auto& counter = CountingAllocator::instance();
+  CountingAllocator::Installed installed;
+  auto peak_of = [&](model::LossKind kind, std::int64_t chunk) {
+    cfg.loss = kind;
+    cfg.loss_chunk_size = chunk;
+    model::Eagle3Head head(cfg, vocab);
+    head.init_from_target(target.embedding, target.lm_head);
+    counter.reset_peak();
+    const auto before = counter.live();
+    auto out = head.train_step_forward(in, den);
+    out.loss.backward();
+    return counter.peak() - before;
+  };
+  for (auto kind : kKinds) {
+    INFO(model::loss_name(kind));
+    const auto chunked = peak_of(kind, 64);
+    const auto unchunked = peak_of(kind, 0);
+    INFO("peak extra bytes: chunked " << chunked << ", unchunked " << unchunked << ", bound " << full_bytes);
+    CHECK(chunked < full_bytes);
+    CHECK(unchunked > 3 * full_bytes);  // the bound catches a [T, V_d] tensor per step
+  }
+}
