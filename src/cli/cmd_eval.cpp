@@ -123,6 +123,8 @@ void run_eval(const config::Options& opts, const Invocation& argv) {
   j["format"] = model::format_name(loaded.format);
   j["heldout_samples"] = heldout.size();
   j["draft_len"] = settings.draft_len;
+  j["head"] = model::head_variant_json(loaded.config);
+  j["head"]["parameters"] = model::count_parameters(head);
   if (opts.json) std::cout << j.dump(2) << "\n";
   else
     std::cout << fmt::format(

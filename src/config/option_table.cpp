@@ -161,6 +161,22 @@ std::vector<OptionEntry> declare_options() {
         "The draft decoder layer: llama, or qwen3 (RMSNorm over each head's q and k before RoPE; vLLM's "
         "Eagle3Qwen3ForCausalLM)")
       .check([](const std::string& v, const Options&) { return v == "llama" || v == "qwen3" ? "" : "llama or qwen3"; });
+  t.add(&Options::draft_num_layers, "draft_num_layers", G::draft, kTrain,
+        "EAGLE-3 decoder layers: the first takes [embedding; state], the rest are plain pre-norm layers on "
+        "its output (vLLM and SGLang read num_hidden_layers)")
+      .range(1, 16)
+      .check([](std::int64_t v, const Options& o) { return v > 1 && o.eagle_version == 1 ? "1 for EAGLE-1" : ""; });
+  t.add(&Options::parallel_drafting, "parallel_drafting", G::draft, kTrain,
+        "P-EAGLE: depths 1..ttt_steps-1 train on mask slots (mask_token_id, a learned mask_hidden), and all "
+        "drafted tokens come from one forward (vLLM: parallel_drafting; exported as speculators peagle)")
+      .check([](bool v, const Options& o) {
+        if (v && o.eagle_version != 3) return "EAGLE-3 only";
+        return v && o.norm_output ? "not with norm_output (P-EAGLE has no recurrent state)" : "";
+      });
+  t.add(&Options::mask_token_id, "mask_token_id", G::draft, kTrain,
+        "P-EAGLE's mask token (its target embedding row is the mask slots' input); -1: the target's first "
+        "end-of-sequence id")
+      .range(-1, kMaxVocab);
   t.add(&Options::ttt_loss_decay, "ttt_loss_decay", G::draft, kTrain,
         "Weight of TTT step k's loss is ttt_loss_decay^k")
       .range(0.0, 1.0);

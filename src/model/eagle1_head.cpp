@@ -14,7 +14,7 @@ namespace eagle::model {
 Eagle1Head::Eagle1Head(HeadConfig cfg) : cfg_(std::move(cfg)) {
   fc = register_module("fc", torch::nn::Linear(torch::nn::LinearOptions(2 * cfg_.hidden_size, cfg_.hidden_size)
                                                    .bias(cfg_.fc_bias)));
-  layer = HeadLayer(cfg_, /*eagle3=*/false);
+  layer = HeadLayer(cfg_, HeadLayerKind::eagle1);
   layers = register_module("layers", torch::nn::ModuleList(layer));
   inv_freq_ = rope_inv_freq_serving(cfg_.rope);
 }

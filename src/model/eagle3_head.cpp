@@ -26,10 +26,22 @@ Eagle3Head::Eagle3Head(HeadConfig cfg, const DraftVocab& vocab) : cfg_(std::move
     fc_norm = register_module("fc_norm", torch::nn::ModuleList());
     for (std::int64_t i = 0; i < n_aux; ++i) fc_norm->push_back(RmsNorm(cfg_.target_hidden_size, cfg_.rms_norm_eps));
   }
-  midlayer = register_module("midlayer", HeadLayer(cfg_, /*eagle3=*/true));
+  midlayer = register_module("midlayer", HeadLayer(cfg_, HeadLayerKind::eagle3_first));
+  if (cfg_.num_layers > 1) {  // exported as layers.{l}.* (l >= 1): see head_io.cpp
+    extra_layers = register_module("extra_layers", torch::nn::ModuleList());
+    for (std::int64_t l = 1; l < cfg_.num_layers; ++l) extra_layers->push_back(HeadLayer(cfg_, HeadLayerKind::decoder));
+  }
   norm = register_module("norm", RmsNorm(cfg_.hidden_size, cfg_.rms_norm_eps));
   lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(cfg_.hidden_size,
                                                                                   cfg_.draft_vocab_size).bias(false)));
+  if (cfg_.parallel_drafting) {
+    EAGLE_CHECK(cfg_.mask_token_id >= 0 && cfg_.mask_token_id < cfg_.vocab_size,
+                Error(ErrorKind::usage, "P-EAGLE needs a mask token inside the target's vocabulary")
+                    .place("mask_token_id").expected(fmt::format("an id in [0, {})", cfg_.vocab_size))
+                    .found(std::to_string(cfg_.mask_token_id)));
+    // speculators 0.9: a random normal vector in aux space, trained (EAGLE-variants.md §4).
+    mask_hidden = register_parameter("mask_hidden", torch::randn({1, 1, n_aux * cfg_.target_hidden_size}));
+  }
   d2t = register_buffer("d2t", vocab.d2t());
   t2d = register_buffer("t2d", vocab.t2d());
   draft_ids = register_buffer("draft_ids", vocab.ids());
@@ -81,30 +93,49 @@ torch::Tensor Eagle3Head::combine(const torch::Tensor& aux_in) {
 
 torch::Tensor Eagle3Head::next_state(const torch::Tensor& h) { return cfg_.norm_output ? norm->forward(h) : h; }
 
+HeadLayerImpl& Eagle3Head::layer(std::int64_t l) {
+  return l == 0 ? *midlayer : *extra_layers[static_cast<std::size_t>(l - 1)]->as<HeadLayerImpl>();
+}
+
+torch::Tensor Eagle3Head::layer_input(std::int64_t l, const torch::Tensor& emb, const torch::Tensor& state,
+                                      const torch::Tensor& h) {
+  auto& lay = layer(l);
+  if (l > 0) return lay.input_layernorm->forward(h);  // F3: a plain pre-norm layer on h_{l-1}
+  return torch::cat({lay.input_layernorm->forward(emb), lay.hidden_norm->forward(state)}, -1);  // F2
+}
+
 template <typename Visit>
 void Eagle3Head::unroll(const HeadInputs& in, Visit&& visit) {
   const auto dev = fc->weight.device();
   if (inv_freq_.device() != dev) inv_freq_ = inv_freq_.to(dev);
-  auto& layer = *midlayer;
   const double scale = 1.0 / std::sqrt(static_cast<double>(cfg_.head_dim));
   auto hidden = combine(in.aux_hidden);
   const AttentionLayout layout(in.document_ids, in.attention);
-  torch::Tensor k0, v0;
-  std::vector<torch::Tensor> kds, vds;
+  // Every layer keeps its own step-0 keys and diagonal keys; the same TTT mask in each.
+  const auto n_layers = static_cast<std::size_t>(cfg_.num_layers);
+  std::vector<torch::Tensor> k0(n_layers), v0(n_layers);
+  std::vector<std::vector<torch::Tensor>> kds(n_layers), vds(n_layers);
   for (std::int64_t k = 0; k < cfg_.ttt_steps; ++k) {
-    // Step k at position t: token x_{t+1+k}, the previous step's hidden, RoPE position + k.
-    auto emb = embed(shift_left(in.input_ids, k + 1, 0.0));
-    auto x = torch::cat({layer.input_layernorm->forward(emb), layer.hidden_norm->forward(hidden)}, -1);
-    auto qkv = project_qkv(*layer.self_attn, cfg_, x, inv_freq_, in.position_ids + k);
-    if (k == 0) {
-      k0 = qkv.k;
-      v0 = qkv.v;
-    } else {
-      kds.push_back(qkv.k);
-      vds.push_back(qkv.v);
+    // Step k at position t: token x_{t+1+k}, the previous step's hidden, RoPE position + k. P-EAGLE's
+    // depth k >= 1: token mask_token_id and the state F1(mask_hidden) at every t (no recurrence).
+    const bool masked = cfg_.parallel_drafting && k > 0;
+    if (masked) hidden = combine(mask_hidden).expand_as(hidden);
+    auto emb = masked ? embed(torch::full_like(in.input_ids, cfg_.mask_token_id))
+                      : embed(shift_left(in.input_ids, k + 1, 0.0));
+    auto h = hidden;  // the state enters the residual stream at layer 0 only
+    for (std::size_t l = 0; l < n_layers; ++l) {
+      const auto li = static_cast<std::int64_t>(l);
+      auto qkv = project_qkv(*layer(li).self_attn, cfg_, layer_input(li, emb, hidden, h), inv_freq_,
+                             in.position_ids + k);
+      if (k == 0) {
+        k0[l] = qkv.k;
+        v0[l] = qkv.v;
+      } else {
+        kds[l].push_back(qkv.k);
+        vds[l].push_back(qkv.v);
+      }
+      h = layer(li).finish(h, ttt_attention(cfg_.attention, qkv.q, k0[l], v0[l], kds[l], vds[l], layout, scale));
     }
-    auto a = ttt_attention(cfg_.attention, qkv.q, k0, v0, kds, vds, layout, scale);
-    auto h = layer.finish(hidden, a);
     visit(k, StepResult{h, norm->forward(h)});
     hidden = next_state(h);
   }
@@ -164,19 +195,10 @@ torch::Tensor Eagle3Head::draft(DraftCache& cache, const torch::Tensor& features
   torch::NoGradGuard ng;
   const auto dev = fc->weight.device();
   if (inv_freq_.device() != dev) inv_freq_ = inv_freq_.to(dev);
-  auto& layer = *midlayer;
-  const auto b = features.size(0), n = features.size(1);
-  auto opts = torch::TensorOptions().dtype(torch::kInt64).device(dev);
-  // One layer pass over the new prefix positions (hidden from FC), then draft_len - 1 chained passes.
-  auto run = [&](const torch::Tensor& hidden, const torch::Tensor& ids, std::int64_t start, std::int64_t pos0) {
-    const auto len = ids.size(1);
-    auto x = torch::cat({layer.input_layernorm->forward(embed(ids)), layer.hidden_norm->forward(hidden)}, -1);
-    auto positions = (torch::arange(pos0, pos0 + len, opts)).unsqueeze(0).expand({b, len});
-    auto raw = project_qkv(*layer.self_attn, cfg_, x, inv_freq_, positions);
-    return layer.finish(hidden, cached_attention(cache, cfg_, start, raw.q, raw.k, raw.v));
-  };
+  if (cfg_.parallel_drafting) return draft_parallel(cache, features, next_ids, draft_len);
+  const auto n = features.size(1);
   const auto start = cache.length;
-  auto h = run(combine(features.to(dev)), next_ids.to(dev), start, start);
+  auto h = cached_layers(cache, combine(features.to(dev)), next_ids.to(dev), start, start);
   cache.length = start + n;
   std::vector<torch::Tensor> drafted;
   auto last = h.narrow(1, n - 1, 1);
@@ -185,9 +207,43 @@ torch::Tensor Eagle3Head::draft(DraftCache& cache, const torch::Tensor& features
     drafted.push_back(token);
     if (j + 1 == draft_len) break;
     // Chained step j+1: the slot after the prefix's last position, RoPE position last + j + 1.
-    last = run(next_state(last), token, cache.length + j, cache.length - 1 + j + 1);
+    last = cached_layers(cache, next_state(last), token, cache.length + j, cache.length - 1 + j + 1);
   }
   return torch::cat(drafted, 1);
+}
+
+torch::Tensor Eagle3Head::cached_layers(DraftCache& cache, const torch::Tensor& state, const torch::Tensor& ids,
+                                        std::int64_t start, std::int64_t pos0) {
+  const auto b = ids.size(0), len = ids.size(1);
+  auto emb = embed(ids);
+  auto opts = torch::TensorOptions().dtype(torch::kInt64).device(state.device());
+  auto positions = torch::arange(pos0, pos0 + len, opts).unsqueeze(0).expand({b, len});
+  auto h = state;
+  for (std::int64_t l = 0; l < cfg_.num_layers; ++l) {
+    auto raw = project_qkv(*layer(l).self_attn, cfg_, layer_input(l, emb, state, h), inv_freq_, positions);
+    h = layer(l).finish(h, cached_attention(cache, cfg_, start, raw.q, raw.k, raw.v, l));
+  }
+  return h;
+}
+
+torch::Tensor Eagle3Head::draft_parallel(DraftCache& cache, const torch::Tensor& features,
+                                         const torch::Tensor& next_ids, std::int64_t draft_len) {
+  const auto dev = fc->weight.device();
+  const auto b = features.size(0), n = features.size(1), masks = draft_len - 1;
+  // Slots: the n new prefix positions (token x_{t+1}, state F1(g_t), position t), then the mask
+  // slots i = 1..K-1 (mask_token_id, F1(mask_hidden), position p + i), causal over all of them.
+  auto states = combine(features.to(dev));
+  auto ids = next_ids.to(dev);
+  if (masks > 0) {
+    states = torch::cat({states, combine(mask_hidden).expand({b, masks, cfg_.hidden_size})}, 1);
+    ids = torch::cat({ids, torch::full({b, masks}, cfg_.mask_token_id, ids.options())}, 1);
+  }
+  const auto start = cache.length;
+  auto h = cached_layers(cache, states, ids, start, start);
+  cache.length = start + n;  // the mask slots' keys are forgotten: the next round rewrites them
+  // d_1 from the last prefix slot p, d_{i+1} from mask slot i.
+  auto logits = lm_head->forward(norm->forward(h.narrow(1, n - 1, draft_len)));
+  return draft_ids.index({logits.argmax(-1)});
 }
 
 }  // namespace eagle::model

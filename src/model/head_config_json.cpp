@@ -15,6 +15,8 @@ using nlohmann::json;
 namespace eagle::model {
 namespace {
 
+constexpr std::int64_t kMaxDraftLayers = 16;  // as --draft_num_layers
+
 Error config_error(const std::string& file, const std::string& key, const std::string& what) {
   return Error(ErrorKind::input, what).file(file).place(fmt::format("key \"{}\"", key));
 }
@@ -151,7 +153,8 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
   const Fields top{j, file, ""};
   HeadFormat format;
   const std::string arch = top.first_string("architectures");
-  if (top.string_or("speculators_model_type", "") == "eagle3")
+  const std::string spec_type = top.string_or("speculators_model_type", "");
+  if (spec_type == "eagle3" || spec_type == "peagle")
     format = HeadFormat::speculators;
   else if (arch == "LlamaForCausalLMEagle3" || arch == "Eagle3LlamaForCausalLM" || arch == "Eagle3Qwen3ForCausalLM")
     format = HeadFormat::sglang;
@@ -159,7 +162,8 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
     format = HeadFormat::vllm_eagle1;
   else
     throw config_error(file, "architectures", "not a draft head this tool reads")
-        .expected("LlamaForCausalLMEagle3, Eagle3Speculator (speculators_model_type eagle3) or EagleLlamaForCausalLM")
+        .expected("LlamaForCausalLMEagle3, Eagle3Speculator (speculators_model_type eagle3 or peagle) or "
+                  "EagleLlamaForCausalLM")
         .found(arch.empty() ? "none" : arch);
   if (format_out) *format_out = format;
   EAGLE_CHECK(
@@ -204,16 +208,20 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
                 config_error(file, "norm_before_fc", "fc_norm and norm_before_fc together are not read")
                     .hint("speculators refuses the pair; export one of them"));
     // speculators: norm_before_residual is true when absent; eagle-train trains it false.
-    const bool nbr = top.boolean_or("norm_before_residual", format == HeadFormat::speculators);
+    const bool nbr = top.boolean_or("norm_before_residual", format == HeadFormat::speculators && spec_type != "peagle");
     EAGLE_CHECK(!nbr, config_error(file, "norm_before_residual", "heads with norm_before_residual are not read")
                           .expected("false (written by eagle-train)")
                           .found("true (or absent in speculators format)"));
     c.qk_norm = layer.string_or("model_type", "llama") == "qwen3" || arch == "Eagle3Qwen3ForCausalLM";
+    c.num_layers = layer.integer_or("num_hidden_layers", 1, 1, kMaxDraftLayers);
   }
   c.target_dtype = top.string_or("dtype", top.string_or("torch_dtype", layer.string_or("torch_dtype", c.target_dtype)));
   c.vocab_size = layer.integer("vocab_size", 1, kMaxVocab);
   c.draft_vocab_size = c.eagle_version == 3 ? top.integer("draft_vocab_size", 1, c.vocab_size) : c.vocab_size;
   c.target_hidden_size = top.integer_or("target_hidden_size", c.hidden_size, 1, kMaxSize);
+  // P-EAGLE: the speculators peagle type, or an EAGLE-layout head of eagle-train's that says so.
+  c.parallel_drafting = spec_type == "peagle" || top.object("eagle_train").boolean_or("parallel_drafting", false);
+  if (c.parallel_drafting) c.mask_token_id = top.integer("mask_token_id", 0, c.vocab_size - 1);
   const Fields spec = top.object("speculators_config");
   c.ttt_steps = spec.first_object("proposal_methods").integer_or("speculative_tokens", c.ttt_steps, 1, 64);
   const Fields verifier = spec.object("verifier");

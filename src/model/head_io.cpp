@@ -25,9 +25,16 @@ namespace {
 constexpr const char* kSpeculatorsVersion = "0.3.0";
 
 // The head's own parameter name under a format: EAGLE-3 modules are registered as SGLang names
-// (midlayer.*), EAGLE-1 as vLLM names (layers.0.*); speculators says layers.0. for midlayer.
+// (midlayer.*), EAGLE-1 as vLLM names (layers.0.*); speculators says layers.0. for midlayer. A
+// multi-layer head's layers 1..n-1 (extra_layers.{l-1}.*) are layers.{l}.* in every format.
 std::string format_tensor_name(const std::string& name, HeadFormat format) {
   if (format == HeadFormat::speculators && name.rfind("midlayer.", 0) == 0) return "layers.0." + name.substr(9);
+  const std::string extra = "extra_layers.";
+  if (name.rfind(extra, 0) == 0) {
+    const auto dot = name.find('.', extra.size());
+    const auto index = std::stoll(name.substr(extra.size(), dot - extra.size()));
+    return fmt::format("layers.{}{}", index + 1, name.substr(dot));
+  }
   return name;
 }
 
@@ -71,7 +78,7 @@ json llama_fields(const HeadConfig& c) {
           {"num_attention_heads", c.num_attention_heads},
           {"num_key_value_heads", c.num_key_value_heads},
           {"head_dim", c.head_dim},
-          {"num_hidden_layers", 1},
+          {"num_hidden_layers", c.eagle_version == 3 ? c.num_layers : 1},
           {"rms_norm_eps", c.rms_norm_eps},
           {"hidden_act", c.hidden_act},
           {"max_position_embeddings", c.max_position_embeddings},
@@ -100,7 +107,8 @@ json eagle_train_fields(const HeadConfig& c) {
           {"ttt_loss_decay", c.ttt_loss_decay},
           {"fc_bias", c.fc_bias},
           {"eagle1_feature_weight", c.eagle1_feature_weight},
-          {"eagle1_token_weight", c.eagle1_token_weight}};
+          {"eagle1_token_weight", c.eagle1_token_weight},
+          {"parallel_drafting", c.parallel_drafting}};
 }
 
 std::string file_tensor_name(const SafetensorsFile& file, const std::string& key, HeadFormat format) {
@@ -145,9 +153,14 @@ void copy_parameters(DraftHead& head, const SafetensorsFile& file, HeadFormat fo
     const auto name = file_tensor_name(file, p.key(), format);
     EAGLE_CHECK(file.contains(name), Error(ErrorKind::input, "a tensor of the head is missing").file(weights_path)
                                          .place(fmt::format("tensor {}", name)));
-    check_shape(file.shape(name), p.value().sizes(), Error(ErrorKind::input, "a tensor of the head has the wrong shape")
-                                                         .file(weights_path).place(fmt::format("tensor {}", name)));
-    p.value().copy_(file.get(name).to(p.value().device(), torch::kFloat32));
+    auto stored = file.get(name);
+    // mask_hidden: any shape of A * H_t numbers (vLLM reshapes it; speculators saves [1, 1, A * H_t]).
+    if (p.key() == "mask_hidden" && stored.numel() == p.value().numel()) stored = stored.reshape(p.value().sizes());
+    check_shape(stored.sizes().vec(), p.value().sizes(),
+                Error(ErrorKind::input, "a tensor of the head has the wrong shape")
+                    .file(weights_path)
+                    .place(fmt::format("tensor {}", name)));
+    p.value().copy_(stored.to(p.value().device(), torch::kFloat32));
   }
 }
 
@@ -177,7 +190,18 @@ std::shared_ptr<DraftHead> make_head(const HeadConfig& cfg, const DraftVocab& vo
 HeadFormat checkpoint_format(const HeadConfig& cfg) {
   if (cfg.eagle_version == 1) return HeadFormat::vllm_eagle1;
   // What SGLang does not serve is kept in the speculators layout, which vLLM reads.
-  return cfg.qk_norm || cfg.norm_before_fc ? HeadFormat::speculators : HeadFormat::sglang;
+  return cfg.qk_norm || cfg.norm_before_fc || cfg.parallel_drafting ? HeadFormat::speculators : HeadFormat::sglang;
+}
+
+nlohmann::json head_variant_json(const HeadConfig& c) {
+  json j = {{"eagle_version", c.eagle_version}, {"ttt_steps", c.steps()}, {"draft_vocab_size", c.draft_vocab_size}};
+  if (c.eagle_version != 3) return j;
+  j["num_hidden_layers"] = c.num_layers;
+  j["draft_layer"] = c.qk_norm ? "qwen3" : "llama";
+  variant_fields(c, j);
+  j["parallel_drafting"] = c.parallel_drafting;
+  if (c.parallel_drafting) j["mask_token_id"] = c.mask_token_id;
+  return j;
 }
 
 nlohmann::json head_config_json(const HeadConfig& c, HeadFormat format) {
@@ -201,6 +225,11 @@ nlohmann::json head_config_json(const HeadConfig& c, HeadFormat format) {
   std::vector<std::int64_t> output_of_layer;
   for (auto id : c.aux_layer_ids) output_of_layer.push_back(id - 1);
   if (format == HeadFormat::sglang) {
+    EAGLE_CHECK(!c.parallel_drafting,
+                Error(ErrorKind::usage, "SGLang does not serve P-EAGLE (parallel drafting)")
+                    .place("parallel_drafting").expected("a sequential EAGLE-3 head for --format sglang")
+                    .found("a P-EAGLE head")
+                    .hint("export --format speculators: vLLM serves it as speculators_model_type peagle"));
     // SGLang serves neither the Qwen3-style layer nor norm_before_fc (it drops input_norm silently).
     EAGLE_CHECK(!c.qk_norm && !c.norm_before_fc,
                 Error(ErrorKind::usage, "SGLang does not serve this head")
@@ -220,18 +249,22 @@ nlohmann::json head_config_json(const HeadConfig& c, HeadFormat format) {
   }
   json layer = llama_fields(c);
   layer["architectures"] = {c.qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM"};
+  // vLLM's peagle updater forwards neither fc_norm nor norm_output; the draft config is built from
+  // transformer_layer_config, so fc_norm is written there too (EAGLE-variants.md §4).
+  if (c.parallel_drafting) layer["fc_norm"] = c.fc_norm;
   json variant;
   variant_fields(c, variant);
+  const char* algorithm = c.parallel_drafting ? "peagle" : "eagle3";
   json out = {
-      {"architectures", {"Eagle3Speculator"}},
-      {"speculators_model_type", "eagle3"},
+      {"architectures", {c.parallel_drafting ? "PEagleSpeculator" : "Eagle3Speculator"}},
+      {"speculators_model_type", algorithm},
       {"transformer_layer_config", layer},
       {"draft_vocab_size", c.draft_vocab_size},
       {"target_hidden_size", c.target_hidden_size},
       {"norm_before_residual", false},
       {"eagle_aux_hidden_state_layer_ids", c.aux_layer_ids},
       {"speculators_config",
-       {{"algorithm", "eagle3"},
+       {{"algorithm", algorithm},
         {"proposal_methods",
          {{{"proposal_type", "greedy"},
            {"speculative_tokens", c.ttt_steps},
@@ -247,6 +280,7 @@ nlohmann::json head_config_json(const HeadConfig& c, HeadFormat format) {
       {"dtype", c.target_dtype},
       {"eagle_train", eagle_train_fields(c)}};
   out.update(variant);
+  if (c.parallel_drafting) out["mask_token_id"] = c.mask_token_id;
   return out;
 }
 
@@ -258,6 +292,11 @@ std::map<std::string, torch::Tensor> head_tensors(DraftHead& head, HeadFormat fo
   // The draft-vocabulary maps are buffers of the EAGLE-3 head (draft_ids, derived, is not written).
   for (const auto& b : head.module().named_buffers())
     if (b.key() == "d2t" || b.key() == "t2d") out[b.key()] = b.value().to(torch::kCPU).contiguous();
+  // SGLang after PR #24663 normalises the input of layers >= 1 with hidden_norm, vLLM with
+  // input_layernorm (EAGLE-variants.md §2): both written, equal, so either engine serves the head.
+  if (format == HeadFormat::sglang)
+    for (std::int64_t l = 1; l < head.config().num_layers; ++l)
+      out[fmt::format("layers.{}.hidden_norm.weight", l)] = out.at(fmt::format("layers.{}.input_layernorm.weight", l));
   return out;
 }
 

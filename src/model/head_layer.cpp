@@ -38,12 +38,12 @@ HeadMlpImpl::HeadMlpImpl(const HeadConfig& cfg) {
   down_proj = register_module("down_proj", linear(cfg.intermediate_size, cfg.hidden_size));
 }
 
-HeadLayerImpl::HeadLayerImpl(const HeadConfig& cfg, bool eagle3) {
-  if (eagle3) {
+HeadLayerImpl::HeadLayerImpl(const HeadConfig& cfg, HeadLayerKind kind) {
+  const bool first = kind == HeadLayerKind::eagle3_first;
+  if (kind != HeadLayerKind::eagle1)
     input_layernorm = register_module("input_layernorm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
-    hidden_norm = register_module("hidden_norm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
-  }
-  self_attn = register_module("self_attn", HeadAttention(cfg, eagle3 ? 2 * cfg.hidden_size : cfg.hidden_size));
+  if (first) hidden_norm = register_module("hidden_norm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
+  self_attn = register_module("self_attn", HeadAttention(cfg, first ? 2 * cfg.hidden_size : cfg.hidden_size));
   post_attention_layernorm = register_module("post_attention_layernorm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
   mlp = register_module("mlp", HeadMlp(cfg));
 }
@@ -75,22 +75,24 @@ torch::Tensor attention_output(const HeadAttentionImpl& attn, const torch::Tenso
 DraftCache make_draft_cache(const HeadConfig& cfg, std::int64_t batch, std::int64_t capacity,
                             torch::TensorOptions options) {
   DraftCache c;
-  c.keys = torch::zeros({batch, cfg.num_key_value_heads, capacity, cfg.head_dim}, options);
+  const auto layers = cfg.eagle_version == 3 ? cfg.num_layers : 1;
+  c.keys = torch::zeros({layers, batch, cfg.num_key_value_heads, capacity, cfg.head_dim}, options);
   c.values = torch::zeros_like(c.keys);
   return c;
 }
 
 torch::Tensor cached_attention(DraftCache& cache, const HeadConfig& cfg, std::int64_t start, const torch::Tensor& q,
-                               const torch::Tensor& k, const torch::Tensor& v) {
+                               const torch::Tensor& k, const torch::Tensor& v, std::int64_t layer) {
   const auto n = q.size(2), end = start + n;
-  EAGLE_CHECK(end <= cache.keys.size(2), Error(ErrorKind::internal, "the draft cache is too small")
+  auto layer_keys = cache.keys.select(0, layer), layer_values = cache.values.select(0, layer);
+  EAGLE_CHECK(end <= layer_keys.size(2), Error(ErrorKind::internal, "the draft cache is too small")
                                              .expected(fmt::format("capacity >= {}", end))
-                                             .found(fmt::format("{}", cache.keys.size(2))));
-  cache.keys.narrow(2, start, n).copy_(k);
-  cache.values.narrow(2, start, n).copy_(v);
+                                             .found(fmt::format("{}", layer_keys.size(2))));
+  layer_keys.narrow(2, start, n).copy_(k);
+  layer_values.narrow(2, start, n).copy_(v);
   const auto rep = cfg.num_attention_heads / cfg.num_key_value_heads;
-  auto keys = repeat_kv(cache.keys.narrow(2, 0, end), rep);
-  auto values = repeat_kv(cache.values.narrow(2, 0, end), rep);
+  auto keys = repeat_kv(layer_keys.narrow(2, 0, end), rep);
+  auto values = repeat_kv(layer_values.narrow(2, 0, end), rep);
   auto opts = torch::TensorOptions().dtype(torch::kInt64).device(q.device());
   auto mask = torch::arange(0, end, opts).view({1, end}) <= torch::arange(start, end, opts).view({n, 1});
   auto s = torch::matmul(q, keys.transpose(-1, -2)).to(torch::kFloat32) / std::sqrt(static_cast<double>(cfg.head_dim));

@@ -5,6 +5,7 @@
 
 #include "eagle/model/draft_vocab.h"
 #include "eagle/model/head_io.h"
+#include "eagle/util/error.h"
 #include "eagle/util/log.h"
 
 namespace eagle::train {
@@ -25,6 +26,14 @@ std::shared_ptr<model::DraftHead> make_head(const config::Options& opts, const f
     cfg.norm_output = opts.norm_output;
     cfg.norm_before_fc = opts.norm_before_fc;
     cfg.qk_norm = opts.draft_layer == "qwen3";
+    cfg.num_layers = opts.draft_num_layers;
+    cfg.parallel_drafting = opts.parallel_drafting;
+    if (cfg.parallel_drafting) {
+      EAGLE_CHECK(opts.mask_token_id >= 0 || !tc.eos_token_ids.empty(),
+                  Error(ErrorKind::usage, "P-EAGLE needs a mask token and the target names no end-of-sequence id")
+                      .place("mask_token_id").hint("give --mask_token_id"));
+      cfg.mask_token_id = opts.mask_token_id >= 0 ? opts.mask_token_id : tc.eos_token_ids.front();
+    }
   }
   cfg.target_name_or_path = inputs.target_name;
   cfg.target_architecture = tc.architecture;

@@ -50,6 +50,9 @@ struct Options {
   bool norm_output = false;     // EAGLE 3.1: the post-final-norm hidden is the next step's state
   bool norm_before_fc = false;  // one RMSNorm over the whole concatenation before the FC
   std::string draft_layer = "llama";  // llama | qwen3 (q/k norm per head)
+  std::int64_t draft_num_layers = 1;  // EAGLE-3 decoder layers (layer 0 on [embedding; state])
+  bool parallel_drafting = false;     // P-EAGLE: mask slots, all drafts in one forward
+  std::int64_t mask_token_id = -1;    // P-EAGLE's mask token; -1: the target's first end-of-sequence id
   double ttt_loss_decay = 0.8;
   std::string loss = "kl";              // kl | tv | lk_hybrid (EAGLE-3's per-position loss)
   std::int64_t loss_chunk_size = 1024;  // tokens per chunk of the fused LM head and loss; 0: unchunked

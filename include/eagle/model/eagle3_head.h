@@ -36,9 +36,11 @@ class Eagle3Head : public torch::nn::Module, public DraftHead {
   torch::nn::Linear fc{nullptr};
   RmsNorm input_norm{nullptr};            // norm_before_fc: over all aux features [A * H_t]
   torch::nn::ModuleList fc_norm{nullptr};  // fc_norm: one RmsNorm per aux feature [H_t]
-  HeadLayer midlayer{nullptr};
+  HeadLayer midlayer{nullptr};                  // layer 0 (exported as midlayer.* or layers.0.*)
+  torch::nn::ModuleList extra_layers{nullptr};  // layers 1..n-1 (num_layers > 1), exported as layers.{l}.*
   RmsNorm norm{nullptr};
   torch::nn::Linear lm_head{nullptr};
+  torch::Tensor mask_hidden;  // P-EAGLE: [1, 1, A * H_t] in aux space (speculators' shape), else undefined
   torch::Tensor d2t, t2d, draft_ids;  // buffers (d2t, t2d exported; draft_ids = arange + d2t)
 
  private:
@@ -53,6 +55,17 @@ class Eagle3Head : public torch::nn::Module, public DraftHead {
   torch::Tensor combine(const torch::Tensor& aux);
   // The next step's state from a step's layer output h: norm(h) with norm_output, else h.
   torch::Tensor next_state(const torch::Tensor& h);
+  HeadLayerImpl& layer(std::int64_t l);
+  // Layer l's attention/MLP input: layer 0 [N(emb); N(state)] (F2), layer l >= 1 N(h_{l-1}) (F3).
+  torch::Tensor layer_input(std::int64_t l, const torch::Tensor& emb, const torch::Tensor& state,
+                            const torch::Tensor& h);
+  // The layers over [B, T] tokens and states [B, T, H] writing slots [start, start + T) of every
+  // layer's cache at RoPE positions pos0.. (drafting); returns the last layer's output.
+  torch::Tensor cached_layers(DraftCache& cache, const torch::Tensor& state, const torch::Tensor& ids,
+                              std::int64_t start, std::int64_t pos0);
+  // P-EAGLE drafting: the new prefix slots and draft_len - 1 mask slots in one forward (§6).
+  torch::Tensor draft_parallel(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids,
+                               std::int64_t draft_len);
 
   HeadConfig cfg_;
   torch::Tensor embedding_;  // the target's, frozen, not registered

@@ -36,6 +36,13 @@ struct HeadConfig {
   // their concatenation, the final-normed hidden as the recurrent state.
   bool fc_norm = false, norm_before_fc = false, norm_output = false;
   bool qk_norm = false;                 // the Qwen3-style draft layer (q_norm, k_norm per head)
+  // EAGLE-3 decoder layers (EAGLE-variants.md §2): layer 0 takes [embedding; state], layers 1..n-1
+  // are plain pre-norm layers on H; each keeps its own keys/values (TTT and drafting).
+  std::int64_t num_layers = 1;
+  // P-EAGLE (EAGLE-variants.md §4): depths d >= 1 take token mask_token_id and the state
+  // F1(mask_hidden); all drafted tokens come from one forward.
+  bool parallel_drafting = false;
+  std::int64_t mask_token_id = -1;      // a target token id (< vocab_size) when parallel_drafting
   std::int64_t ttt_steps = 7;           // EAGLE-3 TTT steps (and the speculative tokens exported)
   double ttt_loss_decay = 0.8;          // weight of step k is decay^k
   LossKind loss = LossKind::kl;         // EAGLE-3's per-position loss (head_loss.h); training only
@@ -72,10 +79,10 @@ struct HeadStepOutput {
   torch::Tensor metric_sums;  // [K, kMetricColumns] fp32, detached (see head_loss.h)
 };
 
-// Key/value cache of the head's one layer for drafting; slots [0, length) hold the accepted
-// prefix, drafted tokens are written after it and forgotten at the next call.
+// Key/value cache of the head's layers for drafting; slots [0, length) hold the accepted prefix,
+// drafted tokens are written after it and forgotten at the next call.
 struct DraftCache {
-  torch::Tensor keys, values;  // [B, kv_heads, capacity, head_dim]
+  torch::Tensor keys, values;  // [layers, B, kv_heads, capacity, head_dim]
   std::int64_t length = 0;
 };
 

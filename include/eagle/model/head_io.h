@@ -26,6 +26,9 @@ std::shared_ptr<DraftHead> make_head(const HeadConfig& cfg, const DraftVocab& vo
 // does not serve: the Qwen3-style layer, norm_before_fc), vllm_eagle1 for EAGLE-1.
 HeadFormat checkpoint_format(const HeadConfig& cfg);
 
+// The head's variant in a few fields (eval --json's "head"): version, layers, draft layer, switches.
+nlohmann::json head_variant_json(const HeadConfig& cfg);
+
 // config.json of a head in a format (throws when the format does not fit the head).
 nlohmann::json head_config_json(const HeadConfig& cfg, HeadFormat format);
 // The head's tensors under the format's names, on CPU, in fp32 (d2t int64, t2d bool).

@@ -34,9 +34,13 @@ struct HeadMlpImpl : torch::nn::Module {
 };
 TORCH_MODULE(HeadMlp);
 
-// EAGLE-3 (input 2H, input_layernorm and hidden_norm) or EAGLE-1 (input H, no input norm).
+// The forms of a head's decoder layer: EAGLE-3's first (input [e; s] of 2H, input_layernorm on e and
+// hidden_norm on s), EAGLE-1's (input H, no input norm), and a plain pre-norm layer on H (EAGLE-3's
+// layers >= 1: input_layernorm, no hidden_norm).
+enum class HeadLayerKind { eagle3_first, eagle1, decoder };
+
 struct HeadLayerImpl : torch::nn::Module {
-  HeadLayerImpl(const HeadConfig& cfg, bool eagle3);
+  HeadLayerImpl(const HeadConfig& cfg, HeadLayerKind kind);
   // The layer after its attention: h = residual + o_proj(attention); h + mlp(norm(h)).
   // attention is [B, heads, T, head_dim].
   torch::Tensor finish(const torch::Tensor& residual, const torch::Tensor& attention);
@@ -56,11 +60,13 @@ Qkv project_qkv(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torc
 // [B, h, T, d] -> o_proj([B, T, h*d])
 torch::Tensor attention_output(const HeadAttentionImpl& attn, const torch::Tensor& a);
 
-// Drafting attention: queries q [B, h, n, d] at cache slots [start, start+n) over the cache's first
-// start+n slots, causally; writes k, v [B, kv_heads, n, d] (not repeated) into the cache first.
+// Drafting attention of one layer: queries q [B, h, n, d] at cache slots [start, start+n) over that
+// layer's first start+n slots, causally; writes k, v [B, kv_heads, n, d] (not repeated) into the
+// cache first.
 torch::Tensor cached_attention(DraftCache& cache, const HeadConfig& cfg, std::int64_t start, const torch::Tensor& q,
-                               const torch::Tensor& k, const torch::Tensor& v);
+                               const torch::Tensor& k, const torch::Tensor& v, std::int64_t layer = 0);
 
+// A cache of cfg.num_layers layers (EAGLE-1: one).
 DraftCache make_draft_cache(const HeadConfig& cfg, std::int64_t batch, std::int64_t capacity,
                             torch::TensorOptions options);
 

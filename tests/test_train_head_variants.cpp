@@ -1,0 +1,89 @@
+// The newer EAGLE-3 heads trained end to end (issue 24), as a subprocess on the smoke run: a
+// multi-layer head trains, exports both layouts, eval reads them back with the checkpoint's numbers,
+// and a resume with another layer count is refused.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "helpers.h"
+
+using eagle::test::run_cli;
+using eagle::test::TempDir;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kSmoke = eagle::test::smoke_args();
+
+json last_json(const std::string& output) { return json::parse(output.substr(output.find("{\n"))); }
+
+}  // namespace
+
+TEST_CASE("a two-layer EAGLE-3 head trains, exports, is evaluated from its exports and refuses another layer count",
+          "[train]") {
+  TempDir dir;
+  auto out = dir / "run";
+  auto r = run_cli("train " + kSmoke + " --draft_num_layers 2 --max_steps 4 --eval_steps 4 --save_steps 4" +
+                   " --output_dir " + out.string());
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("step 4 AR: "));
+  const auto ckpt = out / "checkpoint-4";
+  CHECK(json::parse(eagle::test::read_file(ckpt / "config.json"))["num_hidden_layers"] == 2);
+  for (const char* format : {"speculators", "sglang"}) {
+    auto ex = run_cli("export --checkpoint " + ckpt.string() + " --format " + format + " --output " +
+                      (dir / format).string());
+    INFO(ex.output);
+    REQUIRE(ex.exit_code == 0);
+  }
+  auto spec = json::parse(eagle::test::read_file(dir / "speculators" / "config.json"));
+  CHECK(spec["transformer_layer_config"]["num_hidden_layers"] == 2);
+  auto a = run_cli("eval --json --checkpoint " + ckpt.string() + " " + kSmoke);
+  auto b = run_cli("eval --json --checkpoint " + (dir / "speculators").string() + " " + kSmoke);
+  INFO(a.output << b.output);
+  REQUIRE(a.exit_code == 0);
+  REQUIRE(b.exit_code == 0);
+  const auto ja = last_json(a.output), jb = last_json(b.output);
+  CHECK(ja["ar"] == jb["ar"]);
+  CHECK(ja["head"]["num_hidden_layers"] == 2);
+  CHECK(jb["head"]["num_hidden_layers"] == 2);
+  auto resumed =
+      run_cli("train " + kSmoke + " --max_steps 6 --resume_from_checkpoint auto --output_dir " + out.string());
+  INFO(resumed.output);
+  CHECK(resumed.exit_code == 2);
+  CHECK_THAT(resumed.output, Catch::Contains("draft_num_layers"));
+}
+
+TEST_CASE("a P-EAGLE head trains, exports as speculators peagle, is evaluated from it and refuses a sequential resume",
+          "[train]") {
+  TempDir dir;
+  auto out = dir / "run";
+  auto r = run_cli("train " + kSmoke + " --parallel_drafting --mask_token_id 3 --max_steps 4 --eval_steps 4" +
+                   " --save_steps 4 --output_dir " + out.string());
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("step 4 AR: "));
+  const auto ckpt = out / "checkpoint-4";
+  CHECK(json::parse(eagle::test::read_file(ckpt / "config.json"))["speculators_model_type"] == "peagle");
+  auto ex =
+      run_cli("export --checkpoint " + ckpt.string() + " --format speculators --output " + (dir / "spec").string());
+  INFO(ex.output);
+  REQUIRE(ex.exit_code == 0);
+  auto sg = run_cli("export --checkpoint " + ckpt.string() + " --format sglang --output " + (dir / "sg").string());
+  CHECK(sg.exit_code == 2);
+  CHECK_THAT(sg.output, Catch::Contains("P-EAGLE") && Catch::Contains("speculators"));
+  auto a = run_cli("eval --json --checkpoint " + ckpt.string() + " " + kSmoke);
+  auto b = run_cli("eval --json --checkpoint " + (dir / "spec").string() + " " + kSmoke);
+  INFO(a.output << b.output);
+  REQUIRE(a.exit_code == 0);
+  REQUIRE(b.exit_code == 0);
+  const auto ja = last_json(a.output), jb = last_json(b.output);
+  CHECK(ja["ar"] == jb["ar"]);
+  CHECK(jb["head"]["parallel_drafting"] == true);
+  CHECK(jb["head"]["mask_token_id"] == 3);
+  auto resumed =
+      run_cli("train " + kSmoke + " --max_steps 6 --resume_from_checkpoint auto --output_dir " + out.string());
+  INFO(resumed.output);
+  CHECK(resumed.exit_code == 2);
+  CHECK_THAT(resumed.output, Catch::Contains("parallel_drafting"));
+}
