@@ -228,7 +228,10 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::eval_tree_topk, "eval_tree_topk", G::eval, kTrain | kEval,
         "Tree acceptance: tokens each frontier node is expanded by, SGLang's --speculative-eagle-topk; 0: no tree "
         "evaluation")
-      .range(0, 16);
+      .range(0, 16)
+      .check([](std::int64_t v, const Options& o) {
+        return v == 0 || o.eagle_version == 3 ? std::string() : std::string("0 for an EAGLE-1 head");
+      });
   t.add(&Options::eval_tree_draft_tokens, "eval_tree_draft_tokens", G::eval, kTrain | kEval,
         "Tree acceptance: tokens verified per round, the root included, SGLang's --speculative-num-draft-tokens; "
         "at most 1 + topk + (steps - 1) * topk^2; 0: steps + 1 (only with eval_tree_topk 1)")
@@ -236,7 +239,9 @@ std::vector<OptionEntry> declare_options() {
       .check([](std::int64_t v, const Options& o) {
         if (o.eval_tree_topk == 0) return std::string();
         if (v == 0) return o.eval_tree_topk == 1 ? std::string() : std::string("a count >= 2 when eval_tree_topk > 1");
-        const auto steps = o.eval_tree_steps > 0 ? o.eval_tree_steps : std::max<std::int64_t>(o.eval_draft_len, 1);
+        // eval reads ttt_steps from the head; the option's value (train's) is the best guess here.
+        const auto steps = o.eval_tree_steps > 0 ? o.eval_tree_steps
+                                                 : (o.eval_draft_len > 0 ? o.eval_draft_len : o.ttt_steps);
         const auto most = 1 + o.eval_tree_topk + (steps - 1) * o.eval_tree_topk * o.eval_tree_topk;
         return v >= 2 && v <= most ? std::string()
                                    : fmt::format("2 .. {} (1 + topk + (steps - 1) * topk^2 for steps {})", most, steps);
@@ -244,7 +249,10 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::eval_temperature, "eval_temperature", G::eval, kTrain | kEval,
         "Sampled acceptance (speculative sampling, rejection rule) and the analytic alpha_k at this temperature, "
         "seeded by seed; 0: greedy only")
-      .range(0.0, 100.0);
+      .range(0.0, 100.0)
+      .check([](double v, const Options& o) {
+        return v == 0.0 || o.eagle_version == 3 ? std::string() : std::string("0 for an EAGLE-1 head");
+      });
   t.add(&Options::eval_top_p, "eval_top_p", G::eval, kTrain | kEval,
         "Nucleus mass of the target's and the draft's distributions at eval_temperature; 1: the whole vocabulary")
       .range(0.0, 1.0)
