@@ -15,6 +15,7 @@
 #include "eagle/model/eagle3_head.h"
 #include "eagle/train/sampled_eval.h"
 #include "eagle/train/tree_eval.h"
+#include "eagle_test_paths.h"
 
 using namespace eagle;
 using nlohmann::json;

@@ -8,8 +8,6 @@
 #include "eagle/features/batch_tensors.h"
 #include "eagle/train/loss_metrics.h"
 #include "eagle/train/micro_batch.h"
-#include "eagle/train/sampled_eval.h"
-#include "eagle/train/tree_eval.h"
 #include "eagle/util/log.h"
 
 namespace eagle::train {
