@@ -189,7 +189,8 @@ TEST_CASE("summary.json holds the run's end state", "[run]") {
   json doc = json::parse(eagle::test::read_file(tmp / "summary.json"));
   CHECK(doc == json::parse(R"({"exit_reason": "interrupted", "detail": "SIGTERM", "exit_code": 130, "steps": 40,
       "total_steps": 100, "resumed_from_step": 20, "final_loss": 1.5, "ar": null, "acc": [0.75, 0.5],
-      "tau": 2.25, "real_tokens": 40000.0, "tokens_per_s": 1000.0, "wall_time_s": 12.5, "best_step": null,
+      "tau": 2.25, "eval_loss": null, "tree_ar": null, "temp_ar": null, "temp_ar_ci95": null, "alpha": [],
+      "alpha_ar": null, "best_metric": "ar", "real_tokens": 40000.0, "tokens_per_s": 1000.0, "wall_time_s": 12.5, "best_step": null,
       "gates": {"min_ar": {"threshold": 2.0, "value": null, "passed": false}}})"));
   // Written atomically: no temporary file is left behind.
   std::size_t entries = 0;

@@ -11,6 +11,7 @@
 #include <iostream>
 
 #include "eagle/cli/commands.h"
+#include "eagle/config/option_table.h"
 #include "eagle/device/runtime.h"
 #include "eagle/features/inputs.h"
 #include "eagle/io/progress.h"
@@ -90,6 +91,19 @@ void check_output_writable(const std::string& output) {
   fs::remove(probe, ec);
 }
 
+// The tree and temperature metrics, when measured, after the greedy line.
+std::string extra_line(const io::EvalStats& s, const train::EvalSettings& e) {
+  std::string out;
+  if (s.tree_ar)
+    out += fmt::format("\ntree AR {:.3f} (steps {}, topk {}, draft tokens {})", *s.tree_ar, e.tree_steps, e.tree_topk,
+                       e.tree_draft_tokens);
+  if (s.temp_ar)
+    out += fmt::format("\nAR at temperature {} {:.3f} +- {:.3f} (95%)", e.temperature, *s.temp_ar,
+                       s.temp_ar_ci95.value_or(0.0));
+  if (s.alpha_ar) out += fmt::format("\nalpha {:.3f} | chain estimate {:.3f}", fmt::join(s.alpha, " "), *s.alpha_ar);
+  return out;
+}
+
 }  // namespace
 
 void run_eval(const config::Options& opts, const Invocation& argv) {
@@ -125,17 +139,25 @@ void run_eval(const config::Options& opts, const Invocation& argv) {
   j["draft_len"] = settings.draft_len;
   j["head"] = model::head_variant_json(loaded.config);
   j["head"]["parameters"] = model::count_parameters(head);
-  if (opts.json) std::cout << j.dump(2) << "\n";
+  if (settings.tree_topk > 0) j["tree"] = {settings.tree_steps, settings.tree_topk, settings.tree_draft_tokens};
+  if (settings.temperature > 0.0) {
+    j["temperature"] = settings.temperature;
+    j["top_p"] = settings.top_p;
+    j["draft_sampling"] = config::name_of(opts.eval_draft_sampling);
+  }
+  if (opts.json) std::cout << j.dump(2) << "
+";
   else
     std::cout << fmt::format(
-        "AR {} | eval loss {} | acc {:.3f} | tau {:.3f} ({} held-out samples, {} drafted per round)\n",
+        "AR {} | eval loss {} | acc {:.3f} | tau {:.3f} ({} held-out samples, {} drafted per round){}\n",
         stats.ar ? fmt::format("{:.3f}", *stats.ar) : std::string("n/a"), io::loss_text(stats.loss),
-        fmt::join(stats.acc, " "),
-        stats.tau, heldout.size(), settings.draft_len);
+        fmt::join(stats.acc, " "), stats.tau, heldout.size(), settings.draft_len, extra_line(stats, settings));
   if (!opts.output.empty()) util::write_file_atomic(opts.output, j.dump(2) + "\n");
   run::RunSummary measured;
-  measured.ar = stats.ar;
-  if (auto gate = run::gate_error(run::check_gates(measured, opts.min_ar, 0.0))) throw *gate;
+  train::record_metrics(stats, opts.best_metric, measured);
+  if (auto gate = run::gate_error(run::check_gates(measured, opts.min_ar, 0.0),
+                                  measured.gate_metric == "ar" ? "AR" : measured.gate_metric))
+    throw *gate;
 }
 
 }  // namespace eagle::cli

@@ -67,6 +67,19 @@ struct EnumNames<DdpBackend> {
   static constexpr std::array<std::pair<const char*, DdpBackend>, 3> v{
       {{"auto", DdpBackend::auto_}, {"gloo", DdpBackend::gloo}, {"nccl", DdpBackend::nccl}}};
 };
+template <>
+struct EnumNames<DraftSampling> {
+  static constexpr std::array<std::pair<const char*, DraftSampling>, 2> v{
+      {{"greedy", DraftSampling::greedy}, {"sample", DraftSampling::sample}}};
+};
+template <>
+struct EnumNames<BestMetric> {
+  static constexpr std::array<std::pair<const char*, BestMetric>, 5> v{{{"ar", BestMetric::ar},
+                                                                        {"tree_ar", BestMetric::tree_ar},
+                                                                        {"temp_ar", BestMetric::temp_ar},
+                                                                        {"alpha_ar", BestMetric::alpha_ar},
+                                                                        {"loss", BestMetric::loss}}};
+};
 
 template <typename E>
 std::string enum_choices() {

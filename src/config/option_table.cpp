@@ -255,8 +255,57 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::eval_draft_len, "eval_draft_len", G::eval, kTrain | kEval,
         "Tokens the head drafts per round in the acceptance evaluation; 0: ttt_steps")
       .range(0, 32);
+  t.add(&Options::eval_tree_steps, "eval_tree_steps", G::eval, kTrain | kEval,
+        "Tree acceptance (with eval_tree_topk > 0): drafting steps per round, SGLang's --speculative-num-steps; "
+        "0: eval_draft_len's value")
+      .range(0, 32);
+  t.add(&Options::eval_tree_topk, "eval_tree_topk", G::eval, kTrain | kEval,
+        "Tree acceptance: tokens each frontier node is expanded by, SGLang's --speculative-eagle-topk; 0: no tree "
+        "evaluation")
+      .range(0, 16)
+      .check([](std::int64_t v, const Options& o) {
+        return v == 0 || o.eagle_version == 3 ? std::string() : std::string("0 for an EAGLE-1 head");
+      });
+  t.add(&Options::eval_tree_draft_tokens, "eval_tree_draft_tokens", G::eval, kTrain | kEval,
+        "Tree acceptance: tokens verified per round, the root included, SGLang's --speculative-num-draft-tokens; "
+        "at most 1 + topk + (steps - 1) * topk^2; 0: steps + 1 (only with eval_tree_topk 1)")
+      .range(0, 1024)
+      .check([](std::int64_t v, const Options& o) {
+        if (o.eval_tree_topk == 0) return std::string();
+        if (v == 0) return o.eval_tree_topk == 1 ? std::string() : std::string("a count >= 2 when eval_tree_topk > 1");
+        // eval reads ttt_steps from the head; the option's value (train's) is the best guess here.
+        const auto steps = o.eval_tree_steps > 0 ? o.eval_tree_steps
+                                                 : (o.eval_draft_len > 0 ? o.eval_draft_len : o.ttt_steps);
+        const auto most = 1 + o.eval_tree_topk + (steps - 1) * o.eval_tree_topk * o.eval_tree_topk;
+        return v >= 2 && v <= most ? std::string()
+                                   : fmt::format("2 .. {} (1 + topk + (steps - 1) * topk^2 for steps {})", most, steps);
+      });
+  t.add(&Options::eval_temperature, "eval_temperature", G::eval, kTrain | kEval,
+        "Sampled acceptance (speculative sampling, rejection rule) and the analytic alpha_k at this temperature, "
+        "seeded by seed; 0: greedy only")
+      .range(0.0, 100.0)
+      .check([](double v, const Options& o) {
+        return v == 0.0 || o.eagle_version == 3 ? std::string() : std::string("0 for an EAGLE-1 head");
+      });
+  t.add(&Options::eval_top_p, "eval_top_p", G::eval, kTrain | kEval,
+        "Nucleus mass of the target's and the draft's distributions at eval_temperature; 1: the whole vocabulary")
+      .range(0.0, 1.0)
+      .check([](double v, const Options&) { return v > 0.0 && v <= 1.0 ? "" : "a number in (0, 1]"; });
+  t.add(&Options::eval_draft_sampling, "eval_draft_sampling", G::eval, kTrain | kEval,
+        "Drafts at eval_temperature: greedy (the head's argmax, q one-hot: vLLM's default) or sample (from the "
+        "head's distribution)");
+  t.add(&Options::best_metric, "best_metric", G::eval, kTrain | kEval,
+        "What checkpoint-best and min_ar use: ar (greedy chain AR; tau without a target), tree_ar, temp_ar "
+        "(sampled AR at eval_temperature), alpha_ar (alpha_k's chain estimate), loss (held-out loss, lower "
+        "is better; min_ar then gates the chain AR)")
+      .check([](BestMetric m, const Options& o) {
+        if (m == BestMetric::tree_ar && o.eval_tree_topk == 0) return std::string("eval_tree_topk > 0 for tree_ar");
+        if ((m == BestMetric::temp_ar || m == BestMetric::alpha_ar) && o.eval_temperature <= 0.0)
+          return std::string("eval_temperature > 0 for temp_ar and alpha_ar");
+        return std::string();
+      });
   t.add(&Options::min_ar, "min_ar", G::eval, kTrain | kEval,
-        "CI gate: exit non-zero when the final acceptance rate is below this; 0: no gate")
+        "CI gate: exit non-zero when the final acceptance rate (best_metric's) is below this; 0: no gate")
       .range(0.0, 33.0);  // accepted tokens per round: at most eval_draft_len (<= 32) + 1
   t.add(&Options::max_final_loss, "max_final_loss", G::eval, kTrain,
         "CI gate: exit non-zero when the final training loss is above this; 0: no gate")
@@ -394,5 +443,7 @@ std::string name_of(NanPolicy v) { return enum_name(v); }
 std::string name_of(TargetDtype v) { return enum_name(v); }
 std::string name_of(ExportFormat v) { return enum_name(v); }
 std::string name_of(DdpBackend v) { return enum_name(v); }
+std::string name_of(DraftSampling v) { return enum_name(v); }
+std::string name_of(BestMetric v) { return enum_name(v); }
 
 }  // namespace eagle::config

@@ -53,6 +53,11 @@ json to_json(const EvalStats& e) {
   out["eval_acc"] = numbers(e.acc);
   out["eval_tau"] = number(e.tau);
   if (e.ar) out["ar"] = number(*e.ar);
+  if (e.tree_ar) out["tree_ar"] = number(*e.tree_ar);
+  if (e.temp_ar) out["temp_ar"] = number(*e.temp_ar);
+  if (e.temp_ar_ci95) out["temp_ar_ci95"] = number(*e.temp_ar_ci95);
+  if (!e.alpha.empty()) out["alpha"] = numbers(e.alpha);
+  if (e.alpha_ar) out["alpha_ar"] = number(*e.alpha_ar);
   return out;
 }
 
@@ -75,6 +80,9 @@ std::vector<std::pair<std::string, float>> tensorboard_scalars(const EvalStats& 
   add_acc(out, "eval/", e.acc);
   out.emplace_back("eval/tau", static_cast<float>(e.tau));
   if (e.ar) out.emplace_back("eval/ar", static_cast<float>(*e.ar));
+  if (e.tree_ar) out.emplace_back("eval/tree_ar", static_cast<float>(*e.tree_ar));
+  if (e.temp_ar) out.emplace_back("eval/temp_ar", static_cast<float>(*e.temp_ar));
+  if (e.alpha_ar) out.emplace_back("eval/alpha_ar", static_cast<float>(*e.alpha_ar));
   return out;
 }
 

@@ -120,6 +120,11 @@ KvCache TargetModel::new_cache(std::int64_t batch, std::int64_t capacity) const 
 }
 
 TargetStepOutput TargetModel::forward_cached(KvCache& cache, const torch::Tensor& ids_in) const {
+  return forward_tree(cache, ids_in, torch::Tensor(), torch::Tensor());
+}
+
+TargetStepOutput TargetModel::forward_tree(KvCache& cache, const torch::Tensor& ids_in, const torch::Tensor& depth,
+                                           const torch::Tensor& tree_mask) const {
   torch::NoGradGuard no_grad;
   const auto& m = *impl_;
   const auto L = m.cfg.num_hidden_layers;
@@ -135,14 +140,27 @@ TargetStepOutput TargetModel::forward_cached(KvCache& cache, const torch::Tensor
                                          .expected(fmt::format("at most {} tokens", capacity))
                                          .found(fmt::format("{} + {}", start, n)));
   const auto iopts = torch::TensorOptions().dtype(torch::kInt64).device(m.device);
-  const auto positions = torch::arange(start, start + n, iopts).unsqueeze(0).expand({B, n});
-  // longrope: transformers decides per call from its longest position (here start + n).
-  const auto rope = m.rope(positions, torch::full({B, n}, start + n, iopts));
+  const bool tree = depth.defined();
+  EAGLE_CHECK(!tree || (B == 1 && depth.numel() == n && tree_mask.dim() == 2 && tree_mask.size(0) == n &&
+                        tree_mask.size(1) == n),
+              Error(ErrorKind::internal, "forward_tree needs ids [1, n], depth [n] and tree_mask [n, n]"));
+  const auto offsets = tree ? depth.to(m.device, torch::kInt64) : torch::arange(n, iopts);
+  const auto positions = (start + offsets).unsqueeze(0).expand({B, n});
+  // longrope: transformers decides per call from its longest position (here start + n; a tree's
+  // deepest node + 1).
+  const auto longest = tree ? start + depth.max().item<std::int64_t>() + 1 : start + n;
+  const auto rope = m.rope(positions, torch::full({B, n}, longest, iopts));
   // New token i (absolute position start + i) attends cached and new keys j <= start + i (and
-  // j > start + i - W in a sliding-window layer).
-  const auto key_pos = torch::arange(start + n, iopts).view({1, 1, 1, start + n});
+  // j > start + i - W in a sliding-window layer); a tree's token its cached keys and the tree
+  // mask's, by position within the window.
+  const auto key_pos =
+      (tree ? torch::cat({torch::arange(start, iopts), positions[0]}) : torch::arange(start + n, iopts))
+          .view({1, 1, 1, start + n});
   const auto query_pos = positions[0].view({1, 1, n, 1});
-  const auto mask = key_pos <= query_pos;
+  const auto mask =
+      tree ? torch::cat({torch::ones({n, start}, iopts.dtype(torch::kBool)), tree_mask.to(m.device, torch::kBool)}, 1)
+                 .view({1, 1, n, start + n})
+           : key_pos <= query_pos;
   const double scale = target_attention_scale(m.cfg);
   std::size_t l = 0;
   const CacheWrite write{&cache};

@@ -16,6 +16,13 @@ json opt_number(const std::optional<double>& v) {
   return v && std::isfinite(*v) ? json(*v) : json(nullptr);
 }
 
+const std::optional<double>& gated_ar(const RunSummary& s) {
+  if (s.gate_metric == "tree_ar") return s.tree_ar;
+  if (s.gate_metric == "temp_ar") return s.temp_ar;
+  if (s.gate_metric == "alpha_ar") return s.alpha_ar;
+  return s.ar;
+}
+
 }  // namespace
 
 std::string_view to_string(ExitReason r) {
@@ -31,8 +38,9 @@ std::string_view to_string(ExitReason r) {
 std::vector<GateCheck> check_gates(const RunSummary& s, double min_ar, double max_final_loss) {
   std::vector<GateCheck> out;
   if (min_ar > 0) {
-    bool ok = s.ar && std::isfinite(*s.ar) && *s.ar >= min_ar;
-    out.push_back(GateCheck{"min_ar", min_ar, s.ar, ok});
+    const auto& v = gated_ar(s);
+    bool ok = v && std::isfinite(*v) && *v >= min_ar;
+    out.push_back(GateCheck{"min_ar", min_ar, v, ok});
   }
   if (max_final_loss > 0) {
     bool ok = s.final_loss && std::isfinite(*s.final_loss) && *s.final_loss <= max_final_loss;
@@ -41,12 +49,12 @@ std::vector<GateCheck> check_gates(const RunSummary& s, double min_ar, double ma
   return out;
 }
 
-std::optional<Error> gate_error(const std::vector<GateCheck>& checks) {
+std::optional<Error> gate_error(const std::vector<GateCheck>& checks, std::string_view ar_name) {
   std::string missed, names;
   for (const auto& c : checks) {
     if (c.passed) continue;
     bool is_ar = c.name == "min_ar";
-    std::string what = is_ar ? "AR" : "final loss";
+    std::string what = is_ar ? std::string(ar_name) : "final loss";
     std::string part;
     if (!c.value)
       part = fmt::format("{} was never measured ({} {:.4f})", what, c.name, c.threshold);
@@ -62,7 +70,7 @@ std::optional<Error> gate_error(const std::vector<GateCheck>& checks) {
 std::optional<Error> apply_gates(RunSummary& s, double min_ar, double max_final_loss) {
   s.gates = check_gates(s, min_ar, max_final_loss);
   if (s.exit_reason != ExitReason::completed) return std::nullopt;
-  auto error = gate_error(s.gates);
+  auto error = gate_error(s.gates, s.gate_metric == "ar" ? "AR" : s.gate_metric);
   if (error) {
     s.exit_reason = ExitReason::gate_missed;
     s.exit_code = static_cast<int>(ExitCode::gate);
@@ -77,6 +85,8 @@ json to_json(const RunSummary& s) {
     gates[g.name] = {{"threshold", g.threshold}, {"value", opt_number(g.value)}, {"passed", g.passed}};
   json acc = json::array();
   for (double a : s.acc) acc.push_back(std::isfinite(a) ? json(a) : json(nullptr));
+  json alpha = json::array();
+  for (double a : s.alpha) alpha.push_back(std::isfinite(a) ? json(a) : json(nullptr));
   return json{
       {"exit_reason", to_string(s.exit_reason)},
       {"detail", s.detail},
@@ -88,6 +98,13 @@ json to_json(const RunSummary& s) {
       {"ar", opt_number(s.ar)},
       {"acc", acc},
       {"tau", opt_number(s.tau)},
+      {"eval_loss", opt_number(s.eval_loss)},
+      {"tree_ar", opt_number(s.tree_ar)},
+      {"temp_ar", opt_number(s.temp_ar)},
+      {"temp_ar_ci95", opt_number(s.temp_ar_ci95)},
+      {"alpha", alpha},
+      {"alpha_ar", opt_number(s.alpha_ar)},
+      {"best_metric", s.best_metric},
       {"real_tokens", opt_number(s.real_tokens)},
       {"tokens_per_s", opt_number(s.tokens_per_s)},
       {"wall_time_s", opt_number(s.wall_time_s)},

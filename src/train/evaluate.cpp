@@ -11,10 +11,8 @@
 #include "eagle/util/log.h"
 
 namespace eagle::train {
-namespace {
 
-// The prompt of a sample: its tokens before the first trained one (at least one token).
-std::optional<std::vector<std::int64_t>> prompt_of(const data::Dataset& ds, std::size_t i) {
+std::optional<std::vector<std::int64_t>> eval_prompt(const data::Dataset& ds, std::size_t i) {
   for (std::int64_t p = 1; p < ds.length(i); ++p) {
     if (!ds.trained(i, p)) continue;
     std::vector<std::int64_t> ids(static_cast<std::size_t>(p));
@@ -28,8 +26,6 @@ bool is_eos(const model::TargetConfig& c, std::int64_t id) {
   return std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) != c.eos_token_ids.end();
 }
 
-}  // namespace
-
 AcceptanceResult acceptance_rate(const model::TargetModel& target, model::DraftHead& head, const data::Dataset& heldout,
                                  std::int64_t num_prompts, std::int64_t max_new_tokens, std::int64_t draft_len) {
   torch::NoGradGuard no_grad;
@@ -38,7 +34,7 @@ AcceptanceResult acceptance_rate(const model::TargetModel& target, model::DraftH
   const auto device = target.device();
   std::int64_t accepted_total = 0;
   for (std::size_t i = 0; i < heldout.size() && r.prompts < num_prompts; ++i) {
-    auto prompt = prompt_of(heldout, i);
+    auto prompt = eval_prompt(heldout, i);
     if (!prompt) continue;
     ++r.prompts;
     const auto n = static_cast<std::int64_t>(prompt->size());
@@ -92,6 +88,13 @@ EvalSettings EvalSettings::from(const config::Options& o, std::int64_t ttt_steps
                  o.eval_draft_len > 0 ? o.eval_draft_len : ttt_steps,
                  o.bf16};
   s.batching.group_by_length = false;
+  s.tree_topk = o.eval_tree_topk;
+  s.tree_steps = o.eval_tree_steps > 0 ? o.eval_tree_steps : s.draft_len;
+  s.tree_draft_tokens = o.eval_tree_draft_tokens > 0 ? o.eval_tree_draft_tokens : s.tree_steps + 1;
+  s.temperature = o.eval_temperature;
+  s.top_p = o.eval_top_p;
+  s.sampled_drafts = o.eval_draft_sampling == config::DraftSampling::sample;
+  s.seed = static_cast<std::uint64_t>(o.seed);
   return s;
 }
 
@@ -134,6 +137,7 @@ io::EvalStats evaluate(const features::FeatureSource& features, const model::Tar
         acceptance_rate(*target, head, heldout, settings.num_prompts, settings.max_new_tokens, settings.draft_len);
     if (ar.rounds > 0) stats.ar = ar.ar;
     log::debug("eval", "AR over {} prompts, {} rounds, {} tokens", ar.prompts, ar.rounds, ar.generated);
+    extra_acceptance(*target, head, heldout, settings, stats);
   }
   return stats;
 }

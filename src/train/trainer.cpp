@@ -350,7 +350,11 @@ void Trainer::save() {
 // Rank 0: the checkpoint of the latest evaluation's step becomes the best when it beats the best.
 void Trainer::mark_best() {
   if (!group_->is_main() || !last_eval_ || last_eval_->step != state_.step) return;
-  checkpoints_->update_best(state_.step, last_eval_->ar ? "ar" : "tau", last_eval_->ar.value_or(last_eval_->tau));
+  const auto sel = selected_metric(*last_eval_, o_.best_metric);
+  if (sel.value)
+    checkpoints_->update_best(state_.step, sel.name, *sel.value);
+  else
+    log::warn("eval", "best_metric {} not measured at step {}: checkpoint-best unchanged", sel.name, state_.step);
 }
 
 void Trainer::log_window() {
@@ -396,11 +400,10 @@ run::RunSummary Trainer::finish(ExitReason reason, std::exception_ptr failure) {
   s.exit_reason = reason;
   s.steps = state_.step;
   s.final_loss = std::isfinite(last_loss_) ? std::optional<double>(last_loss_) : std::nullopt;
-  if (last_eval_) {
-    s.ar = last_eval_->ar;
-    s.acc = last_eval_->acc;
-    s.tau = last_eval_->tau;
-  }
+  if (last_eval_)
+    record_metrics(*last_eval_, o_.best_metric, s);
+  else
+    s.gate_metric = gate_metric(o_.best_metric);
   s.real_tokens = state_.real_tokens;
   s.tokens_per_s = process_real_tokens_ / std::max(1e-9, loop_seconds_);
   s.wall_time_s = seconds_since(started_);

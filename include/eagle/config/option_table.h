@@ -78,5 +78,7 @@ std::string name_of(NanPolicy v);
 std::string name_of(TargetDtype v);
 std::string name_of(ExportFormat v);
 std::string name_of(DdpBackend v);
+std::string name_of(DraftSampling v);
+std::string name_of(BestMetric v);
 
 }  // namespace eagle::config

@@ -15,6 +15,8 @@ enum class NanPolicy { error, skip };
 enum class TargetDtype { auto_, float32, bfloat16, float16 };
 enum class ExportFormat { sglang, speculators, vllm_eagle1 };
 enum class DdpBackend { auto_, gloo, nccl };
+enum class DraftSampling { greedy, sample };
+enum class BestMetric { ar, tree_ar, temp_ar, alpha_ar, loss };
 
 // Field comments give units; the help text in option_table.cpp is the user-facing description.
 struct Options {
@@ -83,6 +85,13 @@ struct Options {
   std::int64_t eval_num_prompts = 16;
   std::int64_t eval_max_new_tokens = 64;
   std::int64_t eval_draft_len = 0;            // tokens drafted per round; 0: ttt_steps
+  std::int64_t eval_tree_steps = 0;           // SGLang --speculative-num-steps; 0: eval_draft_len's
+  std::int64_t eval_tree_topk = 0;            // SGLang --speculative-eagle-topk; 0: no tree evaluation
+  std::int64_t eval_tree_draft_tokens = 0;    // SGLang --speculative-num-draft-tokens; 0: steps + 1 (topk 1)
+  double eval_temperature = 0.0;              // > 0: sampled acceptance and alpha_k
+  double eval_top_p = 1.0;
+  DraftSampling eval_draft_sampling = DraftSampling::greedy;
+  BestMetric best_metric = BestMetric::ar;    // what checkpoint-best and min_ar use
   double min_ar = 0.0;                        // gate; 0: none
   double max_final_loss = 0.0;                // gate; 0: none
 

@@ -21,6 +21,10 @@ class Eagle3Head : public torch::nn::Module, public DraftHead {
   DraftCache new_cache(std::int64_t batch, std::int64_t capacity) const override;
   torch::Tensor draft(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids,
                       std::int64_t draft_len) override;
+  Step draft_extend(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids) override;
+  Step draft_nodes(DraftCache& cache, const torch::Tensor& states, const torch::Tensor& ids,
+                   const torch::Tensor& positions, std::int64_t slot, const torch::Tensor& mask) override;
+  torch::Tensor draft_vocab_ids() const override { return draft_ids; }
   void set_target_weights(const torch::Tensor& embedding, const torch::Tensor& lm_head) override;
   // set_target_weights, then the target LM-head rows of the draft ids into lm_head (EAGLE.md).
   void init_from_target(const torch::Tensor& embedding, const torch::Tensor& lm_head) override;

@@ -108,6 +108,21 @@ class DraftHead {
   // Rolls the cache back to the first `length` prefix positions (after a rejection).
   void truncate(DraftCache& cache, std::int64_t length) const { cache.length = std::min(cache.length, length); }
 
+  // Drafting in explicit steps, for trees and sampled drafts (train/tree_eval.cpp, sampled_eval.cpp;
+  // EAGLE-3 heads, model/eagle3_tree.cpp; other heads throw Error(usage)). draft_extend is draft()'s
+  // prefix pass: appends features/next_ids as draft() does and returns the last position's output.
+  // draft_nodes runs n drafted nodes: their tokens ids [B, n] (target ids) with the recurrent
+  // states of their parents [B, n, H] at RoPE positions [B, n], their keys written at cache slots
+  // [slot, slot + n), each attending the keys mask [n, slot + n] (bool) allows; cache.length is
+  // unchanged. Either's logits are fp32 over the draft vocabulary (draft_vocab_ids maps them).
+  struct Step {
+    torch::Tensor state, logits;  // the next step's recurrent state [B, n, H], draft logits [B, n, V_d] (extend: n = 1)
+  };
+  virtual Step draft_extend(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids);
+  virtual Step draft_nodes(DraftCache& cache, const torch::Tensor& states, const torch::Tensor& ids,
+                           const torch::Tensor& positions, std::int64_t slot, const torch::Tensor& mask);
+  virtual torch::Tensor draft_vocab_ids() const;  // [V_d] int64 target ids of the draft vocabulary
+
   // The frozen target tensors the head uses but does not train: the embedding [V, H] (both) and
   // the LM head [V, H] (EAGLE-1's output layer). Kept by reference, never registered.
   virtual void set_target_weights(const torch::Tensor& embedding, const torch::Tensor& lm_head) = 0;

@@ -223,6 +223,12 @@ class TargetModel {
   // Incremental decoding: appends ids [B, n] at positions cache.length.. and returns their outputs.
   KvCache new_cache(std::int64_t batch, std::int64_t capacity) const;
   TargetStepOutput forward_cached(KvCache& cache, const torch::Tensor& ids) const;
+  // A draft tree's verification (train/tree_eval.cpp): ids [1, n] written at cache slots
+  // cache.length.., token i at position cache.length + depth[i] (depth [n] int64), attending every
+  // cached key and the new tokens tree_mask [n, n] (bool, i sees j) allows. A chain (depth 0..n-1,
+  // causal mask) equals forward_cached bit for bit.
+  TargetStepOutput forward_tree(KvCache& cache, const torch::Tensor& ids, const torch::Tensor& depth,
+                                const torch::Tensor& tree_mask) const;
   void truncate(KvCache& cache, std::int64_t length) const;  // roll back to the accepted length
   // Batched generation with per-row lengths: writes the step's keys and values into the cache and
   // returns [R, V] fp32 logits of each row's `last` token. No host synchronisation, so a fixed-shape

@@ -33,10 +33,15 @@ struct RunSummary {
   std::int64_t steps = 0;                 // optimizer steps done (including resumed ones)
   std::int64_t total_steps = 0;           // optimizer steps planned
   std::optional<std::int64_t> resumed_from_step;
-  std::optional<double> final_loss;       // training loss of the last logging window
-  std::optional<double> ar;               // real acceptance rate of the last evaluation
-  std::vector<double> acc;                // acc_k per TTT step of the last evaluation
-  std::optional<double> tau;              // estimated acceptance length of the last evaluation
+  std::optional<double> final_loss;  // training loss of the last logging window
+  std::optional<double> ar;          // real acceptance rate of the last evaluation
+  std::vector<double> acc;           // acc_k per TTT step of the last evaluation
+  std::optional<double> tau;         // estimated acceptance length of the last evaluation
+  // The last evaluation's other acceptance metrics (EvalStats), each null when not measured.
+  std::optional<double> eval_loss, tree_ar, temp_ar, temp_ar_ci95, alpha_ar;
+  std::vector<double> alpha;
+  std::string best_metric = "ar";         // what checkpoint-best uses (--best_metric)
+  std::string gate_metric = "ar";         // the AR min_ar gates: ar, tree_ar, temp_ar or alpha_ar
   double real_tokens = 0.0;               // real (non-pad) tokens trained on, resumed steps included
   double tokens_per_s = 0.0;              // real tokens per second over this process's steps
   double wall_time_s = 0.0;               // seconds this process ran
@@ -44,12 +49,12 @@ struct RunSummary {
   std::vector<GateCheck> gates;           // the gates checked (empty: none configured)
 };
 
-// The gates that are set (threshold > 0): min_ar passes when ar >= min_ar, max_final_loss when
+// The gates that are set (threshold > 0): min_ar passes when the gate_metric's AR >= min_ar, max_final_loss when
 // final_loss <= max_final_loss; a value never measured or not finite misses its gate.
 std::vector<GateCheck> check_gates(const RunSummary& s, double min_ar, double max_final_loss);
 // Error(gate) naming every missed gate on one line, e.g. "CI gate missed: AR 1.850 < min_ar
 // 2.000"; empty when all passed.
-std::optional<Error> gate_error(const std::vector<GateCheck>& checks);
+std::optional<Error> gate_error(const std::vector<GateCheck>& checks, std::string_view ar_name = "AR");
 // The gates of a completed run: fills s.gates; when one is missed, the run becomes gate_missed
 // (exit code 6) and the error is returned. Runs that did not complete are only recorded.
 std::optional<Error> apply_gates(RunSummary& s, double min_ar, double max_final_loss);

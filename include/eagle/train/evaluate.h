@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "eagle/config/options.h"
@@ -13,6 +14,7 @@
 #include "eagle/io/step_stats.h"
 #include "eagle/model/head.h"
 #include "eagle/model/target.h"
+#include "eagle/run/summary.h"
 
 namespace eagle::train {
 
@@ -28,6 +30,12 @@ struct EvalSettings {
   std::int64_t max_new_tokens = 64;
   std::int64_t draft_len = 3;         // tokens the head drafts per round
   bool bf16 = false;
+  // Tree acceptance (tree_eval.h; topk 0: none), sampled acceptance and alpha_k at a temperature
+  // (sampled_eval.h; 0: none), in the order of tree_eval.h's TreeShape and SamplingSettings.
+  std::int64_t tree_steps = 0, tree_topk = 0, tree_draft_tokens = 0;
+  double temperature = 0.0, top_p = 1.0;
+  bool sampled_drafts = false;
+  std::uint64_t seed = 42;
 
   // The evaluation of a run: the run's batching without length grouping, eval_* options, and
   // eval_draft_len (0: ttt_steps, the head's own).
@@ -39,6 +47,11 @@ struct AcceptanceResult {
   std::int64_t rounds = 0, prompts = 0, generated = 0;
 };
 
+// The prompt of a held-out sample: its tokens before the first trained one (at least one token);
+// none when nothing in it trains.
+std::optional<std::vector<std::int64_t>> eval_prompt(const data::Dataset& ds, std::size_t i);
+bool is_eos(const model::TargetConfig& c, std::int64_t id);  // one of the target's eos ids
+
 // Greedy speculative decoding: for each prompt (a held-out sample cut before its first trained
 // token) the head drafts draft_len tokens a round, the target verifies them in one forward, the
 // longest matching prefix is accepted plus the target's own next token; stops at max_new_tokens
@@ -46,6 +59,24 @@ struct AcceptanceResult {
 AcceptanceResult acceptance_rate(const model::TargetModel& target, model::DraftHead& head,
                                  const data::Dataset& heldout, std::int64_t num_prompts,
                                  std::int64_t max_new_tokens, std::int64_t draft_len);
+
+// The acceptance metrics beyond the greedy chain AR that settings ask for (eval_metrics.cpp): the
+// tree AR, the sampled AR with its 95% half-width, alpha_k and their chain estimate, into stats.
+void extra_acceptance(const model::TargetModel& target, model::DraftHead& head, const data::Dataset& heldout,
+                      const EvalSettings& settings, io::EvalStats& stats);
+
+// What --best_metric selects of an evaluation: its name in best.json and a value where higher is
+// better (loss: "neg_eval_loss", the negated held-out loss; ar without an AR measured: tau, as
+// before best_metric existed); no value when that metric was not measured.
+struct SelectedMetric {
+  std::string name;
+  std::optional<double> value;
+};
+SelectedMetric selected_metric(const io::EvalStats& stats, config::BestMetric metric);
+// The AR metric min_ar gates for a best_metric: itself, and the chain AR for loss.
+std::string gate_metric(config::BestMetric metric);
+// The evaluation's metrics into a run summary (every one measured, the best and gate metrics' names).
+void record_metrics(const io::EvalStats& stats, config::BestMetric metric, run::RunSummary& summary);
 
 // Held-out losses/acc/tau plus the AR, as logged (step is the optimizer step evaluated at), over the
 // first max_samples held-out samples, whose head inputs come from `features` (a source over the

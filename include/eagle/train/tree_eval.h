@@ -1,0 +1,64 @@
+// Tree acceptance: SGLang's EAGLE draft tree (python/sglang/srt/speculative/: select_top_k_tokens,
+// organize_draft_results, build_tree_kernel_efficient, verify_tree_greedy), verified by one target
+// forward with a tree attention mask; docs/heads.md ("Acceptance metrics") says where it differs.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "eagle/data/dataset.h"
+#include "eagle/model/head.h"
+#include "eagle/model/target.h"
+#include "eagle/train/evaluate.h"
+
+namespace eagle::train {
+
+// SGLang's --speculative-num-steps, --speculative-eagle-topk, --speculative-num-draft-tokens.
+struct TreeShape {
+  std::int64_t steps = 0, topk = 0, draft_tokens = 0;
+  bool on() const { return topk > 0; }
+  std::int64_t candidates() const { return topk + (steps - 1) * topk * topk; }
+};
+
+// One expanded draft token: a child of `parent` (a candidate index, -1 the root).
+struct TreeCandidate {
+  std::int64_t draft_id = 0, token = 0;  // index in the draft vocabulary, target id
+  std::int64_t parent = -1, depth = 1;
+  double score = 1.0;  // product of the draft probabilities along its path (SGLang's score)
+};
+
+// The verified tree: node 0 the root (the target's newest token), nodes 1.. the draft_tokens - 1
+// best candidates in candidate order (a parent always before its children).
+struct DraftTree {
+  std::vector<TreeCandidate> candidates;           // every expanded candidate, in SGLang's order
+  std::vector<std::int64_t> selected;              // candidate of node i + 1 (SGLang's top_scores_index)
+  std::vector<std::int64_t> token, parent, depth;  // per node; the root's parent -1, depth 0
+  torch::Tensor mask() const;                      // [n, n] bool: node i sees node j (an ancestor or itself)
+};
+
+// The draft logits [f, V_d] (fp32) of the frontier candidates (indices into `candidates`); the
+// first call gets the root alone as the empty list.
+using ExpandFn = std::function<torch::Tensor(const std::vector<std::int64_t>& frontier,
+                                             const std::vector<TreeCandidate>& candidates)>;
+
+// SGLang's tree: step 0 takes the root's top-k; each of steps 1..steps-1 expands every frontier node
+// by its top-k and keeps the top-k of those k*k by score as the next frontier; the tree is the
+// draft_tokens - 1 best candidates by score. Ties: the lower draft id within a node's children
+// (a stable sort of its logits), the lower candidate index across candidates.
+DraftTree build_tree(const TreeShape& shape, std::int64_t root_token, const torch::Tensor& draft_vocab_ids,
+                     const ExpandFn& expand);
+
+// Greedy verification: target_choice[i] is the target's argmax after node i; from the root, the
+// child whose token is the target's choice is accepted, until none is. Returns the accepted path
+// as node indices, the root first.
+std::vector<std::int64_t> verify_greedy(const DraftTree& tree, const std::vector<std::int64_t>& target_choice);
+
+// acceptance_rate's loop with a draft tree each round (an EAGLE-3 head; Error(usage) otherwise).
+AcceptanceResult tree_acceptance_rate(const model::TargetModel& target, model::DraftHead& head,
+                                      const data::Dataset& heldout, std::int64_t num_prompts,
+                                      std::int64_t max_new_tokens, const TreeShape& shape);
+
+}  // namespace eagle::train
