@@ -121,7 +121,8 @@ TEST_CASE("a chain drafted and verified as a tree equals draft() and forward_cac
   REQUIRE(tree.token.size() == 4);
   for (std::int64_t j = 0; j < 3; ++j)
     CHECK(tree.token[static_cast<std::size_t>(j) + 1] == drafted[0][j].item<std::int64_t>());
-  CHECK(torch::equal(hcache.keys.narrow(2, 0, prefix + 2), steps_cache.keys.narrow(2, 0, prefix + 2)));
+  // The draft cache is [layers, B, kv_heads, capacity, head_dim]: slots along dim 3.
+  CHECK(torch::equal(hcache.keys.narrow(3, 0, prefix + 2), steps_cache.keys.narrow(3, 0, prefix + 2)));
   auto verify = torch::tensor(tree.token).view({1, -1});
   auto a = target.forward_cached(tcache, verify);
   auto b = target.forward_tree(tree_cache, verify, torch::tensor(tree.depth), tree.mask());

@@ -145,8 +145,8 @@ void run_eval(const config::Options& opts, const Invocation& argv) {
     j["top_p"] = settings.top_p;
     j["draft_sampling"] = config::name_of(opts.eval_draft_sampling);
   }
-  if (opts.json) std::cout << j.dump(2) << "
-";
+  if (opts.json)
+    std::cout << j.dump(2) << "\n";
   else
     std::cout << fmt::format(
         "AR {} | eval loss {} | acc {:.3f} | tau {:.3f} ({} held-out samples, {} drafted per round){}\n",

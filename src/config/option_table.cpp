@@ -264,6 +264,7 @@ std::vector<OptionEntry> declare_options() {
         "evaluation")
       .range(0, 16)
       .check([](std::int64_t v, const Options& o) {
+        if (v != 0 && o.parallel_drafting) return std::string("0 for a P-EAGLE head (parallel_drafting)");
         return v == 0 || o.eagle_version == 3 ? std::string() : std::string("0 for an EAGLE-1 head");
       });
   t.add(&Options::eval_tree_draft_tokens, "eval_tree_draft_tokens", G::eval, kTrain | kEval,
@@ -285,6 +286,7 @@ std::vector<OptionEntry> declare_options() {
         "seeded by seed; 0: greedy only")
       .range(0.0, 100.0)
       .check([](double v, const Options& o) {
+        if (v != 0.0 && o.parallel_drafting) return std::string("0 for a P-EAGLE head (parallel_drafting)");
         return v == 0.0 || o.eagle_version == 3 ? std::string() : std::string("0 for an EAGLE-1 head");
       });
   t.add(&Options::eval_top_p, "eval_top_p", G::eval, kTrain | kEval,
