@@ -55,6 +55,13 @@ model::TargetBatch unpadded(const torch::Tensor& ids) {
   return {ids, torch::arange(T).unsqueeze(0), torch::zeros({1, T}, torch::kInt64)};
 }
 
+// Samples a [1, Ta] and b [1, Tb] packed into one row: positions restarting, documents 0 and 1.
+model::TargetBatch packed_pair(const torch::Tensor& ids_a, const torch::Tensor& ids_b) {
+  const auto Ta = ids_a.size(1), Tb = ids_b.size(1);
+  return {torch::cat({ids_a, ids_b}, 1), torch::cat({torch::arange(Ta), torch::arange(Tb)}).unsqueeze(0),
+          torch::cat({torch::zeros({Ta}, torch::kInt64), torch::ones({Tb}, torch::kInt64)}).unsqueeze(0)};
+}
+
 model::TeacherSpec full_vocab(const TargetModel& m, std::int64_t chunk = 1024) {
   return {torch::arange(m.config().vocab_size), chunk};
 }
@@ -103,9 +110,7 @@ TEST_CASE("target padded and packed batches equal the per-sample forward", "[mod
     CHECK(torch::isfinite(out.teacher_logits).all().item<bool>());  // padding rows stay finite
 
     // Packed: both samples in one row, positions restarting, block-diagonal attention.
-    model::TargetBatch packed{
-        torch::cat({ids_a, ids_b}, 1), torch::cat({torch::arange(Ta), torch::arange(Tb)}).unsqueeze(0),
-        torch::cat({torch::zeros({Ta}, torch::kInt64), torch::ones({Tb}, torch::kInt64)}).unsqueeze(0)};
+    const auto packed = packed_pair(ids_a, ids_b);
     auto pk = m.forward(packed, full_vocab(m, 7));
     auto pk_hs = stacked(pk.aux_hidden, H);
     CHECK(max_err(pk_hs.narrow(2, 0, Ta), ref.at("a.hidden_states")) <= 1e-4);
@@ -266,9 +271,7 @@ TEST_CASE("a target in chunks of positions equals the whole-row forward and tran
     const auto H = m.config().hidden_size;
     const auto ids_a = ref.at("a.input_ids"), ids_b = ref.at("b.input_ids");
     const auto Ta = ids_a.size(1), Tb = ids_b.size(1);
-    model::TargetBatch packed{
-        torch::cat({ids_a, ids_b}, 1), torch::cat({torch::arange(Ta), torch::arange(Tb)}).unsqueeze(0),
-        torch::cat({torch::zeros({Ta}, torch::kInt64), torch::ones({Tb}, torch::kInt64)}).unsqueeze(0)};
+    const auto packed = packed_pair(ids_a, ids_b);
     REQUIRE(m.chunk_tokens() == 0);
     auto whole = m.forward(packed, full_vocab(m));
     auto whole_cached = m.new_cache(1, Ta);
