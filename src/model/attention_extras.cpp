@@ -104,9 +104,19 @@ torch::Tensor layout_attention(const torch::Tensor& q, const torch::Tensor& k, c
 torch::Tensor masked_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                const torch::Tensor& mask, double scale, const AttentionExtras& extras) {
   const auto rep = q.size(1) / k.size(1);
+  if (!extras.sinks.defined() && extras.softcap <= 0) {
+    if (rep > 1 && mask.dim() == 4 && mask.size(1) == 1) {
+      // The rep query heads of a key head folded into its query axis (head h = g * rep + r, as
+      // repeat_kv orders them): the cached keys and values are read in place, not copied rep times
+      // per call, which was most of a batched decode step's time.
+      const auto b = q.size(0), n = q.size(2), d = q.size(3), kv = k.size(1);
+      const auto folded_mask = mask.expand({mask.size(0), 1, n, mask.size(3)}).repeat({1, 1, rep, 1});
+      auto o = at::scaled_dot_product_attention(q.reshape({b, kv, rep * n, d}), k, v, folded_mask, 0.0, false, scale);
+      return o.reshape({b, q.size(1), n, v.size(3)});
+    }
+    return at::scaled_dot_product_attention(q, repeat_kv(k, rep), repeat_kv(v, rep), mask, 0.0, false, scale);
+  }
   const auto kk = repeat_kv(k, rep), vv = repeat_kv(v, rep);
-  if (!extras.sinks.defined() && extras.softcap <= 0)
-    return at::scaled_dot_product_attention(q, kk, vv, mask, 0.0, false, scale);
   // transformers' eager attention: scores (soft-capped: Gemma 2), then for gpt-oss the sink as a
   // last column of the softmax, dropped after it.
   auto s = soft_cap((torch::matmul(q, kk.transpose(-1, -2)) * scale).to(torch::kFloat32), extras.softcap);
