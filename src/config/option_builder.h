@@ -334,4 +334,30 @@ class Table {
   std::deque<OptionEntry> entries_;  // stable addresses while an Entry refers to the newest
 };
 
+// The commands an option is for, and upper bounds shared by the table's files.
+inline constexpr CommandMask kTrain = mask(Command::train);
+inline constexpr CommandMask kPrepare = mask(Command::prepare);
+inline constexpr CommandMask kStats = mask(Command::data_stats);
+inline constexpr CommandMask kInspect = mask(Command::inspect);
+inline constexpr CommandMask kExport = mask(Command::export_);
+inline constexpr CommandMask kEval = mask(Command::eval);
+inline constexpr CommandMask kGenerate = mask(Command::generate);
+inline constexpr CommandMask kDump = mask(Command::dump_features);
+inline constexpr CommandMask kAll = kTrain | kPrepare | kStats | kInspect | kExport | kEval | kGenerate | kDump;
+
+// Upper bounds: far above any real run, low enough that nothing derived from them (KV caches, batch
+// tensors, step counts, chrono durations) overflows or tries to allocate the impossible.
+inline constexpr double kMaxTokens = 1 << 20;          // tokens per sample (training_seq_len, buckets)
+inline constexpr double kMaxBatchTokens = 1 << 24;     // tokens per micro-batch
+inline constexpr double kMaxRows = 1 << 16;            // rows per micro-batch, micro-batches per step
+inline constexpr double kMaxSteps = 1e9;               // optimizer steps
+inline constexpr double kMaxVocab = 1 << 24;           // tokens of a vocabulary
+inline constexpr double kMaxLayers = 1 << 12;          // target layer ids
+inline constexpr double kMaxNewTokens = 1 << 16;       // tokens generated per prompt or reply
+inline constexpr double kMaxSeed = 9007199254740992.0; // 2^53: every seed is exact as a double and in JSON
+inline constexpr double kMaxTimeoutS = 7 * 24 * 3600;  // a week, in seconds
+
+// The eval group of the table (option_table_eval.cpp).
+void declare_eval_options(Table& t);
+
 }  // namespace eagle::config::detail

@@ -10,28 +10,6 @@ namespace {
 
 using namespace detail;
 
-constexpr CommandMask kTrain = mask(Command::train);
-constexpr CommandMask kPrepare = mask(Command::prepare);
-constexpr CommandMask kStats = mask(Command::data_stats);
-constexpr CommandMask kInspect = mask(Command::inspect);
-constexpr CommandMask kExport = mask(Command::export_);
-constexpr CommandMask kEval = mask(Command::eval);
-constexpr CommandMask kGenerate = mask(Command::generate);
-constexpr CommandMask kDump = mask(Command::dump_features);
-constexpr CommandMask kAll = kTrain | kPrepare | kStats | kInspect | kExport | kEval | kGenerate | kDump;
-
-// Upper bounds: far above any real run, low enough that nothing derived from them (KV caches, batch
-// tensors, step counts, chrono durations) overflows or tries to allocate the impossible.
-constexpr double kMaxTokens = 1 << 20;          // tokens per sample (training_seq_len, buckets)
-constexpr double kMaxBatchTokens = 1 << 24;     // tokens per micro-batch
-constexpr double kMaxRows = 1 << 16;            // rows per micro-batch, micro-batches per step
-constexpr double kMaxSteps = 1e9;               // optimizer steps
-constexpr double kMaxVocab = 1 << 24;           // tokens of a vocabulary
-constexpr double kMaxLayers = 1 << 12;          // target layer ids
-constexpr double kMaxNewTokens = 1 << 16;       // tokens generated per prompt or reply
-constexpr double kMaxSeed = 9007199254740992.0; // 2^53: every seed is exact as a double and in JSON
-constexpr double kMaxTimeoutS = 7 * 24 * 3600;  // a week, in seconds
-
 std::string check_increasing(const std::vector<std::int64_t>& v) {
   for (std::size_t i = 0; i < v.size(); ++i) {
     if (v[i] < 1) return "positive lengths";
@@ -216,7 +194,7 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::nan_policy, "nan_policy", G::train, kTrain,
         "A non-finite loss or gradient: error stops the run naming the step; skip skips the update "
         "and goes on");
-  t.add(&Options::max_cuda_graphs, "max_cuda_graphs", G::train, kTrain | kGenerate | kDump,
+  t.add(&Options::max_cuda_graphs, "max_cuda_graphs", G::train, kTrain | kGenerate | kDump | kEval,
         "Batch shapes captured as CUDA graphs on GPU; others run eagerly; 0: none (generate: decode "
         "steps, one shape per 256 cached columns)")
       .range(0, 1024);
@@ -242,76 +220,7 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::max_grad_norm, "max_grad_norm", G::optim, kTrain,
         "Clip the global gradient L2 norm to this; 0: no clipping")
       .range(0.0, 1e6);
-  // eval
-  t.add(&Options::eval_steps, "eval_steps", G::eval, kTrain,
-        "Evaluate every this many optimizer steps; 0: only at the end")
-      .range(0, kMaxSteps);
-  t.add(&Options::eval_num_prompts, "eval_num_prompts", G::eval, kTrain | kEval,
-        "Held-out prompts decoded speculatively to measure the acceptance rate; 0: skip it")
-      .range(0, 1 << 20);
-  t.add(&Options::eval_max_new_tokens, "eval_max_new_tokens", G::eval, kTrain | kEval,
-        "Tokens generated per evaluation prompt (stops earlier at the target's eos)")
-      .range(1, kMaxNewTokens);
-  t.add(&Options::eval_draft_len, "eval_draft_len", G::eval, kTrain | kEval,
-        "Tokens the head drafts per round in the acceptance evaluation; 0: ttt_steps")
-      .range(0, 32);
-  t.add(&Options::eval_tree_steps, "eval_tree_steps", G::eval, kTrain | kEval,
-        "Tree acceptance (with eval_tree_topk > 0): drafting steps per round, SGLang's --speculative-num-steps; "
-        "0: eval_draft_len's value")
-      .range(0, 32);
-  t.add(&Options::eval_tree_topk, "eval_tree_topk", G::eval, kTrain | kEval,
-        "Tree acceptance: tokens each frontier node is expanded by, SGLang's --speculative-eagle-topk; 0: no tree "
-        "evaluation")
-      .range(0, 16)
-      .check([](std::int64_t v, const Options& o) {
-        if (v != 0 && o.parallel_drafting) return std::string("0 for a P-EAGLE head (parallel_drafting)");
-        return v == 0 || o.eagle_version == 3 ? std::string() : std::string("0 for an EAGLE-1 head");
-      });
-  t.add(&Options::eval_tree_draft_tokens, "eval_tree_draft_tokens", G::eval, kTrain | kEval,
-        "Tree acceptance: tokens verified per round, the root included, SGLang's --speculative-num-draft-tokens; "
-        "at most 1 + topk + (steps - 1) * topk^2; 0: steps + 1 (only with eval_tree_topk 1)")
-      .range(0, 1024)
-      .check([](std::int64_t v, const Options& o) {
-        if (o.eval_tree_topk == 0) return std::string();
-        if (v == 0) return o.eval_tree_topk == 1 ? std::string() : std::string("a count >= 2 when eval_tree_topk > 1");
-        // eval reads ttt_steps from the head; the option's value (train's) is the best guess here.
-        const auto steps = o.eval_tree_steps > 0 ? o.eval_tree_steps
-                                                 : (o.eval_draft_len > 0 ? o.eval_draft_len : o.ttt_steps);
-        const auto most = 1 + o.eval_tree_topk + (steps - 1) * o.eval_tree_topk * o.eval_tree_topk;
-        return v >= 2 && v <= most ? std::string()
-                                   : fmt::format("2 .. {} (1 + topk + (steps - 1) * topk^2 for steps {})", most, steps);
-      });
-  t.add(&Options::eval_temperature, "eval_temperature", G::eval, kTrain | kEval,
-        "Sampled acceptance (speculative sampling, rejection rule) and the analytic alpha_k at this temperature, "
-        "seeded by seed; 0: greedy only")
-      .range(0.0, 100.0)
-      .check([](double v, const Options& o) {
-        if (v != 0.0 && o.parallel_drafting) return std::string("0 for a P-EAGLE head (parallel_drafting)");
-        return v == 0.0 || o.eagle_version == 3 ? std::string() : std::string("0 for an EAGLE-1 head");
-      });
-  t.add(&Options::eval_top_p, "eval_top_p", G::eval, kTrain | kEval,
-        "Nucleus mass of the target's and the draft's distributions at eval_temperature; 1: the whole vocabulary")
-      .range(0.0, 1.0)
-      .check([](double v, const Options&) { return v > 0.0 && v <= 1.0 ? "" : "a number in (0, 1]"; });
-  t.add(&Options::eval_draft_sampling, "eval_draft_sampling", G::eval, kTrain | kEval,
-        "Drafts at eval_temperature: greedy (the head's argmax, q one-hot: vLLM's default) or sample (from the "
-        "head's distribution)");
-  t.add(&Options::best_metric, "best_metric", G::eval, kTrain | kEval,
-        "What checkpoint-best and min_ar use: ar (greedy chain AR; tau without a target), tree_ar, temp_ar "
-        "(sampled AR at eval_temperature), alpha_ar (alpha_k's chain estimate), loss (held-out loss, lower "
-        "is better; min_ar then gates the chain AR)")
-      .check([](BestMetric m, const Options& o) {
-        if (m == BestMetric::tree_ar && o.eval_tree_topk == 0) return std::string("eval_tree_topk > 0 for tree_ar");
-        if ((m == BestMetric::temp_ar || m == BestMetric::alpha_ar) && o.eval_temperature <= 0.0)
-          return std::string("eval_temperature > 0 for temp_ar and alpha_ar");
-        return std::string();
-      });
-  t.add(&Options::min_ar, "min_ar", G::eval, kTrain | kEval,
-        "CI gate: exit non-zero when the final acceptance rate (best_metric's) is below this; 0: no gate")
-      .range(0.0, 33.0);  // accepted tokens per round: at most eval_draft_len (<= 32) + 1
-  t.add(&Options::max_final_loss, "max_final_loss", G::eval, kTrain,
-        "CI gate: exit non-zero when the final training loss is above this; 0: no gate")
-      .range(0.0, 1e6);
+  declare_eval_options(t);
   // generate
   t.add(&Options::max_new_tokens, "max_new_tokens", G::generate, kGenerate,
         "Tokens the target writes per reply at most, its end-of-turn id included")

@@ -1,0 +1,90 @@
+// The option table's eval group: how held-out evaluation and the acceptance rates are measured and
+// used (see option_table.cpp for the rest).
+#include "eagle/config/option_table.h"
+
+#include <fmt/format.h>
+
+#include "option_builder.h"
+
+namespace eagle::config::detail {
+
+void declare_eval_options(Table& t) {
+  using G = Group;
+  // eval
+  t.add(&Options::eval_steps, "eval_steps", G::eval, kTrain,
+        "Evaluate every this many optimizer steps; 0: only at the end")
+      .range(0, kMaxSteps);
+  t.add(&Options::eval_num_prompts, "eval_num_prompts", G::eval, kTrain | kEval,
+        "Held-out prompts decoded speculatively to measure the acceptance rate; 0: skip it")
+      .range(0, 1 << 20);
+  t.add(&Options::eval_max_new_tokens, "eval_max_new_tokens", G::eval, kTrain | kEval,
+        "Tokens generated per evaluation prompt (stops earlier at the target's eos)")
+      .range(1, kMaxNewTokens);
+  t.add(&Options::eval_batch_size, "eval_batch_size", G::eval, kTrain | kEval,
+        "Prompts decoded at once in the acceptance evaluation (ragged KV caches, a row refilled when its "
+        "prompt ends; the same acceptance per prompt as one by one); 1: one by one. EAGLE-1 and P-EAGLE heads "
+        "and the tree and sampled acceptances decode one by one")
+      .range(1, 4096);
+  t.add(&Options::eval_draft_len, "eval_draft_len", G::eval, kTrain | kEval,
+        "Tokens the head drafts per round in the acceptance evaluation; 0: ttt_steps")
+      .range(0, 32);
+  t.add(&Options::eval_tree_steps, "eval_tree_steps", G::eval, kTrain | kEval,
+        "Tree acceptance (with eval_tree_topk > 0): drafting steps per round, SGLang's --speculative-num-steps; "
+        "0: eval_draft_len's value")
+      .range(0, 32);
+  t.add(&Options::eval_tree_topk, "eval_tree_topk", G::eval, kTrain | kEval,
+        "Tree acceptance: tokens each frontier node is expanded by, SGLang's --speculative-eagle-topk; 0: no tree "
+        "evaluation")
+      .range(0, 16)
+      .check([](std::int64_t v, const Options& o) {
+        if (v != 0 && o.parallel_drafting) return std::string("0 for a P-EAGLE head (parallel_drafting)");
+        return v == 0 || o.eagle_version == 3 ? std::string() : std::string("0 for an EAGLE-1 head");
+      });
+  t.add(&Options::eval_tree_draft_tokens, "eval_tree_draft_tokens", G::eval, kTrain | kEval,
+        "Tree acceptance: tokens verified per round, the root included, SGLang's --speculative-num-draft-tokens; "
+        "at most 1 + topk + (steps - 1) * topk^2; 0: steps + 1 (only with eval_tree_topk 1)")
+      .range(0, 1024)
+      .check([](std::int64_t v, const Options& o) {
+        if (o.eval_tree_topk == 0) return std::string();
+        if (v == 0) return o.eval_tree_topk == 1 ? std::string() : std::string("a count >= 2 when eval_tree_topk > 1");
+        // eval reads ttt_steps from the head; the option's value (train's) is the best guess here.
+        const auto steps = o.eval_tree_steps > 0 ? o.eval_tree_steps
+                                                 : (o.eval_draft_len > 0 ? o.eval_draft_len : o.ttt_steps);
+        const auto most = 1 + o.eval_tree_topk + (steps - 1) * o.eval_tree_topk * o.eval_tree_topk;
+        return v >= 2 && v <= most ? std::string()
+                                   : fmt::format("2 .. {} (1 + topk + (steps - 1) * topk^2 for steps {})", most, steps);
+      });
+  t.add(&Options::eval_temperature, "eval_temperature", G::eval, kTrain | kEval,
+        "Sampled acceptance (speculative sampling, rejection rule) and the analytic alpha_k at this temperature, "
+        "seeded by seed; 0: greedy only")
+      .range(0.0, 100.0)
+      .check([](double v, const Options& o) {
+        if (v != 0.0 && o.parallel_drafting) return std::string("0 for a P-EAGLE head (parallel_drafting)");
+        return v == 0.0 || o.eagle_version == 3 ? std::string() : std::string("0 for an EAGLE-1 head");
+      });
+  t.add(&Options::eval_top_p, "eval_top_p", G::eval, kTrain | kEval,
+        "Nucleus mass of the target's and the draft's distributions at eval_temperature; 1: the whole vocabulary")
+      .range(0.0, 1.0)
+      .check([](double v, const Options&) { return v > 0.0 && v <= 1.0 ? "" : "a number in (0, 1]"; });
+  t.add(&Options::eval_draft_sampling, "eval_draft_sampling", G::eval, kTrain | kEval,
+        "Drafts at eval_temperature: greedy (the head's argmax, q one-hot: vLLM's default) or sample (from the "
+        "head's distribution)");
+  t.add(&Options::best_metric, "best_metric", G::eval, kTrain | kEval,
+        "What checkpoint-best and min_ar use: ar (greedy chain AR; tau without a target), tree_ar, temp_ar "
+        "(sampled AR at eval_temperature), alpha_ar (alpha_k's chain estimate), loss (held-out loss, lower "
+        "is better; min_ar then gates the chain AR)")
+      .check([](BestMetric m, const Options& o) {
+        if (m == BestMetric::tree_ar && o.eval_tree_topk == 0) return std::string("eval_tree_topk > 0 for tree_ar");
+        if ((m == BestMetric::temp_ar || m == BestMetric::alpha_ar) && o.eval_temperature <= 0.0)
+          return std::string("eval_temperature > 0 for temp_ar and alpha_ar");
+        return std::string();
+      });
+  t.add(&Options::min_ar, "min_ar", G::eval, kTrain | kEval,
+        "CI gate: exit non-zero when the final acceptance rate (best_metric's) is below this; 0: no gate")
+      .range(0.0, 33.0);  // accepted tokens per round: at most eval_draft_len (<= 32) + 1
+  t.add(&Options::max_final_loss, "max_final_loss", G::eval, kTrain,
+        "CI gate: exit non-zero when the final training loss is above this; 0: no gate")
+      .range(0.0, 1e6);
+}
+
+}  // namespace eagle::config::detail
