@@ -139,3 +139,42 @@ TEST_CASE("a malformed ragged step is refused by name", "[model]") {
       m.forward_ragged(cache, {ids.narrow(0, 0, 1), torch::zeros({1, 1}, torch::kInt64), {}, last.narrow(0, 0, 1), 1}),
       Catch::Contains("rows"));
 }
+
+TEST_CASE("forward_ragged_all gives every position's features and logits as forward_cached does", "[model]") {
+  for (const char* name : {"tiny-llama", "tiny-qwen3", "tiny-gpt-oss", "tiny-gemma2", "tiny-mistral-window"}) {
+    INFO(name);
+    auto m = TargetModel::load(model_dir(name), torch::kFloat32, torch::kCPU);
+    torch::manual_seed(5);
+    const auto V = m.config().vocab_size;
+    std::vector<torch::Tensor> seqs{torch::randint(3, V, {13}), torch::randint(3, V, {8})};
+    std::vector<eagle::model::TargetStepOutput> expected;
+    for (const auto& s : seqs) {
+      auto cache = m.new_cache(1, s.size(0));
+      expected.push_back(m.forward_cached(cache, s.view({1, -1})));
+    }
+    auto cache = m.new_cache(2, kCapacity);
+    // Prompts of 9 and 4 tokens together, right-padded; then 4 tokens for each row at once (a
+    // verify step), each at its own columns.
+    auto check_rows = [&](const eagle::model::TargetStepOutput& out, const std::vector<std::int64_t>& starts,
+                          const std::vector<std::int64_t>& counts) {
+      for (std::size_t r = 0; r < starts.size(); ++r) {
+        const auto row = static_cast<std::int64_t>(r);
+        INFO("row " << r);
+        const auto& e = expected[r];
+        CHECK(max_err(out.logits[row].narrow(0, 0, counts[r]), e.logits[0].narrow(0, starts[r], counts[r])) <= 1e-4);
+        CHECK(max_err(out.aux_hidden[row].narrow(0, 0, counts[r]), e.aux_hidden[0].narrow(0, starts[r], counts[r])) <=
+              1e-4);
+        CHECK(max_err(out.final_hidden[row].narrow(0, 0, counts[r]),
+                      e.final_hidden[0].narrow(0, starts[r], counts[r])) <= 1e-4);
+      }
+    };
+    auto prefill = m.forward_ragged_all(cache, step({seqs[0].narrow(0, 0, 9), seqs[1].narrow(0, 0, 4)}, {0, 0},
+                                                    {0, 1}, false));
+    CHECK(prefill.logits.sizes() == torch::IntArrayRef{2, 9, V});
+    CHECK(prefill.aux_hidden.size(2) == m.config().hidden_size * static_cast<std::int64_t>(m.aux_layer_ids().size()));
+    check_rows(prefill, {0, 0}, {9, 4});
+    auto verify = m.forward_ragged_all(cache, step({seqs[0].narrow(0, 9, 4), seqs[1].narrow(0, 4, 4)}, {9, 4},
+                                                   {0, 1}, true));
+    check_rows(verify, {9, 4}, {4, 4});
+  }
+}

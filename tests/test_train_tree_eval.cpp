@@ -84,10 +84,13 @@ TEST_CASE("draft tree, mask and greedy path equal the PyTorch reference, ties in
 }
 
 TEST_CASE("a chain drafted and verified as a tree equals draft() and forward_cached bit for bit", "[train]") {
+  const auto layers = GENERATE(1, 2);  // one draft layer, and two (each its own cache)
+  INFO("draft_num_layers " << layers);
   torch::manual_seed(3);
   auto target = model::TargetModel::load(kTinyLlama, torch::kFloat32, torch::kCPU);
   auto cfg = model::HeadConfig::from_target(target.config(), 3, target.aux_layer_ids(), 64);
   cfg.ttt_steps = 3;
+  cfg.num_layers = layers;
   std::vector<std::int64_t> ids(64);
   for (std::int64_t i = 0; i < 64; ++i) ids[static_cast<std::size_t>(i)] = (i * 7) % target.config().vocab_size;
   model::DraftVocab vocab;

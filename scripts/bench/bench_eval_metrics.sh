@@ -4,6 +4,8 @@
 # `eagle-train eval` on the same held-out prompts: the greedy chain and SGLang trees (steps, topk,
 # draft_tokens) = (3,1,4), (5,4,8), (7,8,64); AR at temperature 0, 0.7 and 1.0 with greedy and sampled
 # drafts, with alpha's chain estimate. Prints a Markdown table per part and each eval's wall time.
+# `bench_eval_metrics.sh batch` instead times the greedy chain evaluation at eval_batch_size 1 (one
+# prompt at a time), 4, 16 and 64 on the same prompts (the AR must not change).
 # Knobs (environment): BENCH_HEAD, BENCH_EVAL_PROMPTS (32), BENCH_MAX_NEW (64), BENCH_THREADS (2),
 # BENCH_OUT (/tmp/eagle-bench-eval-metrics).
 set -euo pipefail
@@ -44,6 +46,23 @@ cells = [sys.argv[2], f("ar"), f("tree_ar"), f("temp_ar") + ci, alpha, f("alpha_
 print("| " + " | ".join(cells) + " |")
 PYEOF
 }
+if [ "${1:-}" = batch ]; then
+  echo "| eval_batch_size | chain AR | rounds | tokens | AR decoding s | eval wall s |"
+  echo "|---|---|---|---|---|---|"
+  for rows in 1 4 16 64; do
+    start=$(date +%s.%N)
+    "$BIN" eval "${COMMON[@]}" --eval_draft_len 3 --eval_batch_size "$rows" >"$OUT/batch-$rows.json" \
+      2>"$OUT/batch-$rows.log"
+    wall=$(echo "$(date +%s.%N) - $start" | bc)
+    # "AR over N prompts (B at a time): R rounds, G tokens in S s"
+    read -r rounds tokens seconds < <(sed -n 's/.*AR over .*: \([0-9]*\) rounds, \([0-9]*\) tokens in \([0-9.]*\) s.*/\1 \2 \3/p' \
+      "$OUT/batch-$rows.log")
+    ar=$("$PY" -c 'import json,sys; t=open(sys.argv[1]).read(); print(f"{json.loads(t[t.index(chr(123)+chr(10)):])[\"ar\"]:.3f}")' \
+      "$OUT/batch-$rows.json")
+    printf '| %s | %s | %s | %s | %s | %.1f |\n' "$rows" "$ar" "$rounds" "$tokens" "$seconds" "$wall"
+  done
+  exit 0
+fi
 echo "| setting | chain AR | tree AR | AR at temperature ± 95% | alpha_k | alpha chain | wall s |"
 echo "|---|---|---|---|---|---|---|"
 run_eval chain-3 --eval_draft_len 3

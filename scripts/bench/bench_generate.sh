@@ -7,7 +7,8 @@
 #           split) on the original Alpaca responses and on the target's own (all 5,000 samples
 #           regenerated, greedy), then `eagle-train eval` of both final checkpoints on the same
 #           held-out prompts (BENCH_EVAL_PROMPTS of them).
-# Usage: scripts/bench/bench_generate.sh speed|effect
+#   vllm    side by side with vLLM's CPU backend on one pinned core (see the vllm) case below).
+# Usage: scripts/bench/bench_generate.sh speed|effect|vllm
 # Knobs (environment): BENCH_SAMPLES (1024), BENCH_THREADS (1), BENCH_DEVICE (cpu),
 # BENCH_EVAL_PROMPTS (100), BENCH_OUT (/tmp/eagle-bench-generate).
 set -euo pipefail
@@ -89,8 +90,38 @@ print(f"| {name} | {num(s.get('final_loss'), '.4f')} | {num(s.get('ar'), '.3f')}
 PYEOF
   done
   ;;
+vllm)
+  # Side by side with vLLM's CPU backend on one pinned core (taskset -c BENCH_CORE), the last
+  # BENCH_SAMPLES samples (held-out-like), --training_seq_len 512, greedy: eagle-train at
+  # generate_batch_size 16, 64 and 256, then vLLM's offline engine on the same prompts
+  # (scripts/bench/bench_generate_vllm.py with BENCH_VLLM_PYTHON, a Python that has vllm), which also
+  # counts the replies identical to eagle-train's.
+  CORE="${BENCH_CORE:-0}"
+  VLLM_PY="${BENCH_VLLM_PYTHON:-$DEPS_DIR/vllm-venv/bin/python}"
+  tail -n "$SAMPLES" "$TARGET/alpaca.jsonl" >"$OUT/heldout.jsonl"
+  echo "| engine | rows | generated tokens | seconds | tokens/s | identical replies | load (1, 5, 15 min) |"
+  echo "|---|---|---|---|---|---|---|"
+  for rows in 16 64 256; do
+    rm -f "$OUT/vllm-out-$rows.jsonl"*
+    taskset -c "$CORE" "$BIN" generate --model_name_or_path "$TARGET" --data_path "$OUT/heldout.jsonl" \
+      --output "$OUT/vllm-out-$rows.jsonl" --training_seq_len 512 --generate_batch_size "$rows" --device cpu \
+      --num_threads 1 >"$OUT/vllm-eagle-$rows.log" 2>&1
+    read -r tokens seconds rate < <(sed -n 's/.*this run: \([0-9]*\) tokens in \([0-9.]*\) s (\([0-9]*\) tokens\/s).*/\1 \2 \3/p' \
+      "$OUT/vllm-eagle-$rows.log")
+    echo "| eagle-train generate | $rows | $tokens | $seconds | $rate | - | $(load) |"
+  done
+  VLLM_CPU_OMP_THREADS_BIND="$CORE" VLLM_CPU_KVCACHE_SPACE=1 taskset -c "$CORE" "$VLLM_PY" \
+    "$ROOT/scripts/bench/bench_generate_vllm.py" "$TARGET" "$OUT/vllm-out-64.jsonl" 512 512 \
+    >"$OUT/vllm.json" 2>"$OUT/vllm.log"
+  "$PY" - "$OUT/vllm.json" "$(load)" <<'PYEOF'
+import json, sys
+j = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+print(f"| vLLM (CPU, offline LLM) | its scheduler | {j['tokens']} | {j['seconds']} | {j['tokens_per_s']:.0f} | "
+      f"{j['identical_replies']} of {j['prompts']} | {sys.argv[2]} |")
+PYEOF
+  ;;
 *)
-  echo "usage: $0 speed|effect" >&2
+  echo "usage: $0 speed|effect|vllm" >&2
   exit 2
   ;;
 esac

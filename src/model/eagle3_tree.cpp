@@ -1,9 +1,6 @@
 // Drafting in explicit steps (head.h: draft_extend, draft_nodes): the EAGLE-3 head's layer over
 // the verified prefix and over the nodes of a draft tree with an explicit attention mask; the
 // operations of draft() in the same order, so a chain drafted this way equals draft() bit for bit.
-#include <cmath>
-#include <limits>
-
 #include <fmt/format.h>
 
 #include "eagle/model/eagle3_head.h"
@@ -34,12 +31,8 @@ torch::Tensor masked_cached_attention(DraftCache& cache, const HeadConfig& cfg, 
                   .found(c10::str(mask.sizes())));
   layer_keys.narrow(2, slot, n).copy_(k);
   layer_values.narrow(2, slot, n).copy_(v);
-  const auto rep = cfg.num_attention_heads / cfg.num_key_value_heads;
-  auto keys = repeat_kv(layer_keys.narrow(2, 0, end), rep);
-  auto values = repeat_kv(layer_values.narrow(2, 0, end), rep);
-  auto s = torch::matmul(q, keys.transpose(-1, -2)).to(torch::kFloat32) / std::sqrt(static_cast<double>(cfg.head_dim));
-  s = s.masked_fill(mask.to(q.device(), torch::kBool).logical_not(), -std::numeric_limits<double>::infinity());
-  return torch::matmul(torch::softmax(s, -1).to(values.scalar_type()), values);
+  return draft_attention(cfg, q, layer_keys.narrow(2, 0, end), layer_values.narrow(2, 0, end),
+                         mask.to(q.device(), torch::kBool));
 }
 
 // P-EAGLE drafts every token of a round in one forward: there is no step to extend or tree to grow.

@@ -90,14 +90,18 @@ torch::Tensor cached_attention(DraftCache& cache, const HeadConfig& cfg, std::in
                                              .found(fmt::format("{}", layer_keys.size(2))));
   layer_keys.narrow(2, start, n).copy_(k);
   layer_values.narrow(2, start, n).copy_(v);
-  const auto rep = cfg.num_attention_heads / cfg.num_key_value_heads;
-  auto keys = repeat_kv(layer_keys.narrow(2, 0, end), rep);
-  auto values = repeat_kv(layer_values.narrow(2, 0, end), rep);
   auto opts = torch::TensorOptions().dtype(torch::kInt64).device(q.device());
   auto mask = torch::arange(0, end, opts).view({1, end}) <= torch::arange(start, end, opts).view({n, 1});
-  auto s = torch::matmul(q, keys.transpose(-1, -2)).to(torch::kFloat32) / std::sqrt(static_cast<double>(cfg.head_dim));
+  return draft_attention(cfg, q, layer_keys.narrow(2, 0, end), layer_values.narrow(2, 0, end), mask);
+}
+
+torch::Tensor draft_attention(const HeadConfig& cfg, const torch::Tensor& q, const torch::Tensor& keys,
+                              const torch::Tensor& values, const torch::Tensor& mask) {
+  const auto rep = cfg.num_attention_heads / cfg.num_key_value_heads;
+  const auto k = repeat_kv(keys, rep), v = repeat_kv(values, rep);
+  auto s = torch::matmul(q, k.transpose(-1, -2)).to(torch::kFloat32) / std::sqrt(static_cast<double>(cfg.head_dim));
   s = s.masked_fill(mask.logical_not(), -std::numeric_limits<double>::infinity());
-  return torch::matmul(torch::softmax(s, -1).to(values.scalar_type()), values);
+  return torch::matmul(torch::softmax(s, -1).to(v.scalar_type()), v);
 }
 
 }  // namespace eagle::model

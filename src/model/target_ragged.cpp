@@ -33,11 +33,11 @@ namespace {
 
 Error malformed_step(const char* field) { return Error(ErrorKind::internal, "malformed ragged step").place(field); }
 
-}  // namespace
-
-torch::Tensor TargetModel::forward_ragged(KvCache& cache, const RaggedStep& step) const {
+// The decoder layers over a ragged step: the last layer's output [R, N, H] and, when aux is given,
+// the aux ids' inputs of layer (hidden_states[id], id < L) in aux_ids order.
+torch::Tensor ragged_layers(const TargetModel::Impl& m, KvCache& cache, const RaggedStep& step,
+                            std::vector<torch::Tensor>* aux) {
   torch::NoGradGuard no_grad;
-  const auto& m = *impl_;
   const auto L = m.cfg.num_hidden_layers;
   EAGLE_CHECK(static_cast<std::int64_t>(cache.keys.size()) == L,
               Error(ErrorKind::internal, "KV cache was not made by this model's new_cache"));
@@ -77,16 +77,49 @@ torch::Tensor TargetModel::forward_ragged(KvCache& cache, const RaggedStep& step
   const auto mask = key_pos <= query_pos;
   const double scale = target_attention_scale(m.cfg);
   std::size_t l = 0;
-  const Impl::Attend attend = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+  const TargetModel::Impl::Attend attend = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                    const AttentionExtras& extras) {
     const auto [keys, values] = write.apply(l, k, v);
     return masked_attention(q, keys, values, window_mask(mask, query_pos, key_pos, extras.window), scale, extras);
   };
 
+  auto keep = [&](std::int64_t id, const torch::Tensor& h) {
+    if (aux == nullptr) return;
+    for (std::size_t a = 0; a < m.aux_ids.size(); ++a)
+      if (m.aux_ids[a] == id) (*aux)[a] = h;
+  };
+  if (aux != nullptr) aux->assign(m.aux_ids.size(), torch::Tensor());
   auto x = m.embed_scaled(step.ids);
-  for (; l < static_cast<std::size_t>(L); ++l) x = m.layer(l, x, rope, attend);
-  auto h = x.index({torch::arange(R, iopts), step.last});  // [R, H]
+  keep(0, x);
+  for (; l < static_cast<std::size_t>(L); ++l) {
+    x = m.layer(l, x, rope, attend);
+    if (l + 1 < static_cast<std::size_t>(L)) keep(static_cast<std::int64_t>(l) + 1, x);
+  }
+  return x;
+}
+
+}  // namespace
+
+torch::Tensor TargetModel::forward_ragged(KvCache& cache, const RaggedStep& step) const {
+  const auto& m = *impl_;
+  auto x = ragged_layers(m, cache, step, nullptr);
+  const auto R = x.size(0);
+  auto h = x.index({torch::arange(R, step.last.options()), step.last});  // [R, H]
   return m.logits(m.norm(h, m.final_norm)).to(torch::kFloat32);
+}
+
+TargetStepOutput TargetModel::forward_ragged_all(KvCache& cache, const RaggedStep& step) const {
+  const auto& m = *impl_;
+  std::vector<torch::Tensor> aux;
+  auto x = ragged_layers(m, cache, step, &aux);
+  TargetStepOutput out;
+  out.final_hidden = m.norm(x, m.final_norm);
+  // hidden_states[L] is the normed output, as forward_cached keeps it.
+  for (std::size_t a = 0; a < m.aux_ids.size(); ++a)
+    if (m.aux_ids[a] == m.cfg.num_hidden_layers) aux[a] = out.final_hidden;
+  out.aux_hidden = aux.size() == 1 ? aux[0] : torch::cat(aux, -1);
+  out.logits = m.logits(out.final_hidden).to(torch::kFloat32);
+  return out;
 }
 
 }  // namespace eagle::model

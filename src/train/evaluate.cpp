@@ -1,6 +1,7 @@
 // Held-out evaluation and the real acceptance rate (see evaluate.h).
 #include "eagle/train/evaluate.h"
 
+#include <chrono>
 #include <limits>
 #include <numeric>
 
@@ -22,8 +23,53 @@ std::optional<std::vector<std::int64_t>> eval_prompt(const data::Dataset& ds, st
   return std::nullopt;
 }
 
+std::vector<std::vector<std::int64_t>> eval_prompts(const data::Dataset& ds, std::int64_t num_prompts) {
+  std::vector<std::vector<std::int64_t>> out;
+  for (std::size_t i = 0; i < ds.size() && static_cast<std::int64_t>(out.size()) < num_prompts; ++i)
+    if (auto p = eval_prompt(ds, i)) out.push_back(std::move(*p));
+  return out;
+}
+
 bool is_eos(const model::TargetConfig& c, std::int64_t id) {
   return std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) != c.eos_token_ids.end();
+}
+
+void AcceptanceResult::add(const PromptAcceptance& p) {
+  per_prompt.push_back(p);
+  ++prompts;
+  rounds += p.rounds;
+  generated += p.generated;
+}
+
+void AcceptanceResult::finish() {
+  std::int64_t accepted = 0;
+  for (const auto& p : per_prompt) accepted += p.accepted;
+  ar = rounds ? static_cast<double>(accepted) / static_cast<double>(rounds) : 0.0;
+}
+
+PromptPrefill prefill_prompt(const model::TargetModel& target, model::KvCache& cache,
+                             const std::vector<std::int64_t>& prompt) {
+  const auto n = static_cast<std::int64_t>(prompt.size());
+  PromptPrefill p;
+  p.ids = torch::tensor(prompt, torch::kInt64).view({1, n}).to(target.device());
+  auto out = target.forward_cached(cache, p.ids);
+  p.last_logits = out.logits[0][n - 1];
+  p.aux_hidden = out.aux_hidden;
+  p.final_hidden = out.final_hidden;
+  return p;
+}
+
+torch::Tensor PromptPrefill::next_ids(std::int64_t x) const {
+  return torch::cat({ids.narrow(1, 1, ids.size(1) - 1), torch::full({1, 1}, x, ids.options())}, 1);
+}
+
+bool count_new_tokens(const model::TargetConfig& c, const std::vector<std::int64_t>& tokens,
+                      std::int64_t max_new_tokens, std::int64_t& generated) {
+  for (auto tok : tokens) {
+    ++generated;
+    if (is_eos(c, tok) || generated >= max_new_tokens) return true;
+  }
+  return false;
 }
 
 AcceptanceResult acceptance_rate(const model::TargetModel& target, model::DraftHead& head, const data::Dataset& heldout,
@@ -32,26 +78,22 @@ AcceptanceResult acceptance_rate(const model::TargetModel& target, model::DraftH
   AcceptanceResult r;
   const bool eagle3 = head.config().eagle_version == 3;
   const auto device = target.device();
-  std::int64_t accepted_total = 0;
-  for (std::size_t i = 0; i < heldout.size() && r.prompts < num_prompts; ++i) {
-    auto prompt = eval_prompt(heldout, i);
-    if (!prompt) continue;
-    ++r.prompts;
-    const auto n = static_cast<std::int64_t>(prompt->size());
+  for (const auto& prompt : eval_prompts(heldout, num_prompts)) {
+    PromptAcceptance pa;
+    const auto n = static_cast<std::int64_t>(prompt.size());
     const std::int64_t capacity = n + max_new_tokens + draft_len + 2;
     auto tcache = target.new_cache(1, capacity);
     auto hcache = head.new_cache(1, capacity);
-    auto ids = torch::tensor(*prompt, torch::kInt64).view({1, n}).to(device);
-    auto out = target.forward_cached(tcache, ids);
-    std::int64_t x = out.logits.select(1, n - 1).argmax(-1).item<std::int64_t>();
+    const auto start = prefill_prompt(target, tcache, prompt);
+    std::int64_t x = start.last_logits.argmax(-1).item<std::int64_t>();
     // The head's pending inputs: the target features of positions not yet in its cache, each with
     // the token that follows it.
-    auto features = eagle3 ? out.aux_hidden : out.final_hidden;
-    auto next_ids = torch::cat({ids.narrow(1, 1, n - 1), torch::full({1, 1}, x, ids.options())}, 1);
-    std::int64_t generated = 1;
-    while (generated < max_new_tokens && !is_eos(target.config(), x)) {
+    auto features = eagle3 ? start.aux_hidden : start.final_hidden;
+    auto next_ids = start.next_ids(x);
+    pa.generated = 1;
+    while (pa.generated < max_new_tokens && !is_eos(target.config(), x)) {
       auto drafted = head.draft(hcache, features, next_ids, draft_len);  // [1, K]
-      auto verify = torch::cat({torch::full({1, 1}, x, ids.options()), drafted.to(device)}, 1);
+      auto verify = torch::cat({torch::full({1, 1}, x, next_ids.options()), drafted.to(device)}, 1);
       const std::int64_t before = tcache.length;
       auto vout = target.forward_cached(tcache, verify);
       auto greedy = vout.logits.argmax(-1).view({-1}).cpu();  // the target's choice after each token
@@ -59,24 +101,19 @@ AcceptanceResult acceptance_rate(const model::TargetModel& target, model::DraftH
       std::int64_t acc = 0;
       while (acc < draft_len && d[acc].item<std::int64_t>() == greedy[acc].item<std::int64_t>()) ++acc;
       const std::int64_t bonus = greedy[acc].item<std::int64_t>();
-      ++r.rounds;
-      accepted_total += 1 + acc;
+      ++pa.rounds;
+      pa.accepted += 1 + acc;
       target.truncate(tcache, before + 1 + acc);
       features = (eagle3 ? vout.aux_hidden : vout.final_hidden).narrow(1, 0, 1 + acc);
-      next_ids = torch::cat({drafted.to(device).narrow(1, 0, acc), torch::full({1, 1}, bonus, ids.options())}, 1);
-      // Count the new tokens, stopping at eos like the target's own greedy decoding would.
-      bool stop = false;
-      for (std::int64_t j = 0; j <= acc && !stop; ++j) {
-        std::int64_t tok = j < acc ? d[j].item<std::int64_t>() : bonus;
-        ++generated;
-        stop = is_eos(target.config(), tok) || generated >= max_new_tokens;
-      }
+      next_ids = torch::cat({drafted.to(device).narrow(1, 0, acc), torch::full({1, 1}, bonus, next_ids.options())}, 1);
+      std::vector<std::int64_t> tokens(d.data_ptr<std::int64_t>(), d.data_ptr<std::int64_t>() + acc);
+      tokens.push_back(bonus);
       x = bonus;
-      if (stop) break;
+      if (count_new_tokens(target.config(), tokens, max_new_tokens, pa.generated)) break;
     }
-    r.generated += generated;
+    r.add(pa);
   }
-  r.ar = r.rounds ? static_cast<double>(accepted_total) / static_cast<double>(r.rounds) : 0.0;
+  r.finish();
   return r;
 }
 
@@ -86,6 +123,8 @@ EvalSettings EvalSettings::from(const config::Options& o, std::int64_t ttt_steps
                  o.eval_num_prompts,
                  o.eval_max_new_tokens,
                  o.eval_draft_len > 0 ? o.eval_draft_len : ttt_steps,
+                 o.eval_batch_size,
+                 o.max_cuda_graphs,
                  o.bf16};
   s.batching.group_by_length = false;
   s.tree_topk = o.eval_tree_topk;
@@ -133,10 +172,17 @@ io::EvalStats evaluate(const features::FeatureSource& features, const model::Tar
   stats.acc = summary.acc;
   stats.tau = summary.tau;
   if (settings.num_prompts > 0 && target != nullptr) {
-    auto ar =
-        acceptance_rate(*target, head, heldout, settings.num_prompts, settings.max_new_tokens, settings.draft_len);
+    const auto start = std::chrono::steady_clock::now();
+    const bool batched = settings.batch_size > 1 && head.drafts_ragged();
+    auto ar = batched
+                  ? batched_acceptance_rate(*target, head, heldout, settings.num_prompts, settings.max_new_tokens,
+                                            settings.draft_len, settings.batch_size, settings.max_cuda_graphs)
+                  : acceptance_rate(*target, head, heldout, settings.num_prompts, settings.max_new_tokens,
+                                    settings.draft_len);
     if (ar.rounds > 0) stats.ar = ar.ar;
-    log::debug("eval", "AR over {} prompts, {} rounds, {} tokens", ar.prompts, ar.rounds, ar.generated);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    log::info("eval", "AR over {} prompts ({} at a time): {} rounds, {} tokens in {:.2f} s", ar.prompts,
+              batched ? std::min(settings.batch_size, ar.prompts) : 1, ar.rounds, ar.generated, seconds);
     extra_acceptance(*target, head, heldout, settings, stats);
   }
   return stats;

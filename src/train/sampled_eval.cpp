@@ -77,21 +77,17 @@ SampledResult sampled_acceptance_rate(const model::TargetModel& target, model::D
   const auto device = target.device();
   const auto vocab_ids = head.draft_vocab_ids().to(torch::kCPU, torch::kInt64);
   const auto vocab = target.config().vocab_size;
-  const auto iopts = torch::TensorOptions().dtype(torch::kInt64).device(device);
   std::vector<double> lengths;
-  for (std::size_t i = 0; i < heldout.size() && r.prompts < num_prompts; ++i) {
-    auto prompt = eval_prompt(heldout, i);
-    if (!prompt) continue;
+  for (const auto& prompt : eval_prompts(heldout, num_prompts)) {
     ++r.prompts;
-    const auto n = static_cast<std::int64_t>(prompt->size());
+    const auto n = static_cast<std::int64_t>(prompt.size());
     const std::int64_t capacity = n + max_new_tokens + draft_len + 2;
     auto tcache = target.new_cache(1, capacity);
     auto hcache = head.new_cache(1, capacity);
-    auto ids = torch::tensor(*prompt, torch::kInt64).view({1, n}).to(device);
-    auto out = target.forward_cached(tcache, ids);
-    std::int64_t x = sample_from(sampling_probs(out.logits[0][n - 1], s.temperature, s.top_p).cpu(), uniform());
-    auto features = out.aux_hidden;
-    auto next_ids = torch::cat({ids.narrow(1, 1, n - 1), torch::full({1, 1}, x, iopts)}, 1);
+    const auto start = prefill_prompt(target, tcache, prompt);
+    std::int64_t x = sample_from(sampling_probs(start.last_logits, s.temperature, s.top_p).cpu(), uniform());
+    auto features = start.aux_hidden;
+    auto next_ids = start.next_ids(x);
     std::int64_t generated = 1;
     while (generated < max_new_tokens && !is_eos(target.config(), x)) {
       auto step = head.draft_extend(hcache, features, next_ids);
@@ -126,13 +122,8 @@ SampledResult sampled_acceptance_rate(const model::TargetModel& target, model::D
       std::vector<std::int64_t> accepted(drafted.begin(), drafted.begin() + acc);
       accepted.push_back(outcome.next);
       next_ids = torch::tensor(accepted).view({1, -1}).to(device);
-      bool stop = false;
-      for (std::size_t j = 0; j < accepted.size() && !stop; ++j) {
-        ++generated;
-        stop = is_eos(target.config(), accepted[j]) || generated >= max_new_tokens;
-      }
       x = outcome.next;
-      if (stop) break;
+      if (count_new_tokens(target.config(), accepted, max_new_tokens, generated)) break;
     }
     r.generated += generated;
   }

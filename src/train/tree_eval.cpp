@@ -109,23 +109,18 @@ AcceptanceResult tree_acceptance_rate(const model::TargetModel& target, model::D
   AcceptanceResult r;
   const auto device = target.device();
   const auto vocab_ids = head.draft_vocab_ids().to(torch::kCPU);
-  const auto iopts = torch::TensorOptions().dtype(torch::kInt64).device(device);
-  std::int64_t accepted_total = 0;
-  for (std::size_t i = 0; i < heldout.size() && r.prompts < num_prompts; ++i) {
-    auto prompt = eval_prompt(heldout, i);
-    if (!prompt) continue;
-    ++r.prompts;
-    const auto n = static_cast<std::int64_t>(prompt->size());
+  for (const auto& prompt : eval_prompts(heldout, num_prompts)) {
+    PromptAcceptance pa;
+    const auto n = static_cast<std::int64_t>(prompt.size());
     const std::int64_t capacity = n + max_new_tokens + shape.draft_tokens + shape.steps * shape.topk + 2;
     auto tcache = target.new_cache(1, capacity);
     auto hcache = head.new_cache(1, capacity);
-    auto ids = torch::tensor(*prompt, torch::kInt64).view({1, n}).to(device);
-    auto out = target.forward_cached(tcache, ids);
-    std::int64_t x = out.logits.select(1, n - 1).argmax(-1).item<std::int64_t>();
-    auto features = out.aux_hidden;
-    auto next_ids = torch::cat({ids.narrow(1, 1, n - 1), torch::full({1, 1}, x, iopts)}, 1);
-    std::int64_t generated = 1;
-    while (generated < max_new_tokens && !is_eos(target.config(), x)) {
+    const auto start = prefill_prompt(target, tcache, prompt);
+    std::int64_t x = start.last_logits.argmax(-1).item<std::int64_t>();
+    auto features = start.aux_hidden;
+    auto next_ids = start.next_ids(x);
+    pa.generated = 1;
+    while (pa.generated < max_new_tokens && !is_eos(target.config(), x)) {
       auto root = head.draft_extend(hcache, features, next_ids);
       const auto prefix = hcache.length;
       // The head's state and cache slot of every expanded candidate (the frontier of each step).
@@ -170,8 +165,8 @@ AcceptanceResult tree_acceptance_rate(const model::TargetModel& target, model::D
       auto path = verify_greedy(tree, choice);
       const auto acc = static_cast<std::int64_t>(path.size()) - 1;
       const std::int64_t bonus = choice[static_cast<std::size_t>(path.back())];
-      ++r.rounds;
-      accepted_total += 1 + acc;
+      ++pa.rounds;
+      pa.accepted += 1 + acc;
       // The accepted nodes' keys and values move to the slots after the root, as a chain's sit.
       auto nodes = torch::tensor(path).to(device);
       for (std::size_t l = 0; l < tcache.keys.size(); ++l) {
@@ -184,17 +179,12 @@ AcceptanceResult tree_acceptance_rate(const model::TargetModel& target, model::D
       for (std::size_t j = 1; j < path.size(); ++j) accepted.push_back(tree.token[static_cast<std::size_t>(path[j])]);
       accepted.push_back(bonus);
       next_ids = torch::tensor(accepted).view({1, -1}).to(device);
-      bool stop = false;
-      for (std::size_t j = 0; j < accepted.size() && !stop; ++j) {
-        ++generated;
-        stop = is_eos(target.config(), accepted[j]) || generated >= max_new_tokens;
-      }
       x = bonus;
-      if (stop) break;
+      if (count_new_tokens(target.config(), accepted, max_new_tokens, pa.generated)) break;
     }
-    r.generated += generated;
+    r.add(pa);
   }
-  r.ar = r.rounds ? static_cast<double>(accepted_total) / static_cast<double>(r.rounds) : 0.0;
+  r.finish();
   return r;
 }
 

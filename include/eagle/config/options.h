@@ -84,6 +84,7 @@ struct Options {
   std::int64_t eval_steps = 0;                // optimizer steps; 0: only at the end
   std::int64_t eval_num_prompts = 16;
   std::int64_t eval_max_new_tokens = 64;
+  std::int64_t eval_batch_size = 16;          // prompts decoded at once; 1: one by one
   std::int64_t eval_draft_len = 0;            // tokens drafted per round; 0: ttt_steps
   std::int64_t eval_tree_steps = 0;           // SGLang --speculative-num-steps; 0: eval_draft_len's
   std::int64_t eval_tree_topk = 0;            // SGLang --speculative-eagle-topk; 0: no tree evaluation

@@ -25,6 +25,8 @@ class Eagle3Head : public torch::nn::Module, public DraftHead {
   Step draft_nodes(DraftCache& cache, const torch::Tensor& states, const torch::Tensor& ids,
                    const torch::Tensor& positions, std::int64_t slot, const torch::Tensor& mask) override;
   torch::Tensor draft_vocab_ids() const override { return draft_ids; }
+  bool drafts_ragged() const override { return !cfg_.parallel_drafting; }
+  torch::Tensor draft_ragged(DraftCache& cache, const RaggedDraft& step, std::int64_t draft_len) override;
   void set_target_weights(const torch::Tensor& embedding, const torch::Tensor& lm_head) override;
   // set_target_weights, then the target LM-head rows of the draft ids into lm_head (EAGLE.md).
   void init_from_target(const torch::Tensor& embedding, const torch::Tensor& lm_head) override;
@@ -67,6 +69,11 @@ class Eagle3Head : public torch::nn::Module, public DraftHead {
   // layer's cache at RoPE positions pos0.. (drafting); returns the last layer's output.
   torch::Tensor cached_layers(DraftCache& cache, const torch::Tensor& state, const torch::Tensor& ids,
                               std::int64_t start, std::int64_t pos0);
+  // cached_layers with per-row slots (model/eagle3_ragged.cpp): ids [R, n] and states [R, n, H]
+  // written at columns [R, n] of the cache rows `rows` ([R, 1] int64; all_rows: every row in order).
+  torch::Tensor ragged_layers(DraftCache& cache, const torch::Tensor& state, const torch::Tensor& ids,
+                              const torch::Tensor& columns, const torch::Tensor& rows, bool all_rows,
+                              std::int64_t key_len);
   // P-EAGLE drafting: the new prefix slots and draft_len - 1 mask slots in one forward (§6).
   torch::Tensor draft_parallel(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids,
                                std::int64_t draft_len);

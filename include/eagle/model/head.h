@@ -123,6 +123,23 @@ class DraftHead {
                            const torch::Tensor& positions, std::int64_t slot, const torch::Tensor& mask);
   virtual torch::Tensor draft_vocab_ids() const;  // [V_d] int64 target ids of the draft vocabulary
 
+  // Drafting many sequences at once with per-row lengths (train/batched_acceptance.cpp; EAGLE-3
+  // heads that draft sequentially, drafts_ragged()). Row r's new positions go to the cache slots
+  // columns[r, :] (= their RoPE positions, as in draft()), right-padded; padding sits at the spare
+  // last slot, and a row whose `last` token sits there is idle (its drafts are meaningless). The
+  // row's draft_len - 1 chained tokens go to the slots after its last real one. Each token attends
+  // its row's slots <= its own. Returns [R, draft_len] int64 target ids; no host synchronisation.
+  struct RaggedDraft {
+    torch::Tensor features;  // [R, N, F] the target's features (EAGLE-3: aux_hidden)
+    torch::Tensor next_ids;  // [R, N] int64 the token after each position
+    torch::Tensor columns;   // [R, N] int64 cache slot of each position
+    torch::Tensor rows;      // [R] int64 cache rows; undefined: all rows, in order
+    torch::Tensor last;      // [R] int64 in [0, N): each row's last real position
+    std::int64_t key_len = 0;  // slots [0, key_len) are read: beyond every real slot and chained draft
+  };
+  virtual bool drafts_ragged() const { return false; }
+  virtual torch::Tensor draft_ragged(DraftCache& cache, const RaggedDraft& step, std::int64_t draft_len);
+
   // The frozen target tensors the head uses but does not train: the embedding [V, H] (both) and
   // the LM head [V, H] (EAGLE-1's output layer). Kept by reference, never registered.
   virtual void set_target_weights(const torch::Tensor& embedding, const torch::Tensor& lm_head) = 0;

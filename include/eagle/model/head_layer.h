@@ -60,6 +60,13 @@ Qkv project_qkv(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torc
 // [B, h, T, d] -> o_proj([B, T, h*d])
 torch::Tensor attention_output(const HeadAttentionImpl& attn, const torch::Tensor& a);
 
+// The drafting attention of queries q [B, h, n, d] over cached keys and values [B, kv_heads, S, d]
+// (grouped heads repeated) where mask (bool, broadcast to [B, h, n, S]) allows: fp32 scores scaled by
+// head_dim^-1/2, softmax, weighted values. Every drafting path (draft(), the tree's nodes, many rows
+// at once) computes its attention here, so they agree bit for bit on equal inputs.
+torch::Tensor draft_attention(const HeadConfig& cfg, const torch::Tensor& q, const torch::Tensor& keys,
+                              const torch::Tensor& values, const torch::Tensor& mask);
+
 // Drafting attention of one layer: queries q [B, h, n, d] at cache slots [start, start+n) over that
 // layer's first start+n slots, causally; writes k, v [B, kv_heads, n, d] (not repeated) into the
 // cache first.

@@ -234,6 +234,11 @@ class TargetModel {
   // returns [R, V] fp32 logits of each row's `last` token. No host synchronisation, so a fixed-shape
   // step can be captured as a CUDA graph.
   torch::Tensor forward_ragged(KvCache& cache, const RaggedStep& step) const;
+  // The same step's outputs at every position (speculative decoding of many prompts at once,
+  // train/batched_acceptance.cpp): aux_hidden [R, N, n_aux * H], final_hidden [R, N, H] and fp32
+  // logits [R, N, V]; a padding position's outputs are meaningless. `last` still marks each row's
+  // last real token (longrope's length).
+  TargetStepOutput forward_ragged_all(KvCache& cache, const RaggedStep& step) const;
 
   struct Impl;
 

@@ -29,6 +29,8 @@ struct EvalSettings {
   std::int64_t num_prompts = 16;      // prompts decoded speculatively; 0: no AR
   std::int64_t max_new_tokens = 64;
   std::int64_t draft_len = 3;         // tokens the head drafts per round
+  std::int64_t batch_size = 16;       // prompts decoded at once (1: one by one)
+  std::int64_t max_cuda_graphs = 0;   // batched rounds' shapes graphed on a GPU (max_cuda_graphs)
   bool bf16 = false;
   // Tree acceptance (tree_eval.h; topk 0: none), sampled acceptance and alpha_k at a temperature
   // (sampled_eval.h; 0: none), in the order of tree_eval.h's TreeShape and SamplingSettings.
@@ -42,15 +44,44 @@ struct EvalSettings {
   static EvalSettings from(const config::Options& o, std::int64_t ttt_steps);
 };
 
+// One prompt's speculative decoding: its rounds, the tokens accepted over them (each round's
+// accepted drafts plus the target's own token) and the tokens generated (eos included).
+struct PromptAcceptance {
+  std::int64_t rounds = 0, accepted = 0, generated = 0;
+  bool operator==(const PromptAcceptance&) const = default;
+};
+
 struct AcceptanceResult {
   double ar = 0.0;                 // mean over rounds of (1 + accepted)
   std::int64_t rounds = 0, prompts = 0, generated = 0;
+  std::vector<PromptAcceptance> per_prompt;  // in the order of eval_prompts
+  void add(const PromptAcceptance& p);       // counts the prompt in (ar is set by finish)
+  void finish();
 };
 
 // The prompt of a held-out sample: its tokens before the first trained one (at least one token);
 // none when nothing in it trains.
 std::optional<std::vector<std::int64_t>> eval_prompt(const data::Dataset& ds, std::size_t i);
+// The prompts of the first held-out samples that have one, at most num_prompts.
+std::vector<std::vector<std::int64_t>> eval_prompts(const data::Dataset& ds, std::int64_t num_prompts);
 bool is_eos(const model::TargetConfig& c, std::int64_t id);  // one of the target's eos ids
+
+// The target's forward over a prompt into an empty KV cache: what every decoding of the
+// evaluation starts from.
+struct PromptPrefill {
+  torch::Tensor ids;          // [1, n] int64 on the target's device
+  torch::Tensor last_logits;  // [V] fp32: the target's logits after the prompt
+  torch::Tensor aux_hidden, final_hidden;  // [1, n, .] the prompt's features
+  // The head's first pending inputs once the target chose x: each prompt position's token after it.
+  torch::Tensor next_ids(std::int64_t x) const;
+};
+PromptPrefill prefill_prompt(const model::TargetModel& target, model::KvCache& cache,
+                             const std::vector<std::int64_t>& prompt);
+
+// Counts a round's new tokens (accepted drafts, then the target's own) into generated, stopping at
+// eos or max_new_tokens as the target's own greedy decoding would: true when the prompt is done.
+bool count_new_tokens(const model::TargetConfig& c, const std::vector<std::int64_t>& tokens,
+                      std::int64_t max_new_tokens, std::int64_t& generated);
 
 // Greedy speculative decoding: for each prompt (a held-out sample cut before its first trained
 // token) the head drafts draft_len tokens a round, the target verifies them in one forward, the
@@ -59,6 +90,14 @@ bool is_eos(const model::TargetConfig& c, std::int64_t id);  // one of the targe
 AcceptanceResult acceptance_rate(const model::TargetModel& target, model::DraftHead& head,
                                  const data::Dataset& heldout, std::int64_t num_prompts,
                                  std::int64_t max_new_tokens, std::int64_t draft_len);
+// The same decoding of many prompts at once (batched_acceptance.cpp): batch_size rows of ragged KV
+// caches for the target and the head, a row refilled with the next prompt when its prompt ends;
+// on a GPU the rounds' fixed-shape steps (verify, draft) replay CUDA graphs. Equal per prompt to acceptance_rate (up to the rounding of batched matrix products); needs
+// head.drafts_ragged().
+AcceptanceResult batched_acceptance_rate(const model::TargetModel& target, model::DraftHead& head,
+                                         const data::Dataset& heldout, std::int64_t num_prompts,
+                                         std::int64_t max_new_tokens, std::int64_t draft_len,
+                                         std::int64_t batch_size, std::int64_t max_cuda_graphs = 0);
 
 // The acceptance metrics beyond the greedy chain AR that settings ask for (eval_metrics.cpp): the
 // tree AR, the sampled AR with its 95% half-width, alpha_k and their chain estimate, into stats.
