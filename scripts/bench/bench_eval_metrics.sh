@@ -57,7 +57,7 @@ if [ "${1:-}" = batch ]; then
     # "AR over N prompts (B at a time): R rounds, G tokens in S s"
     read -r rounds tokens seconds < <(sed -n 's/.*AR over .*: \([0-9]*\) rounds, \([0-9]*\) tokens in \([0-9.]*\) s.*/\1 \2 \3/p' \
       "$OUT/batch-$rows.log")
-    ar=$("$PY" -c 'import json,sys; t=open(sys.argv[1]).read(); print(f"{json.loads(t[t.index(chr(123)+chr(10)):])[\"ar\"]:.3f}")' \
+    ar=$("$PY" -c 'import json,sys; t=open(sys.argv[1]).read(); print("%.3f" % json.loads(t[t.index("{\n"):])["ar"])' \
       "$OUT/batch-$rows.json")
     printf '| %s | %s | %s | %s | %s | %.1f |\n' "$rows" "$ar" "$rounds" "$tokens" "$seconds" "$wall"
   done
