@@ -2,8 +2,8 @@
 // features (legitimate inputs of the head), with hand-built token ids and document layouts.
 #pragma once
 
-#include <catch2/catch.hpp>
 #include <torch/torch.h>
+#include <catch2/catch.hpp>
 
 #include <map>
 #include <string>
@@ -73,7 +73,7 @@ inline model::HeadInputs tiny_inputs(const model::HeadConfig& cfg) {
 // by the drafted tokens predicts each of them at the prefix's last position (Catch2 checks). Returns
 // the drafted tokens [1, 3] and leaves the prefix in cache.
 inline torch::Tensor check_drafting_matches_unroll(model::Eagle3Head& head, model::DraftCache& cache,
-                                                  const torch::Tensor& feats, const torch::Tensor& ids) {
+                                                   const torch::Tensor& feats, const torch::Tensor& ids) {
   const auto n = feats.size(1);
   auto drafted = head.draft(cache, feats, ids.narrow(1, 1, n), 3);
   REQUIRE(drafted.sizes() == torch::IntArrayRef({1, 3}));
@@ -128,39 +128,46 @@ inline std::string export_name(const std::string& key) {
 
 // One training step of a loaded head re-made with 3 TTT steps and decay 0.8 against the reference's
 // (make_head_reference.py with_loss: teacher_logits, loss_mask, target_argmax, denominators, loss,
-// grad.<name> of every parameter): the loss and every gradient.
+// grad.<name> of every parameter): the loss and every gradient, with each recompute_activations mode.
 inline void check_train_step_against_reference(model::DraftHead& loaded, const model::HeadConfig& config,
                                                std::map<std::string, torch::Tensor> ref) {
-  auto cfg = config;
-  cfg.ttt_steps = 3;
-  cfg.ttt_loss_decay = 0.8;
-  auto& src = dynamic_cast<model::Eagle3Head&>(loaded);
-  model::Eagle3Head head(cfg, src.vocab());
-  {
-    torch::NoGradGuard ng;
-    auto from = src.named_parameters();
-    for (auto& p : head.named_parameters()) p.value().copy_(from[p.key()]);
+  for (auto mode : {model::RecomputeMode::off, model::RecomputeMode::mlp, model::RecomputeMode::layer}) {
+    INFO("recompute_activations " << model::recompute_mode_name(mode));
+    auto cfg = config;
+    cfg.recompute = mode;
+    cfg.ttt_steps = 3;
+    cfg.ttt_loss_decay = 0.8;
+    auto& src = dynamic_cast<model::Eagle3Head&>(loaded);
+    model::Eagle3Head head(cfg, src.vocab());
+    {
+      torch::NoGradGuard ng;
+      auto from = src.named_parameters();
+      for (auto& p : head.named_parameters()) p.value().copy_(from[p.key()]);
+    }
+    head.set_target_weights(ref["embedding"], ref["embedding"]);
+    model::HeadInputs in;
+    for (auto [t, name] : {std::pair{&in.input_ids, "input_ids"},
+                           {&in.position_ids, "position_ids"},
+                           {&in.document_ids, "document_ids"},
+                           {&in.aux_hidden, "aux_hidden"},
+                           {&in.loss_mask, "loss_mask"},
+                           {&in.teacher_logits, "teacher_logits"},
+                           {&in.target_argmax, "target_argmax"}})
+      *t = ref.at(name);
+    auto out = head.train_step_forward(in, ref["denominators"]);
+    CHECK(out.loss.item<double>() == Approx(ref["loss"].item<double>()).epsilon(1e-5));
+    out.loss.backward();
+    std::size_t grads = 0;
+    for (const auto& [name, t] : ref) grads += name.rfind("grad.", 0) == 0;
+    std::size_t compared = 0;
+    for (auto& p : head.named_parameters()) {
+      INFO(p.key());
+      REQUIRE(ref.count("grad." + export_name(p.key())));
+      CHECK(torch::allclose(p.value().grad(), ref["grad." + export_name(p.key())], 1e-4, 1e-5));
+      ++compared;
+    }
+    CHECK(compared == grads);  // every reference gradient has its parameter
   }
-  head.set_target_weights(ref["embedding"], ref["embedding"]);
-  model::HeadInputs in;
-  for (auto [t, name] : {std::pair{&in.input_ids, "input_ids"}, {&in.position_ids, "position_ids"},
-                         {&in.document_ids, "document_ids"}, {&in.aux_hidden, "aux_hidden"},
-                         {&in.loss_mask, "loss_mask"}, {&in.teacher_logits, "teacher_logits"},
-                         {&in.target_argmax, "target_argmax"}})
-    *t = ref.at(name);
-  auto out = head.train_step_forward(in, ref["denominators"]);
-  CHECK(out.loss.item<double>() == Approx(ref["loss"].item<double>()).epsilon(1e-5));
-  out.loss.backward();
-  std::size_t grads = 0;
-  for (const auto& [name, t] : ref) grads += name.rfind("grad.", 0) == 0;
-  std::size_t compared = 0;
-  for (auto& p : head.named_parameters()) {
-    INFO(p.key());
-    REQUIRE(ref.count("grad." + export_name(p.key())));
-    CHECK(torch::allclose(p.value().grad(), ref["grad." + export_name(p.key())], 1e-4, 1e-5));
-    ++compared;
-  }
-  CHECK(compared == grads);  // every reference gradient has its parameter
 }
 
 }  // namespace eagle::test

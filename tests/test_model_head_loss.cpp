@@ -1,6 +1,7 @@
 // The losses of the draft head (kl, tv, lk_hybrid) against a PyTorch reference, the fused chunked
 // output layer and loss against the unchunked path (values, metrics and gradients), under bf16
-// autocast, and the peak allocation of a head step at a long-T case.
+// autocast, and the peak allocation of a head step at long-T cases (the chunked loss; recomputed
+// activations).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -248,4 +249,54 @@ TEST_CASE("a long-T head step never holds a [T, V_d] fp32 tensor with the chunke
     CHECK(chunked < full_bytes);
     CHECK(unchunked > 3 * full_bytes);  // the bound catches a [T, V_d] tensor per step
   }
+}
+
+TEST_CASE("a long-T head step with recomputed activations keeps no K copies of the MLP's", "[model]") {
+  // T 512, H 64, I 512, K 6, a small V_d: the layer's activations dominate. One [T, I] fp32 tensor is
+  // 1 MiB; keeping every step's MLP activations (four [T, I] per step, recompute_activations off)
+  // takes 4 K of them. Recomputed, a step keeps a few [T, H] tensors and backward remakes one step at
+  // a time: the bound is 3 K [T, I] above what was live before (off must exceed 4 K).
+  const std::int64_t t = 512, vd = 64, k = 6;
+  auto cfg = tiny_head_config(3, k);
+  cfg.hidden_size = cfg.target_hidden_size = 64;
+  cfg.intermediate_size = 512;
+  cfg.num_attention_heads = 4;
+  cfg.num_key_value_heads = 2;
+  cfg.head_dim = cfg.rope.head_dim = 16;
+  cfg.vocab_size = cfg.draft_vocab_size = vd;
+  model::DraftVocab vocab;
+  vocab.target_vocab_size = vd;
+  for (std::int64_t i = 0; i < vd; ++i) vocab.draft_ids.push_back(i);
+  torch::manual_seed(2);
+  auto target = tiny_target(vd, 64);
+  model::HeadInputs in;
+  in.input_ids = torch::randint(0, vd, {1, t}, torch::kInt64);
+  in.document_ids = torch::zeros({1, t}, torch::kInt64);
+  in.position_ids = torch::arange(t, torch::kInt64).view({1, t});
+  in.loss_mask = torch::ones({1, t}, torch::kUInt8);
+  in.aux_hidden = torch::randn({1, t, 3 * 64});
+  in.teacher_logits = torch::randn({1, t, vd});
+  in.target_argmax = torch::randint(0, vd, {1, t}, torch::kInt64);
+  const auto den = torch::full({k}, 500.0f);
+  const std::int64_t mlp_bytes = t * cfg.intermediate_size * 4;
+  auto& counter = CountingAllocator::instance();
+  CountingAllocator::Installed installed;
+  auto peak_of = [&](model::RecomputeMode mode) {
+    cfg.recompute = mode;
+    model::Eagle3Head head(cfg, vocab);
+    head.init_from_target(target.embedding, target.lm_head);
+    counter.reset_peak();
+    const auto before = counter.live();
+    auto out = head.train_step_forward(in, den);
+    out.loss.backward();
+    return counter.peak() - before;
+  };
+  const auto off = peak_of(model::RecomputeMode::off);
+  const auto mlp = peak_of(model::RecomputeMode::mlp);
+  const auto layer = peak_of(model::RecomputeMode::layer);
+  INFO("peak extra bytes: off " << off << ", mlp " << mlp << ", layer " << layer << ", [T, I] " << mlp_bytes);
+  CHECK(off > 4 * k * mlp_bytes);  // the bound below catches the K copies coming back
+  CHECK(layer < 3 * k * mlp_bytes);
+  CHECK(mlp < 3 * k * mlp_bytes);
+  CHECK(layer < mlp);  // the pre-attention half recomputed too
 }

@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include <torch/torch.h>
 
 #include "eagle/model/eagle3_head.h"
+#include "eagle/train/memory_estimate.h"
 #include "eagle/train/optimizer.h"
 
 namespace {
@@ -72,12 +74,14 @@ class CountingAllocator final : public c10::Allocator {
 int main(int argc, char** argv) {
   using namespace eagle;
   if (argc < 5) {
-    std::fprintf(stderr, "usage: %s T K loss_chunk_size kl|tv|lk_hybrid [steps]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s T K loss_chunk_size kl|tv|lk_hybrid [off|mlp|layer] [timed steps]\n", argv[0]);
     return 2;
   }
   const std::int64_t t = std::stoll(argv[1]), steps = std::stoll(argv[2]), chunk = std::stoll(argv[3]);
   const std::string loss = argv[4];
-  const std::int64_t timed = argc > 5 ? std::stoll(argv[5]) : 1;
+  const std::string recompute = argc > 5 ? argv[5] : "layer";
+  // 0: the first step alone, timed (for the longest rows); -1: the estimator's prediction only.
+  const std::int64_t timed = argc > 6 ? std::stoll(argv[6]) : 1;
   auto* counter = new CountingAllocator(c10::GetCPUAllocator());
   c10::SetCPUAllocator(counter, 100);
   torch::manual_seed(0);
@@ -98,6 +102,25 @@ int main(int argc, char** argv) {
   cfg.ttt_steps = steps;
   cfg.loss = model::parse_loss_kind(loss);
   cfg.loss_chunk_size = chunk;
+  cfg.recompute = model::parse_recompute_mode(recompute);
+  // The estimator's prediction of what is measured here (train/memory_estimate.h): the gradients
+  // and AdamW moments, the activations kept for backward and backward's working memory.
+  train::StepShape shape;
+  shape.head = cfg;
+  shape.tokens = t;
+  shape.target_element_bytes = 4;
+  const auto estimate = train::estimate_step_memory(shape);
+  const double mib = 1024.0 * 1024.0;
+  const double predicted = estimate.head_step / mib;
+  const double predicted_kept = estimate.part("head activations kept for backward").bytes / mib;
+  if (timed < 0) {
+    std::printf(
+        "{\"T\": %lld, \"K\": %lld, \"chunk\": %lld, \"recompute\": \"%s\", \"predicted_mib\": %.0f, "
+        "\"predicted_kept_mib\": %.0f}\n",
+        static_cast<long long>(t), static_cast<long long>(steps), static_cast<long long>(chunk), recompute.c_str(),
+        predicted, predicted_kept);
+    return 0;
+  }
   model::DraftVocab vocab;
   vocab.target_vocab_size = vd;
   for (std::int64_t i = 0; i < vd; ++i) vocab.draft_ids.push_back(i);
@@ -118,9 +141,12 @@ int main(int argc, char** argv) {
   for (const auto& p : head.named_parameters()) params.emplace_back(p.key(), p.value());
   train::AdamW opt(params, train::AdamWConfig{0.9, 0.95, 1e-8, 0.0, 0.5});
   opt.set_lr(1e-4);
+  std::int64_t kept = 0;  // live bytes after the first forward: what autograd keeps for backward
+  const auto live0 = counter->live();
   auto one_step = [&] {
     opt.zero_grad();
     auto out = head.train_step_forward(in, den);
+    if (kept == 0) kept = counter->live() - live0;
     out.loss.backward();
     opt.step(out.loss);
     return out.loss.item<double>();
@@ -130,16 +156,19 @@ int main(int argc, char** argv) {
   const long base_rss = rss_kib();
   const auto base_live = counter->live();
   counter->reset_peak();
+  auto start = std::chrono::steady_clock::now();
   double loss_value = one_step();
-  const auto start = std::chrono::steady_clock::now();
+  if (timed > 0) start = std::chrono::steady_clock::now();
   for (std::int64_t i = 0; i < timed; ++i) loss_value = one_step();
-  const double secs =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / static_cast<double>(timed);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+                      static_cast<double>(std::max<std::int64_t>(timed, 1));
   std::printf(
-      "{\"T\": %lld, \"K\": %lld, \"chunk\": %lld, \"loss\": \"%s\", \"threads\": %d, \"seconds\": %.2f, "
-      "\"peak_extra_rss_mib\": %.0f, \"peak_extra_alloc_mib\": %.0f, \"loss_value\": %.4f}\n",
+      "{\"T\": %lld, \"K\": %lld, \"chunk\": %lld, \"loss\": \"%s\", \"recompute\": \"%s\", \"threads\": %d, "
+      "\"seconds\": %.2f, \"peak_extra_rss_mib\": %.0f, \"peak_extra_alloc_mib\": %.0f, \"kept_mib\": %.0f, "
+      "\"predicted_mib\": %.0f, \"predicted_kept_mib\": %.0f, \"loss_value\": %.4f}\n",
       static_cast<long long>(t), static_cast<long long>(steps), static_cast<long long>(chunk), loss.c_str(),
-      torch::get_num_threads(), secs, static_cast<double>(peak_rss_kib() - base_rss) / 1024.0,
-      static_cast<double>(counter->peak() - base_live) / (1024.0 * 1024.0), loss_value);
+      recompute.c_str(), torch::get_num_threads(), secs, static_cast<double>(peak_rss_kib() - base_rss) / 1024.0,
+      static_cast<double>(counter->peak() - base_live) / (1024.0 * 1024.0),
+      static_cast<double>(kept) / (1024.0 * 1024.0), predicted, predicted_kept, loss_value);
   return 0;
 }

@@ -171,6 +171,13 @@ std::vector<OptionEntry> declare_options() {
         "Tokens per chunk of EAGLE-3's fused LM head and loss (logits recomputed in backward, memory one "
         "chunk of [tokens, draft_vocab_size]); 0: unchunked, every step's full logits kept")
       .range(0, kMaxBatchTokens);
+  t.add(&Options::recompute_activations, "recompute_activations", G::draft, kTrain,
+        "What EAGLE-3's TTT unroll makes again in backward instead of keeping for every step: off, mlp "
+        "(each layer's o_proj, MLP and norms after the attention) or layer (also the embedding, input norms, "
+        "q/k/v and RoPE; the attention itself is always kept); the same values and gradients")
+      .check([](const std::string& v, const Options&) {
+        return v == "off" || v == "mlp" || v == "layer" ? std::string() : std::string("off, mlp or layer");
+      });
   t.add(&Options::draft_vocab_size, "draft_vocab_size", G::draft, kTrain,
         "Tokens in the draft vocabulary, the most frequent trained tokens; capped at the target's "
         "vocabulary")
@@ -198,6 +205,13 @@ std::vector<OptionEntry> declare_options() {
         "Batch shapes captured as CUDA graphs on GPU; others run eagerly; 0: none (generate: decode "
         "steps, one shape per 256 cached columns)")
       .range(0, 1024);
+  t.add(&Options::dry_run, "dry_run", G::train, kTrain,
+        "Print the predicted peak memory of a training step (the parts: target, head, activations, "
+        "working memory) from the target's config.json alone, compare it with the device's available "
+        "memory, and exit without training (docs/training.md, Long context)");
+  t.add(&Options::check_memory, "check_memory", G::train, kTrain,
+        "Refuse to start (exit 2) when the predicted peak memory of a step exceeds the device's available "
+        "memory (CUDA: free memory; CPU: MemAvailable); false: log the prediction only");
   t.add(&Options::seed, "seed", G::train, kAll,
         "Seed of every random choice (data order, splits, init, generate's sampling)")
       .range(0, kMaxSeed);

@@ -2,6 +2,7 @@
 #include "eagle/model/eagle3_head.h"
 
 #include <cmath>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -18,8 +19,8 @@ Eagle3Head::Eagle3Head(HeadConfig cfg, const DraftVocab& vocab) : cfg_(std::move
                   .expected(fmt::format("{} of {}", cfg_.draft_vocab_size, cfg_.vocab_size))
                   .found(fmt::format("{} of {}", vocab.size(), vocab.target_vocab_size)));
   const auto n_aux = static_cast<std::int64_t>(cfg_.aux_layer_ids.size());
-  fc = register_module("fc", torch::nn::Linear(torch::nn::LinearOptions(n_aux * cfg_.target_hidden_size,
-                                                                         cfg_.hidden_size).bias(false)));
+  fc = register_module(
+      "fc", torch::nn::Linear(torch::nn::LinearOptions(n_aux * cfg_.target_hidden_size, cfg_.hidden_size).bias(false)));
   if (cfg_.norm_before_fc)
     input_norm = register_module("input_norm", RmsNorm(n_aux * cfg_.target_hidden_size, cfg_.rms_norm_eps));
   if (cfg_.fc_norm) {
@@ -32,12 +33,13 @@ Eagle3Head::Eagle3Head(HeadConfig cfg, const DraftVocab& vocab) : cfg_(std::move
     for (std::int64_t l = 1; l < cfg_.num_layers; ++l) extra_layers->push_back(HeadLayer(cfg_, HeadLayerKind::decoder));
   }
   norm = register_module("norm", RmsNorm(cfg_.hidden_size, cfg_.rms_norm_eps));
-  lm_head = register_module("lm_head", torch::nn::Linear(torch::nn::LinearOptions(cfg_.hidden_size,
-                                                                                  cfg_.draft_vocab_size).bias(false)));
+  lm_head = register_module(
+      "lm_head", torch::nn::Linear(torch::nn::LinearOptions(cfg_.hidden_size, cfg_.draft_vocab_size).bias(false)));
   if (cfg_.parallel_drafting) {
     EAGLE_CHECK(cfg_.mask_token_id >= 0 && cfg_.mask_token_id < cfg_.vocab_size,
                 Error(ErrorKind::usage, "P-EAGLE needs a mask token inside the target's vocabulary")
-                    .place("mask_token_id").expected(fmt::format("an id in [0, {})", cfg_.vocab_size))
+                    .place("mask_token_id")
+                    .expected(fmt::format("an id in [0, {})", cfg_.vocab_size))
                     .found(std::to_string(cfg_.mask_token_id)));
     // speculators 0.9: a random normal vector in aux space, trained (EAGLE-variants.md §4).
     mask_hidden = register_parameter("mask_hidden", torch::randn({1, 1, n_aux * cfg_.target_hidden_size}));
@@ -71,8 +73,8 @@ void Eagle3Head::init_lm_head_from_target(const torch::Tensor& target_lm_head) {
 }
 
 torch::Tensor Eagle3Head::embed(const torch::Tensor& ids) const {
-  EAGLE_CHECK(embedding_.defined(), Error(ErrorKind::internal, "the head has no target embedding")
-                                        .hint("call set_target_weights first"));
+  EAGLE_CHECK(embedding_.defined(),
+              Error(ErrorKind::internal, "the head has no target embedding").hint("call set_target_weights first"));
   torch::NoGradGuard ng;
   return torch::embedding(embedding_, ids.to(embedding_.device())).to(fc->weight.scalar_type());
 }
@@ -104,6 +106,45 @@ torch::Tensor Eagle3Head::layer_input(std::int64_t l, const torch::Tensor& emb, 
   return torch::cat({lay.input_layernorm->forward(emb), lay.hidden_norm->forward(state)}, -1);  // F2
 }
 
+Qkv Eagle3Head::step_qkv(std::int64_t l, const torch::Tensor& ids, const torch::Tensor& state, const torch::Tensor& h,
+                         const torch::Tensor& positions) {
+  auto qkv_of = [this, l](const torch::Tensor& ids_, const torch::Tensor& state_, const torch::Tensor& h_,
+                          const torch::Tensor& positions_) {
+    auto emb = l == 0 ? embed(ids_) : torch::Tensor();  // layers >= 1 read h only
+    return project_qkv(*layer(l).self_attn, cfg_, layer_input(l, emb, state_, h_), inv_freq_, positions_);
+  };
+  if (cfg_.recompute != RecomputeMode::layer) return qkv_of(ids, state, h, positions);
+  // Kept: the state (the previous step's output, alive anyway), the ids and the positions; the
+  // embedding, the norms, the projections and RoPE are made again in backward.
+  auto outs = recompute(
+      [qkv_of](const std::vector<torch::Tensor>& x) {
+        auto r = qkv_of(x[0], x[1], x[2], x[3]);
+        return std::vector<torch::Tensor>{r.q, r.k, r.v};
+      },
+      {ids, state, h, positions}, layer(l).parameters());
+  return {outs[0], outs[1], outs[2]};
+}
+
+std::pair<torch::Tensor, torch::Tensor> Eagle3Head::step_finish(std::int64_t l, const torch::Tensor& h,
+                                                                const torch::Tensor& attention) {
+  const bool last = l + 1 == cfg_.num_layers;
+  if (cfg_.recompute == RecomputeMode::off) {
+    auto out = layer(l).finish(h, attention);
+    return {out, last ? norm->forward(out) : torch::Tensor()};
+  }
+  // Kept: the residual and the attention's output; o_proj, the MLP and the norms made again.
+  auto params = layer(l).parameters();
+  if (last) params.push_back(norm->weight);
+  auto outs = recompute(
+      [this, l, last](const std::vector<torch::Tensor>& x) {
+        auto out = layer(l).finish(x[0], x[1]);
+        if (!last) return std::vector<torch::Tensor>{out};
+        return std::vector<torch::Tensor>{out, norm->forward(out)};
+      },
+      {h, attention}, params);
+  return {outs[0], last ? outs[1] : torch::Tensor()};
+}
+
 template <typename Visit>
 void Eagle3Head::unroll(const HeadInputs& in, Visit&& visit) {
   const auto dev = fc->weight.device();
@@ -120,13 +161,13 @@ void Eagle3Head::unroll(const HeadInputs& in, Visit&& visit) {
     // depth k >= 1: token mask_token_id and the state F1(mask_hidden) at every t (no recurrence).
     const bool masked = cfg_.parallel_drafting && k > 0;
     if (masked) hidden = combine(mask_hidden).expand_as(hidden);
-    auto emb = masked ? embed(torch::full_like(in.input_ids, cfg_.mask_token_id))
-                      : embed(shift_left(in.input_ids, k + 1, 0.0));
+    auto ids = masked ? torch::full_like(in.input_ids, cfg_.mask_token_id) : shift_left(in.input_ids, k + 1, 0.0);
+    const auto positions = in.position_ids + k;
     auto h = hidden;  // the state enters the residual stream at layer 0 only
+    torch::Tensor normed;
     for (std::size_t l = 0; l < n_layers; ++l) {
       const auto li = static_cast<std::int64_t>(l);
-      auto qkv = project_qkv(*layer(li).self_attn, cfg_, layer_input(li, emb, hidden, h), inv_freq_,
-                             in.position_ids + k);
+      auto qkv = step_qkv(li, ids, hidden, h, positions);
       if (k == 0) {
         k0[l] = qkv.k;
         v0[l] = qkv.v;
@@ -134,10 +175,12 @@ void Eagle3Head::unroll(const HeadInputs& in, Visit&& visit) {
         kds[l].push_back(qkv.k);
         vds[l].push_back(qkv.v);
       }
-      h = layer(li).finish(h, ttt_attention(cfg_.attention, qkv.q, k0[l], v0[l], kds[l], vds[l], layout, scale));
+      std::tie(h, normed) =
+          step_finish(li, h, ttt_attention(cfg_.attention, qkv.q, k0[l], v0[l], kds[l], vds[l], layout, scale));
     }
-    visit(k, StepResult{h, norm->forward(h)});
-    hidden = next_state(h);
+    visit(k, StepResult{h, normed});
+    // The recomputed finish made norm(h) once for the loss and the state (the same values).
+    hidden = cfg_.recompute == RecomputeMode::off || !cfg_.norm_output ? next_state(h) : normed;
   }
 }
 
@@ -150,21 +193,25 @@ std::vector<torch::Tensor> Eagle3Head::ttt_logits(const HeadInputs& in) {
 namespace {
 // Shapes only (host metadata, no device synchronisation).
 void check_input(const torch::Tensor& t, const char* name, c10::IntArrayRef expected) {
-  check_shape(t, expected, Error(ErrorKind::internal, "head input has the wrong shape")
-                               .place(fmt::format("HeadInputs.{}", name)));
+  check_shape(t, expected,
+              Error(ErrorKind::internal, "head input has the wrong shape").place(fmt::format("HeadInputs.{}", name)));
 }
 }  // namespace
 
 HeadStepOutput Eagle3Head::train_step_forward(const HeadInputs& in, const torch::Tensor& denominators) {
   const auto b = in.input_ids.size(0), len = in.input_ids.size(1);
-  for (auto [t, name] : {std::pair{&in.loss_mask, "loss_mask"}, {&in.position_ids, "position_ids"},
-                         {&in.document_ids, "document_ids"}, {&in.target_argmax, "target_argmax"}})
+  for (auto [t, name] : {std::pair{&in.loss_mask, "loss_mask"},
+                         {&in.position_ids, "position_ids"},
+                         {&in.document_ids, "document_ids"},
+                         {&in.target_argmax, "target_argmax"}})
     check_input(*t, name, {b, len});
   check_input(in.aux_hidden, "aux_hidden", {b, len, fc->weight.size(1)});
   check_input(in.teacher_logits, "teacher_logits", {b, len, cfg_.draft_vocab_size});
   EAGLE_CHECK(denominators.numel() == cfg_.ttt_steps,
-              Error(ErrorKind::internal, "loss denominators do not match the TTT steps").place("denominators")
-                  .expected(fmt::format("{} values", cfg_.ttt_steps)).found(fmt::format("{}", denominators.numel())));
+              Error(ErrorKind::internal, "loss denominators do not match the TTT steps")
+                  .place("denominators")
+                  .expected(fmt::format("{} values", cfg_.ttt_steps))
+                  .found(fmt::format("{}", denominators.numel())));
   auto den = denominators.to(fc->weight.device(), torch::kFloat32).clamp_min(1.0);
   auto loss = torch::zeros({}, den.options());
   std::vector<torch::Tensor> rows;
@@ -176,8 +223,8 @@ HeadStepOutput Eagle3Head::train_step_forward(const HeadInputs& in, const torch:
     auto target_next = shift_left(in.target_argmax, k + 1, 0.0);
     auto valid = in_document_mask(in.loss_mask, in.document_ids, k) & t2d.index({target_next});
     auto scale = std::pow(cfg_.ttt_loss_decay, static_cast<double>(k)) / den[k];
-    auto step = step_loss(cfg_.loss, r.normed, lm_head->weight, teacher_logits, k + 1, valid, scale,
-                          cfg_.loss_chunk_size);
+    auto step =
+        step_loss(cfg_.loss, r.normed, lm_head->weight, teacher_logits, k + 1, valid, scale, cfg_.loss_chunk_size);
     loss = loss + step.weighted;
     auto correct = draft_ids.index({step.argmax}) == target_next;
     rows.push_back(metric_row(valid, correct, prefix_ok, step.position_loss));

@@ -21,6 +21,7 @@ std::shared_ptr<model::DraftHead> make_head(const config::Options& opts, const f
   cfg.ttt_loss_decay = opts.ttt_loss_decay;
   cfg.loss = model::parse_loss_kind(opts.loss);
   cfg.loss_chunk_size = opts.loss_chunk_size;
+  cfg.recompute = model::parse_recompute_mode(opts.recompute_activations);
   if (cfg.eagle_version == 3) {
     cfg.fc_norm = opts.fc_norm;
     cfg.norm_output = opts.norm_output;

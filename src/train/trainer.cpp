@@ -27,6 +27,7 @@
 #include "eagle/run/signals.h"
 #include "eagle/train/evaluate.h"
 #include "eagle/train/loss_metrics.h"
+#include "eagle/train/memory_estimate.h"
 #include "eagle/train/micro_batch.h"
 #include "eagle/train/optimizer.h"
 #include "eagle/train/setup.h"
@@ -169,6 +170,7 @@ void Trainer::build() {
   // Packed rows: the most documents a row can hold, the static size of the attention offsets.
   max_segments_ = o_.padding_free ? data::max_segments_per_row(lengths, o_.training_seq_len) : 0;
   const auto shape_counts = sampler_->shape_counts(0);
+  check_step_memory(o_, inputs_.ends.config, head_->config(), device_, shape_counts);  // before any step allocates
   // A target that reads the host in its forward (TargetModel::graph_safe) runs eagerly.
   graphs_.emplace(device_, inputs_.target && !inputs_.target->graph_safe() ? 0 : o_.max_cuda_graphs,
                   device::most_frequent_shapes(shape_counts, static_cast<std::int64_t>(shape_counts.size())), "train");

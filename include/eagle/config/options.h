@@ -58,6 +58,7 @@ struct Options {
   double ttt_loss_decay = 0.8;
   std::string loss = "kl";              // kl | tv | lk_hybrid (EAGLE-3's per-position loss)
   std::int64_t loss_chunk_size = 1024;  // tokens per chunk of the fused LM head and loss; 0: unchunked
+  std::string recompute_activations = "layer";  // off | mlp | layer: what the TTT unroll recomputes in backward
   std::int64_t draft_vocab_size = 32000;
 
   // train
@@ -68,6 +69,8 @@ struct Options {
   bool bf16 = false;
   NanPolicy nan_policy = NanPolicy::error;
   std::int64_t max_cuda_graphs = 8;           // shapes captured as CUDA graphs; 0: none
+  bool dry_run = false;        // train: print the predicted peak memory of a step and exit
+  bool check_memory = true;    // train: refuse when the predicted peak exceeds the device's free memory
   std::int64_t seed = 42;
 
   // optim

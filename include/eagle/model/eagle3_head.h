@@ -40,13 +40,13 @@ class Eagle3Head : public torch::nn::Module, public DraftHead {
   DraftVocab vocab() const;
 
   torch::nn::Linear fc{nullptr};
-  RmsNorm input_norm{nullptr};            // norm_before_fc: over all aux features [A * H_t]
-  torch::nn::ModuleList fc_norm{nullptr};  // fc_norm: one RmsNorm per aux feature [H_t]
+  RmsNorm input_norm{nullptr};                  // norm_before_fc: over all aux features [A * H_t]
+  torch::nn::ModuleList fc_norm{nullptr};       // fc_norm: one RmsNorm per aux feature [H_t]
   HeadLayer midlayer{nullptr};                  // layer 0 (exported as midlayer.* or layers.0.*)
   torch::nn::ModuleList extra_layers{nullptr};  // layers 1..n-1 (num_layers > 1), exported as layers.{l}.*
   RmsNorm norm{nullptr};
   torch::nn::Linear lm_head{nullptr};
-  torch::Tensor mask_hidden;  // P-EAGLE: [1, 1, A * H_t] in aux space (speculators' shape), else undefined
+  torch::Tensor mask_hidden;          // P-EAGLE: [1, 1, A * H_t] in aux space (speculators' shape), else undefined
   torch::Tensor d2t, t2d, draft_ids;  // buffers (d2t, t2d exported; draft_ids = arange + d2t)
 
  private:
@@ -62,6 +62,14 @@ class Eagle3Head : public torch::nn::Module, public DraftHead {
   // The next step's state from a step's layer output h: norm(h) with norm_output, else h.
   torch::Tensor next_state(const torch::Tensor& h);
   HeadLayerImpl& layer(std::int64_t l);
+  // One TTT step's q, k, v of layer l (layer 0 reads the embedding of ids and the state, layers >= 1
+  // h), recomputed in backward with RecomputeMode::layer.
+  Qkv step_qkv(std::int64_t l, const torch::Tensor& ids, const torch::Tensor& state, const torch::Tensor& h,
+               const torch::Tensor& positions);
+  // Layer l after its attention (HeadLayerImpl::finish) and, for the last layer, the final norm of
+  // its output (undefined otherwise); recomputed in backward unless RecomputeMode::off.
+  std::pair<torch::Tensor, torch::Tensor> step_finish(std::int64_t l, const torch::Tensor& h,
+                                                      const torch::Tensor& attention);
   // Layer l's attention/MLP input: layer 0 [N(emb); N(state)] (F2), layer l >= 1 N(h_{l-1}) (F3).
   torch::Tensor layer_input(std::int64_t l, const torch::Tensor& emb, const torch::Tensor& state,
                             const torch::Tensor& h);

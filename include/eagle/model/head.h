@@ -12,6 +12,7 @@
 
 #include "eagle/model/head_loss.h"
 #include "eagle/model/layers.h"
+#include "eagle/model/recompute.h"
 #include "eagle/model/target.h"
 #include "eagle/model/ttt_attention.h"
 
@@ -47,6 +48,7 @@ struct HeadConfig {
   double ttt_loss_decay = 0.8;          // weight of step k is decay^k
   LossKind loss = LossKind::kl;         // EAGLE-3's per-position loss (head_loss.h); training only
   std::int64_t loss_chunk_size = 1024;  // EAGLE-3: tokens per chunk of the fused loss; 0 unchunked
+  RecomputeMode recompute = RecomputeMode::layer;  // EAGLE-3: what the TTT unroll recomputes in backward
   double eagle1_feature_weight = 1.0;   // EAGLE-1: weight of SmoothL1 on the next feature
   double eagle1_token_weight = 0.1;     // EAGLE-1: weight of the soft cross-entropy
   std::string target_name_or_path;      // named in the exports

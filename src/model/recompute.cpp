@@ -1,0 +1,155 @@
+// Activation recomputation through a custom autograd function (see recompute.h).
+#include "eagle/model/recompute.h"
+
+#include <ATen/autocast_mode.h>
+
+#include "eagle/util/error.h"
+
+namespace eagle::model {
+
+RecomputeMode parse_recompute_mode(const std::string& name) {
+  if (name == "off") return RecomputeMode::off;
+  if (name == "mlp") return RecomputeMode::mlp;
+  if (name == "layer") return RecomputeMode::layer;
+  throw Error(ErrorKind::usage, "unknown activation recomputation mode")
+      .place("recompute_activations")
+      .expected("off, mlp or layer")
+      .found(name);
+}
+
+std::string recompute_mode_name(RecomputeMode mode) {
+  switch (mode) {
+    case RecomputeMode::off:
+      return "off";
+    case RecomputeMode::mlp:
+      return "mlp";
+    case RecomputeMode::layer:
+      return "layer";
+  }
+  return "off";
+}
+
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The function and the autocast state it ran under, kept in the context until backward.
+struct Recorded : torch::CustomClassHolder {
+  TensorFunction fn;
+  std::size_t n_inputs = 0;
+  std::vector<torch::Tensor> params;
+  c10::DeviceType device = c10::DeviceType::CPU;
+  bool autocast = false;
+  at::ScalarType autocast_dtype = at::kBFloat16;
+};
+
+// Autocast as the forward had it while fn runs again (backward runs outside the trainer's guard);
+// the cast cache off, so no cast made here is reused by an op outside fn, or the other way round.
+class AutocastAs {
+ public:
+  explicit AutocastAs(const Recorded& r)
+      : device_(r.device),
+        enabled_(at::autocast::is_autocast_enabled(device_)),
+        dtype_(at::autocast::get_autocast_dtype(device_)),
+        cache_(at::autocast::is_autocast_cache_enabled()) {
+    at::autocast::set_autocast_enabled(device_, r.autocast);
+    at::autocast::set_autocast_dtype(device_, r.autocast_dtype);
+    at::autocast::set_autocast_cache_enabled(false);
+  }
+  ~AutocastAs() {
+    at::autocast::set_autocast_enabled(device_, enabled_);
+    at::autocast::set_autocast_dtype(device_, dtype_);
+    at::autocast::set_autocast_cache_enabled(cache_);
+  }
+  AutocastAs(const AutocastAs&) = delete;
+  AutocastAs& operator=(const AutocastAs&) = delete;
+
+ private:
+  c10::DeviceType device_;
+  bool enabled_;
+  at::ScalarType dtype_;
+  bool cache_;
+};
+
+class Recompute : public torch::autograd::Function<Recompute> {
+ public:
+  // all: fn's inputs, then its parameters (they are inputs here so that their gradients flow).
+  static variable_list forward(AutogradContext* ctx, at::TensorList all, c10::intrusive_ptr<Recorded> rec) {
+    std::vector<torch::Tensor> inputs(all.begin(), all.begin() + static_cast<std::ptrdiff_t>(rec->n_inputs));
+    std::vector<torch::Tensor> outs;
+    {
+      AutocastAs same(*rec);  // the state it already has, the cast cache off
+      outs = rec->fn(inputs);
+    }
+    ctx->save_for_backward(inputs);
+    ctx->set_materialize_grads(false);  // an unused output's gradient stays undefined, no zeros made
+    ctx->saved_data["n_all"] = static_cast<std::int64_t>(all.size());
+    ctx->saved_data["fn"] = c10::IValue::make_capsule(rec);
+    return outs;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto rec = c10::static_intrusive_pointer_cast<Recorded>(ctx->saved_data["fn"].toCapsule());
+    const auto saved = ctx->get_saved_variables();
+    const auto n_all = static_cast<std::size_t>(ctx->saved_data["n_all"].toInt());
+    std::vector<torch::Tensor> inputs;  // detached leaves, with gradients where the forward's input wanted one
+    std::vector<torch::Tensor> wrt;
+    std::vector<std::size_t> wrt_index;
+    for (std::size_t i = 0; i < saved.size(); ++i) {
+      auto x = saved[i].detach();
+      if (ctx->needs_input_grad(i) && x.is_floating_point()) {
+        x.requires_grad_(true);
+        wrt.push_back(x);
+        wrt_index.push_back(i);
+      }
+      inputs.push_back(x);
+    }
+    std::vector<torch::Tensor> outs;
+    {
+      torch::AutoGradMode grad_on(true);
+      AutocastAs same(*rec);
+      outs = rec->fn(inputs);
+    }
+    for (std::size_t j = 0; j < rec->params.size(); ++j) {
+      if (ctx->needs_input_grad(saved.size() + j) && rec->params[j].requires_grad()) {
+        wrt.push_back(rec->params[j]);
+        wrt_index.push_back(saved.size() + j);
+      }
+    }
+    variable_list out(n_all + 1);  // one per tensor of `all`, and the undefined one of `rec`
+    std::vector<torch::Tensor> ys, gys;
+    for (std::size_t i = 0; i < outs.size() && i < grads.size(); ++i) {
+      if (!grads[i].defined() || !outs[i].requires_grad()) continue;
+      ys.push_back(outs[i]);
+      gys.push_back(grads[i]);
+    }
+    if (ys.empty() || wrt.empty()) return out;
+    auto g = torch::autograd::grad(ys, wrt, gys, /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
+    for (std::size_t i = 0; i < wrt_index.size(); ++i) out[wrt_index[i]] = g[i];
+    return out;
+  }
+};
+
+}  // namespace
+
+std::vector<torch::Tensor> recompute(const TensorFunction& fn, const std::vector<torch::Tensor>& inputs,
+                                     const std::vector<torch::Tensor>& params) {
+  auto rec = c10::make_intrusive<Recorded>();
+  rec->fn = fn;
+  rec->n_inputs = inputs.size();
+  rec->params = params;
+  for (const auto& x : inputs) {
+    if (x.is_floating_point()) {
+      rec->device = x.device().type();
+      break;
+    }
+  }
+  rec->autocast = at::autocast::is_autocast_enabled(rec->device);
+  rec->autocast_dtype = at::autocast::get_autocast_dtype(rec->device);
+  std::vector<torch::Tensor> all(inputs);
+  all.insert(all.end(), params.begin(), params.end());
+  return Recompute::apply(at::TensorList(all), rec);
+}
+
+}  // namespace eagle::model
