@@ -23,7 +23,8 @@ TEST_CASE("server URLs are parsed or refused by name", "[util]") {
   CHECK(util::parse_http_urls("http://a:1,http://b:2").size() == 2);
   CHECK_THROWS_WITH(util::parse_http_url("https://a"), Catch::Contains("http://"));
   CHECK_THROWS_WITH(util::parse_http_url("http://a:99999"), Catch::Contains("1..65535"));
-  CHECK_THROWS_WITH(util::parse_http_urls("http://a:1,"), Catch::Contains("no host"));
+  CHECK_THROWS_WITH(util::parse_http_urls("http://a:1,"), Catch::Contains("not a server URL"));
+  CHECK_THROWS_WITH(util::parse_http_url("http://:80"), Catch::Contains("no host"));
 }
 
 TEST_CASE("a refused connection and a silent server end by the deadline, naming the URL", "[util]") {
