@@ -13,6 +13,7 @@
 #include "eagle/data/flat_builder.h"
 #include "eagle/data/loader.h"
 #include "eagle/data/speculators_folder.h"
+#include "eagle/device/distributed.h"
 #include "eagle/features/target_identity.h"
 #include "eagle/model/dtype.h"
 #include "eagle/util/error.h"
@@ -227,6 +228,50 @@ data::Dataset load_eval_data(const config::Options& opts, std::int64_t vocab_siz
   return std::move(loaded.train);
 }
 
+// Features from vLLM servers: the servers checked first (their max_model_len bounds the samples), then the
+// data as online, its samples numbered train first, then held-out.
+RunInputs open_server(const config::Options& o, const HeadReads& head, torch::Device device, bool eval) {
+  const auto config = model::TargetConfig::from_model_dir(o.model_name_or_path);
+  const auto settings = ServerSettings::from(o, device::launch_from_env().rank);
+  const auto served = check_servers(settings);
+  config::Options lo = o;
+  // The server computes the prompt and generates one token: prompt + 1 <= max_model_len.
+  if (served.max_model_len > 1 && served.max_model_len - 1 < o.training_seq_len) {
+    lo.training_seq_len = served.max_model_len - 1;
+    log::info("data", "the server's max_model_len {} bounds the samples to {} tokens (overlong_policy {})",
+              served.max_model_len, lo.training_seq_len,
+              o.overlong_policy == config::OverlongPolicy::drop ? "drop" : "truncate");
+  }
+  RunInputs in;
+  if (eval) {
+    in.heldout = load_eval_data(lo, config.vocab_size);
+  } else {
+    auto data = load_train_data(lo, config.vocab_size);
+    in.train = std::move(data.train);
+    in.heldout = std::move(data.heldout);
+  }
+  if (head.eagle_version == 3)
+    in.aux_layer_ids =
+        head.aux_layer_ids.empty() ? model::default_aux_layer_ids(config.num_hidden_layers) : head.aux_layer_ids;
+  std::vector<const data::Dataset*> splits;
+  for (const auto* ds : {in.train ? &*in.train : nullptr, in.heldout ? &*in.heldout : nullptr})
+    if (ds) splits.push_back(ds);
+  auto server = std::make_shared<ServerFeatures>(settings, served, splits, config.hidden_size,
+                                                 static_cast<std::int64_t>(in.aux_layer_ids.size()));
+  in.server = server;
+  in.store = server;
+  const auto n_train = static_cast<std::int64_t>(in.train ? in.train->size() : 0);
+  in.train_samples.resize(static_cast<std::size_t>(n_train));
+  std::iota(in.train_samples.begin(), in.train_samples.end(), std::int64_t{0});
+  in.heldout_samples.resize(in.heldout ? in.heldout->size() : 0);
+  std::iota(in.heldout_samples.begin(), in.heldout_samples.end(), n_train);
+  load_target_part(o, device, o.model_name_or_path, in);
+  in.target_name = o.model_name_or_path;
+  log::info("data", "{} from target server features: {} aux layers [{}] and the last hidden state per token",
+            eval ? "evaluating" : "training", in.aux_layer_ids.size(), fmt::join(in.aux_layer_ids, ", "));
+  return in;
+}
+
 }  // namespace
 
 TrainData load_train_data(const config::Options& opts, std::int64_t vocab_size) {
@@ -264,6 +309,7 @@ RunInputs online_inputs(model::TargetModel target, std::string target_name) {
 RunInputs load_train_inputs(const config::Options& opts, torch::Device device) {
   const HeadReads head{opts.eagle_version, opts.aux_hidden_state_layer_ids};
   if (!opts.features_path.empty()) return load_offline_inputs(opts, head, device, /*eval=*/false);
+  if (!opts.target_server.empty()) return open_server(opts, head, device, /*eval=*/false);
   // The data is checked against the target's vocabulary (its config.json) before the weights load.
   auto data = load_train_data(opts, model::TargetConfig::from_model_dir(opts.model_name_or_path).vocab_size);
   RunInputs in = online_inputs(model::load_target(opts, device), opts.model_name_or_path);
@@ -276,6 +322,7 @@ RunInputs load_eval_inputs(const config::Options& opts, torch::Device device, st
                            const std::vector<std::int64_t>& aux_layer_ids) {
   const HeadReads head{eagle_version, eagle_version == 3 ? aux_layer_ids : opts.aux_hidden_state_layer_ids};
   if (!opts.features_path.empty()) return load_offline_inputs(opts, head, device, /*eval=*/true);
+  if (!opts.target_server.empty()) return open_server(opts, head, device, /*eval=*/true);
   auto data = load_eval_data(opts, model::TargetConfig::from_model_dir(opts.model_name_or_path).vocab_size);
   RunInputs in = online_inputs(model::load_target(opts, device, head.aux_layer_ids), opts.model_name_or_path);
   in.heldout = std::move(data);

@@ -200,6 +200,9 @@ void Trainer::restore() {
   // The checkpoints of this run hold this run's options, also after a resume.
   state_.config = options_json_;
   state_.world_size = group_->size();
+  // target_server: the samples of the remaining steps are requested ahead, in the order they are read.
+  if (inputs_.server)
+    inputs_.server->prefetch(*sampler_, (total_steps_ - state_.step) * o_.gradient_accumulation_steps);
 }
 
 void Trainer::open_sinks(const std::vector<std::string>& command_line) {
@@ -232,7 +235,18 @@ ExitReason Trainer::loop() {
   // A signal during set-up (handlers are installed first): stop before any step, nothing to save.
   if (group_->any(signals_.requested())) return ExitReason::interrupted;
   while (state_.step < total_steps_) {
-    train_step();
+    const auto sampler_at = sampler_->state();
+    try {
+      train_step();
+    } catch (...) {
+      // A target server that stays down: the last completed step is saved (one process; ranks would wait in
+      // the step's collectives), then the error ends the run (exit 4).
+      if (!inputs_.server || !inputs_.server->down() || group_->size() > 1) throw;
+      --state_.step;
+      sampler_->restore(sampler_at);
+      save();
+      throw;
+    }
     const std::int64_t step = state_.step;
     const bool last = step == total_steps_;
     if (o_.eval_steps > 0 && step % o_.eval_steps == 0 && !last) evaluate(step_line_due(step));

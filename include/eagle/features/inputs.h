@@ -13,6 +13,7 @@
 
 #include "eagle/config/options.h"
 #include "eagle/data/dataset.h"
+#include "eagle/features/server_store.h"
 #include "eagle/features/source.h"
 #include "eagle/features/store.h"
 #include "eagle/model/head.h"
@@ -38,13 +39,14 @@ struct FeatureSources {
 // Everything a run reads besides its options: the data, the target or the stored features that
 // stand in for it, and what the head is built from.
 struct RunInputs {
-  std::optional<data::Dataset> train;         // train: the training data; eval: none
-  std::optional<data::Dataset> heldout;       // train: the held-out split, if any; eval: the data evaluated
-  std::optional<model::TargetModel> target;   // the whole target: online; offline only for the AR
-  model::TargetEnds ends;                     // the head's embedding; the teacher's final norm, LM head
-  std::vector<std::int64_t> aux_layer_ids;    // the target layers the head fuses (EAGLE-3)
-  std::string target_name;                    // the target the head names in its exports
-  std::shared_ptr<const FeatureStore> store;  // offline only
+  std::optional<data::Dataset> train;            // train: the training data; eval: none
+  std::optional<data::Dataset> heldout;          // train: the held-out split, if any; eval: the data evaluated
+  std::optional<model::TargetModel> target;      // the whole target: online; offline only for the AR
+  model::TargetEnds ends;                        // the head's embedding; the teacher's final norm, LM head
+  std::vector<std::int64_t> aux_layer_ids;       // the target layers the head fuses (EAGLE-3)
+  std::string target_name;                       // the target the head names in its exports
+  std::shared_ptr<const FeatureStore> store;     // offline only
+  std::shared_ptr<const ServerFeatures> server;  // target_server: the store (requests its samples)
   std::vector<std::int64_t> train_samples, heldout_samples;  // offline: the store's sample of each row
 
   FeatureSources sources(const model::TeacherSpec& teacher, torch::Device device) const;
@@ -56,7 +58,10 @@ RunInputs online_inputs(model::TargetModel target, std::string target_name);
 // vocabulary before its weights load, and the target with the options' aux layers. Offline: the
 // data and features of a dump-features or speculators folder, the target's ends only (from
 // model_name_or_path, else the folder's copy) and the whole target only when the AR is measured
-// (eval_num_prompts > 0 and model_name_or_path given; else logged as skipped).
+// (eval_num_prompts > 0 and model_name_or_path given; else logged as skipped). With target_server:
+// the servers are checked (/health, /v1/models), the data loaded as online (samples longer than the
+// servers' max_model_len - 1 follow overlong_policy), the features of its samples requested from the
+// servers (ServerFeatures), the target's ends read from model_name_or_path.
 RunInputs load_train_inputs(const config::Options& opts, torch::Device device);
 // The inputs of `eval` for a head of this version reading these target layers (its own, not the
 // options'): the held-out data as training chooses it, else data_path (or the folder's samples)

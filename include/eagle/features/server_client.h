@@ -1,0 +1,75 @@
+// The requests of --target_server below the feature store (server_store.h): the settings, the
+// start-up checks of the servers (GET /health, /v1/models), JSON answers, and retries with backoff
+// for the failures worth another try.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "eagle/config/options.h"
+#include "eagle/util/error.h"
+#include "eagle/util/http_client.h"
+#include "eagle/util/log.h"
+
+namespace eagle::features {
+
+struct ServerSettings {
+  std::string urls;           // target_server: comma-separated
+  std::int64_t inflight = 8;  // requests in flight at most (and samples held ahead)
+  double timeout_s = 120;     // one request, the lock wait included
+  std::int64_t retries = 5;   // per request after the first try, with backoff 1, 2, 4, ... 30 s
+  std::int64_t rank = 0;      // under torchrun each rank starts at another URL
+  static ServerSettings from(const config::Options& o, std::int64_t rank);
+};
+
+// What the servers serve (GET /health and /v1/models of every URL, the same model on all).
+struct ServedModel {
+  std::string id;
+  std::int64_t max_model_len = 0;  // 0: not reported
+};
+// Error(output, exit 4) naming the URL when a server does not answer after the retries; Error(input)
+// when the servers serve other models.
+ServedModel check_servers(const ServerSettings& s);
+
+// A failure worth another try (the server down, busy or slow), unlike a refused request.
+struct Transient {
+  Error error;
+};
+
+// The answer's JSON object: HTTP 5xx and 429 are Transient, another status than 200 and a body that
+// is not a JSON object Error(input) naming the URL and the path.
+nlohmann::json parse_json(const util::HttpUrl& url, const std::string& path, const util::HttpResponse& r);
+// util::http_request with its errors (connect, timeouts, closed connections) as Transient.
+util::HttpResponse try_request(const util::HttpUrl& url, const std::string& method, const std::string& path,
+                               const std::string& body, double timeout_s);
+
+// Runs f with retries and backoff: a Transient failure is tried again up to s.retries times, then
+// becomes the error (exit 4: the server stays down). stop() interrupts the backoff.
+template <typename F, typename Stop>
+auto with_retries(const ServerSettings& s, const std::string& what, F&& f, Stop&& stop, std::int64_t* retries = nullptr)
+    -> decltype(f(0)) {
+  for (std::int64_t attempt = 0;; ++attempt) {
+    try {
+      return f(attempt);
+    } catch (const Transient& t) {
+      if (attempt >= s.retries || stop(0.0))
+        throw Error(t.error).hint(
+            fmt::format("{} failed {} time(s); start the server again (or check --target_server) and resume "
+                        "with --resume_from_checkpoint auto",
+                        what, attempt + 1));
+      const double backoff = std::min(30.0, static_cast<double>(1LL << std::min<std::int64_t>(attempt, 5)));
+      log::warn("data", "{} (try {} of {}): {}; again in {:.0f} s", what, attempt + 1, s.retries + 1, t.error.format(),
+                backoff);
+      if (retries) ++*retries;
+      if (stop(backoff)) throw Error(t.error);
+    }
+  }
+}
+
+}  // namespace eagle::features

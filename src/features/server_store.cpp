@@ -1,0 +1,378 @@
+// Features from vLLM servers (see server_store.h): worker threads send the planned samples'
+// completion requests, wait on each file's lock, read and delete the file; read() takes a sample's
+// features from them (or requests an unplanned sample itself) and forgets them once all its tokens
+// were read.
+#include "eagle/features/server_store.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "eagle/model/dtype.h"
+#include "eagle/model/safetensors.h"
+#include "eagle/model/shape_check.h"
+#include "eagle/util/error.h"
+#include "eagle/util/http_client.h"
+#include "eagle/util/log.h"
+
+namespace eagle::features {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+}  // namespace
+
+struct ServerFeatures::Impl {
+  struct Entry {
+    std::int64_t sample = 0;
+    bool started = false, done = false, planned = true;
+    std::optional<Error> error;
+    std::vector<std::uint8_t> hidden;  // [T, slots, H] in the layout's dtype
+    std::vector<std::int64_t> tokens;  // token_ids [T]
+    std::int64_t consumed = 0;         // tokens read so far
+  };
+
+  ServerSettings settings;
+  std::vector<util::HttpUrl> urls;
+  ServedModel model;
+  std::vector<std::int32_t> ids;      // every store sample's token ids, concatenated
+  std::vector<std::int64_t> offsets;  // sample s: ids[offsets[s], offsets[s + 1])
+  mutable FeatureLayout layout;       // its dtype set by the probe (in the constructor)
+  mutable bool dtype_known = false;
+  std::int64_t slots = 0, n_aux = 0;
+
+  mutable std::mutex mu;
+  mutable std::condition_variable cv;
+  mutable std::deque<std::shared_ptr<Entry>> queue;  // planned samples in plan order, until consumed
+  mutable std::vector<std::thread> threads;
+  mutable bool stop = false, failed = false, planning = false;
+  mutable std::int64_t next_url = 0;
+  mutable Counters counters;
+
+  std::int64_t length(std::int64_t s) const { return offsets[s + 1] - offsets[s]; }
+
+  // Sleeps wait_s seconds or until the store stops; true when it stopped.
+  bool stopped(double wait_s) const {
+    std::unique_lock lock(mu);
+    if (wait_s > 0) cv.wait_for(lock, std::chrono::duration<double>(wait_s), [&] { return stop; });
+    return stop;
+  }
+
+  // The sample's completion request, the lock wait and the file: hidden states and tokens.
+  void fetch(Entry& e) const {
+    const std::string what = fmt::format("the hidden states of sample {}", e.sample);
+    std::int64_t retries = 0;
+    with_retries(
+        settings, what,
+        [&](std::int64_t) {
+          const util::HttpUrl* url;
+          {
+            std::lock_guard lock(mu);
+            url =
+                &urls[static_cast<std::size_t>((settings.rank + next_url++) % static_cast<std::int64_t>(urls.size()))];
+          }
+          fetch_once(*url, e);
+          return 0;
+        },
+        [&](double w) { return stopped(w); }, &retries);
+    std::lock_guard lock(mu);
+    counters.requests += 1;
+    counters.retries += retries;
+    counters.bytes += static_cast<std::int64_t>(e.hidden.size());
+  }
+
+  void fetch_once(const util::HttpUrl& url, Entry& e) const {
+    const auto t0 = Clock::now();
+    nlohmann::json body{
+        {"model", model.id},
+        {"prompt", std::vector<std::int32_t>(ids.begin() + offsets[e.sample], ids.begin() + offsets[e.sample + 1])},
+        {"max_tokens", 1},
+        {"return_token_ids", true}};
+    const auto j = parse_json(url, "/v1/completions",
+                              try_request(url, "POST", "/v1/completions", body.dump(), settings.timeout_s));
+    const auto* kv =
+        j.contains("kv_transfer_params") && j["kv_transfer_params"].is_object() ? &j["kv_transfer_params"] : nullptr;
+    EAGLE_CHECK(kv && kv->contains("hidden_states_path") && (*kv)["hidden_states_path"].is_string(),
+                Error(ErrorKind::input, "the server's answer names no hidden-states file")
+                    .file(url.text)
+                    .place("/v1/completions: kv_transfer_params.hidden_states_path")
+                    .found(j.dump().substr(0, 300))
+                    .hint("start vLLM with --speculative-config method extract_hidden_states and --kv-transfer-config "
+                          "kv_connector ExampleHiddenStatesConnector (docs/offline.md)"));
+    const std::string path = (*kv)["hidden_states_path"];
+    wait_for_file(url, path, t0);
+    read_file(path, e);
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+    std::filesystem::remove(path + ".lock", ec);
+  }
+
+  // The connector holds an exclusive lock on PATH.lock until PATH is written: wait for a shared one.
+  void wait_for_file(const util::HttpUrl& url, const std::string& path, Clock::time_point t0) const {
+    for (;;) {
+      const int fd = ::open((path + ".lock").c_str(), O_RDONLY | O_CLOEXEC);
+      if (fd >= 0) {
+        const bool locked = ::flock(fd, LOCK_SH | LOCK_NB) == 0;
+        ::close(fd);
+        if (locked) return;
+      } else if (std::filesystem::exists(path)) {
+        return;  // written without a lock (use_synchronization_lock false)
+      }
+      if (seconds_since(t0) > settings.timeout_s)
+        throw Error(ErrorKind::input, "the server's hidden-states file is not readable here")
+            .file(path)
+            .place(url.text)
+            .expected(fmt::format("the file and its .lock within {} s", settings.timeout_s))
+            .hint(
+                "the trainer reads the files the server writes: run it on the server's machine or share "
+                "shared_storage_path between them (the same path on both, e.g. an NFS mount; docs/offline.md)");
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+
+  void read_file(const std::string& path, Entry& e) const {
+    const auto f = model::SafetensorsFile::open(path);
+    EAGLE_CHECK(f.contains("hidden_states") && f.contains("token_ids"),
+                Error(ErrorKind::input, "a hidden-state file lacks hidden_states or token_ids").file(path));
+    const auto shape = f.shape("hidden_states");
+    const auto T = length(e.sample);
+    if (!dtype_known) {
+      const auto d = f.dtype("hidden_states");
+      EAGLE_CHECK(d == torch::kBFloat16 || d == torch::kFloat16 || d == torch::kFloat32,
+                  Error(ErrorKind::input, "hidden states must be bfloat16, float16 or float32")
+                      .file(path)
+                      .found(c10::toString(d)));
+      layout.dtype = d;
+      dtype_known = true;
+    }
+    EAGLE_CHECK(
+        shape.size() == 3 && shape[0] == T && shape[1] == slots && shape[2] == layout.hidden_size &&
+            f.dtype("hidden_states") == layout.dtype,
+        Error(ErrorKind::input, "the server's hidden states are of another shape or dtype")
+            .file(path)
+            .place(fmt::format("hidden_states of sample {}", e.sample))
+            .expected(fmt::format("{} [{}, {}, {}]", model::dtype_name(layout.dtype), T, slots, layout.hidden_size))
+            .found(model::tensor_text(f.dtype("hidden_states"), shape)));
+    const auto tokens = f.get("token_ids").to(torch::kInt64).contiguous();
+    EAGLE_CHECK(tokens.numel() == T, Error(ErrorKind::input, "token_ids does not match hidden_states")
+                                         .file(path)
+                                         .expected(fmt::format("[{}]", T))
+                                         .found(model::shape_text(f.shape("token_ids"))));
+    e.tokens.assign(tokens.data_ptr<std::int64_t>(), tokens.data_ptr<std::int64_t>() + T);
+    const auto hs = f.get("hidden_states").contiguous();
+    const auto* p = static_cast<const std::uint8_t*>(hs.data_ptr());
+    e.hidden.assign(p, p + hs.numel() * static_cast<std::int64_t>(c10::elementSize(layout.dtype)));
+  }
+
+  // A worker: takes the first planned sample no one requests yet, requests it, marks it done.
+  void work() const {
+    for (;;) {
+      std::shared_ptr<Entry> e;
+      {
+        std::unique_lock lock(mu);
+        cv.wait(lock, [&] {
+          if (stop) return true;
+          for (auto& q : queue)
+            if (!q->started) return true;
+          return false;
+        });
+        if (stop) return;
+        for (auto& q : queue)
+          if (!q->started) {
+            e = q;
+            break;
+          }
+        e->started = true;
+      }
+      std::optional<Error> error;
+      try {
+        fetch(*e);
+      } catch (const Error& err) {
+        error = err;
+      } catch (const std::exception& ex) {
+        error = Error(ErrorKind::internal, ex.what());
+      } catch (...) {
+        error = Error(ErrorKind::internal, "an unknown failure while requesting hidden states");
+      }
+      std::lock_guard lock(mu);
+      e->done = true;
+      e->error = error;
+      if (error && error->kind() == ErrorKind::output) failed = true;
+      cv.notify_all();
+    }
+  }
+};
+
+ServerFeatures::ServerFeatures(ServerSettings settings, ServedModel model,
+                               const std::vector<const data::Dataset*>& splits, std::int64_t hidden_size,
+                               std::int64_t n_aux)
+    : impl_(std::make_unique<Impl>()) {
+  auto& m = *impl_;
+  m.settings = std::move(settings);
+  m.urls = util::parse_http_urls(m.settings.urls);
+  m.model = std::move(model);
+  m.n_aux = n_aux;
+  m.slots = n_aux + 1;
+  m.offsets.push_back(0);
+  for (const auto* ds : splits)
+    for (std::size_t i = 0; i < ds->size(); ++i) {
+      for (std::int64_t p = 0; p < ds->length(i); ++p) m.ids.push_back(static_cast<std::int32_t>(ds->token(i, p)));
+      m.offsets.push_back(static_cast<std::int64_t>(m.ids.size()));
+    }
+  source_ = m.settings.urls;
+  // The probe: the first sample's features define the dtype; their shape is checked against the target.
+  Impl::Entry probe;
+  probe.sample = 0;
+  m.layout.hidden_size = hidden_size;
+  m.layout.aux_width = n_aux * hidden_size;
+  m.layout.pre_norm = true;
+  m.layout.has_argmax = false;
+  try {
+    m.fetch(probe);
+  } catch (const Error& e) {
+    throw Error(e).hint(
+        fmt::format("the head reads {} aux layers plus the last: start vLLM with "
+                    "eagle_aux_hidden_state_layer_ids = the aux ids, then num_hidden_layers ({} "
+                    "values), for a target of hidden size {} (docs/offline.md)",
+                    n_aux, n_aux + 1, hidden_size));
+  }
+  layout_ = m.layout;
+  log::info("data", "target server {} serves \"{}\" (max_model_len {}): hidden states {} [T, {}, {}] per request",
+            m.settings.urls, m.model.id, m.model.max_model_len, model::dtype_name(layout_.dtype), m.slots, hidden_size);
+}
+
+ServerFeatures::~ServerFeatures() {
+  const auto c = counters();
+  log::info("data", "target server: {} requests ({} retried), {:.1f} MB of features, {:.2f} s waited for them in reads",
+            c.requests, c.retries, static_cast<double>(c.bytes) / 1e6, c.wait_s);
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->stop = true;
+    impl_->cv.notify_all();
+  }
+  for (auto& t : impl_->threads) t.join();
+}
+
+void ServerFeatures::prefetch(data::Sampler plan, std::int64_t batches) const {
+  auto& m = *impl_;
+  const auto workers = std::max<std::int64_t>(1, m.settings.inflight);
+  m.planning = batches > 0;
+  for (std::int64_t w = 0; w < workers; ++w) m.threads.emplace_back([&m] { m.work(); });
+  // The planner: the sampler's next batches, samples in the order the trainer reads them.
+  m.threads.emplace_back([&m, plan = std::move(plan), batches, workers]() mutable {
+    for (std::int64_t b = 0; b < batches && !m.stopped(0); ++b) {
+      const auto next = plan.next();
+      for (const auto& row : next.row_samples)
+        for (const auto s : row) {
+          std::unique_lock lock(m.mu);
+          m.cv.wait(lock, [&] { return m.stop || static_cast<std::int64_t>(m.queue.size()) < workers; });
+          if (m.stop) return;
+          auto e = std::make_shared<Impl::Entry>();
+          e->sample = s;
+          m.queue.push_back(std::move(e));
+          m.cv.notify_all();
+        }
+    }
+    std::lock_guard lock(m.mu);
+    m.planning = false;
+    m.cv.notify_all();
+  });
+}
+
+void ServerFeatures::read(std::int64_t sample, std::int64_t pos, std::int64_t n, const std::int32_t* ids, void* aux,
+                          void* last, std::int64_t*) const {
+  auto& m = *impl_;
+  const auto t0 = Clock::now();
+  std::shared_ptr<Impl::Entry> e;
+  {
+    std::unique_lock lock(m.mu);
+    // The planner may not have reached the sample yet: wait while it can still add it.
+    const auto workers = std::max<std::int64_t>(1, m.settings.inflight);
+    m.cv.wait(lock, [&] {
+      for (auto& q : m.queue)
+        if (q->sample == sample) {
+          e = q;
+          return true;
+        }
+      return m.stop || !m.planning || static_cast<std::int64_t>(m.queue.size()) >= workers;
+    });
+    if (e) m.cv.wait(lock, [&] { return e->done; });
+  }
+  if (!e) {  // not planned: requested here
+    e = std::make_shared<Impl::Entry>();
+    e->sample = sample;
+    e->planned = false;
+    try {
+      m.fetch(*e);
+    } catch (const Error& err) {
+      std::lock_guard lock(m.mu);
+      if (err.kind() == ErrorKind::output) m.failed = true;
+      throw;
+    }
+    e->done = true;
+  }
+  {
+    std::lock_guard lock(m.mu);
+    m.counters.wait_s += seconds_since(t0);
+  }
+  if (e->error) throw *e->error;
+  const auto H = m.layout.hidden_size;
+  const auto elem = static_cast<std::int64_t>(c10::elementSize(m.layout.dtype));
+  for (std::int64_t k = 0; k < n; ++k)
+    EAGLE_CHECK(e->tokens[static_cast<std::size_t>(pos + k)] == ids[k],
+                Error(ErrorKind::input, "the server computed hidden states for other tokens than the sample's")
+                    .file(m.settings.urls)
+                    .place(fmt::format("sample {}, token_ids[{}]", sample, pos + k))
+                    .expected(std::to_string(ids[k]))
+                    .found(std::to_string(e->tokens[static_cast<std::size_t>(pos + k)])));
+  const std::int64_t row_bytes = m.slots * H * elem;
+  const auto* base = e->hidden.data();
+  const auto bad = first_non_finite(base + pos * row_bytes, n * m.slots * H, m.layout.dtype);
+  EAGLE_CHECK(bad < 0, Error(ErrorKind::input, "the server's hidden states hold NaN or Inf")
+                           .file(m.settings.urls)
+                           .place(fmt::format("sample {}, position {}, layer slot {}", sample,
+                                              pos + bad / (m.slots * H), bad % (m.slots * H) / H))
+                           .expected("finite values"));
+  for (std::int64_t k = 0; k < n; ++k) {
+    const auto* t = base + (pos + k) * row_bytes;
+    if (m.n_aux > 0)
+      std::memcpy(static_cast<std::uint8_t*>(aux) + k * m.n_aux * H * elem, t,
+                  static_cast<std::size_t>(m.n_aux * H * elem));
+    std::memcpy(static_cast<std::uint8_t*>(last) + k * H * elem, t + (m.slots - 1) * H * elem,
+                static_cast<std::size_t>(H * elem));
+  }
+  if (!e->planned) return;
+  std::lock_guard lock(m.mu);
+  e->consumed += n;
+  if (e->consumed >= m.length(sample)) {
+    m.queue.erase(std::find(m.queue.begin(), m.queue.end(), e));
+    m.cv.notify_all();
+  }
+}
+
+bool ServerFeatures::down() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->failed;
+}
+
+ServerFeatures::Counters ServerFeatures::counters() const {
+  std::lock_guard lock(impl_->mu);
+  return impl_->counters;
+}
+
+}  // namespace eagle::features

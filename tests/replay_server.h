@@ -1,0 +1,164 @@
+// A small HTTP server inside a test that replays a recorded vLLM hidden-states server
+// (scripts/record_vllm_server.py, tests/fixtures/vllm-server/): GET /health, GET /v1/models and
+// POST /v1/completions answered with the recorded bodies; each completion copies the recorded
+// hidden-states file into the server's storage folder under a fresh name beside its .lock, as
+// vLLM's ExampleHiddenStatesConnector does, and answers that path. A thread with a socket on
+// 127.0.0.1, stopped (connections refused) by stop() or the destructor.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace eagle::test {
+
+class ReplayServer {
+ public:
+  ReplayServer(const std::filesystem::path& fixture, const std::filesystem::path& storage)
+      : fixture_(fixture), storage_(storage) {
+    std::filesystem::create_directories(storage_);
+    models_ = slurp(fixture_ / "models.json");
+    std::ifstream in(fixture_ / "responses.jsonl");
+    std::size_t row = 0;
+    for (std::string line; std::getline(in, line); ++row) {
+      if (line.empty()) continue;
+      const auto rec = nlohmann::json::parse(line);
+      records_[rec["request"]["prompt"].get<std::vector<std::int64_t>>()] = {
+          nlohmann::json::parse(rec["response"].get<std::string>()), row};
+    }
+    start();
+  }
+  ~ReplayServer() { stop(); }
+  ReplayServer(const ReplayServer&) = delete;
+  ReplayServer& operator=(const ReplayServer&) = delete;
+
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  int port() const { return port_; }
+  // Completion requests answered so far.
+  int completions() const { return completions_; }
+  // Answers every completion with this HTTP status instead (0: the recorded answer).
+  void fail_with(int status) { fail_status_ = status; }
+  // Edits every recorded completion answer before it is sent (e.g. to drop a field).
+  void edit_answers(std::function<void(nlohmann::json&)> f) {
+    std::lock_guard lock(mu_);
+    edit_ = std::move(f);
+  }
+  // Closes the listening socket: connections are refused until start() (same port).
+  void stop() {
+    if (!thread_.joinable()) return;
+    stopping_ = true;
+    thread_.join();
+    ::close(listen_fd_);
+    listen_fd_ = -1;
+  }
+  void start() {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int one = 1;
+    ::setsockopt(listen_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<std::uint16_t>(port_));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || ::listen(listen_fd_, 64) != 0)
+      throw std::runtime_error("replay server: cannot listen");
+    socklen_t len = sizeof(addr);
+    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    stopping_ = false;
+    thread_ = std::thread([this] { serve(); });
+  }
+
+ private:
+  static std::string slurp(const std::filesystem::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+  void serve() {
+    while (!stopping_) {
+      pollfd p{listen_fd_, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      const int fd = ::accept(listen_fd_, nullptr, nullptr);
+      if (fd < 0) continue;
+      handle(fd);
+      ::close(fd);
+    }
+  }
+
+  void handle(int fd) {
+    std::string req;
+    char buf[65536];
+    std::size_t need = std::string::npos;
+    while (need == std::string::npos || req.size() < need) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 5000) <= 0) return;
+      const auto n = ::recv(fd, buf, sizeof(buf), 0);
+      if (n <= 0) return;
+      req.append(buf, static_cast<std::size_t>(n));
+      const auto head = req.find("\r\n\r\n");
+      if (head != std::string::npos && need == std::string::npos) {
+        const auto cl = req.find("Content-Length: ");
+        need = head + 4 + (cl != std::string::npos && cl < head ? std::stoul(req.substr(cl + 16)) : 0);
+      }
+    }
+    const auto body = req.substr(req.find("\r\n\r\n") + 4);
+    if (req.rfind("GET /health ", 0) == 0) return reply(fd, 200, "");
+    if (req.rfind("GET /v1/models ", 0) == 0) return reply(fd, 200, models_);
+    if (req.rfind("POST /v1/completions ", 0) != 0) return reply(fd, 404, R"({"error": "no such route"})");
+    if (fail_status_ != 0) return reply(fd, fail_status_, R"({"error": "replayed failure"})");
+    const auto j = nlohmann::json::parse(body);
+    const auto it = records_.find(j["prompt"].get<std::vector<std::int64_t>>());
+    if (it == records_.end()) return reply(fd, 400, R"({"error": "no recorded answer for this prompt"})");
+    auto answer = it->second.first;
+    const auto file = storage_ / ("req-" + std::to_string(++completions_) + ".safetensors");
+    std::filesystem::copy_file(
+        fixture_ / "hidden_states" / ("hs_" + std::to_string(it->second.second) + ".safetensors"), file);
+    std::ofstream(file.string() + ".lock").put('\0');
+    answer["kv_transfer_params"]["hidden_states_path"] = file.string();
+    {
+      std::lock_guard lock(mu_);
+      if (edit_) edit_(answer);
+    }
+    reply(fd, 200, answer.dump());
+  }
+
+  static void reply(int fd, int status, const std::string& body) {
+    const std::string text = "HTTP/1.1 " + std::to_string(status) + (status == 200 ? " OK" : " Error") +
+                             "\r\ncontent-type: application/json\r\ncontent-length: " + std::to_string(body.size()) +
+                             "\r\nconnection: close\r\n\r\n" + body;
+    std::size_t sent = 0;
+    while (sent < text.size()) {
+      const auto n = ::send(fd, text.data() + sent, text.size() - sent, MSG_NOSIGNAL);
+      if (n <= 0) return;
+      sent += static_cast<std::size_t>(n);
+    }
+  }
+
+  std::filesystem::path fixture_, storage_;
+  std::string models_;
+  std::map<std::vector<std::int64_t>, std::pair<nlohmann::json, std::size_t>> records_;
+  int listen_fd_ = -1, port_ = 0;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> completions_{0}, fail_status_{0};
+  std::mutex mu_;
+  std::function<void(nlohmann::json&)> edit_;
+  std::thread thread_;
+};
+
+}  // namespace eagle::test

@@ -1,0 +1,154 @@
+// Training against a vLLM hidden-states server (--target_server): a recorded real vLLM run
+// (tests/fixtures/vllm-server/tiny-llama-h32, scripts/record_vllm_server.py) replayed by a server
+// inside the test trains exactly as the same features read as a speculators folder; the files are
+// deleted once read; a server that is down or goes down ends the run with exit 4 (a checkpoint of
+// the last step when it went down mid-run) and the resumed run continues exactly; features of
+// another shape, a refused request and an answer without a file are refused by name.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+
+#include "eagle/config/resolve.h"
+#include "eagle/train/trainer.h"
+#include "eagle/util/error.h"
+#include "helpers.h"
+#include "replay_server.h"
+#include "train_helpers.h"
+
+using namespace eagle;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kFixture = std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/vllm-server/tiny-llama-h32";
+
+config::Options server_options(const fs::path& out, const std::string& url) {
+  config::Options o = test::smoke_options();
+  o.model_name_or_path = std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/tiny-llama-h32";
+  o.data_path = kFixture + "/samples.jsonl";
+  o.output_dir = out.string();
+  o.training_seq_len = 64;
+  o.bucket_granularity = 16;
+  o.validation_fraction = 0;
+  o.per_device_train_batch_size = 2;
+  o.max_steps = 5;
+  o.logging_steps = 1;
+  o.eval_steps = 0;
+  o.save_steps = 0;
+  o.eval_num_prompts = 0;
+  o.aux_hidden_state_layer_ids = {1, 2, 3};  // as the recording's server was started (then the last layer, 4)
+  o.target_server = url;
+  o.target_server_retries = 1;
+  o.target_server_timeout_s = 10;
+  return o;
+}
+
+std::size_t files_in(const fs::path& dir) {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++n;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("training against a recorded vLLM server equals training from its features as a speculators folder",
+          "[features]") {
+  test::TempDir tmp;
+  test::ReplayServer server(kFixture, tmp / "storage");
+  auto live = server_options(tmp / "server", server.url());
+  train::train(live, {"eagle-train", "train"});
+
+  auto stored = live;
+  stored.output_dir = (tmp / "folder").string();
+  stored.target_server.clear();
+  stored.data_path.clear();
+  stored.features_path = kFixture;  // the same files as a speculators folder (state.json + Arrow rows)
+  train::train(stored, {"eagle-train", "train"});
+
+  const auto a = test::logged_losses(tmp / "server"), b = test::logged_losses(tmp / "folder");
+  REQUIRE(a.size() == 5);
+  REQUIRE(b.size() == a.size());
+  for (const auto& [step, loss] : a) CHECK(std::abs(loss - b.at(step)) <= 1e-6);
+  // 5 steps of 2 samples, and the start-up probe; every file and lock deleted once read.
+  CHECK(server.completions() == 11);
+  CHECK(files_in(tmp / "storage") == 0);
+}
+
+TEST_CASE("a server that goes down mid-run ends it with a checkpoint and exit 4; the resumed run is exact",
+          "[features]") {
+  test::TempDir tmp;
+  test::ReplayServer server(kFixture, tmp / "storage");
+  auto whole = server_options(tmp / "whole", server.url());
+  whole.target_server_inflight = 1;
+  train::train(whole, {"eagle-train", "train"});
+
+  auto cut = whole;
+  cut.output_dir = (tmp / "cut").string();
+  train::TrainHooks hooks;
+  hooks.after_step = [&](std::int64_t step) {
+    if (step == 2) server.fail_with(503);  // vLLM's answer while its engine is dead
+  };
+  const auto e = test::train_error(cut, hooks);
+  CHECK(e.exit_code() == ExitCode::output);
+  CHECK_THAT(e.format(), Catch::Contains("the server failed the request") && Catch::Contains(server.url()) &&
+                             Catch::Contains("resume"));
+  // Steps 1 and 2 are done, step 3 could not get its second sample (at most one was fetched ahead): the
+  // checkpoint is of step 2, the last one completed.
+  CHECK(fs::exists(tmp / "cut" / "checkpoint-2"));
+  CHECK_FALSE(fs::exists(tmp / "cut" / "checkpoint-3"));
+
+  server.fail_with(0);
+  auto resumed = cut;
+  resumed.resume_from_checkpoint = "auto";
+  train::train(resumed, {"eagle-train", "train"});
+  const auto a = test::logged_losses(tmp / "whole"), b = test::logged_losses(tmp / "cut");
+  REQUIRE(b.size() == a.size());
+  for (const auto& [step, loss] : a) CHECK(std::abs(loss - b.at(step)) <= 1e-6);
+  CHECK(files_in(tmp / "storage") == 0);
+}
+
+TEST_CASE("no server, another feature shape, a refused request and an answer without a file are refused by name",
+          "[features]") {
+  test::TempDir tmp;
+  SECTION("nothing listening: exit 4 naming the URL, after the retries") {
+    int port = 0;
+    {
+      test::ReplayServer gone(kFixture, tmp / "storage");
+      port = gone.port();
+    }
+    auto o = server_options(tmp / "down", "http://127.0.0.1:" + std::to_string(port));
+    o.target_server_retries = 1;
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto e = test::train_error(o);
+    CHECK(e.exit_code() == ExitCode::output);
+    CHECK_THAT(e.format(), Catch::Contains("cannot connect to the server") && Catch::Contains("/health"));
+    CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(30));  // never a hang
+  }
+  test::ReplayServer server(kFixture, tmp / "storage");
+  SECTION("two aux layers read where the server gives three and the last") {
+    auto o = server_options(tmp / "shape", server.url());
+    o.aux_hidden_state_layer_ids = {1, 2};
+    const auto e = test::train_error(o);
+    CHECK(e.exit_code() == ExitCode::input);
+    CHECK_THAT(e.format(), Catch::Contains("another shape or dtype") && Catch::Contains(", 4, 64]") &&
+                               Catch::Contains("eagle_aux_hidden_state_layer_ids"));
+  }
+  SECTION("an answer without kv_transfer_params (a server without the connector)") {
+    server.edit_answers([](nlohmann::json& j) { j.erase("kv_transfer_params"); });
+    const auto e = test::train_error(server_options(tmp / "nofile", server.url()));
+    CHECK_THAT(e.format(), Catch::Contains("names no hidden-states file") &&
+                               Catch::Contains("kv_transfer_params.hidden_states_path"));
+  }
+  SECTION("a refused request (HTTP 400) is not retried: exit 3") {
+    server.fail_with(400);
+    const auto e = test::train_error(server_options(tmp / "refused", server.url()));
+    CHECK(e.exit_code() == ExitCode::input);
+    CHECK_THAT(e.format(), Catch::Contains("the server refused the request") && Catch::Contains("HTTP 400"));
+    CHECK(server.completions() == 0);
+  }
+  SECTION("target_server with features_path is refused") {
+    auto o = server_options(tmp / "both", server.url());
+    o.features_path = kFixture;
+    CHECK_THROWS_WITH(config::validate(o, config::Command::train), Catch::Contains("target_server"));
+  }
+}

@@ -1,0 +1,57 @@
+// The HTTP client of --target_server: URLs parsed or refused by name, a refused connection and a
+// server that never answers end by their deadline with an error naming the URL and the path.
+#include <catch2/catch.hpp>
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+
+#include "eagle/util/error.h"
+#include "eagle/util/http_client.h"
+
+using namespace eagle;
+
+TEST_CASE("server URLs are parsed or refused by name", "[util]") {
+  const auto u = util::parse_http_url("http://127.0.0.1:8000/prefix/");
+  CHECK(u.host == "127.0.0.1");
+  CHECK(u.port == 8000);
+  CHECK(u.prefix == "/prefix");
+  CHECK(util::parse_http_url("http://[::1]:9").host == "::1");
+  CHECK(util::parse_http_url("http://h").port == 80);
+  CHECK(util::parse_http_urls("http://a:1,http://b:2").size() == 2);
+  CHECK_THROWS_WITH(util::parse_http_url("https://a"), Catch::Contains("http://"));
+  CHECK_THROWS_WITH(util::parse_http_url("http://a:99999"), Catch::Contains("1..65535"));
+  CHECK_THROWS_WITH(util::parse_http_urls("http://a:1,"), Catch::Contains("not a server URL"));
+  CHECK_THROWS_WITH(util::parse_http_url("http://:80"), Catch::Contains("no host"));
+}
+
+TEST_CASE("a refused connection and a silent server end by the deadline, naming the URL", "[util]") {
+  // A socket that listens and never answers (the backlog accepts the connection).
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  REQUIRE(::listen(fd, 4) == 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const auto url = util::parse_http_url("http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)));
+  const auto t0 = std::chrono::steady_clock::now();
+  try {
+    util::http_request(url, "GET", "/health", "", 0.3);
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(e.exit_code() == ExitCode::output);
+    CHECK_THAT(e.format(), Catch::Contains("timed out") && Catch::Contains(url.text) && Catch::Contains("/health"));
+  }
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
+  ::close(fd);
+  try {
+    util::http_request(url, "GET", "/health", "", 2);
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK_THAT(e.format(), Catch::Contains("cannot connect to the server"));
+  }
+}
