@@ -50,3 +50,30 @@ TEST_CASE("batched speculative decoding equals one by one, prompt by prompt", "[
   // Some drafts are accepted, so the batched rows see pending inputs of several lengths.
   CHECK(drafts_accepted > 0);
 }
+
+TEST_CASE("batched speculative decoding on CUDA: graphed rounds equal eager ones and the one-by-one loop",
+          "[train][gpu]") {
+  const auto cuda = torch::Device(torch::kCUDA, 0);
+  auto target = model::TargetModel::load(std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/tiny-llama",
+                                         torch::kFloat32, cuda);
+  torch::manual_seed(3);
+  auto cfg = model::HeadConfig::from_target(target.config(), 3, target.aux_layer_ids(), 256);
+  model::DraftVocab vocab;
+  vocab.target_vocab_size = target.config().vocab_size;
+  for (std::int64_t i = 0; i < 256; ++i) vocab.draft_ids.push_back(i);
+  auto head = model::make_head(cfg, vocab);
+  head->module().to(cuda);
+  head->init_from_target(target.embedding_weight(), target.lm_head_weight());
+  auto data = data::load_dataset(std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/data/smoke.jsonl",
+                                 test::load_options(256));
+  auto one = train::acceptance_rate(target, *head, data.train, 8, 16, 3);
+  auto eager = train::batched_acceptance_rate(target, *head, data.train, 8, 16, 3, 4, 0);
+  auto graphed = train::batched_acceptance_rate(target, *head, data.train, 8, 16, 3, 4, 8);
+  REQUIRE(eager.per_prompt.size() == one.per_prompt.size());
+  REQUIRE(graphed.per_prompt.size() == one.per_prompt.size());
+  for (std::size_t i = 0; i < one.per_prompt.size(); ++i) {
+    INFO("prompt " << i);
+    CHECK(eager.per_prompt[i] == one.per_prompt[i]);
+    CHECK(graphed.per_prompt[i] == one.per_prompt[i]);
+  }
+}
