@@ -28,7 +28,8 @@ model::DraftVocab vocab_of(std::int64_t target_vocab, std::int64_t size) {
 torch::Tensor padded(const std::vector<std::vector<std::int64_t>>& rows, std::int64_t N, std::int64_t pad) {
   auto out = torch::full({static_cast<std::int64_t>(rows.size()), N}, pad, torch::kInt64);
   for (std::size_t r = 0; r < rows.size(); ++r)
-    for (std::size_t k = 0; k < rows[r].size(); ++k) out[static_cast<std::int64_t>(r)][static_cast<std::int64_t>(k)] = rows[r][k];
+    for (std::size_t k = 0; k < rows[r].size(); ++k)
+      out[static_cast<std::int64_t>(r)][static_cast<std::int64_t>(k)] = rows[r][k];
   return out;
 }
 

@@ -91,9 +91,9 @@ AcceptanceResult acceptance_rate(const model::TargetModel& target, model::DraftH
                                  const data::Dataset& heldout, std::int64_t num_prompts,
                                  std::int64_t max_new_tokens, std::int64_t draft_len);
 // The same decoding of many prompts at once (batched_acceptance.cpp): batch_size rows of ragged KV
-// caches for the target and the head, a row refilled with the next prompt when its prompt ends;
-// on a GPU the rounds' fixed-shape steps (verify, draft) replay CUDA graphs. Equal per prompt to acceptance_rate (up to the rounding of batched matrix products); needs
-// head.drafts_ragged().
+// caches for the target and the head, a row refilled with the next prompt when its prompt ends; on
+// a GPU the rounds' fixed-shape steps (verify, draft) replay CUDA graphs. Equal per prompt to
+// acceptance_rate (up to the rounding of batched matrix products); needs head.drafts_ragged().
 AcceptanceResult batched_acceptance_rate(const model::TargetModel& target, model::DraftHead& head,
                                          const data::Dataset& heldout, std::int64_t num_prompts,
                                          std::int64_t max_new_tokens, std::int64_t draft_len,
