@@ -129,6 +129,28 @@ class CountingAllocator final : public c10::Allocator {
   std::int64_t live_ = 0, peak_ = 0;
 };
 
+// The draft vocabulary that is the whole target vocabulary [0, vd).
+model::DraftVocab identity_vocab(std::int64_t vd) {
+  model::DraftVocab vocab;
+  vocab.target_vocab_size = vd;
+  for (std::int64_t i = 0; i < vd; ++i) vocab.draft_ids.push_back(i);
+  return vocab;
+}
+
+// One row of t random tokens, every position trained, aux features of width aux and teacher
+// logits over vd (the long-T peak tests), drawn in this order from the current seed.
+model::HeadInputs long_row_inputs(std::int64_t t, std::int64_t vd, std::int64_t aux) {
+  model::HeadInputs in;
+  in.input_ids = torch::randint(0, vd, {1, t}, torch::kInt64);
+  in.document_ids = torch::zeros({1, t}, torch::kInt64);
+  in.position_ids = torch::arange(t, torch::kInt64).view({1, t});
+  in.loss_mask = torch::ones({1, t}, torch::kUInt8);
+  in.aux_hidden = torch::randn({1, t, aux});
+  in.teacher_logits = torch::randn({1, t, vd});
+  in.target_argmax = torch::randint(0, vd, {1, t}, torch::kInt64);
+  return in;
+}
+
 }  // namespace
 
 TEST_CASE("each loss and its gradients equal the PyTorch reference, chunked or not", "[model]") {
@@ -213,19 +235,10 @@ TEST_CASE("a long-T head step never holds a [T, V_d] fp32 tensor with the chunke
   auto cfg = tiny_head_config(3, 3);
   cfg.vocab_size = vd;
   cfg.draft_vocab_size = vd;
-  model::DraftVocab vocab;
-  vocab.target_vocab_size = vd;
-  for (std::int64_t i = 0; i < vd; ++i) vocab.draft_ids.push_back(i);
+  const auto vocab = identity_vocab(vd);
   torch::manual_seed(2);
   auto target = tiny_target(vd, 16);
-  model::HeadInputs in;
-  in.input_ids = torch::randint(0, vd, {1, t}, torch::kInt64);
-  in.document_ids = torch::zeros({1, t}, torch::kInt64);
-  in.position_ids = torch::arange(t, torch::kInt64).view({1, t});
-  in.loss_mask = torch::ones({1, t}, torch::kUInt8);
-  in.aux_hidden = torch::randn({1, t, 48});
-  in.teacher_logits = torch::randn({1, t, vd});
-  in.target_argmax = torch::randint(0, vd, {1, t}, torch::kInt64);
+  const auto in = long_row_inputs(t, vd, 48);
   const auto den = torch::full({3}, 1000.0f);
   const std::int64_t full_bytes = t * vd * 4;
   auto& counter = CountingAllocator::instance();
@@ -264,19 +277,10 @@ TEST_CASE("a long-T head step with recomputed activations keeps no K copies of t
   cfg.num_key_value_heads = 2;
   cfg.head_dim = cfg.rope.head_dim = 16;
   cfg.vocab_size = cfg.draft_vocab_size = vd;
-  model::DraftVocab vocab;
-  vocab.target_vocab_size = vd;
-  for (std::int64_t i = 0; i < vd; ++i) vocab.draft_ids.push_back(i);
+  const auto vocab = identity_vocab(vd);
   torch::manual_seed(2);
   auto target = tiny_target(vd, 64);
-  model::HeadInputs in;
-  in.input_ids = torch::randint(0, vd, {1, t}, torch::kInt64);
-  in.document_ids = torch::zeros({1, t}, torch::kInt64);
-  in.position_ids = torch::arange(t, torch::kInt64).view({1, t});
-  in.loss_mask = torch::ones({1, t}, torch::kUInt8);
-  in.aux_hidden = torch::randn({1, t, 3 * 64});
-  in.teacher_logits = torch::randn({1, t, vd});
-  in.target_argmax = torch::randint(0, vd, {1, t}, torch::kInt64);
+  const auto in = long_row_inputs(t, vd, 3 * 64);
   const auto den = torch::full({k}, 500.0f);
   const std::int64_t mlp_bytes = t * cfg.intermediate_size * 4;
   auto& counter = CountingAllocator::instance();
