@@ -2,6 +2,7 @@
 // features (legitimate inputs of the head), with hand-built token ids and document layouts.
 #pragma once
 
+#include <ATen/autocast_mode.h>
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
@@ -167,6 +168,41 @@ inline void check_train_step_against_reference(model::DraftHead& loaded, const m
       ++compared;
     }
     CHECK(compared == grads);  // every reference gradient has its parameter
+  }
+}
+
+// One head step's results, to compare two ways of computing it: the loss, the metric sums and
+// every parameter's gradient.
+struct HeadRun {
+  double loss = 0;
+  torch::Tensor metrics;
+  std::vector<torch::Tensor> grads;
+};
+
+// train_step_forward of in (under bf16 autocast when asked; denominators 7, 6, 5 for three TTT
+// steps) and backward; every parameter must get a gradient.
+inline HeadRun step_and_backward(model::Eagle3Head& head, const model::HeadInputs& in, bool bf16) {
+  at::autocast::set_autocast_enabled(torch::kCPU, bf16);
+  at::autocast::set_autocast_dtype(torch::kCPU, torch::kBFloat16);
+  auto out = head.train_step_forward(in, torch::tensor({7.0f, 6.0f, 5.0f}));
+  at::autocast::set_autocast_enabled(torch::kCPU, false);
+  at::autocast::clear_cache();
+  out.loss.backward();
+  HeadRun r{out.loss.item<double>(), out.metric_sums, {}};
+  for (const auto& p : head.parameters()) {
+    REQUIRE(p.grad().defined());
+    r.grads.push_back(p.grad().clone());
+  }
+  return r;
+}
+
+inline void check_same(const HeadRun& a, const HeadRun& b, double rtol, double atol) {
+  CHECK(a.loss == Approx(b.loss).epsilon(rtol));
+  CHECK(torch::allclose(a.metrics, b.metrics, rtol, atol));
+  REQUIRE(a.grads.size() == b.grads.size());
+  for (std::size_t i = 0; i < a.grads.size(); ++i) {
+    INFO("parameter " << i);
+    CHECK(torch::allclose(a.grads[i], b.grads[i], rtol, atol));
   }
 }
 

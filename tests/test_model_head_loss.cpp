@@ -9,7 +9,6 @@
 #include <mutex>
 #include <unordered_map>
 
-#include <ATen/autocast_mode.h>
 #include <c10/core/CPUAllocator.h>
 
 #include "eagle/model/fused_loss.h"
@@ -26,12 +25,6 @@ namespace {
 
 const model::LossKind kKinds[] = {model::LossKind::kl, model::LossKind::tv, model::LossKind::lk_hybrid};
 
-struct HeadRun {
-  double loss = 0;
-  torch::Tensor metrics;
-  std::vector<torch::Tensor> grads;
-};
-
 // One train_step_forward and backward of a fresh tiny head (same seed, so the same weights).
 HeadRun run_head(model::LossKind kind, std::int64_t chunk, const model::HeadInputs& in, bool packed = true,
                  bool bf16 = false) {
@@ -44,25 +37,7 @@ HeadRun run_head(model::LossKind kind, std::int64_t chunk, const model::HeadInpu
   head.init_from_target(target.embedding, target.lm_head);
   auto inputs = in;
   inputs.attention.packed = packed;
-  at::autocast::set_autocast_enabled(torch::kCPU, bf16);
-  at::autocast::set_autocast_dtype(torch::kCPU, torch::kBFloat16);
-  auto out = head.train_step_forward(inputs, torch::tensor({7.0f, 6.0f, 5.0f}));
-  at::autocast::set_autocast_enabled(torch::kCPU, false);
-  at::autocast::clear_cache();
-  out.loss.backward();
-  HeadRun r{out.loss.item<double>(), out.metric_sums, {}};
-  for (const auto& p : head.parameters()) r.grads.push_back(p.grad().clone());
-  return r;
-}
-
-void check_same(const HeadRun& a, const HeadRun& b, double rtol, double atol) {
-  CHECK(a.loss == Approx(b.loss).epsilon(rtol));
-  CHECK(torch::allclose(a.metrics, b.metrics, rtol, atol));
-  REQUIRE(a.grads.size() == b.grads.size());
-  for (std::size_t i = 0; i < a.grads.size(); ++i) {
-    INFO("parameter " << i);
-    CHECK(torch::allclose(a.grads[i], b.grads[i], rtol, atol));
-  }
+  return step_and_backward(head, inputs, bf16);
 }
 
 // Counts the bytes of live CPU tensors (every CPU allocation goes through GetCPUAllocator) and the

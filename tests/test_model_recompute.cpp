@@ -7,7 +7,6 @@
 // test_model_head_loss.cpp.
 #include <catch2/catch.hpp>
 
-#include <ATen/autocast_mode.h>
 
 #include "eagle/model/recompute.h"
 #include "eagle/util/error.h"
@@ -51,13 +50,7 @@ TEST_CASE("recompute: gradients of inputs and parameters equal the kept graph's"
 
 namespace {
 
-struct Run {
-  double loss = 0;
-  torch::Tensor metrics;
-  std::vector<torch::Tensor> grads;
-};
-
-Run run(model::HeadConfig cfg, model::RecomputeMode mode, const model::HeadInputs& in, bool bf16 = false) {
+HeadRun run(model::HeadConfig cfg, model::RecomputeMode mode, const model::HeadInputs& in, bool bf16 = false) {
   cfg.recompute = mode;
   torch::manual_seed(11);
   auto target = tiny_target();
@@ -67,28 +60,7 @@ Run run(model::HeadConfig cfg, model::RecomputeMode mode, const model::HeadInput
     torch::NoGradGuard ng;
     head.mask_hidden.normal_();
   }
-  at::autocast::set_autocast_enabled(torch::kCPU, bf16);
-  at::autocast::set_autocast_dtype(torch::kCPU, torch::kBFloat16);
-  auto out = head.train_step_forward(in, torch::tensor({7.0f, 6.0f, 5.0f}));
-  at::autocast::set_autocast_enabled(torch::kCPU, false);
-  at::autocast::clear_cache();
-  out.loss.backward();
-  Run r{out.loss.item<double>(), out.metric_sums, {}};
-  for (const auto& p : head.parameters()) {
-    REQUIRE(p.grad().defined());
-    r.grads.push_back(p.grad().clone());
-  }
-  return r;
-}
-
-void check_same(const Run& a, const Run& b, double rtol, double atol) {
-  CHECK(a.loss == Approx(b.loss).epsilon(rtol));
-  CHECK(torch::allclose(a.metrics, b.metrics, rtol, atol));
-  REQUIRE(a.grads.size() == b.grads.size());
-  for (std::size_t i = 0; i < a.grads.size(); ++i) {
-    INFO("parameter " << i);
-    CHECK(torch::allclose(a.grads[i], b.grads[i], rtol, atol));
-  }
+  return step_and_backward(head, in, bf16);
 }
 
 }  // namespace
