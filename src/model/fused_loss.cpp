@@ -76,10 +76,14 @@ torch::Tensor chunk_logits(const torch::Tensor& o_c, const torch::Tensor& w_c) {
 
 class ChunkedStepLoss : public torch::autograd::Function<ChunkedStepLoss> {
  public:
-  // o [N, H], weight [V, H], teacher [N, V], valid [N] bool, scale 0-dim.
+  // o [N, H], weight [V, H], teacher [N, V], valid [N] bool, scale 0-dim. With want_grad the
+  // gradients of o and of the weight for an upstream gradient of 1 are made here, chunk by chunk
+  // beside the loss (so backward multiplies them and makes no logits again); the weight's goes into
+  // `head_sum` when it is defined (one [V, H] sum for the unroll, not one per step).
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& o, const torch::Tensor& weight,
                                const torch::Tensor& teacher, const torch::Tensor& valid, const torch::Tensor& scale,
-                               std::int64_t kind, std::int64_t shift, std::int64_t chunk) {
+                               std::int64_t kind, std::int64_t shift, std::int64_t chunk, bool want_grad,
+                               StepLossSum* head_sum) {
     const auto dev = o.device().type();
     const bool autocast = at::autocast::is_autocast_enabled(dev);
     const Plan plan{static_cast<LossKind>(kind), shift, chunk,
@@ -87,50 +91,55 @@ class ChunkedStepLoss : public torch::autograd::Function<ChunkedStepLoss> {
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     const auto n_rows = o.size(0);
     auto w_c = weight.to(plan.compute);
-    std::vector<torch::Tensor> losses, argmaxes;
+    const auto coef = scale.to(torch::kFloat32).reshape({1, 1});
+    const bool shared = want_grad && head_sum;
+    torch::Tensor grad_w;
+    if (shared && !head_sum->sum.defined()) {
+      head_sum->sum = torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32));
+      head_sum->claimed = torch::zeros({1}, torch::kInt8);
+    }
+    if (want_grad)
+      grad_w = shared ? head_sum->sum : torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32));
+    std::vector<torch::Tensor> losses, argmaxes, grad_o;
     for (std::int64_t c0 = 0; c0 < n_rows; c0 += chunk) {
       const auto n = std::min(chunk, n_rows - c0);
-      auto z = chunk_logits(o.narrow(0, c0, n).to(plan.compute), w_c);
-      argmaxes.push_back(z.argmax(-1));
-      losses.push_back(chunk_terms(plan.kind, z.to(torch::kFloat32), teacher_chunk(teacher, c0, n, shift), false).loss);
-    }
-    auto loss = torch::cat(losses);
-    auto weighted = scale * torch::where(valid, loss, torch::zeros_like(loss)).sum();
-    auto argmax = torch::cat(argmaxes);
-    ctx->save_for_backward({o, weight, teacher, valid, scale});
-    ctx->saved_data["kind"] = kind;
-    ctx->saved_data["shift"] = shift;
-    ctx->saved_data["chunk"] = chunk;
-    ctx->saved_data["compute"] = static_cast<std::int64_t>(plan.compute);
-    ctx->mark_non_differentiable({loss, argmax});
-    return {weighted, loss, argmax};
-  }
-
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    const auto saved = ctx->get_saved_variables();
-    const auto &o = saved[0], &weight = saved[1], &teacher = saved[2], &valid = saved[3], &scale = saved[4];
-    const Plan plan{static_cast<LossKind>(ctx->saved_data["kind"].toInt()), ctx->saved_data["shift"].toInt(),
-                    ctx->saved_data["chunk"].toInt(), static_cast<at::ScalarType>(ctx->saved_data["compute"].toInt())};
-    variable_list out(8);
-    if (!grads[0].defined()) return out;
-    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
-    const auto coef = (grads[0].to(torch::kFloat32) * scale).reshape({1, 1});
-    const auto n_rows = o.size(0);
-    auto w_c = weight.to(plan.compute);
-    std::vector<torch::Tensor> grad_o;
-    auto grad_w = torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32));
-    for (std::int64_t c0 = 0; c0 < n_rows; c0 += plan.chunk) {
-      const auto n = std::min(plan.chunk, n_rows - c0);
       auto o_c = o.narrow(0, c0, n).to(plan.compute);
-      auto z = chunk_logits(o_c, w_c).to(torch::kFloat32);
-      auto terms = chunk_terms(plan.kind, z, teacher_chunk(teacher, c0, n, plan.shift), true);
+      auto z = chunk_logits(o_c, w_c);
+      argmaxes.push_back(z.argmax(-1));
+      auto terms = chunk_terms(plan.kind, z.to(torch::kFloat32), teacher_chunk(teacher, c0, n, shift), want_grad);
+      losses.push_back(terms.loss);
+      if (!want_grad) continue;
       auto mask = valid.narrow(0, c0, n).unsqueeze(-1);
       auto dz = torch::where(mask, terms.grad * coef, torch::zeros_like(terms.grad)).to(plan.compute);
       grad_o.push_back(torch::mm(dz, w_c).to(o.scalar_type()));
       grad_w.add_(torch::mm(dz.t(), o_c).to(torch::kFloat32));
     }
-    out[0] = torch::cat(grad_o);
-    out[1] = grad_w.to(weight.scalar_type());
+    auto loss = torch::cat(losses);
+    auto weighted = scale * torch::where(valid, loss, torch::zeros_like(loss)).sum();
+    auto argmax = torch::cat(argmaxes);
+    if (want_grad) {
+      ctx->save_for_backward({torch::cat(grad_o)});
+      ctx->saved_data["grad_w"] = grad_w;
+      ctx->saved_data["weight_dtype"] = static_cast<std::int64_t>(weight.scalar_type());
+      if (shared) ctx->saved_data["claimed"] = head_sum->claimed;
+    }
+    ctx->mark_non_differentiable({loss, argmax});
+    return {weighted, loss, argmax};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    variable_list out(10);
+    if (!grads[0].defined()) return out;
+    const auto saved = ctx->get_saved_variables();
+    const auto g = grads[0].to(torch::kFloat32);
+    out[0] = saved[0] * g.to(saved[0].scalar_type());
+    if (ctx->saved_data.count("claimed")) {
+      auto* claimed = ctx->saved_data["claimed"].toTensor().data_ptr<std::int8_t>();
+      if (*claimed) return out;  // another step's backward returned the unroll's sum
+      *claimed = 1;
+    }
+    const auto dtype = static_cast<at::ScalarType>(ctx->saved_data["weight_dtype"].toInt());
+    out[1] = (ctx->saved_data["grad_w"].toTensor() * g).to(dtype);
     return out;
   }
 };
@@ -139,7 +148,7 @@ class ChunkedStepLoss : public torch::autograd::Function<ChunkedStepLoss> {
 
 StepLossOutput step_loss(LossKind kind, const torch::Tensor& o, const torch::Tensor& weight,
                          const torch::Tensor& teacher_logits, std::int64_t shift, const torch::Tensor& valid,
-                         const torch::Tensor& scale, std::int64_t chunk) {
+                         const torch::Tensor& scale, std::int64_t chunk, StepLossSum* head_sum) {
   const auto b = o.size(0), len = o.size(1), vocab = weight.size(0);
   if (chunk <= 0) {
     auto logits = torch::linear(o, weight);
@@ -148,10 +157,11 @@ StepLossOutput step_loss(LossKind kind, const torch::Tensor& o, const torch::Ten
     auto weighted = scale * torch::where(valid, pos, torch::zeros_like(pos)).sum();
     return {weighted, pos.detach(), logits.argmax(-1)};
   }
+  const bool want_grad = torch::GradMode::is_enabled() && (o.requires_grad() || weight.requires_grad());
   auto outs =
       ChunkedStepLoss::apply(o.reshape({b * len, o.size(2)}), weight, teacher_logits.reshape({b * len, vocab}),
                              valid.reshape({b * len}), scale.to(torch::kFloat32), static_cast<std::int64_t>(kind),
-                             shift, std::min(chunk, std::max<std::int64_t>(b * len, 1)));
+                             shift, std::min(chunk, std::max<std::int64_t>(b * len, 1)), want_grad, head_sum);
   return {outs[0], outs[1].view({b, len}), outs[2].view({b, len})};
 }
 
