@@ -114,15 +114,30 @@ Qkv Eagle3Head::step_qkv(std::int64_t l, const torch::Tensor& ids, const torch::
     return project_qkv(*layer(l).self_attn, cfg_, layer_input(l, emb, state_, h_), inv_freq_, positions_);
   };
   if (cfg_.recompute != RecomputeMode::layer) return qkv_of(ids, state, h, positions);
-  // Kept: the state (the previous step's output, alive anyway), the ids and the positions; the
-  // embedding, the norms, the projections and RoPE are made again in backward.
-  auto outs = recompute(
-      [qkv_of](const std::vector<torch::Tensor>& x) {
-        auto r = qkv_of(x[0], x[1], x[2], x[3]);
-        return std::vector<torch::Tensor>{r.q, r.k, r.v};
+  auto& lay = layer(l);
+  if (lay.self_attn->q_norm) {
+    // Qwen3-style q/k norms read the projections: the whole half is made again in backward.
+    auto outs = recompute(
+        [qkv_of](const std::vector<torch::Tensor>& x) {
+          auto r = qkv_of(x[0], x[1], x[2], x[3]);
+          return std::vector<torch::Tensor>{r.q, r.k, r.v};
+        },
+        {ids, state, h, positions}, lay.parameters());
+    return {outs[0], outs[1], outs[2]};
+  }
+  // Kept: the state (the previous step's output, alive anyway), the ids and h; the embedding, the
+  // input norms and their concatenation are made again in backward, q/k/v projected once (their
+  // RoPE keeps only its cos/sin).
+  std::vector<torch::Tensor> norms{lay.input_layernorm->weight};
+  if (lay.hidden_norm) norms.push_back(lay.hidden_norm->weight);
+  const auto& attn = *lay.self_attn;
+  auto flat = recompute_input(
+      [this, l](const std::vector<torch::Tensor>& x) {
+        auto emb = l == 0 ? embed(x[0]) : torch::Tensor();
+        return std::vector<torch::Tensor>{layer_input(l, emb, x[1], x[2])};
       },
-      {ids, state, h, positions}, layer(l).parameters());
-  return {outs[0], outs[1], outs[2]};
+      {ids, state, h}, norms, {attn.q_proj->weight, attn.k_proj->weight, attn.v_proj->weight});
+  return heads_of_projections(attn, cfg_, flat[0], flat[1], flat[2], inv_freq_, positions);
 }
 
 std::pair<torch::Tensor, torch::Tensor> Eagle3Head::step_finish(std::int64_t l, const torch::Tensor& h,
@@ -217,14 +232,15 @@ HeadStepOutput Eagle3Head::train_step_forward(const HeadInputs& in, const torch:
   std::vector<torch::Tensor> rows;
   auto prefix_ok = torch::ones_like(in.input_ids, torch::TensorOptions().dtype(torch::kBool));
   const auto teacher_logits = in.teacher_logits.contiguous();  // one copy at most, shared by the steps
+  StepLossSum head_sum;                                        // the steps' LM-head gradient, summed
   unroll(in, [&](std::int64_t k, const StepResult& r) {
     // Teacher of step k at t: the target's distribution at t+1+k (restricted to the draft ids), made
     // per chunk with the logits and the loss in step_loss (model/fused_loss.h).
     auto target_next = shift_left(in.target_argmax, k + 1, 0.0);
     auto valid = in_document_mask(in.loss_mask, in.document_ids, k) & t2d.index({target_next});
     auto scale = std::pow(cfg_.ttt_loss_decay, static_cast<double>(k)) / den[k];
-    auto step =
-        step_loss(cfg_.loss, r.normed, lm_head->weight, teacher_logits, k + 1, valid, scale, cfg_.loss_chunk_size);
+    auto step = step_loss(cfg_.loss, r.normed, lm_head->weight, teacher_logits, k + 1, valid, scale,
+                          cfg_.loss_chunk_size, &head_sum);
     loss = loss + step.weighted;
     auto correct = draft_ids.index({step.argmax}) == target_next;
     rows.push_back(metric_row(valid, correct, prefix_ok, step.position_loss));

@@ -32,7 +32,9 @@ HeadAttentionImpl::HeadAttentionImpl(const HeadConfig& cfg, std::int64_t input_s
 
 HeadMlpImpl::HeadMlpImpl(const HeadConfig& cfg) {
   EAGLE_CHECK(cfg.hidden_act == "silu", Error(ErrorKind::usage, "unsupported hidden_act for the draft head")
-                                            .place("hidden_act").expected("silu").found(cfg.hidden_act));
+                                            .place("hidden_act")
+                                            .expected("silu")
+                                            .found(cfg.hidden_act));
   gate_proj = register_module("gate_proj", linear(cfg.hidden_size, cfg.intermediate_size));
   up_proj = register_module("up_proj", linear(cfg.hidden_size, cfg.intermediate_size));
   down_proj = register_module("down_proj", linear(cfg.intermediate_size, cfg.hidden_size));
@@ -55,14 +57,21 @@ torch::Tensor HeadLayerImpl::finish(const torch::Tensor& residual, const torch::
 
 Qkv project_qkv(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& x,
                 const torch::Tensor& inv_freq, const torch::Tensor& positions) {
-  const auto b = x.size(0), t = x.size(1), d = cfg.head_dim;
-  auto q = torch::linear(x, attn.q_proj->weight).view({b, t, cfg.num_attention_heads, d}).transpose(1, 2);
-  auto k = torch::linear(x, attn.k_proj->weight).view({b, t, cfg.num_key_value_heads, d}).transpose(1, 2);
+  return heads_of_projections(attn, cfg, torch::linear(x, attn.q_proj->weight), torch::linear(x, attn.k_proj->weight),
+                              torch::linear(x, attn.v_proj->weight), inv_freq, positions);
+}
+
+Qkv heads_of_projections(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& q_flat,
+                         const torch::Tensor& k_flat, const torch::Tensor& v_flat, const torch::Tensor& inv_freq,
+                         const torch::Tensor& positions) {
+  const auto b = q_flat.size(0), t = q_flat.size(1), d = cfg.head_dim;
+  auto q = q_flat.view({b, t, cfg.num_attention_heads, d}).transpose(1, 2);
+  auto k = k_flat.view({b, t, cfg.num_key_value_heads, d}).transpose(1, 2);
   if (attn.q_norm) {  // Qwen3-style layer: each head's q and k normalised before RoPE
     q = attn.q_norm->forward(q);
     k = attn.k_norm->forward(k);
   }
-  auto v = torch::linear(x, attn.v_proj->weight).view({b, t, cfg.num_key_value_heads, d}).transpose(1, 2);
+  auto v = v_flat.view({b, t, cfg.num_key_value_heads, d}).transpose(1, 2);
   auto [cos, sin] = rope_cos_sin(inv_freq, positions, q.scalar_type(), rope_attention_factor(cfg.rope));
   return {apply_rope(q, cos, sin), apply_rope(k, cos, sin), v};
 }

@@ -131,10 +131,86 @@ class Recompute : public torch::autograd::Function<Recompute> {
   }
 };
 
-}  // namespace
+// x = fn(inputs)[0] made again in backward, the projections y_j = linear(x, W_j) once.
+class RecomputeInput : public torch::autograd::Function<RecomputeInput> {
+ public:
+  // all: fn's inputs, its parameters, then the weights.
+  static variable_list forward(AutogradContext* ctx, at::TensorList all, c10::intrusive_ptr<Recorded> rec,
+                               std::int64_t n_weights) {
+    const auto n_in = static_cast<std::ptrdiff_t>(rec->n_inputs), n_w = static_cast<std::ptrdiff_t>(n_weights);
+    std::vector<torch::Tensor> inputs(all.begin(), all.begin() + n_in), kept(inputs);
+    std::vector<torch::Tensor> ys;
+    {
+      AutocastAs same(*rec);
+      const auto x = rec->fn(inputs).at(0);
+      for (auto w = all.end() - n_w; w != all.end(); ++w) {
+        ys.push_back(torch::linear(x, *w));
+        kept.push_back(*w);
+      }
+    }
+    ctx->save_for_backward(kept);
+    ctx->set_materialize_grads(false);
+    ctx->saved_data["n_all"] = static_cast<std::int64_t>(all.size());
+    ctx->saved_data["fn"] = c10::IValue::make_capsule(rec);
+    return ys;
+  }
 
-std::vector<torch::Tensor> recompute(const TensorFunction& fn, const std::vector<torch::Tensor>& inputs,
-                                     const std::vector<torch::Tensor>& params) {
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto rec = c10::static_intrusive_pointer_cast<Recorded>(ctx->saved_data["fn"].toCapsule());
+    const auto saved = ctx->get_saved_variables();
+    const auto n_all = static_cast<std::size_t>(ctx->saved_data["n_all"].toInt());
+    const auto n_in = rec->n_inputs, n_w = saved.size() - n_in, first_w = n_all - n_w;
+    std::vector<torch::Tensor> inputs, wrt;
+    std::vector<std::size_t> wrt_index;
+    for (std::size_t i = 0; i < n_in; ++i) {
+      auto x = saved[i].detach();
+      if (ctx->needs_input_grad(i) && x.is_floating_point()) {
+        x.requires_grad_(true);
+        wrt.push_back(x);
+        wrt_index.push_back(i);
+      }
+      inputs.push_back(x);
+    }
+    for (std::size_t j = 0; j < rec->params.size(); ++j)
+      if (ctx->needs_input_grad(n_in + j) && rec->params[j].requires_grad()) {
+        wrt.push_back(rec->params[j]);
+        wrt_index.push_back(n_in + j);
+      }
+    torch::Tensor x;  // in the projections' dtype, with its graph back to the inputs
+    {
+      torch::AutoGradMode grad_on(true);
+      AutocastAs same(*rec);
+      x = rec->fn(inputs).at(0);
+      const auto dt = x.scalar_type();
+      const bool cast = rec->autocast && (dt == at::kFloat || dt == at::kHalf || dt == at::kBFloat16);
+      if (cast) x = x.to(rec->autocast_dtype);
+    }
+    c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
+    variable_list out(n_all + 2);  // one per tensor of `all`, and the undefined ones of rec and n_weights
+    torch::Tensor gx;
+    {
+      torch::NoGradGuard no_grad;
+      const auto x2 = x.detach().reshape({-1, x.size(-1)});
+      for (std::size_t j = 0; j < n_w && j < grads.size(); ++j) {
+        if (!grads[j].defined()) continue;
+        const auto& w = saved[n_in + j];
+        const auto w_c = w.to(x.scalar_type());
+        const auto g2 = grads[j].to(x.scalar_type()).reshape({-1, w.size(0)});
+        if (ctx->needs_input_grad(first_w + j)) out[first_w + j] = g2.t().mm(x2).to(w.scalar_type());
+        auto part = g2.mm(w_c);
+        gx = gx.defined() ? gx.add_(part) : part;
+      }
+    }
+    if (!gx.defined() || wrt.empty() || !x.requires_grad()) return out;
+    auto g = torch::autograd::grad({x}, wrt, {gx.view(x.sizes())}, /*retain_graph=*/false, /*create_graph=*/false,
+                                   /*allow_unused=*/true);
+    for (std::size_t i = 0; i < wrt_index.size(); ++i) out[wrt_index[i]] = g[i];
+    return out;
+  }
+};
+
+c10::intrusive_ptr<Recorded> record(const TensorFunction& fn, const std::vector<torch::Tensor>& inputs,
+                                    const std::vector<torch::Tensor>& params) {
   auto rec = c10::make_intrusive<Recorded>();
   rec->fn = fn;
   rec->n_inputs = inputs.size();
@@ -147,9 +223,26 @@ std::vector<torch::Tensor> recompute(const TensorFunction& fn, const std::vector
   }
   rec->autocast = at::autocast::is_autocast_enabled(rec->device);
   rec->autocast_dtype = at::autocast::get_autocast_dtype(rec->device);
+  return rec;
+}
+
+}  // namespace
+
+std::vector<torch::Tensor> recompute(const TensorFunction& fn, const std::vector<torch::Tensor>& inputs,
+                                     const std::vector<torch::Tensor>& params) {
   std::vector<torch::Tensor> all(inputs);
   all.insert(all.end(), params.begin(), params.end());
-  return Recompute::apply(at::TensorList(all), rec);
+  return Recompute::apply(at::TensorList(all), record(fn, inputs, params));
+}
+
+std::vector<torch::Tensor> recompute_input(const TensorFunction& fn, const std::vector<torch::Tensor>& inputs,
+                                           const std::vector<torch::Tensor>& params,
+                                           const std::vector<torch::Tensor>& weights) {
+  std::vector<torch::Tensor> all(inputs);
+  all.insert(all.end(), params.begin(), params.end());
+  all.insert(all.end(), weights.begin(), weights.end());
+  return RecomputeInput::apply(at::TensorList(all), record(fn, inputs, params),
+                               static_cast<std::int64_t>(weights.size()));
 }
 
 }  // namespace eagle::model

@@ -84,10 +84,12 @@ MemoryEstimate estimate_step_memory(const StepShape& s) {
     if (mode == model::RecomputeMode::off) per_step += (att + 4 * i) * a + 3 * h * kF32;
   }
   if (!chunked) per_step += 2 * vd * kF32;
-  // Backward's working memory at its peak (the last step, whose kept tensors are freed as it goes):
-  // recomputed, one layer's post-attention activations and their gradients; kept, the gradients
-  // flowing into q/k/v and the states; plus the loss's working tensors (about six [chunk, V_d] fp32
-  // copies; unchunked one [tokens, V_d]).
+  // The chunked loss makes its gradients in the forward: the unroll's one fp32 sum of the LM head's.
+  const double head_grad_sum = chunked ? vd * h * kF32 : 0.0;
+  // Working memory at the step's peak: backward's (the last step, whose kept tensors are freed as it
+  // goes): recomputed, one layer's post-attention activations and their gradients; kept, the
+  // gradients flowing into q/k/v and the states; plus the loss's working tensors (about six
+  // [chunk, V_d] fp32 copies, in the forward when chunked; unchunked one [tokens, V_d] in backward).
   const double step_work = (mode == model::RecomputeMode::off ? (qkv + 4 * h) : (4 * i + 3 * h)) * a * n;
   const double loss_work = chunked ? 6 * chunk * vd * kF32 : n * vd * kF32;
   const double p_head = head_parameters(c);
@@ -116,7 +118,8 @@ MemoryEstimate estimate_step_memory(const StepShape& s) {
     add("target forward (working)", target_work, true);
   }
   // + the FC's fp32 copy of stored (non-fp32) features, autocast's bf16 copy of it, the FC's output.
-  const double kept = k * per_step * n + n * ((tb != kF32 ? aux * kF32 : 0.0) + (s.bf16 ? aux * 2 : 0.0) + 2 * h * a);
+  const double kept = k * per_step * n + head_grad_sum +
+                      n * ((tb != kF32 ? aux * kF32 : 0.0) + (s.bf16 ? aux * 2 : 0.0) + 2 * h * a);
   add("head activations kept for backward", kept, true);
   add("head backward (working)", step_work + loss_work, true);
   double resident = 0;

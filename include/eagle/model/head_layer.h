@@ -57,6 +57,11 @@ struct Qkv {
 };
 Qkv project_qkv(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& x,
                 const torch::Tensor& inv_freq, const torch::Tensor& positions);
+// The same from the projections x q_proj^T, x k_proj^T, x v_proj^T [B, T, heads * d] made elsewhere
+// (recompute_input: their input made again in backward, the projections not).
+Qkv heads_of_projections(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& q_flat,
+                         const torch::Tensor& k_flat, const torch::Tensor& v_flat, const torch::Tensor& inv_freq,
+                         const torch::Tensor& positions);
 // [B, h, T, d] -> o_proj([B, T, h*d])
 torch::Tensor attention_output(const HeadAttentionImpl& attn, const torch::Tensor& a);
 

@@ -15,8 +15,10 @@ namespace eagle::model {
 
 // What the EAGLE-3 TTT unroll recomputes in backward instead of keeping for every step:
 // off: nothing (every step's activations kept); mlp: each layer's post-attention half (o_proj, the
-// residual, the post-attention norm, the MLP) and the final norm; layer: also the pre-attention half
-// (the embedding lookup, the input norms, q/k/v and RoPE). The attention itself is never recomputed.
+// residual, the post-attention norm, the MLP) and the final norm; layer: also the pre-attention
+// half's input (the embedding lookup, the input norms, the concatenation; q/k/v are projected once,
+// their weights' gradients made from the recomputed input: recompute_input). The attention itself
+// is never recomputed.
 enum class RecomputeMode { off, mlp, layer };
 RecomputeMode parse_recompute_mode(const std::string& name);  // Error(usage) when not off, mlp or layer
 std::string recompute_mode_name(RecomputeMode mode);
@@ -30,5 +32,15 @@ using TensorFunction = std::function<std::vector<torch::Tensor>(const std::vecto
 // (ids, positions) pass through without gradients. No host synchronisation: graph-capture safe.
 std::vector<torch::Tensor> recompute(const TensorFunction& fn, const std::vector<torch::Tensor>& inputs,
                                      const std::vector<torch::Tensor>& params);
+
+// Projections of a recomputed input: x = fn(inputs)[0] (cheap: an embedding, norms, a
+// concatenation) is not kept but made again in backward; y_j = torch::linear(x, weights[j]) are made
+// once: their backward needs only x and the weights, so the projections' gradient matmuls run once in
+// backward, from the recomputed x, and the projections themselves are not run again (what
+// recompute() would do). Under autocast the matmuls run in the autocast dtype, as torch::linear's.
+// params: the tensors fn reads that are trained (not the weights). Graph-capture safe.
+std::vector<torch::Tensor> recompute_input(const TensorFunction& fn, const std::vector<torch::Tensor>& inputs,
+                                           const std::vector<torch::Tensor>& params,
+                                           const std::vector<torch::Tensor>& weights);
 
 }  // namespace eagle::model
