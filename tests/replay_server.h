@@ -2,8 +2,11 @@
 // (scripts/record_vllm_server.py, tests/fixtures/vllm-server/): GET /health, GET /v1/models and
 // POST /v1/completions answered with the recorded bodies; each completion copies the recorded
 // hidden-states file into the server's storage folder under a fresh name beside its .lock, as
-// vLLM's ExampleHiddenStatesConnector does, and answers that path. A thread with a socket on
-// 127.0.0.1, stopped (connections refused) by stop() or the destructor.
+// vLLM's ExampleHiddenStatesConnector does, and answers that path. A fixture without hidden_states/
+// is a recorded generation server (record_vllm_server.py --generate): each completion is answered
+// with the response recorded for exactly its request body (any other body: HTTP 400 "no recorded
+// answer", so a changed request format fails). A thread with a socket on 127.0.0.1, stopped
+// (connections refused) by stop() or the destructor.
 #pragma once
 
 #include <arpa/inet.h>
@@ -13,8 +16,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -32,13 +37,17 @@ class ReplayServer {
       : fixture_(fixture), storage_(storage) {
     std::filesystem::create_directories(storage_);
     models_ = slurp(fixture_ / "models.json");
+    generation_ = !std::filesystem::exists(fixture_ / "hidden_states");
     std::ifstream in(fixture_ / "responses.jsonl");
     std::size_t row = 0;
     for (std::string line; std::getline(in, line); ++row) {
       if (line.empty()) continue;
       const auto rec = nlohmann::json::parse(line);
-      records_[rec["request"]["prompt"].get<std::vector<std::int64_t>>()] = {
-          nlohmann::json::parse(rec["response"].get<std::string>()), row};
+      auto answer = nlohmann::json::parse(rec["response"].get<std::string>());
+      if (generation_)
+        answers_[rec["request"].dump()] = {rec.value("status", 200), std::move(answer)};
+      else
+        records_[rec["request"]["prompt"].get<std::vector<std::int64_t>>()] = {std::move(answer), row};
     }
     start();
   }
@@ -48,10 +57,18 @@ class ReplayServer {
 
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
   int port() const { return port_; }
-  // Completion requests answered so far.
+  // Completion requests answered so far, and received so far.
   int completions() const { return completions_; }
+  int requests() const { return requests_; }
   // Answers every completion with this HTTP status instead (0: the recorded answer).
   void fail_with(int status) { fail_status_ = status; }
+  // Holds every completion answer this long first (a server busy generating; stop() ends the wait).
+  void delay_answers(int ms) { delay_ms_ = ms; }
+  // Answers completions with this HTTP status once `answered` completions were answered.
+  void fail_after(int answered, int status) {
+    fail_after_ = answered;
+    fail_later_status_ = status;
+  }
   // Edits every recorded completion answer before it is sent (e.g. to drop a field).
   void edit_answers(std::function<void(nlohmann::json&)> f) {
     std::lock_guard lock(mu_);
@@ -121,8 +138,14 @@ class ReplayServer {
     if (req.rfind("GET /health ", 0) == 0) return reply(fd, 200, "");
     if (req.rfind("GET /v1/models ", 0) == 0) return reply(fd, 200, models_);
     if (req.rfind("POST /v1/completions ", 0) != 0) return reply(fd, 404, R"({"error": "no such route"})");
+    ++requests_;
     if (fail_status_ != 0) return reply(fd, fail_status_, R"({"error": "replayed failure"})");
+    if (fail_later_status_ != 0 && completions_ >= fail_after_)
+      return reply(fd, fail_later_status_, R"({"error": "replayed failure"})");
+    for (int waited = 0; waited < delay_ms_ && !stopping_; waited += 10)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     const auto j = nlohmann::json::parse(body);
+    if (generation_) return answer_generation(fd, j);
     const auto it = records_.find(j["prompt"].get<std::vector<std::int64_t>>());
     if (it == records_.end()) return reply(fd, 400, R"({"error": "no recorded answer for this prompt"})");
     auto answer = it->second.first;
@@ -136,6 +159,18 @@ class ReplayServer {
       if (edit_) edit_(answer);
     }
     reply(fd, 200, answer.dump());
+  }
+
+  void answer_generation(int fd, const nlohmann::json& request) {
+    const auto it = answers_.find(request.dump());
+    if (it == answers_.end()) return reply(fd, 400, R"({"error": "no recorded answer for this request"})");
+    auto answer = it->second.second;
+    ++completions_;
+    {
+      std::lock_guard lock(mu_);
+      if (edit_) edit_(answer);
+    }
+    reply(fd, it->second.first, answer.dump());
   }
 
   static void reply(int fd, int status, const std::string& body) {
@@ -153,9 +188,11 @@ class ReplayServer {
   std::filesystem::path fixture_, storage_;
   std::string models_;
   std::map<std::vector<std::int64_t>, std::pair<nlohmann::json, std::size_t>> records_;
+  bool generation_ = false;
+  std::map<std::string, std::pair<int, nlohmann::json>> answers_;  // request body (dumped): status, answer
   int listen_fd_ = -1, port_ = 0;
   std::atomic<bool> stopping_{false};
-  std::atomic<int> completions_{0}, fail_status_{0};
+  std::atomic<int> completions_{0}, fail_status_{0}, fail_after_{0}, fail_later_status_{0}, delay_ms_{0}, requests_{0};
   std::mutex mu_;
   std::function<void(nlohmann::json&)> edit_;
   std::thread thread_;

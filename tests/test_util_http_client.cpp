@@ -1,12 +1,15 @@
 // The HTTP client of --target_server: URLs parsed or refused by name, a refused connection and a
-// server that never answers end by their deadline with an error naming the URL and the path.
+// server that never answers end by their deadline with an error naming the URL and the path; a
+// cancelled request ends at once.
 #include <catch2/catch.hpp>
 
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
+#include <thread>
 
 #include "eagle/util/error.h"
 #include "eagle/util/http_client.h"
@@ -54,4 +57,38 @@ TEST_CASE("a refused connection and a silent server end by the deadline, naming 
   } catch (const Error& e) {
     CHECK_THAT(e.format(), Catch::Contains("cannot connect to the server"));
   }
+}
+
+TEST_CASE("a cancelled request ends within 100 ms as interrupted, naming the URL, long before its deadline", "[util]") {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  REQUIRE(::listen(fd, 4) == 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const auto url = util::parse_http_url("http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)));
+  std::atomic<bool> cancel{false};
+  std::chrono::steady_clock::time_point cancelled;
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    cancelled = std::chrono::steady_clock::now();
+    cancel = true;
+  });
+  try {
+    util::http_request(url, "POST", "/v1/completions", "{}", 60, &cancel);
+    FAIL("no error");
+  } catch (const Error& e) {
+    const auto waited = std::chrono::steady_clock::now() - cancelled;
+    CHECK(e.exit_code() == ExitCode::interrupted);
+    CHECK_THAT(e.format(),
+               Catch::Contains("cancelled") && Catch::Contains(url.text) && Catch::Contains("/v1/completions"));
+    CHECK(waited < std::chrono::milliseconds(100));
+  }
+  canceller.join();
+  // Not cancelled, the same request waits for its deadline as before.
+  cancel = false;
+  CHECK_THROWS_WITH(util::http_request(url, "GET", "/health", "", 0.2, &cancel), Catch::Contains("timed out"));
+  ::close(fd);
 }

@@ -17,12 +17,14 @@
 #include "eagle/data/sample_writer.h"
 #include "eagle/device/runtime.h"
 #include "eagle/generate/generate.h"
+#include "eagle/generate/server_generate.h"
 #include "eagle/model/target.h"
 #include "eagle/run/dir_lock.h"
 #include "eagle/run/signals.h"
 #include "eagle/util/error.h"
 #include "eagle/util/fs_sync.h"
 #include "eagle/util/log.h"
+#include "eagle/util/server_client.h"
 
 namespace eagle::cli {
 namespace {
@@ -31,20 +33,45 @@ constexpr double kCommitIntervalS = 1.0;  // at most this much finished work is 
 
 // Everything the output depends on; a resumed run must match it (batch size, device and threads may
 // change between runs).
+// With --target_server one more key (the servers may change between runs, not that a server writes).
 nlohmann::json output_settings(const config::Options& o, const data::Dataset& ds,
                                const std::vector<std::int64_t>& end_ids) {
-  return {{"model_name_or_path", o.model_name_or_path},
-          {"target_dtype", config::name_of(o.target_dtype)},
-          {"data_path", o.data_path},
-          {"samples", ds.size()},
-          {"tokens", ds.total_tokens()},
-          {"training_seq_len", o.training_seq_len},
-          {"overlong_policy", config::name_of(o.overlong_policy)},
-          {"max_new_tokens", o.max_new_tokens},
-          {"temperature", o.temperature},
-          {"top_p", o.top_p},
-          {"seed", o.seed},
-          {"end_ids", end_ids}};
+  nlohmann::json j{{"model_name_or_path", o.model_name_or_path},
+                   {"target_dtype", config::name_of(o.target_dtype)},
+                   {"data_path", o.data_path},
+                   {"samples", ds.size()},
+                   {"tokens", ds.total_tokens()},
+                   {"training_seq_len", o.training_seq_len},
+                   {"overlong_policy", config::name_of(o.overlong_policy)},
+                   {"max_new_tokens", o.max_new_tokens},
+                   {"temperature", o.temperature},
+                   {"top_p", o.top_p},
+                   {"seed", o.seed},
+                   {"end_ids", end_ids}};
+  if (!o.target_server.empty()) j["target"] = "server";
+  return j;
+}
+
+util::ServerSettings server_settings(const config::Options& o) {
+  util::ServerSettings s{o.target_server, o.generate_batch_size, static_cast<double>(o.target_server_timeout_s),
+                         o.target_server_retries, /*rank=*/0};
+  s.resume = "rerun the same command to continue where it stopped";
+  s.log_area = "generate";
+  return s;
+}
+
+// The servers answer and serve a context of at least training_seq_len (else replies would be cut
+// elsewhere than in-process, or refused).
+util::ServedModel check_generate_servers(const config::Options& o) {
+  const auto served = util::check_servers(server_settings(o));
+  EAGLE_CHECK(served.max_model_len == 0 || served.max_model_len >= o.training_seq_len,
+              Error(ErrorKind::input, "the server's context is shorter than training_seq_len")
+                  .file(o.target_server)
+                  .place("/v1/models: data[0].max_model_len")
+                  .expected(fmt::format("at least training_seq_len {}", o.training_seq_len))
+                  .found(std::to_string(served.max_model_len))
+                  .hint("start vLLM with --max-model-len of at least training_seq_len (or lower training_seq_len)"));
+  return served;
 }
 
 // Temporaries of the progress file a killed run left beside the output: under the lock no live
@@ -78,8 +105,8 @@ void run_generate(const config::Options& opts, const Invocation& argv) {
     lock.emplace(opts.output + ".lock", "the generate output", /*beside_output=*/true);
     remove_leftovers(opts.output);
   }
+  const bool server = !opts.target_server.empty();
   device::configure_runtime(opts);
-  const torch::Device device = device::resolve_device(opts.device);
   // The config alone first: the data is checked against its vocabulary, and the output's settings
   // (end ids) before the weights load.
   const auto config = model::TargetConfig::from_model_dir(opts.model_name_or_path);
@@ -108,16 +135,22 @@ void run_generate(const config::Options& opts, const Invocation& argv) {
               opts.output, counts.samples, counts.regenerated, counts.copied, counts.dropped);
     return;
   }
+  // With servers the weights are never loaded: the config and the end ids above are all it reads.
+  const auto served = server ? std::optional(check_generate_servers(opts)) : std::nullopt;
   data::SampleWriter writer(opts.output, output_settings(opts, dataset, end_ids));
   auto counts = data::RegenerationCounts::from_json(writer.resumed_counts(), opts.output + data::kProgressSuffix);
   const auto first = writer.samples_done();
-  auto target = model::load_target(opts, device);
+  std::optional<model::TargetModel> target;
+  if (!server) target.emplace(model::load_target(opts, device::resolve_device(opts.device)));
   const auto settings = generate::GenerateSettings::from(opts, end_ids);
   log::info("generate",
-            "{} samples from {} ({} done before), {} rows, context {}, up to {} tokens per reply, {}, "
+            "{} samples from {} ({} done before), {}, context {}, up to {} tokens per reply, {}, "
             "end ids [{}]",
-            dataset.size(), opts.data_path, first, settings.batch_size, settings.limits.context,
-            settings.limits.max_new_tokens,
+            dataset.size(), opts.data_path, first,
+            server ? fmt::format("written by the server {} (model \"{}\"), {} requests in flight", opts.target_server,
+                                 served->id, settings.batch_size)
+                   : fmt::format("{} rows", settings.batch_size),
+            settings.limits.context, settings.limits.max_new_tokens,
             opts.temperature > 0 ? fmt::format("temperature {} top_p {}", opts.temperature, opts.top_p) : "greedy",
             fmt::join(end_ids, ", "));
 
@@ -135,7 +168,16 @@ void run_generate(const config::Options& opts, const Invocation& argv) {
       last_commit = now;
     }
   };
-  const auto result = generate::generate(target, dataset, first, settings, emit, [&] { return signals.requested(); });
+  auto stop = [&] { return signals.requested(); };
+  generate::GenerateResult result;
+  try {
+    result = server
+                 ? generate::generate_from_server(server_settings(opts), *served, dataset, first, settings, emit, stop)
+                 : generate::generate(*target, dataset, first, settings, emit, stop);
+  } catch (const Error&) {
+    writer.commit(counts.to_json());  // the samples emitted before the failure stay done
+    throw;
+  }
   if (result.interrupted) {
     writer.commit(counts.to_json());
     throw Error(ErrorKind::interrupted, fmt::format("stopped by {} after {} of {} samples", signals.signal_name(),

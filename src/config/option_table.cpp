@@ -82,22 +82,24 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::features_path, "features_path", G::data, kTrain | kEval,
         "Train or evaluate from stored target features instead of running the target in every step: a folder "
         "written by dump-features, or a speculators offline data folder (docs/offline.md); empty: run the target");
-  t.add(&Options::target_server, "target_server", G::data, kTrain | kEval,
+  t.add(&Options::target_server, "target_server", G::data, kTrain | kEval | kGenerate,
         "Train or evaluate from target features computed per sample by vLLM servers (speculative method "
         "extract_hidden_states with the ExampleHiddenStatesConnector; docs/offline.md): http://HOST:PORT, several "
-        "comma-separated for data-parallel replicas; the trainer must read the server's shared_storage_path")
+        "comma-separated for data-parallel replicas; the trainer must read the server's shared_storage_path. "
+        "generate: the replies are written by these (plain) vLLM servers instead of the target in-process")
       .check([](const std::string& v, const Options& o) {
         return v.empty() || o.features_path.empty() ? std::string() : std::string("empty with features_path");
       });
   t.add(&Options::target_server_inflight, "target_server_inflight", G::data, kTrain | kEval,
         "target_server: requests in flight at once, also the samples fetched ahead of the step")
       .range(1, 1024);
-  t.add(&Options::target_server_timeout_s, "target_server_timeout_s", G::data, kTrain | kEval,
-        "target_server: seconds one request may take, the wait for its file included, before it is tried again")
+  t.add(&Options::target_server_timeout_s, "target_server_timeout_s", G::data, kTrain | kEval | kGenerate,
+        "target_server: seconds one request may take, the wait for its file included (generate: one whole "
+        "reply), before it is tried again")
       .range(1, kMaxTimeoutS);
-  t.add(&Options::target_server_retries, "target_server_retries", G::data, kTrain | kEval,
+  t.add(&Options::target_server_retries, "target_server_retries", G::data, kTrain | kEval | kGenerate,
         "target_server: tries after a failed request (backoff 1, 2, 4, ... 30 s); then the run ends with a "
-        "checkpoint and exit 4")
+        "checkpoint (generate: the samples written so far) and exit 4")
       .range(0, 1000);
   t.add(&Options::features_dtype, "features_dtype", G::data, kDump,
         "dump-features: dtype of the stored hidden states; auto: the dtype the target runs in (the teacher is then "
@@ -265,7 +267,9 @@ std::vector<OptionEntry> declare_options() {
       .range(0.0, 1.0)
       .check([](double v, const Options&) { return v > 0.0 && v <= 1.0 ? "" : "a number in (0, 1]"; });
   t.add(&Options::generate_batch_size, "generate_batch_size", G::generate, kGenerate,
-        "Sequences generated together (rows of the KV cache); a finished row takes the next sample")
+        "Sequences generated together (rows of the KV cache); a finished row takes the next sample. With "
+        "target_server: the completion requests in flight at once (keep it at or above the servers' "
+        "max-num-seqs summed over the URLs)")
       .range(1, 4096);
   // log
   t.add(&Options::logging_steps, "logging_steps", G::log, kTrain,

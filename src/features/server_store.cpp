@@ -47,9 +47,9 @@ struct ServerFeatures::Impl {
     std::int64_t consumed = 0;         // tokens read so far
   };
 
-  ServerSettings settings;
+  util::ServerSettings settings;
   std::vector<util::HttpUrl> urls;
-  ServedModel model;
+  util::ServedModel model;
   std::vector<std::int32_t> ids;      // every store sample's token ids, concatenated
   std::vector<std::int64_t> offsets;  // sample s: ids[offsets[s], offsets[s + 1])
   mutable FeatureLayout layout;       // its dtype set by the probe (in the constructor)
@@ -77,7 +77,7 @@ struct ServerFeatures::Impl {
   void fetch(Entry& e) const {
     const std::string what = fmt::format("the hidden states of sample {}", e.sample);
     std::int64_t retries = 0;
-    with_retries(
+    util::with_retries(
         settings, what,
         [&](std::int64_t) {
           const util::HttpUrl* url;
@@ -103,8 +103,8 @@ struct ServerFeatures::Impl {
         {"prompt", std::vector<std::int32_t>(ids.begin() + offsets[e.sample], ids.begin() + offsets[e.sample + 1])},
         {"max_tokens", 1},
         {"return_token_ids", true}};
-    const auto j = parse_json(url, "/v1/completions",
-                              try_request(url, "POST", "/v1/completions", body.dump(), settings.timeout_s));
+    const auto j = util::parse_json(url, "/v1/completions",
+                                    util::try_request(url, "POST", "/v1/completions", body.dump(), settings.timeout_s));
     const auto* kv =
         j.contains("kv_transfer_params") && j["kv_transfer_params"].is_object() ? &j["kv_transfer_params"] : nullptr;
     EAGLE_CHECK(kv && kv->contains("hidden_states_path") && (*kv)["hidden_states_path"].is_string(),
@@ -218,7 +218,7 @@ struct ServerFeatures::Impl {
   }
 };
 
-ServerFeatures::ServerFeatures(ServerSettings settings, ServedModel model,
+ServerFeatures::ServerFeatures(util::ServerSettings settings, util::ServedModel model,
                                const std::vector<const data::Dataset*>& splits, std::int64_t hidden_size,
                                std::int64_t n_aux)
     : impl_(std::make_unique<Impl>()) {

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -19,6 +20,7 @@ namespace eagle::util {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+constexpr long long kCancelPollMs = 50;  // a cancelled request returns within this (and the answer's parsing)
 
 class Socket {
  public:
@@ -38,17 +40,21 @@ struct Request {
   const HttpUrl& url;
   std::string path;
   Clock::time_point deadline;
+  const std::atomic<bool>* cancel;
 
   Error fail(const std::string& what, const std::string& found = "") const {
     return Error(ErrorKind::output, what).file(url.text).place(path).found(found);
   }
-  // Waits for events on fd until the deadline; false when it passed.
+  // Waits for events on fd until the deadline; false when it passed. With a cancel flag, polls it
+  // every kCancelPollMs and throws Error(interrupted) once it is set.
   bool wait(int fd, short events) const {
     for (;;) {
+      if (cancel && cancel->load())
+        throw Error(ErrorKind::interrupted, "the request was cancelled").file(url.text).place(path);
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       if (left <= 0) return false;
       pollfd p{fd, events, 0};
-      const int r = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1 << 30)));
+      const int r = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, cancel ? kCancelPollMs : 1 << 30)));
       if (r > 0) return true;
       if (r < 0 && errno != EINTR) throw fail("poll failed", std::strerror(errno));
     }
@@ -226,10 +232,10 @@ std::vector<HttpUrl> parse_http_urls(const std::string& list) {
 }
 
 HttpResponse http_request(const HttpUrl& url, const std::string& method, const std::string& path,
-                          const std::string& body, double timeout_s) {
-  const Request rq{
-      url, url.prefix + path,
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s))};
+                          const std::string& body, double timeout_s, const std::atomic<bool>* cancel) {
+  const Request rq{url, url.prefix + path,
+                   Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s)),
+                   cancel};
   Socket sock(connect_to(rq));
   const bool ipv6 = url.host.find(':') != std::string::npos;
   std::string req = method + " " + rq.path + " HTTP/1.1\r\nHost: " + (ipv6 ? "[" + url.host + "]" : url.host) + ":" +

@@ -5,6 +5,7 @@
 // The tensor side (src/train/generate.cpp) only feeds pending() to the target and accept()s tokens.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -56,6 +57,12 @@ class Regeneration {
   // (then the template's tokens after the source reply's end id follow), at max_new_tokens or at the
   // context limit, and then starts the next turn or finishes the sample.
   void accept(TokenId token);
+  // Tokens the current reply may still take before max_new_tokens or the context limit ends it (at
+  // least 1 while generating): the max_tokens of a server's completion request.
+  std::int64_t reply_budget() const {
+    return std::min(limits_.max_new_tokens - reply_tokens_,
+                    limits_.context - static_cast<std::int64_t>(out_.input_ids.size()));
+  }
 
   // The output sample (the source itself when copied); complete once finished.
   const Sample& output() const { return outcome_ == Outcome::copied ? source_ : out_; }

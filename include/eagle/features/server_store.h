@@ -13,8 +13,8 @@
 
 #include "eagle/data/dataset.h"
 #include "eagle/data/sampler.h"
-#include "eagle/features/server_client.h"
 #include "eagle/features/store.h"
+#include "eagle/util/server_client.h"
 
 namespace eagle::features {
 
@@ -24,8 +24,8 @@ class ServerFeatures : public FeatureStore {
   // are copied). One probe request for the first sample checks the features against the target:
   // hidden_states of hidden_size, n_aux + 1 layer slots, token_ids equal to the prompt, a file
   // readable here (refused by name otherwise).
-  ServerFeatures(ServerSettings settings, ServedModel model, const std::vector<const data::Dataset*>& splits,
-                 std::int64_t hidden_size, std::int64_t n_aux);
+  ServerFeatures(util::ServerSettings settings, util::ServedModel model,
+                 const std::vector<const data::Dataset*>& splits, std::int64_t hidden_size, std::int64_t n_aux);
   ~ServerFeatures() override;
 
   void read(std::int64_t sample, std::int64_t pos, std::int64_t n, const std::int32_t* ids, void* aux, void* last,

@@ -2,6 +2,7 @@
 // bounded by a deadline, for the trainer's requests to a vLLM server (train --target_server).
 #pragma once
 
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -27,8 +28,10 @@ struct HttpResponse {
 // One request on a fresh connection (Connection: close); body sent as application/json when not
 // empty. Every step (resolve, connect, send, each read) ends by timeout_s after the call began.
 // Throws Error(output) naming the URL and path: cannot connect, timed out, closed early, a malformed
-// response. Any HTTP status is returned, not thrown.
+// response. Any HTTP status is returned, not thrown. A non-null `cancel` is polled at least every
+// 100 ms while waiting: once it is true, throws Error(interrupted) naming the URL and path (a long
+// generation request never delays Ctrl-C).
 HttpResponse http_request(const HttpUrl& url, const std::string& method, const std::string& path,
-                          const std::string& body, double timeout_s);
+                          const std::string& body, double timeout_s, const std::atomic<bool>* cancel = nullptr);
 
 }  // namespace eagle::util

@@ -1,14 +1,9 @@
 // The requests of --target_server (see server_client.h).
-#include "eagle/features/server_client.h"
+#include "eagle/util/server_client.h"
 
-namespace eagle::features {
+namespace eagle::util {
 
-ServerSettings ServerSettings::from(const config::Options& o, std::int64_t rank) {
-  return ServerSettings{o.target_server, o.target_server_inflight, static_cast<double>(o.target_server_timeout_s),
-                        o.target_server_retries, rank};
-}
-
-nlohmann::json parse_json(const util::HttpUrl& url, const std::string& path, const util::HttpResponse& r) {
+nlohmann::json parse_json(const HttpUrl& url, const std::string& path, const HttpResponse& r) {
   if (r.status >= 500 || r.status == 429)
     throw Transient{Error(ErrorKind::output, "the server failed the request")
                         .file(url.text)
@@ -26,17 +21,18 @@ nlohmann::json parse_json(const util::HttpUrl& url, const std::string& path, con
   return j;
 }
 
-util::HttpResponse try_request(const util::HttpUrl& url, const std::string& method, const std::string& path,
-                               const std::string& body, double timeout_s) {
+HttpResponse try_request(const HttpUrl& url, const std::string& method, const std::string& path,
+                         const std::string& body, double timeout_s, const std::atomic<bool>* cancel) {
   try {
-    return util::http_request(url, method, path, body, timeout_s);
+    return http_request(url, method, path, body, timeout_s, cancel);
   } catch (const Error& e) {
+    if (e.kind() == ErrorKind::interrupted) throw;
     throw Transient{e};
   }
 }
 
 ServedModel check_servers(const ServerSettings& s) {
-  const auto urls = util::parse_http_urls(s.urls);
+  const auto urls = parse_http_urls(s.urls);
   ServedModel out;
   auto no_stop = [](double wait_s) {
     if (wait_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(wait_s));
@@ -85,4 +81,4 @@ ServedModel check_servers(const ServerSettings& s) {
   return out;
 }
 
-}  // namespace eagle::features
+}  // namespace eagle::util

@@ -1,9 +1,10 @@
-// The requests of --target_server below the feature store (server_store.h): the settings, the
-// start-up checks of the servers (GET /health, /v1/models), JSON answers, and retries with backoff
-// for the failures worth another try.
+// The requests of --target_server to vLLM servers, for the feature store (features/server_store.h)
+// and generate (generate/server_generate.h): the settings, the start-up checks of the servers (GET
+// /health, /v1/models), JSON answers, and retries with backoff for the failures worth another try.
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -12,12 +13,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "eagle/config/options.h"
 #include "eagle/util/error.h"
 #include "eagle/util/http_client.h"
 #include "eagle/util/log.h"
 
-namespace eagle::features {
+namespace eagle::util {
 
 struct ServerSettings {
   std::string urls;           // target_server: comma-separated
@@ -25,7 +25,10 @@ struct ServerSettings {
   double timeout_s = 120;     // one request, the lock wait included
   std::int64_t retries = 5;   // per request after the first try, with backoff 1, 2, 4, ... 30 s
   std::int64_t rank = 0;      // under torchrun each rank starts at another URL
-  static ServerSettings from(const config::Options& o, std::int64_t rank);
+  // How to continue after the servers stayed down (the hint of with_retries' last error), and the
+  // log area of its warnings.
+  std::string resume = "resume with --resume_from_checkpoint auto";
+  std::string log_area = "data";
 };
 
 // What the servers serve (GET /health and /v1/models of every URL, the same model on all).
@@ -44,10 +47,11 @@ struct Transient {
 
 // The answer's JSON object: HTTP 5xx and 429 are Transient, another status than 200 and a body that
 // is not a JSON object Error(input) naming the URL and the path.
-nlohmann::json parse_json(const util::HttpUrl& url, const std::string& path, const util::HttpResponse& r);
-// util::http_request with its errors (connect, timeouts, closed connections) as Transient.
-util::HttpResponse try_request(const util::HttpUrl& url, const std::string& method, const std::string& path,
-                               const std::string& body, double timeout_s);
+nlohmann::json parse_json(const HttpUrl& url, const std::string& path, const HttpResponse& r);
+// http_request with its errors (connect, timeouts, closed connections) as Transient; a cancelled
+// request (Error interrupted) is not one.
+HttpResponse try_request(const HttpUrl& url, const std::string& method, const std::string& path,
+                         const std::string& body, double timeout_s, const std::atomic<bool>* cancel = nullptr);
 
 // Runs f with retries and backoff: a Transient failure is tried again up to s.retries times, then
 // becomes the error (exit 4: the server stays down). stop() interrupts the backoff.
@@ -60,16 +64,15 @@ auto with_retries(const ServerSettings& s, const std::string& what, F&& f, Stop&
     } catch (const Transient& t) {
       if (attempt >= s.retries || stop(0.0))
         throw Error(t.error).hint(
-            fmt::format("{} failed {} time(s); start the server again (or check --target_server) and resume "
-                        "with --resume_from_checkpoint auto",
-                        what, attempt + 1));
+            fmt::format("{} failed {} time(s); start the server again (or check --target_server) and {}", what,
+                        attempt + 1, s.resume));
       const double backoff = std::min(30.0, static_cast<double>(1LL << std::min<std::int64_t>(attempt, 5)));
-      log::warn("data", "{} (try {} of {}): {}; again in {:.0f} s", what, attempt + 1, s.retries + 1, t.error.format(),
-                backoff);
+      log::warn(s.log_area, "{} (try {} of {}): {}; again in {:.0f} s", what, attempt + 1, s.retries + 1,
+                t.error.format(), backoff);
       if (retries) ++*retries;
       if (stop(backoff)) throw Error(t.error);
     }
   }
 }
 
-}  // namespace eagle::features
+}  // namespace eagle::util
