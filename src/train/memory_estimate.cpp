@@ -87,11 +87,17 @@ MemoryEstimate estimate_step_memory(const StepShape& s) {
   // The chunked loss makes its gradients in the forward: the unroll's one fp32 sum of the LM head's.
   const double head_grad_sum = chunked ? vd * h * kF32 : 0.0;
   // Working memory at the step's peak: backward's (the last step, whose kept tensors are freed as it
-  // goes): recomputed, one layer's post-attention activations and their gradients; kept, the
-  // gradients flowing into q/k/v and the states; plus the loss's working tensors (about six
-  // [chunk, V_d] fp32 copies, in the forward when chunked; unchunked one [tokens, V_d] in backward).
-  const double step_work = (mode == model::RecomputeMode::off ? (qkv + 4 * h) : (4 * i + 3 * h)) * a * n;
+  // goes), plus the loss's working tensors (about six [chunk, V_d] fp32 copies, in the forward when
+  // chunked; unchunked one [tokens, V_d] in backward).
+  // With recomputation, backward's: the step's MLP half made again (4 x I + 3 x H) and the gradients
+  // in flight through its attention and pre-attention half (q/k/v's with the key heads expanded, the
+  // recomputed input and its gradient, the states'); the forward's last step holds one loss chunk and
+  // the gradients it makes beside it. The peak is the larger of the two; 12 x H per token is fitted
+  // to the counted peaks at T 2048 to 32768 (docs/benchmarks.md).
+  const bool recomputed = mode != model::RecomputeMode::off;
+  const double step_work = (recomputed ? 4 * i + 12 * h : qkv + 4 * h) * a * n;
   const double loss_work = chunked ? 6 * chunk * vd * kF32 : n * vd * kF32;
+  const double work = recomputed && chunked ? std::max(step_work, loss_work + 12 * h * a * n) : step_work + loss_work;
   const double p_head = head_parameters(c);
   MemoryEstimate e;
   auto add = [&](std::string name, double bytes, bool transient = false) {
@@ -121,12 +127,12 @@ MemoryEstimate estimate_step_memory(const StepShape& s) {
   const double kept = k * per_step * n + head_grad_sum +
                       n * ((tb != kF32 ? aux * kF32 : 0.0) + (s.bf16 ? aux * 2 : 0.0) + 2 * h * a);
   add("head activations kept for backward", kept, true);
-  add("head backward (working)", step_work + loss_work, true);
+  add("head backward (working)", work, true);
   double resident = 0;
   for (const auto& p : e.parts)
     if (!p.transient) resident += p.bytes;
-  e.peak = resident + std::max(target_work, kept + step_work + loss_work);
-  e.head_step = kept + step_work + loss_work;
+  e.peak = resident + std::max(target_work, kept + work);
+  e.head_step = kept + work;
   return e;
 }
 
