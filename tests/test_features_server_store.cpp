@@ -3,7 +3,8 @@
 // inside the test trains exactly as the same features read as a speculators folder; the files are
 // deleted once read; a server that is down or goes down ends the run with exit 4 (a checkpoint of
 // the last step when it went down mid-run) and the resumed run continues exactly; features of
-// another shape, a refused request and an answer without a file are refused by name.
+// another shape, a refused request and an answer without a file are refused by name; two ranks
+// under torchrun against two servers train as one rank does.
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -72,6 +73,41 @@ TEST_CASE("training against a recorded vLLM server equals training from its feat
   // 5 steps of 2 samples, and the start-up probe; every file and lock deleted once read.
   CHECK(server.completions() == 11);
   CHECK(files_in(tmp / "storage") == 0);
+}
+
+TEST_CASE("two ranks under torchrun against two servers train what one rank trains from the stored features",
+          "[features]") {
+  const auto torchrun = fs::path(test::venv_python()).parent_path() / "torchrun";
+  REQUIRE(fs::exists(torchrun));
+  test::TempDir tmp;
+  test::ReplayServer a(kFixture, tmp / "storage-a"), b(kFixture, tmp / "storage-b");
+  auto stored = server_options(tmp / "folder", "");
+  stored.data_path.clear();
+  stored.features_path = kFixture;
+  train::train(stored, {"eagle-train", "train"});
+
+  // The same run as flags: each rank plans its own half of every batch (one sample) and requests
+  // only those, starting at its own URL.
+  const std::string root = EAGLE_SOURCE_DIR;
+  const auto r = test::run_command(
+      torchrun.string() + " --standalone --nproc-per-node 2 --no-python " + EAGLE_TRAIN_BIN + " train --config " + root +
+      "/configs/smoke.json --model_name_or_path " + root + "/tests/fixtures/models/tiny-llama-h32 --data_path " +
+      kFixture + "/samples.jsonl --output_dir " + (tmp / "ranks").string() +
+      " --training_seq_len 64 --bucket_granularity 16 --validation_fraction 0 --per_device_train_batch_size 1"
+      " --max_steps 5 --logging_steps 1 --eval_steps 0 --save_steps 0 --eval_num_prompts 0"
+      " --aux_hidden_state_layer_ids 1,2,3 --target_server_retries 1 --target_server_timeout_s 10 --target_server " +
+      a.url() + "," + b.url() + " 2>&1");
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto one = test::logged_losses(tmp / "folder"), two = test::logged_losses(tmp / "ranks");
+  REQUIRE(one.size() == 5);
+  REQUIRE(two.size() == one.size());
+  for (const auto& [step, loss] : one) CHECK(std::abs(loss - two.at(step)) <= 1e-6);
+  // 5 steps of one sample per rank, and each rank's probe; both servers asked.
+  CHECK(a.completions() + b.completions() == 12);
+  CHECK(a.completions() > 0);
+  CHECK(b.completions() > 0);
+  CHECK(files_in(tmp / "storage-a") + files_in(tmp / "storage-b") == 0);
 }
 
 TEST_CASE("a server that goes down mid-run ends it with a checkpoint and exit 4; the resumed run is exact",
