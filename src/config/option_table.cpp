@@ -187,13 +187,14 @@ std::vector<OptionEntry> declare_options() {
         return std::string();
       });
   t.add(&Options::loss_chunk_size, "loss_chunk_size", G::draft, kTrain,
-        "Tokens per chunk of EAGLE-3's fused LM head and loss (logits recomputed in backward, memory one "
-        "chunk of [tokens, draft_vocab_size]); 0: unchunked, every step's full logits kept")
+        "Tokens per chunk of EAGLE-3's fused LM head and loss (each chunk's logits, loss and gradients made "
+        "in the forward, memory one chunk of [tokens, draft_vocab_size]); 0: unchunked, every step's full "
+        "logits kept")
       .range(0, kMaxBatchTokens);
   t.add(&Options::recompute_activations, "recompute_activations", G::draft, kTrain,
         "What EAGLE-3's TTT unroll makes again in backward instead of keeping for every step: off, mlp "
-        "(each layer's o_proj, MLP and norms after the attention) or layer (also the embedding, input norms, "
-        "q/k/v and RoPE; the attention itself is always kept); the same values and gradients")
+        "(each layer's o_proj, MLP and norms after the attention) or layer (also the embedding and the input "
+        "norms; q/k/v are projected once and the attention is always kept); the same values and gradients")
       .check([](const std::string& v, const Options&) {
         return v == "off" || v == "mlp" || v == "layer" ? std::string() : std::string("off, mlp or layer");
       });
