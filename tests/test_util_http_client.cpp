@@ -10,11 +10,29 @@
 #include <atomic>
 #include <chrono>
 #include <thread>
+#include <utility>
 
 #include "eagle/util/error.h"
 #include "eagle/util/http_client.h"
 
 using namespace eagle;
+
+namespace {
+
+// A socket on 127.0.0.1 that listens and never answers (the backlog accepts connections), and its URL.
+std::pair<int, util::HttpUrl> silent_listener() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+  REQUIRE(::listen(fd, 4) == 0);
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  return {fd, util::parse_http_url("http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)))};
+}
+
+}  // namespace
 
 TEST_CASE("server URLs are parsed or refused by name", "[util]") {
   const auto u = util::parse_http_url("http://127.0.0.1:8000/prefix/");
@@ -31,16 +49,7 @@ TEST_CASE("server URLs are parsed or refused by name", "[util]") {
 }
 
 TEST_CASE("a refused connection and a silent server end by the deadline, naming the URL", "[util]") {
-  // A socket that listens and never answers (the backlog accepts the connection).
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  REQUIRE(::listen(fd, 4) == 0);
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const auto url = util::parse_http_url("http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)));
+  const auto [fd, url] = silent_listener();
   const auto t0 = std::chrono::steady_clock::now();
   try {
     util::http_request(url, "GET", "/health", "", 0.3);
@@ -60,15 +69,7 @@ TEST_CASE("a refused connection and a silent server end by the deadline, naming 
 }
 
 TEST_CASE("a cancelled request ends within 100 ms as interrupted, naming the URL, long before its deadline", "[util]") {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
-  REQUIRE(::listen(fd, 4) == 0);
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const auto url = util::parse_http_url("http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)));
+  const auto [fd, url] = silent_listener();
   std::atomic<bool> cancel{false};
   std::chrono::steady_clock::time_point cancelled;
   std::thread canceller([&] {

@@ -72,6 +72,29 @@ class AutocastAs {
   bool cache_;
 };
 
+// The saved inputs [0, n_in) as detached leaves, with gradients where the forward's input wanted one;
+// those and the trained params (at `all` index n_in + j) go into wrt, their `all` indices into index.
+std::vector<torch::Tensor> leaves(AutogradContext* ctx, const variable_list& saved, std::size_t n_in,
+                                  const Recorded& rec, std::vector<torch::Tensor>& wrt,
+                                  std::vector<std::size_t>& index) {
+  std::vector<torch::Tensor> inputs;
+  for (std::size_t i = 0; i < n_in; ++i) {
+    auto x = saved[i].detach();
+    if (ctx->needs_input_grad(i) && x.is_floating_point()) {
+      x.requires_grad_(true);
+      wrt.push_back(x);
+      index.push_back(i);
+    }
+    inputs.push_back(x);
+  }
+  for (std::size_t j = 0; j < rec.params.size(); ++j)
+    if (ctx->needs_input_grad(n_in + j) && rec.params[j].requires_grad()) {
+      wrt.push_back(rec.params[j]);
+      index.push_back(n_in + j);
+    }
+  return inputs;
+}
+
 class Recompute : public torch::autograd::Function<Recompute> {
  public:
   // all: fn's inputs, then its parameters (they are inputs here so that their gradients flow).
@@ -93,29 +116,14 @@ class Recompute : public torch::autograd::Function<Recompute> {
     auto rec = c10::static_intrusive_pointer_cast<Recorded>(ctx->saved_data["fn"].toCapsule());
     const auto saved = ctx->get_saved_variables();
     const auto n_all = static_cast<std::size_t>(ctx->saved_data["n_all"].toInt());
-    std::vector<torch::Tensor> inputs;  // detached leaves, with gradients where the forward's input wanted one
     std::vector<torch::Tensor> wrt;
     std::vector<std::size_t> wrt_index;
-    for (std::size_t i = 0; i < saved.size(); ++i) {
-      auto x = saved[i].detach();
-      if (ctx->needs_input_grad(i) && x.is_floating_point()) {
-        x.requires_grad_(true);
-        wrt.push_back(x);
-        wrt_index.push_back(i);
-      }
-      inputs.push_back(x);
-    }
+    auto inputs = leaves(ctx, saved, saved.size(), *rec, wrt, wrt_index);
     std::vector<torch::Tensor> outs;
     {
       torch::AutoGradMode grad_on(true);
       AutocastAs same(*rec);
       outs = rec->fn(inputs);
-    }
-    for (std::size_t j = 0; j < rec->params.size(); ++j) {
-      if (ctx->needs_input_grad(saved.size() + j) && rec->params[j].requires_grad()) {
-        wrt.push_back(rec->params[j]);
-        wrt_index.push_back(saved.size() + j);
-      }
     }
     variable_list out(n_all + 1);  // one per tensor of `all`, and the undefined one of `rec`
     std::vector<torch::Tensor> ys, gys;
@@ -160,22 +168,9 @@ class RecomputeInput : public torch::autograd::Function<RecomputeInput> {
     const auto saved = ctx->get_saved_variables();
     const auto n_all = static_cast<std::size_t>(ctx->saved_data["n_all"].toInt());
     const auto n_in = rec->n_inputs, n_w = saved.size() - n_in, first_w = n_all - n_w;
-    std::vector<torch::Tensor> inputs, wrt;
+    std::vector<torch::Tensor> wrt;
     std::vector<std::size_t> wrt_index;
-    for (std::size_t i = 0; i < n_in; ++i) {
-      auto x = saved[i].detach();
-      if (ctx->needs_input_grad(i) && x.is_floating_point()) {
-        x.requires_grad_(true);
-        wrt.push_back(x);
-        wrt_index.push_back(i);
-      }
-      inputs.push_back(x);
-    }
-    for (std::size_t j = 0; j < rec->params.size(); ++j)
-      if (ctx->needs_input_grad(n_in + j) && rec->params[j].requires_grad()) {
-        wrt.push_back(rec->params[j]);
-        wrt_index.push_back(n_in + j);
-      }
+    auto inputs = leaves(ctx, saved, n_in, *rec, wrt, wrt_index);
     torch::Tensor x;  // in the projections' dtype, with its graph back to the inputs
     {
       torch::AutoGradMode grad_on(true);
