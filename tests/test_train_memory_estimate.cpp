@@ -1,10 +1,13 @@
 // The memory estimator (train/memory_estimate.h): its parts move the way the step's memory does
 // (recomputation, the chunked loss, tokens, K, bf16, the online target), `train --dry_run` prints it
 // for Llama-3.1-8B shapes from a config.json alone, and a step that cannot fit is refused by name
-// (exit 2) before training, unless --check_memory=false; train logs the prediction. The formula's error against the
+// (exit 2) before training, unless --check_memory=false; train logs the prediction; recompute_activations
+// auto picks the first mode whose step fits. The formula's error against the
 // measured peaks is in docs/benchmarks.md (scripts/bench/bench_head_step.sh prints both).
 #include <catch2/catch.hpp>
 
+#include "eagle/config/options.h"
+#include "eagle/device/memory.h"
 #include "eagle/model/target.h"
 #include "eagle/train/memory_estimate.h"
 #include "helpers.h"
@@ -97,4 +100,40 @@ TEST_CASE("train logs the predicted peak of its largest micro-batch before the f
   REQUIRE(ok.exit_code == 0);
   CHECK(ok.output.find("predicted peak memory of a step") != std::string::npos);
   CHECK(ok.output.find("GiB available") != std::string::npos);
+}
+
+TEST_CASE("recompute_activations auto takes the first of off, mlp and layer whose step fits the memory", "[train]") {
+  using M = model::RecomputeMode;
+  CHECK(config::Options().recompute_activations == "auto");
+  const auto target = model::TargetConfig::from_model_dir(kLlama8b);
+  const torch::Device cpu("cpu");
+  const auto available = device::available_memory(cpu);
+  REQUIRE(available);
+  const double budget = train::kAutoShare * static_cast<double>(available->bytes);
+  config::Options o;
+  o.features_path = "stored";  // offline: no target weights or forward in the step
+  o.per_device_train_batch_size = 1;
+  const auto head = bench_shape(1, 7, M::layer, 1024).head;
+  auto at = [&](std::int64_t t, M mode) {
+    auto h = head;
+    h.recompute = mode;
+    o.training_seq_len = t;
+    return train::estimate_step_memory(train::step_shape(o, target, h)).peak;
+  };
+  // Short rows fit without recomputation: nothing is recomputed (no time spent on it).
+  REQUIRE(at(256, M::off) < 0.5 * budget);
+  CHECK(train::resolve_recompute(o, target, head, cpu, false) == M::off);
+  // Rows where the kept path takes well over the budget: a recomputing mode whose step fits.
+  std::int64_t t = 256;
+  while (at(t, M::off) < 1.2 * budget) t = t * 5 / 4;  // off takes about 2.7x what layer does here
+  REQUIRE(at(t, M::layer) < 0.9 * budget);
+  const auto chosen = train::resolve_recompute(o, target, head, cpu, false);
+  CHECK(chosen != M::off);
+  CHECK(at(t, chosen) <= 1.1 * budget);
+  // So long that nothing fits: layer, the least memory (check_step_memory then refuses by name).
+  while (at(t, M::layer) < 2 * budget) t *= 2;
+  CHECK(train::resolve_recompute(o, target, head, cpu, false) == M::layer);
+  // A named mode is taken as given.
+  o.recompute_activations = "mlp";
+  CHECK(train::resolve_recompute(o, target, head, cpu, false) == M::mlp);
 }

@@ -32,8 +32,7 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::eval_data_path, "eval_data_path", G::data, kTrain | kEval | kDump,
         "Held-out data for evaluation, same formats as data_path; empty: the validation split of a "
         "prepared data_path");
-  t.add(&Options::training_seq_len, "training_seq_len", G::data,
-        kTrain | kPrepare | kStats | kEval | kGenerate | kDump,
+  t.add(&Options::training_seq_len, "training_seq_len", G::data, kTrain | kPrepare | kStats | kEval | kGenerate | kDump,
         "Maximum tokens per sample; longer samples follow overlong_policy; generate: the context, prompts "
         "and replies together")
       .range(4, kMaxTokens);
@@ -118,13 +117,11 @@ std::vector<OptionEntry> declare_options() {
       .required(kTrain | kEval, {"features_path"});
   t.add(&Options::target_dtype, "target_dtype", G::model, kTrain | kInspect | kEval | kGenerate | kDump,
         "Dtype of the frozen target's weights and forward; auto: the checkpoint's dtype");
-  t.add(&Options::target_chunk_tokens, "target_chunk_tokens", G::model,
-        kTrain | kInspect | kEval | kGenerate | kDump,
+  t.add(&Options::target_chunk_tokens, "target_chunk_tokens", G::model, kTrain | kInspect | kEval | kGenerate | kDump,
         "Positions per chunk of each target layer's position-wise half (o_proj, residual, MLP or experts): its "
         "temporaries grow with this, not the sequence length (docs/training.md, long context); 0: whole rows")
       .range(0, kMaxTokens);
-  t.add(&Options::aux_hidden_state_layer_ids, "aux_hidden_state_layer_ids", G::model,
-        kTrain | kInspect | kEval | kDump,
+  t.add(&Options::aux_hidden_state_layer_ids, "aux_hidden_state_layer_ids", G::model, kTrain | kInspect | kEval | kDump,
         "EAGLE-3 target layers whose inputs are fused, input-of-layer convention "
         "(hidden_states[id]); exactly 3 for EAGLE-3 (what SGLang and vLLM fuse); empty: [2, L/2, L-3] (models "
         "under 7 layers: docs/models.md)")
@@ -174,8 +171,7 @@ std::vector<OptionEntry> declare_options() {
         "P-EAGLE's mask token (its target embedding row is the mask slots' input); -1: the target's first "
         "end-of-sequence id")
       .range(-1, kMaxVocab);
-  t.add(&Options::ttt_loss_decay, "ttt_loss_decay", G::draft, kTrain,
-        "Weight of TTT step k's loss is ttt_loss_decay^k")
+  t.add(&Options::ttt_loss_decay, "ttt_loss_decay", G::draft, kTrain, "Weight of TTT step k's loss is ttt_loss_decay^k")
       .range(0.0, 1.0);
   t.add(&Options::loss, "loss", G::draft, kTrain,
         "EAGLE-3's per-position loss against the target: kl (soft cross-entropy, forward KL), tv (total "
@@ -193,25 +189,25 @@ std::vector<OptionEntry> declare_options() {
       .range(0, kMaxBatchTokens);
   t.add(&Options::recompute_activations, "recompute_activations", G::draft, kTrain,
         "What EAGLE-3's TTT unroll makes again in backward instead of keeping for every step: off, mlp "
-        "(each layer's o_proj, MLP and norms after the attention) or layer (also the embedding and the input "
-        "norms; q/k/v are projected once and the attention is always kept); the same values and gradients")
+        "(each layer's o_proj, MLP and norms after the attention), layer (also the embedding and the input "
+        "norms; q/k/v are projected once and the attention is always kept) or auto (the first of off, mlp, "
+        "layer whose predicted step takes at most 75% of the memory available); the same values and gradients")
       .check([](const std::string& v, const Options&) {
-        return v == "off" || v == "mlp" || v == "layer" ? std::string() : std::string("off, mlp or layer");
+        return v == "off" || v == "mlp" || v == "layer" || v == "auto" ? std::string()
+                                                                       : std::string("off, mlp, layer or auto");
       });
   t.add(&Options::draft_vocab_size, "draft_vocab_size", G::draft, kTrain,
         "Tokens in the draft vocabulary, the most frequent trained tokens; capped at the target's "
         "vocabulary")
       .range(2, kMaxVocab);
   // train
-  t.add(&Options::per_device_train_batch_size, "per_device_train_batch_size", G::train,
-        kTrain | kStats | kEval | kDump,
+  t.add(&Options::per_device_train_batch_size, "per_device_train_batch_size", G::train, kTrain | kStats | kEval | kDump,
         "Rows per micro-batch (when max_tokens_per_batch is 0)")
       .range(1, kMaxRows);
   t.add(&Options::gradient_accumulation_steps, "gradient_accumulation_steps", G::train, kTrain,
         "Micro-batches per optimizer step")
       .range(1, kMaxRows);
-  t.add(&Options::max_steps, "max_steps", G::train, kTrain,
-        "Optimizer steps to train; 0: num_train_epochs decides")
+  t.add(&Options::max_steps, "max_steps", G::train, kTrain, "Optimizer steps to train; 0: num_train_epochs decides")
       .range(0, kMaxSteps);
   t.add(&Options::num_train_epochs, "num_train_epochs", G::train, kTrain,
         "Passes over the training data (fractions allowed), used when max_steps is 0")
@@ -236,21 +232,17 @@ std::vector<OptionEntry> declare_options() {
         "Seed of every random choice (data order, splits, init, generate's sampling)")
       .range(0, kMaxSeed);
   // optim
-  t.add(&Options::learning_rate, "learning_rate", G::optim, kTrain, "Peak AdamW learning rate")
-      .range(0.0, 1.0);
+  t.add(&Options::learning_rate, "learning_rate", G::optim, kTrain, "Peak AdamW learning rate").range(0.0, 1.0);
   t.add(&Options::lr_scheduler_type, "lr_scheduler_type", G::optim, kTrain,
         "Learning-rate schedule after the linear warmup");
   t.add(&Options::warmup_steps, "warmup_steps", G::optim, kTrain,
         "Optimizer steps of linear warmup from 0 to learning_rate")
       .range(0, kMaxSteps);
-  t.add(&Options::weight_decay, "weight_decay", G::optim, kTrain, "AdamW decoupled weight decay")
-      .range(0.0, 10.0);
+  t.add(&Options::weight_decay, "weight_decay", G::optim, kTrain, "AdamW decoupled weight decay").range(0.0, 10.0);
   t.add(&Options::adam_beta1, "adam_beta1", G::optim, kTrain, "AdamW beta1")
       .range(0.0, 1.0, Upper::exclusive);  // 1: the bias correction divides by 1 - beta^t = 0
-  t.add(&Options::adam_beta2, "adam_beta2", G::optim, kTrain, "AdamW beta2")
-      .range(0.0, 1.0, Upper::exclusive);
-  t.add(&Options::adam_epsilon, "adam_epsilon", G::optim, kTrain, "AdamW epsilon")
-      .range(0.0, 1.0);
+  t.add(&Options::adam_beta2, "adam_beta2", G::optim, kTrain, "AdamW beta2").range(0.0, 1.0, Upper::exclusive);
+  t.add(&Options::adam_epsilon, "adam_epsilon", G::optim, kTrain, "AdamW epsilon").range(0.0, 1.0);
   t.add(&Options::max_grad_norm, "max_grad_norm", G::optim, kTrain,
         "Clip the global gradient L2 norm to this; 0: no clipping")
       .range(0.0, 1e6);
@@ -318,8 +310,7 @@ std::vector<OptionEntry> declare_options() {
         "auto (cuda when available, else cpu), cpu, cuda or cuda:N")
       .check([](const std::string& d, const Options&) {
         if (d == "auto" || d == "cpu" || d == "cuda") return std::string();
-        if (d.rfind("cuda:", 0) == 0 && d.size() > 5 &&
-            d.find_first_not_of("0123456789", 5) == std::string::npos)
+        if (d.rfind("cuda:", 0) == 0 && d.size() > 5 && d.find_first_not_of("0123456789", 5) == std::string::npos)
           return std::string();
         return std::string("auto, cpu, cuda or cuda:N");
       });
@@ -337,37 +328,56 @@ std::vector<OptionEntry> declare_options() {
 
 std::string_view command_name(Command c) {
   switch (c) {
-    case Command::train: return "train";
-    case Command::prepare: return "prepare";
-    case Command::data_stats: return "data-stats";
-    case Command::inspect: return "inspect";
-    case Command::export_: return "export";
-    case Command::eval: return "eval";
-    case Command::generate: return "generate";
-    case Command::dump_features: return "dump-features";
+    case Command::train:
+      return "train";
+    case Command::prepare:
+      return "prepare";
+    case Command::data_stats:
+      return "data-stats";
+    case Command::inspect:
+      return "inspect";
+    case Command::export_:
+      return "export";
+    case Command::eval:
+      return "eval";
+    case Command::generate:
+      return "generate";
+    case Command::dump_features:
+      return "dump-features";
   }
   return "?";
 }
 
 const std::vector<Command>& all_commands() {
   static const std::vector<Command> v{Command::train,   Command::prepare, Command::data_stats, Command::inspect,
-                                      Command::export_, Command::eval,    Command::generate, Command::dump_features};
+                                      Command::export_, Command::eval,    Command::generate,   Command::dump_features};
   return v;
 }
 
 std::string_view group_name(Group g) {
   switch (g) {
-    case Group::data: return "data";
-    case Group::model: return "model";
-    case Group::draft: return "draft";
-    case Group::train: return "train";
-    case Group::optim: return "optim";
-    case Group::eval: return "eval";
-    case Group::generate: return "generate";
-    case Group::log: return "log";
-    case Group::checkpoint: return "checkpoint";
-    case Group::distributed: return "distributed";
-    case Group::runtime: return "runtime";
+    case Group::data:
+      return "data";
+    case Group::model:
+      return "model";
+    case Group::draft:
+      return "draft";
+    case Group::train:
+      return "train";
+    case Group::optim:
+      return "optim";
+    case Group::eval:
+      return "eval";
+    case Group::generate:
+      return "generate";
+    case Group::log:
+      return "log";
+    case Group::checkpoint:
+      return "checkpoint";
+    case Group::distributed:
+      return "distributed";
+    case Group::runtime:
+      return "runtime";
   }
   return "?";
 }

@@ -124,8 +124,8 @@ MemoryEstimate estimate_step_memory(const StepShape& s) {
     add("target forward (working)", target_work, true);
   }
   // + the FC's fp32 copy of stored (non-fp32) features, autocast's bf16 copy of it, the FC's output.
-  const double kept = k * per_step * n + head_grad_sum +
-                      n * ((tb != kF32 ? aux * kF32 : 0.0) + (s.bf16 ? aux * 2 : 0.0) + 2 * h * a);
+  const double kept =
+      k * per_step * n + head_grad_sum + n * ((tb != kF32 ? aux * kF32 : 0.0) + (s.bf16 ? aux * 2 : 0.0) + 2 * h * a);
   add("head activations kept for backward", kept, true);
   add("head backward (working)", work, true);
   double resident = 0;
@@ -197,6 +197,34 @@ void check_step_memory(const config::Options& o, const model::TargetConfig& targ
   check_step_fits(rest, static_cast<double>(available->bytes), available->source);
 }
 
+model::RecomputeMode resolve_recompute(const config::Options& o, const model::TargetConfig& target,
+                                       const model::HeadConfig& head, torch::Device device, bool target_loaded) {
+  if (o.recompute_activations != "auto") return model::parse_recompute_mode(o.recompute_activations);
+  const auto available = device::available_memory(device);
+  if (!available) {
+    log::info("train", "recompute_activations auto: layer (the memory available on {} is unknown)", device.str());
+    return model::RecomputeMode::layer;
+  }
+  const double budget = kAutoShare * static_cast<double>(available->bytes);
+  double needed = 0;
+  for (const auto mode : {model::RecomputeMode::off, model::RecomputeMode::mlp, model::RecomputeMode::layer}) {
+    auto h = head;
+    h.recompute = mode;
+    const auto shape = step_shape(o, target, h);
+    const auto e = estimate_step_memory(shape);
+    needed = e.peak - (shape.target && target_loaded ? e.part("target weights").bytes : 0.0);
+    if (needed <= budget || mode == model::RecomputeMode::layer) {
+      log::info("train",
+                "recompute_activations auto: {} (a step of {} tokens predicted at {:.2f} GiB, {:.0f}% of the {:.2f} "
+                "GiB available)",
+                model::recompute_mode_name(mode), shape.tokens, needed / kGiB,
+                100.0 * needed / static_cast<double>(available->bytes), static_cast<double>(available->bytes) / kGiB);
+      return mode;
+    }
+  }
+  return model::RecomputeMode::layer;
+}
+
 void dry_run(const config::Options& o) {
   const auto dir = features::target_config_dir(o);
   EAGLE_CHECK(!dir.empty(), Error(ErrorKind::usage, "train --dry_run needs the target's config.json")
@@ -207,16 +235,20 @@ void dry_run(const config::Options& o) {
                                              std::min(o.draft_vocab_size, target.vocab_size));
   head.ttt_steps = o.ttt_steps;
   head.loss_chunk_size = o.loss_chunk_size;
-  head.recompute = model::parse_recompute_mode(o.recompute_activations);
   if (head.eagle_version == 3) head.num_layers = o.draft_num_layers;
-  const auto shape = step_shape(o, target, head);
-  const auto e = estimate_step_memory(shape);
-  std::fputs(format_estimate(e, shape).c_str(), stdout);
   // The device the run would take; a CUDA one named where none is (a prediction for another machine)
   // is reported as unknown, not refused.
   const bool cuda = o.device.rfind("cuda", 0) == 0 || (o.device == "auto" && torch::cuda::is_available());
   const auto device = cuda ? torch::Device(o.device == "auto" ? std::string("cuda") : o.device) : torch::Device("cpu");
-  const auto available = cuda && !torch::cuda::is_available() ? std::nullopt : device::available_memory(device);
+  const bool known = !cuda || torch::cuda::is_available();
+  if (o.recompute_activations != "auto")
+    head.recompute = model::parse_recompute_mode(o.recompute_activations);
+  else
+    head.recompute = known ? resolve_recompute(o, target, head, device, false) : model::RecomputeMode::layer;
+  const auto shape = step_shape(o, target, head);
+  const auto e = estimate_step_memory(shape);
+  std::fputs(format_estimate(e, shape).c_str(), stdout);
+  const auto available = known ? device::available_memory(device) : std::nullopt;
   if (!available) {
     std::printf("  available: unknown here (no %s device)\n", device.str().c_str());
     return;

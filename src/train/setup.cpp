@@ -5,6 +5,7 @@
 
 #include "eagle/model/draft_vocab.h"
 #include "eagle/model/head_io.h"
+#include "eagle/train/memory_estimate.h"
 #include "eagle/util/error.h"
 #include "eagle/util/log.h"
 
@@ -21,7 +22,6 @@ std::shared_ptr<model::DraftHead> make_head(const config::Options& opts, const f
   cfg.ttt_loss_decay = opts.ttt_loss_decay;
   cfg.loss = model::parse_loss_kind(opts.loss);
   cfg.loss_chunk_size = opts.loss_chunk_size;
-  cfg.recompute = model::parse_recompute_mode(opts.recompute_activations);
   if (cfg.eagle_version == 3) {
     cfg.fc_norm = opts.fc_norm;
     cfg.norm_output = opts.norm_output;
@@ -32,10 +32,13 @@ std::shared_ptr<model::DraftHead> make_head(const config::Options& opts, const f
     if (cfg.parallel_drafting) {
       EAGLE_CHECK(opts.mask_token_id >= 0 || !tc.eos_token_ids.empty(),
                   Error(ErrorKind::usage, "P-EAGLE needs a mask token and the target names no end-of-sequence id")
-                      .place("mask_token_id").hint("give --mask_token_id"));
+                      .place("mask_token_id")
+                      .hint("give --mask_token_id"));
       cfg.mask_token_id = opts.mask_token_id >= 0 ? opts.mask_token_id : tc.eos_token_ids.front();
     }
   }
+  // After the head's shape is known: auto weighs each mode's predicted step against the memory left.
+  cfg.recompute = resolve_recompute(opts, tc, cfg, device, inputs.target.has_value());
   cfg.target_name_or_path = inputs.target_name;
   cfg.target_architecture = tc.architecture;
   auto head = model::make_head(cfg, vocab);

@@ -66,4 +66,13 @@ void check_step_memory(const config::Options& opts, const model::TargetConfig& t
 // and exits 0, or the refusal of check_step_fits (exit 2) when it does not fit the device.
 void dry_run(const config::Options& opts);
 
+// --recompute_activations: the named mode, or for auto (the default) the first of off, mlp and layer
+// whose predicted peak for the largest micro-batch the options allow takes at most kAutoShare of the
+// memory available on `device` (recomputation costs time: it is used only where memory needs it);
+// layer when none does or the memory is unknown. target_loaded: the target's weights are already in
+// memory (online training), so they are not counted again. Logged.
+inline constexpr double kAutoShare = 0.75;
+model::RecomputeMode resolve_recompute(const config::Options& opts, const model::TargetConfig& target,
+                                       const model::HeadConfig& head, torch::Device device, bool target_loaded);
+
 }  // namespace eagle::train
