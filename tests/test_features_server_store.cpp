@@ -90,8 +90,8 @@ TEST_CASE("two ranks under torchrun against two servers train what one rank trai
   // only those, starting at its own URL.
   const std::string root = EAGLE_SOURCE_DIR;
   const auto r = test::run_command(
-      torchrun.string() + " --standalone --nproc-per-node 2 --no-python " + EAGLE_TRAIN_BIN + " train --config " + root +
-      "/configs/smoke.json --model_name_or_path " + root + "/tests/fixtures/models/tiny-llama-h32 --data_path " +
+      torchrun.string() + " --standalone --nproc-per-node 2 --no-python " + EAGLE_TRAIN_BIN + " train --config " +
+      root + "/configs/smoke.json --model_name_or_path " + root + "/tests/fixtures/models/tiny-llama-h32 --data_path " +
       kFixture + "/samples.jsonl --output_dir " + (tmp / "ranks").string() +
       " --training_seq_len 64 --bucket_granularity 16 --validation_fraction 0 --per_device_train_batch_size 1"
       " --max_steps 5 --logging_steps 1 --eval_steps 0 --save_steps 0 --eval_num_prompts 0"
