@@ -51,13 +51,6 @@ ChunkTerms chunk_terms(LossKind kind, const torch::Tensor& z, const torch::Tenso
   return r;
 }
 
-// What both passes need to make a chunk's logits and teacher.
-struct Plan {
-  LossKind kind;
-  std::int64_t shift, chunk;
-  at::ScalarType compute;  // the logits' dtype: the autocast dtype when autocast was on, else o's
-};
-
 // Rows [c0, c0 + n) of the flat teacher logits moved by shift, softmaxed in fp32. Rows past the end
 // repeat the last row (their positions are never valid: a chain needs its row's token t + shift + 1).
 torch::Tensor teacher_chunk(const torch::Tensor& teacher, std::int64_t c0, std::int64_t n, std::int64_t shift) {
@@ -86,31 +79,32 @@ class ChunkedStepLoss : public torch::autograd::Function<ChunkedStepLoss> {
                                StepLossSum* head_sum) {
     const auto dev = o.device().type();
     const bool autocast = at::autocast::is_autocast_enabled(dev);
-    const Plan plan{static_cast<LossKind>(kind), shift, chunk,
-                    autocast ? at::autocast::get_autocast_dtype(dev) : o.scalar_type()};
+    // The logits' dtype: the autocast dtype when autocast was on, else o's.
+    const auto compute = autocast ? at::autocast::get_autocast_dtype(dev) : o.scalar_type();
     c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::autocast_dispatch_keyset);
     const auto n_rows = o.size(0);
-    auto w_c = weight.to(plan.compute);
+    auto w_c = weight.to(compute);
     const auto coef = scale.to(torch::kFloat32).reshape({1, 1});
     const bool shared = want_grad && head_sum;
     torch::Tensor grad_w;
-    if (shared && !head_sum->sum.defined()) {
-      head_sum->sum = torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32));
+    if (shared) grad_w = head_sum->sum;
+    if (want_grad && !grad_w.defined()) grad_w = torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32));
+    if (shared && !head_sum->sum.defined()) {  // the unroll's first step
+      head_sum->sum = grad_w;
       head_sum->claimed = torch::zeros({1}, torch::kInt8);
     }
-    if (want_grad)
-      grad_w = shared ? head_sum->sum : torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32));
     std::vector<torch::Tensor> losses, argmaxes, grad_o;
     for (std::int64_t c0 = 0; c0 < n_rows; c0 += chunk) {
       const auto n = std::min(chunk, n_rows - c0);
-      auto o_c = o.narrow(0, c0, n).to(plan.compute);
+      auto o_c = o.narrow(0, c0, n).to(compute);
       auto z = chunk_logits(o_c, w_c);
       argmaxes.push_back(z.argmax(-1));
-      auto terms = chunk_terms(plan.kind, z.to(torch::kFloat32), teacher_chunk(teacher, c0, n, shift), want_grad);
+      auto terms = chunk_terms(static_cast<LossKind>(kind), z.to(torch::kFloat32), teacher_chunk(teacher, c0, n, shift),
+                               want_grad);
       losses.push_back(terms.loss);
       if (!want_grad) continue;
       auto mask = valid.narrow(0, c0, n).unsqueeze(-1);
-      auto dz = torch::where(mask, terms.grad * coef, torch::zeros_like(terms.grad)).to(plan.compute);
+      auto dz = torch::where(mask, terms.grad * coef, torch::zeros_like(terms.grad)).to(compute);
       grad_o.push_back(torch::mm(dz, w_c).to(o.scalar_type()));
       grad_w.add_(torch::mm(dz.t(), o_c).to(torch::kFloat32));
     }
