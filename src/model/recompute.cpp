@@ -95,6 +95,27 @@ std::vector<torch::Tensor> leaves(AutogradContext* ctx, const variable_list& sav
   return inputs;
 }
 
+// What both functions keep in the context: the tensors saved for backward, the count of `all` and
+// the recorded function; and what their backward reads back.
+void keep(AutogradContext* ctx, const std::vector<torch::Tensor>& saved, std::size_t n_all,
+          const c10::intrusive_ptr<Recorded>& rec) {
+  ctx->save_for_backward(saved);
+  ctx->set_materialize_grads(false);  // an unused output's gradient stays undefined, no zeros made
+  ctx->saved_data["n_all"] = static_cast<std::int64_t>(n_all);
+  ctx->saved_data["fn"] = c10::IValue::make_capsule(rec);
+}
+
+struct Kept {
+  c10::intrusive_ptr<Recorded> rec;
+  variable_list saved;
+  std::size_t n_all;
+};
+
+Kept kept(AutogradContext* ctx) {
+  return {c10::static_intrusive_pointer_cast<Recorded>(ctx->saved_data["fn"].toCapsule()), ctx->get_saved_variables(),
+          static_cast<std::size_t>(ctx->saved_data["n_all"].toInt())};
+}
+
 class Recompute : public torch::autograd::Function<Recompute> {
  public:
   // all: fn's inputs, then its parameters (they are inputs here so that their gradients flow).
@@ -105,17 +126,12 @@ class Recompute : public torch::autograd::Function<Recompute> {
       AutocastAs same(*rec);  // the state it already has, the cast cache off
       outs = rec->fn(inputs);
     }
-    ctx->save_for_backward(inputs);
-    ctx->set_materialize_grads(false);  // an unused output's gradient stays undefined, no zeros made
-    ctx->saved_data["n_all"] = static_cast<std::int64_t>(all.size());
-    ctx->saved_data["fn"] = c10::IValue::make_capsule(rec);
+    keep(ctx, inputs, all.size(), rec);
     return outs;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto rec = c10::static_intrusive_pointer_cast<Recorded>(ctx->saved_data["fn"].toCapsule());
-    const auto saved = ctx->get_saved_variables();
-    const auto n_all = static_cast<std::size_t>(ctx->saved_data["n_all"].toInt());
+    const auto [rec, saved, n_all] = kept(ctx);
     std::vector<torch::Tensor> wrt;
     std::vector<std::size_t> wrt_index;
     auto inputs = leaves(ctx, saved, saved.size(), *rec, wrt, wrt_index);
@@ -146,27 +162,22 @@ class RecomputeInput : public torch::autograd::Function<RecomputeInput> {
   static variable_list forward(AutogradContext* ctx, at::TensorList all, c10::intrusive_ptr<Recorded> rec,
                                std::int64_t n_weights) {
     const auto n_in = static_cast<std::ptrdiff_t>(rec->n_inputs), n_w = static_cast<std::ptrdiff_t>(n_weights);
-    std::vector<torch::Tensor> inputs(all.begin(), all.begin() + n_in), kept(inputs);
+    std::vector<torch::Tensor> inputs(all.begin(), all.begin() + n_in), saved(inputs);
     std::vector<torch::Tensor> ys;
     {
       AutocastAs same(*rec);
       const auto x = rec->fn(inputs).at(0);
       for (auto w = all.end() - n_w; w != all.end(); ++w) {
         ys.push_back(torch::linear(x, *w));
-        kept.push_back(*w);
+        saved.push_back(*w);
       }
     }
-    ctx->save_for_backward(kept);
-    ctx->set_materialize_grads(false);
-    ctx->saved_data["n_all"] = static_cast<std::int64_t>(all.size());
-    ctx->saved_data["fn"] = c10::IValue::make_capsule(rec);
+    keep(ctx, saved, all.size(), rec);
     return ys;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto rec = c10::static_intrusive_pointer_cast<Recorded>(ctx->saved_data["fn"].toCapsule());
-    const auto saved = ctx->get_saved_variables();
-    const auto n_all = static_cast<std::size_t>(ctx->saved_data["n_all"].toInt());
+    const auto [rec, saved, n_all] = kept(ctx);
     const auto n_in = rec->n_inputs, n_w = saved.size() - n_in, first_w = n_all - n_w;
     std::vector<torch::Tensor> wrt;
     std::vector<std::size_t> wrt_index;
