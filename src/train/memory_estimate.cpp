@@ -241,10 +241,9 @@ void dry_run(const config::Options& o) {
   const bool cuda = o.device.rfind("cuda", 0) == 0 || (o.device == "auto" && torch::cuda::is_available());
   const auto device = cuda ? torch::Device(o.device == "auto" ? std::string("cuda") : o.device) : torch::Device("cpu");
   const bool known = !cuda || torch::cuda::is_available();
-  if (o.recompute_activations != "auto")
-    head.recompute = model::parse_recompute_mode(o.recompute_activations);
-  else
-    head.recompute = known ? resolve_recompute(o, target, head, device, false) : model::RecomputeMode::layer;
+  // auto without a device to measure: layer, as resolve_recompute takes when the memory is unknown.
+  head.recompute = known || o.recompute_activations != "auto" ? resolve_recompute(o, target, head, device, false)
+                                                              : model::RecomputeMode::layer;
   const auto shape = step_shape(o, target, head);
   const auto e = estimate_step_memory(shape);
   std::fputs(format_estimate(e, shape).c_str(), stdout);
