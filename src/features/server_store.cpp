@@ -48,7 +48,7 @@ struct ServerFeatures::Impl {
   };
 
   util::ServerSettings settings;
-  std::vector<util::HttpUrl> urls;
+  mutable std::optional<util::UrlRotation> urls;  // set in the constructor
   util::ServedModel model;
   std::vector<std::int32_t> ids;      // every store sample's token ids, concatenated
   std::vector<std::int64_t> offsets;  // sample s: ids[offsets[s], offsets[s + 1])
@@ -61,7 +61,6 @@ struct ServerFeatures::Impl {
   mutable std::deque<std::shared_ptr<Entry>> queue;  // planned samples in plan order, until consumed
   mutable std::vector<std::thread> threads;
   mutable bool stop = false, failed = false, planning = false;
-  mutable std::int64_t next_url = 0;
   mutable Counters counters;
 
   std::int64_t length(std::int64_t s) const { return offsets[s + 1] - offsets[s]; }
@@ -80,13 +79,7 @@ struct ServerFeatures::Impl {
     util::with_retries(
         settings, what,
         [&](std::int64_t) {
-          const util::HttpUrl* url;
-          {
-            std::lock_guard lock(mu);
-            url =
-                &urls[static_cast<std::size_t>((settings.rank + next_url++) % static_cast<std::int64_t>(urls.size()))];
-          }
-          fetch_once(*url, e);
+          fetch_once(urls->next(), e);
           return 0;
         },
         [&](double w) { return stopped(w); }, &retries);
@@ -224,7 +217,7 @@ ServerFeatures::ServerFeatures(util::ServerSettings settings, util::ServedModel 
     : impl_(std::make_unique<Impl>()) {
   auto& m = *impl_;
   m.settings = std::move(settings);
-  m.urls = util::parse_http_urls(m.settings.urls);
+  m.urls.emplace(m.settings);
   m.model = std::move(model);
   m.n_aux = n_aux;
   m.slots = n_aux + 1;

@@ -67,7 +67,7 @@ class ServerGenerator {
   ServerGenerator(util::ServerSettings settings, const util::ServedModel& model, const data::Dataset& dataset,
                   std::size_t first, const GenerateSettings& gs)
       : settings_(std::move(settings)),
-        urls_(util::parse_http_urls(settings_.urls)),
+        urls_(settings_),
         model_(model),
         dataset_(dataset),
         gs_(gs),
@@ -181,8 +181,7 @@ class ServerGenerator {
     const auto answer = util::with_retries(
         settings_, fmt::format("reply {} of sample {}", turn + 1, index),
         [&](std::int64_t) {
-          url = &urls_[static_cast<std::size_t>((settings_.rank + next_url_++) %
-                                                static_cast<std::int64_t>(urls_.size()))];
+          url = &urls_.next();
           return util::parse_json(*url, kPath,
                                   util::try_request(*url, "POST", kPath, body, settings_.timeout_s, &cancel_));
         },
@@ -229,7 +228,7 @@ class ServerGenerator {
   }
 
   const util::ServerSettings settings_;
-  const std::vector<util::HttpUrl> urls_;
+  util::UrlRotation urls_;
   const util::ServedModel& model_;
   const data::Dataset& dataset_;
   const GenerateSettings& gs_;
@@ -242,7 +241,6 @@ class ServerGenerator {
   bool stop_ = false;                               // under mu_
   std::exception_ptr error_;                        // under mu_
   std::atomic<bool> cancel_{false};                 // requests in flight give up
-  std::atomic<std::int64_t> next_url_{0};
   std::atomic<std::uint64_t> tokens_{0};
   std::vector<std::thread> threads_;
   GenerateResult result_;

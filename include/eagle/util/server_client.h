@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -29,6 +30,21 @@ struct ServerSettings {
   // log area of its warnings.
   std::string resume = "resume with --resume_from_checkpoint auto";
   std::string log_area = "data";
+};
+
+// The servers of settings.urls taken in turn, rank r starting at its r-th, so that ranks and
+// requests spread over the replicas; next() may be called from any thread.
+class UrlRotation {
+ public:
+  explicit UrlRotation(const ServerSettings& s) : urls_(parse_http_urls(s.urls)), rank_(s.rank) {}
+  const HttpUrl& next() {
+    return urls_[static_cast<std::size_t>((rank_ + next_++) % static_cast<std::int64_t>(urls_.size()))];
+  }
+
+ private:
+  std::vector<HttpUrl> urls_;
+  std::int64_t rank_;
+  std::atomic<std::int64_t> next_{0};
 };
 
 // What the servers serve (GET /health and /v1/models of every URL, the same model on all).
