@@ -78,9 +78,10 @@ torch::Tensor ragged_layers(const TargetModel::Impl& m, KvCache& cache, const Ra
   const double scale = target_attention_scale(m.cfg);
   std::size_t l = 0;
   const TargetModel::Impl::Attend attend = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                   const model::AttentionExtras& extras) {
+                                               const model::AttentionExtras& extras) {
     const auto [keys, values] = write.apply(l, k, v);
-    return model::masked_attention(q, keys, values, model::window_mask(mask, query_pos, key_pos, extras.window), scale, extras);
+    return model::masked_attention(q, keys, values, model::window_mask(mask, query_pos, key_pos, extras.window), scale,
+                                   extras);
   };
 
   auto keep = [&](std::int64_t id, const torch::Tensor& h) {
