@@ -9,13 +9,13 @@
 #include <map>
 #include <string>
 
-#include "eagle/model/eagle1_head.h"
-#include "eagle/model/eagle3_head.h"
+#include "eagle/head/eagle1_head.h"
+#include "eagle/head/eagle3_head.h"
 
 namespace eagle::test {
 
-inline model::HeadConfig tiny_head_config(std::int64_t version, std::int64_t steps = 3) {
-  model::HeadConfig c;
+inline head::HeadConfig tiny_head_config(std::int64_t version, std::int64_t steps = 3) {
+  head::HeadConfig c;
   c.eagle_version = version;
   c.hidden_size = 16;
   c.intermediate_size = 32;
@@ -35,8 +35,8 @@ inline model::HeadConfig tiny_head_config(std::int64_t version, std::int64_t ste
 }
 
 // Draft ids: every third target id (0, 3, ..., 33), so d2t is not zero and t2d not all true.
-inline model::DraftVocab tiny_vocab() {
-  model::DraftVocab v;
+inline head::DraftVocab tiny_vocab() {
+  head::DraftVocab v;
   v.target_vocab_size = 40;
   for (std::int64_t i = 0; i < 12; ++i) v.draft_ids.push_back(3 * i);
   return v;
@@ -52,8 +52,8 @@ inline TinyTarget tiny_target(std::int64_t v = 40, std::int64_t h = 16) {
 
 // Two rows of length 10: row 0 holds one sample of 8 tokens then padding; row 1 packs samples of
 // 4 and 6 tokens. Features and teacher logits random; target_argmax mostly in the draft vocabulary.
-inline model::HeadInputs tiny_inputs(const model::HeadConfig& cfg) {
-  model::HeadInputs in;
+inline head::HeadInputs tiny_inputs(const head::HeadConfig& cfg) {
+  head::HeadInputs in;
   const std::int64_t b = 2, t = 10;
   in.input_ids = torch::randint(0, cfg.vocab_size, {b, t}, torch::kInt64);
   in.document_ids =
@@ -73,12 +73,12 @@ inline model::HeadInputs tiny_inputs(const model::HeadConfig& cfg) {
 // Drafts 3 tokens after a random prefix of 6 and checks that the TTT unroll over the prefix followed
 // by the drafted tokens predicts each of them at the prefix's last position (Catch2 checks). Returns
 // the drafted tokens [1, 3] and leaves the prefix in cache.
-inline torch::Tensor check_drafting_matches_unroll(model::Eagle3Head& head, model::DraftCache& cache,
+inline torch::Tensor check_drafting_matches_unroll(head::Eagle3Head& head, head::DraftCache& cache,
                                                    const torch::Tensor& feats, const torch::Tensor& ids) {
   const auto n = feats.size(1);
   auto drafted = head.draft(cache, feats, ids.narrow(1, 1, n), 3);
   REQUIRE(drafted.sizes() == torch::IntArrayRef({1, 3}));
-  model::HeadInputs in;
+  head::HeadInputs in;
   const auto t = n + 3;
   in.input_ids = torch::cat({ids, drafted.narrow(1, 0, 2)}, 1);
   in.position_ids = torch::arange(t, torch::kInt64).unsqueeze(0);
@@ -95,19 +95,19 @@ inline torch::Tensor check_drafting_matches_unroll(model::Eagle3Head& head, mode
 // A loaded head re-made with 3 TTT steps (weights copied) against an independent PyTorch forward's
 // logits (scripts/make_head_reference.py: inputs input_ids, position_ids, document_ids, aux_hidden,
 // embedding; logits_k per step).
-inline void check_head_against_reference(model::DraftHead& loaded, const model::HeadConfig& config,
+inline void check_head_against_reference(head::DraftHead& loaded, const head::HeadConfig& config,
                                          std::map<std::string, torch::Tensor> ref) {
   auto cfg = config;
   cfg.ttt_steps = 3;
-  auto& src = dynamic_cast<model::Eagle3Head&>(loaded);
-  model::Eagle3Head three(cfg, src.vocab());
+  auto& src = dynamic_cast<head::Eagle3Head&>(loaded);
+  head::Eagle3Head three(cfg, src.vocab());
   {
     torch::NoGradGuard ng;
     auto from = src.named_parameters();
     for (auto& p : three.named_parameters()) p.value().copy_(from[p.key()]);
   }
   three.set_target_weights(ref["embedding"], ref["embedding"]);
-  model::HeadInputs in;
+  head::HeadInputs in;
   in.input_ids = ref["input_ids"];
   in.position_ids = ref["position_ids"];
   in.document_ids = ref["document_ids"];
@@ -130,23 +130,23 @@ inline std::string export_name(const std::string& key) {
 // One training step of a loaded head re-made with 3 TTT steps and decay 0.8 against the reference's
 // (make_head_reference.py with_loss: teacher_logits, loss_mask, target_argmax, denominators, loss,
 // grad.<name> of every parameter): the loss and every gradient, with each recompute_activations mode.
-inline void check_train_step_against_reference(model::DraftHead& loaded, const model::HeadConfig& config,
+inline void check_train_step_against_reference(head::DraftHead& loaded, const head::HeadConfig& config,
                                                std::map<std::string, torch::Tensor> ref) {
-  for (auto mode : {model::RecomputeMode::off, model::RecomputeMode::mlp, model::RecomputeMode::layer}) {
-    INFO("recompute_activations " << model::recompute_mode_name(mode));
+  for (auto mode : {head::RecomputeMode::off, head::RecomputeMode::mlp, head::RecomputeMode::layer}) {
+    INFO("recompute_activations " << head::recompute_mode_name(mode));
     auto cfg = config;
     cfg.recompute = mode;
     cfg.ttt_steps = 3;
     cfg.ttt_loss_decay = 0.8;
-    auto& src = dynamic_cast<model::Eagle3Head&>(loaded);
-    model::Eagle3Head head(cfg, src.vocab());
+    auto& src = dynamic_cast<head::Eagle3Head&>(loaded);
+    head::Eagle3Head head(cfg, src.vocab());
     {
       torch::NoGradGuard ng;
       auto from = src.named_parameters();
       for (auto& p : head.named_parameters()) p.value().copy_(from[p.key()]);
     }
     head.set_target_weights(ref["embedding"], ref["embedding"]);
-    model::HeadInputs in;
+    head::HeadInputs in;
     for (auto [t, name] : {std::pair{&in.input_ids, "input_ids"},
                            {&in.position_ids, "position_ids"},
                            {&in.document_ids, "document_ids"},
@@ -181,7 +181,7 @@ struct HeadRun {
 
 // train_step_forward of in (under bf16 autocast when asked; denominators 7, 6, 5 for three TTT
 // steps) and backward; every parameter must get a gradient.
-inline HeadRun step_and_backward(model::Eagle3Head& head, const model::HeadInputs& in, bool bf16) {
+inline HeadRun step_and_backward(head::Eagle3Head& head, const head::HeadInputs& in, bool bf16) {
   at::autocast::set_autocast_enabled(torch::kCPU, bf16);
   at::autocast::set_autocast_dtype(torch::kCPU, torch::kBFloat16);
   auto out = head.train_step_forward(in, torch::tensor({7.0f, 6.0f, 5.0f}));

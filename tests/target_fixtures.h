@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "eagle/model/safetensors.h"
-#include "eagle/model/target.h"
+#include "eagle/target/target.h"
 #include "eagle/util/error.h"
 #include "helpers.h"
 
@@ -27,9 +27,9 @@ inline nlohmann::json fixture_config(const std::string& name) {
 }
 
 // config written as dir/config.json and read.
-inline model::TargetConfig parse_config(const TempDir& dir, const nlohmann::json& config) {
+inline target::TargetConfig parse_config(const TempDir& dir, const nlohmann::json& config) {
   write_file(dir / "config.json", config.dump());
-  return model::TargetConfig::from_json_file((dir / "config.json").string());
+  return target::TargetConfig::from_json_file((dir / "config.json").string());
 }
 
 // The error reading this config gives (the test fails when it reads fine).
@@ -49,7 +49,7 @@ inline std::string model_load_error(const std::filesystem::path& dir, const nloh
   write_file(dir / "config.json", config.dump(2));
   model::save_safetensors((dir / "model.safetensors").string(), tensors);
   try {
-    model::TargetModel::load(dir.string(), torch::kFloat32, torch::kCPU);
+    target::TargetModel::load(dir.string(), torch::kFloat32, torch::kCPU);
   } catch (const Error& e) {
     return e.format();
   }

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <tuple>
 
-#include "eagle/model/head_io.h"
+#include "eagle/head/head_io.h"
 #include "eagle/model/safetensors.h"
 #include "head_fixtures.h"
 #include "helpers.h"
@@ -126,10 +126,10 @@ TEST_CASE("eval measures a checkpoint and its exported copy alike", "[cli]") {
 TEST_CASE("eval and export refuse a head config.json out of range or unlike its weights, naming the field", "[cli]") {
   TempDir dir;
   auto cfg = eagle::test::tiny_head_config(3);
-  auto head = eagle::model::make_head(cfg, eagle::test::tiny_vocab());
+  auto head = eagle::head::make_head(cfg, eagle::test::tiny_vocab());
   const auto good = dir / "good";
   fs::create_directories(good);
-  eagle::model::write_head_files(*head, eagle::model::checkpoint_format(cfg), good.string());
+  eagle::head::write_head_files(*head, eagle::head::checkpoint_format(cfg), good.string());
   const json config = json::parse(eagle::test::read_file(good / "config.json"));
   int n = 0;
   // Each edit of the config: the field the error must name. num_attention_heads 0 without head_dim

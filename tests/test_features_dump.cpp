@@ -9,7 +9,7 @@
 #include "eagle/features/dump.h"
 #include "eagle/features/store.h"
 #include "eagle/model/safetensors.h"
-#include "eagle/model/target.h"
+#include "eagle/target/target.h"
 #include "eagle/util/error.h"
 #include "helpers.h"
 #include "train_helpers.h"
@@ -57,7 +57,7 @@ TEST_CASE("a dump holds the target's outputs for every token, in bounded shards"
 
   // The first sample of the train split: its features are the target's forward on it alone.
   auto train = data::open_dataset_file((fs::path(o.output) / data::kTrainFile).string());
-  auto target = model::TargetModel::load(kTinyLlama, torch::kFloat32, torch::kCPU);
+  auto target = target::TargetModel::load(kTinyLlama, torch::kFloat32, torch::kCPU);
   const auto n = train.length(0);
   std::vector<std::int64_t> ids(static_cast<std::size_t>(n));
   for (std::int64_t p = 0; p < n; ++p) ids[static_cast<std::size_t>(p)] = train.token(0, p);
@@ -68,8 +68,8 @@ TEST_CASE("a dump holds the target's outputs for every token, in bounded shards"
   CHECK(torch::allclose(shard.at("last_hidden").narrow(0, 0, n), ref.final_hidden[0], 1e-5, 1e-5));
   CHECK(torch::equal(shard.at("target_argmax").narrow(0, 0, n).to(torch::kInt64), ref.target_argmax[0]));
   // The target's ends: enough to build the head and its teacher without the decoder layers.
-  auto ends = model::TargetModel::load_ends((fs::path(o.output) / features::kFeaturesTargetDir).string(),
-                                            torch::ScalarType::Undefined, torch::kCPU);
+  auto ends = target::TargetModel::load_ends((fs::path(o.output) / features::kFeaturesTargetDir).string(),
+                                             torch::ScalarType::Undefined, torch::kCPU);
   CHECK(torch::equal(ends.lm_head, target.lm_head_weight()));
   CHECK(torch::equal(ends.embed, target.embedding_weight()));
 }

@@ -8,7 +8,7 @@
 #include "eagle/features/store.h"
 #include "eagle/features/target_identity.h"
 #include "eagle/model/safetensors.h"
-#include "eagle/model/target.h"
+#include "eagle/target/target.h"
 #include "eagle/util/error.h"
 #include "helpers.h"
 #include "train_helpers.h"
@@ -46,12 +46,12 @@ config::Options dump_options(const fs::path& out, const std::string& model) {
 
 TEST_CASE("every tensor of a target is fingerprinted from its files", "[features]") {
   test::TempDir tmp;
-  const auto base = model::tensor_fingerprints(kTinyLlama);
-  const auto loaded = model::TargetModel::load(kTinyLlama, torch::ScalarType::Undefined, torch::kCPU);
+  const auto base = target::tensor_fingerprints(kTinyLlama);
+  const auto loaded = target::TargetModel::load(kTinyLlama, torch::ScalarType::Undefined, torch::kCPU);
   CHECK(base.size() == 3 + 9 * static_cast<std::size_t>(loaded.config().num_hidden_layers));  // each one
   CHECK_THAT(base.at(kTuned), Catch::StartsWith("float32 [64, 96] "));
   fine_tune(tmp / "tuned");
-  const auto tuned = model::tensor_fingerprints((tmp / "tuned").string());
+  const auto tuned = target::tensor_fingerprints((tmp / "tuned").string());
   for (const auto& [name, print] : base) {
     INFO(name);
     CHECK((print == tuned.at(name)) == (name != kTuned));

@@ -44,7 +44,7 @@ generate::GenerateSettings settings(std::int64_t rows, const std::vector<std::in
 }
 
 // The outputs of every sample, in input order (checking that they come in order).
-std::vector<data::Sample> run(const model::TargetModel& m, const std::vector<data::Sample>& samples,
+std::vector<data::Sample> run(const target::TargetModel& m, const std::vector<data::Sample>& samples,
                               const generate::GenerateSettings& s, generate::GenerateResult* result = nullptr) {
   std::vector<data::Sample> out;
   auto r =
@@ -69,8 +69,8 @@ std::vector<data::TokenId> reply(const data::Sample& out, std::size_t prompt_len
 TEST_CASE("greedy generation equals transformers' generate, alone and batched", "[generate]") {
   for (const auto& [name, f] : fixture()["families"].items()) {
     INFO(name);
-    auto m = model::TargetModel::load(kModels + name, torch::kFloat32, torch::kCPU);
-    const auto end_ids = model::generation_end_ids(kModels + name, m.config());
+    auto m = target::TargetModel::load(kModels + name, torch::kFloat32, torch::kCPU);
+    const auto end_ids = target::generation_end_ids(kModels + name, m.config());
     CHECK(end_ids == f["end_ids"].get<std::vector<std::int64_t>>());
     std::vector<data::Sample> samples;
     for (const auto& c : f["prompts"]) samples.push_back(ask(c["prompt"]));
@@ -100,8 +100,8 @@ TEST_CASE("a reply stops at an end id of generation_config.json", "[generate]") 
     const auto& e = f["end"];
     test::write_file(dir / "generation_config.json",
                      json{{"eos_token_id", e["generation_config_eos_token_id"]}, {"do_sample", false}}.dump());
-    auto m = model::TargetModel::load(dir.path().string(), torch::kFloat32, torch::kCPU);
-    const auto end_ids = model::generation_end_ids(dir.path().string(), m.config());
+    auto m = target::TargetModel::load(dir.path().string(), torch::kFloat32, torch::kCPU);
+    const auto end_ids = target::generation_end_ids(dir.path().string(), m.config());
     CHECK(end_ids.size() == f["end_ids"].size() + 1);
     auto outs = run(m, {ask(e["prompt"]), ask(f["prompts"][0]["prompt"])}, settings(2, end_ids));
     CHECK(reply(outs[0], e["prompt"].size()) == e["reply"].get<std::vector<data::TokenId>>());
@@ -111,7 +111,7 @@ TEST_CASE("a reply stops at an end id of generation_config.json", "[generate]") 
 TEST_CASE("two turns: the user turns stay, both replies are the target's", "[generate]") {
   for (const auto& [name, f] : fixture()["families"].items()) {
     INFO(name);
-    auto m = model::TargetModel::load(kModels + name, torch::kFloat32, torch::kCPU);
+    auto m = target::TargetModel::load(kModels + name, torch::kFloat32, torch::kCPU);
     const auto& t = f["two_turns"];
     data::Sample s{t["input_ids"].get<std::vector<data::TokenId>>(), t["loss_mask"].get<std::vector<std::uint8_t>>()};
     // Beside a one-turn sample, with a row each and with one row for both.
@@ -126,7 +126,7 @@ TEST_CASE("two turns: the user turns stay, both replies are the target's", "[gen
 
 TEST_CASE("sampling: seeded, top_p near 0 is greedy, excluded tokens are never drawn", "[generate]") {
   const auto& f = fixture()["families"]["tiny-llama"];
-  auto m = model::TargetModel::load(kModels + "tiny-llama", torch::kFloat32, torch::kCPU);
+  auto m = target::TargetModel::load(kModels + "tiny-llama", torch::kFloat32, torch::kCPU);
   std::vector<data::Sample> samples;
   for (const auto& c : f["prompts"]) samples.push_back(ask(c["prompt"]));
   auto s = settings(4, {});
@@ -160,8 +160,8 @@ TEST_CASE("sampling: seeded, top_p near 0 is greedy, excluded tokens are never d
 TEST_CASE("on CUDA the graphed decode steps generate what the CPU generates", "[generate][gpu]") {
   for (const auto& [name, f] : fixture()["families"].items()) {
     INFO(name);
-    auto cpu = model::TargetModel::load(kModels + name, torch::kFloat32, torch::kCPU);
-    auto gpu = model::TargetModel::load(kModels + name, torch::kFloat32, torch::kCUDA);
+    auto cpu = target::TargetModel::load(kModels + name, torch::kFloat32, torch::kCPU);
+    auto gpu = target::TargetModel::load(kModels + name, torch::kFloat32, torch::kCUDA);
     std::vector<data::Sample> samples;
     for (const auto& c : f["prompts"]) samples.push_back(ask(c["prompt"]));
     samples.push_back({f["two_turns"]["input_ids"].get<std::vector<data::TokenId>>(),

@@ -6,7 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "data_helpers.h"
-#include "eagle/model/head_io.h"
+#include "eagle/head/head_io.h"
 #include "eagle/train/evaluate.h"
 #include "helpers.h"
 
@@ -19,9 +19,9 @@ TEST_CASE("batched speculative decoding equals one by one, prompt by prompt", "[
                                " --max_steps 60 --eval_steps 0 --save_steps 60 --output_dir " + run.string());
   INFO(trained.output);
   REQUIRE(trained.exit_code == 0);
-  auto target = model::TargetModel::load(std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/tiny-llama",
-                                         torch::kFloat32, torch::kCPU);
-  auto loaded = model::load_head((run / "checkpoint-60").string());
+  auto target = target::TargetModel::load(std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/tiny-llama",
+                                          torch::kFloat32, torch::kCPU);
+  auto loaded = head::load_head((run / "checkpoint-60").string());
   auto& head = *loaded.head;
   head.set_target_weights(target.embedding_weight(), target.lm_head_weight());
   REQUIRE(head.drafts_ragged());
@@ -54,14 +54,14 @@ TEST_CASE("batched speculative decoding equals one by one, prompt by prompt", "[
 TEST_CASE("batched speculative decoding on CUDA: graphed rounds equal eager ones and the one-by-one loop",
           "[train][gpu]") {
   const auto cuda = torch::Device(torch::kCUDA, 0);
-  auto target = model::TargetModel::load(std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/tiny-llama",
-                                         torch::kFloat32, cuda);
+  auto target = target::TargetModel::load(std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/tiny-llama",
+                                          torch::kFloat32, cuda);
   torch::manual_seed(3);
-  auto cfg = model::HeadConfig::from_target(target.config(), 3, target.aux_layer_ids(), 256);
-  model::DraftVocab vocab;
+  auto cfg = head::HeadConfig::from_target(target.config(), 3, target.aux_layer_ids(), 256);
+  head::DraftVocab vocab;
   vocab.target_vocab_size = target.config().vocab_size;
   for (std::int64_t i = 0; i < 256; ++i) vocab.draft_ids.push_back(i);
-  auto head = model::make_head(cfg, vocab);
+  auto head = head::make_head(cfg, vocab);
   head->module().to(cuda);
   head->init_from_target(target.embedding_weight(), target.lm_head_weight());
   auto data = data::load_dataset(std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/data/smoke.jsonl",

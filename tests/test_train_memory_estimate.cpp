@@ -8,7 +8,7 @@
 
 #include "eagle/config/options.h"
 #include "eagle/device/memory.h"
-#include "eagle/model/target.h"
+#include "eagle/target/target.h"
 #include "eagle/train/memory_estimate.h"
 #include "helpers.h"
 
@@ -20,7 +20,7 @@ namespace {
 
 const std::string kLlama8b = std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/llama3.1-8b-config";
 
-train::StepShape bench_shape(std::int64_t tokens, std::int64_t k, model::RecomputeMode mode, std::int64_t chunk) {
+train::StepShape bench_shape(std::int64_t tokens, std::int64_t k, head::RecomputeMode mode, std::int64_t chunk) {
   train::StepShape s;  // issue 29's bench head: H 1024, 16 heads, 8 KV heads, I 2816, V_d 8192
   auto& c = s.head;
   c.hidden_size = c.target_hidden_size = 1024;
@@ -43,7 +43,7 @@ double peak(const train::StepShape& s) { return train::estimate_step_memory(s).p
 }  // namespace
 
 TEST_CASE("the memory estimate follows recomputation, the loss chunks, tokens, K, bf16 and the target", "[train]") {
-  using M = model::RecomputeMode;
+  using M = head::RecomputeMode;
   const auto layer = peak(bench_shape(8192, 7, M::layer, 1024)), mlp = peak(bench_shape(8192, 7, M::mlp, 1024));
   const auto off = peak(bench_shape(8192, 7, M::off, 1024)), before = peak(bench_shape(8192, 7, M::off, 0));
   CHECK(layer < mlp);
@@ -59,7 +59,7 @@ TEST_CASE("the memory estimate follows recomputation, the loss chunks, tokens, K
   bf16.bf16 = true;
   CHECK(peak(bf16) < a);
   // Online: the target's weights (Llama-3.1-8B in bf16: about 15 GiB) and its forward.
-  const auto target = model::TargetConfig::from_model_dir(kLlama8b);
+  const auto target = target::TargetConfig::from_model_dir(kLlama8b);
   auto online = bench_shape(8192, 7, M::layer, 1024);
   online.target = target;
   online.target_element_bytes = 2;
@@ -103,9 +103,9 @@ TEST_CASE("train logs the predicted peak of its largest micro-batch before the f
 }
 
 TEST_CASE("recompute_activations auto takes the first of off, mlp and layer whose step fits the memory", "[train]") {
-  using M = model::RecomputeMode;
+  using M = head::RecomputeMode;
   CHECK(config::Options().recompute_activations == "auto");
-  const auto target = model::TargetConfig::from_model_dir(kLlama8b);
+  const auto target = target::TargetConfig::from_model_dir(kLlama8b);
   const torch::Device cpu("cpu");
   const auto available = device::available_memory(cpu);
   REQUIRE(available);

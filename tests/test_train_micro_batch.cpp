@@ -14,13 +14,13 @@
 #include "eagle/device/cuda_graph_cache.h"
 #include "eagle/device/runtime.h"
 #include "eagle/features/batch_tensors.h"
-#include "eagle/model/head_loss.h"
+#include "eagle/head/head_loss.h"
 #include "eagle/train/micro_batch.h"
 #include "eagle/train/optimizer.h"
 #include "eagle/train/setup.h"
 #include "helpers.h"
-#include "train_helpers.h"
 #include "host_sync_probe.h"
+#include "train_helpers.h"
 
 #ifdef EAGLE_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -46,7 +46,7 @@ struct Rig {
   config::Options o;
   torch::Device device;
   features::RunInputs inputs;
-  std::shared_ptr<model::DraftHead> head;
+  std::shared_ptr<head::DraftHead> head;
   std::unique_ptr<features::FeatureSource> features;
   data::Sampler sampler;
   train::AdamW optimizer;
@@ -60,15 +60,14 @@ struct Rig {
         head(seeded_head(o, inputs, device)),
         features(inputs.sources(head->teacher_spec(), device).train),
         sampler(inputs.train->lengths(), data::SamplerOptions::from(o)),
-        optimizer(model::named_parameters(*head), train::AdamWConfig{0.9, 0.95, 1e-8, 0.0, 1.0}),
-        max_segments(o.padding_free ? data::max_segments_per_row(inputs.train->lengths(), o.training_seq_len)
-                                    : 0) {
+        optimizer(head::named_parameters(*head), train::AdamWConfig{0.9, 0.95, 1e-8, 0.0, 1.0}),
+        max_segments(o.padding_free ? data::max_segments_per_row(inputs.train->lengths(), o.training_seq_len) : 0) {
     const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
     step_loss = torch::zeros({}, f32);
-    metrics = torch::zeros({head->config().steps(), model::kMetricColumns}, f32);
+    metrics = torch::zeros({head->config().steps(), head::kMetricColumns}, f32);
   }
-  static std::shared_ptr<model::DraftHead> seeded_head(const config::Options& o, const features::RunInputs& inputs,
-                                                       torch::Device device) {
+  static std::shared_ptr<head::DraftHead> seeded_head(const config::Options& o, const features::RunInputs& inputs,
+                                                      torch::Device device) {
     torch::manual_seed(7);
     return train::make_head(o, inputs, device);
   }
@@ -165,7 +164,7 @@ TEST_CASE("graphed training steps equal eager ones, one capture per shape, then 
       r.captured = cache.captured_count();
       r.replays = cache.replay_count();
       r.peak_reserved = static_cast<double>(c10::cuda::CUDACachingAllocator::getDeviceStats(0).reserved_bytes[0].peak);
-      for (const auto& [name, p] : model::named_parameters(*rig.head)) r.params.push_back(p.detach().cpu());
+      for (const auto& [name, p] : head::named_parameters(*rig.head)) r.params.push_back(p.detach().cpu());
       return r;
     };
     auto eager = run(0);

@@ -12,7 +12,7 @@
 
 #include <fmt/format.h>
 
-#include "eagle/model/eagle3_head.h"
+#include "eagle/head/eagle3_head.h"
 #include "eagle/train/sampled_eval.h"
 #include "eagle/train/tree_eval.h"
 #include "eagle_test_paths.h"
@@ -87,17 +87,17 @@ TEST_CASE("a chain drafted and verified as a tree equals draft() and forward_cac
   const auto layers = GENERATE(1, 2);  // one draft layer, and two (each its own cache)
   INFO("draft_num_layers " << layers);
   torch::manual_seed(3);
-  auto target = model::TargetModel::load(kTinyLlama, torch::kFloat32, torch::kCPU);
-  auto cfg = model::HeadConfig::from_target(target.config(), 3, target.aux_layer_ids(), 64);
+  auto target = target::TargetModel::load(kTinyLlama, torch::kFloat32, torch::kCPU);
+  auto cfg = head::HeadConfig::from_target(target.config(), 3, target.aux_layer_ids(), 64);
   cfg.ttt_steps = 3;
   cfg.num_layers = layers;
   std::vector<std::int64_t> ids(64);
   for (std::int64_t i = 0; i < 64; ++i) ids[static_cast<std::size_t>(i)] = (i * 7) % target.config().vocab_size;
-  model::DraftVocab vocab;
+  head::DraftVocab vocab;
   vocab.target_vocab_size = target.config().vocab_size;
   vocab.draft_ids.assign(ids.begin(), ids.end());
   std::sort(vocab.draft_ids.begin(), vocab.draft_ids.end());
-  model::Eagle3Head head(cfg, vocab);
+  head::Eagle3Head head(cfg, vocab);
   head.init_from_target(target.embedding_weight(), target.lm_head_weight());
   const std::int64_t n = 9;
   auto prompt = torch::randint(0, target.config().vocab_size, {1, n}, torch::kInt64);

@@ -19,7 +19,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <torch/torch.h>
 
-#include "eagle/model/eagle3_head.h"
+#include "eagle/head/eagle3_head.h"
 #include "eagle/train/memory_estimate.h"
 #include "eagle/train/optimizer.h"
 
@@ -86,7 +86,7 @@ int main(int argc, char** argv) {
   c10::SetCPUAllocator(counter, 100);
   torch::manual_seed(0);
   const std::int64_t h = 1024, vd = 8192;
-  model::HeadConfig cfg;
+  head::HeadConfig cfg;
   cfg.hidden_size = h;
   cfg.intermediate_size = 2816;
   cfg.num_attention_heads = 16;
@@ -100,9 +100,9 @@ int main(int argc, char** argv) {
   cfg.target_num_hidden_layers = 16;
   cfg.aux_layer_ids = {2, 8, 13};
   cfg.ttt_steps = steps;
-  cfg.loss = model::parse_loss_kind(loss);
+  cfg.loss = head::parse_loss_kind(loss);
   cfg.loss_chunk_size = chunk;
-  cfg.recompute = model::parse_recompute_mode(recompute);
+  cfg.recompute = head::parse_recompute_mode(recompute);
   // The estimator's prediction of what is measured here (train/memory_estimate.h): the gradients
   // and AdamW moments, the activations kept for backward and backward's working memory.
   train::StepShape shape;
@@ -121,13 +121,13 @@ int main(int argc, char** argv) {
         predicted, predicted_kept);
     return 0;
   }
-  model::DraftVocab vocab;
+  head::DraftVocab vocab;
   vocab.target_vocab_size = vd;
   for (std::int64_t i = 0; i < vd; ++i) vocab.draft_ids.push_back(i);
-  model::Eagle3Head head(cfg, vocab);
+  head::Eagle3Head head(cfg, vocab);
   auto embedding = torch::randn({vd, h}) * 0.02, lm = torch::randn({vd, h}) * 0.02;
   head.init_from_target(embedding, lm);
-  model::HeadInputs in;
+  head::HeadInputs in;
   in.input_ids = torch::randint(0, vd, {1, t}, torch::kInt64);
   in.document_ids = torch::zeros({1, t}, torch::kInt64);
   in.position_ids = torch::arange(t, torch::kInt64).view({1, t});

@@ -24,7 +24,7 @@
 #include "eagle/data/sampler.h"
 #include "eagle/device/cuda_graph_cache.h"
 #include "eagle/features/batch_tensors.h"
-#include "eagle/model/head_loss.h"
+#include "eagle/head/head_loss.h"
 #include "eagle/train/micro_batch.h"
 #include "eagle/train/optimizer.h"
 #include "eagle/train/setup.h"
@@ -99,7 +99,7 @@ data::Dataset longtail(std::int64_t n, std::int64_t cap, std::int64_t vocab) {
 // forward (matmuls incl. the full-vocabulary LM head, causal attention within each document) and
 // the head's forward + backward (3x its forward: fc once, then per TTT step the layer, its LM head
 // over the draft vocabulary and step-0 attention within each document).
-double batch_flops(const data::Batch& b, const model::TargetConfig& t, const model::HeadConfig& h) {
+double batch_flops(const data::Batch& b, const target::TargetConfig& t, const head::HeadConfig& h) {
   const double H = static_cast<double>(t.hidden_size), I = static_cast<double>(t.intermediate_size);
   const double q = static_cast<double>(t.num_attention_heads * t.head_dim);
   const double kv = static_cast<double>(t.num_key_value_heads * t.head_dim);
@@ -137,7 +137,7 @@ void synchronize(torch::Device d) {
 }
 
 ModeResult run_mode(const std::string& name, config::Options o, bool graphed, const Args& a,
-                    const model::TargetModel& target, const data::Dataset& dataset, torch::Device device) {
+                    const target::TargetModel& target, const data::Dataset& dataset, torch::Device device) {
   ModeResult r{name, !graphed ? "eager" : device.is_cuda() ? "CUDA graphs" : "graphs asked (CPU: eager)"};
 #ifdef EAGLE_WITH_CUDA
   if (device.is_cuda()) {
@@ -149,7 +149,7 @@ ModeResult run_mode(const std::string& name, config::Options o, bool graphed, co
   auto inputs = features::online_inputs(target, "random " + target.config().architecture);
   inputs.train = dataset;
   auto head = train::make_head(o, inputs, device);
-  train::AdamW optimizer(model::named_parameters(*head), train::AdamWConfig{0.9, 0.95, 1e-8, 0.0, 0.5});
+  train::AdamW optimizer(head::named_parameters(*head), train::AdamWConfig{0.9, 0.95, 1e-8, 0.0, 0.5});
   const auto features = features::online_features(target, head->teacher_spec());
   const auto K = head->config().steps();
   data::Sampler sampler(dataset.lengths(), data::SamplerOptions::from(o));
@@ -177,7 +177,7 @@ ModeResult run_mode(const std::string& name, config::Options o, bool graphed, co
       o.padding_free ? data::max_segments_per_row(dataset.lengths(), o.training_seq_len) : 0;
   device::CudaGraphCache cache(device, graphed ? a.shapes : 0, chosen, "bench");
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
-  auto step_loss = torch::zeros({}, f32), metrics = torch::zeros({K, model::kMetricColumns}, f32);
+  auto step_loss = torch::zeros({}, f32), metrics = torch::zeros({K, head::kMetricColumns}, f32);
   double weighted_time = 0, weighted_real = 0, weighted_flops = 0, weight = 0;
   for (const auto& shape : chosen) {
     const auto& batches = plans.at(shape);
@@ -245,9 +245,9 @@ int main(int argc, char** argv) {
     const Args a = parse(argc, argv);
     const torch::Device device(a.device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU));
     const bool cuda = device.is_cuda();
-    auto cfg = model::TargetConfig::from_json_file(a.config);
+    auto cfg = target::TargetConfig::from_json_file(a.config);
     torch::manual_seed(0);
-    const auto target = model::TargetModel::random(cfg, cuda ? torch::kBFloat16 : torch::kFloat32, device);
+    const auto target = target::TargetModel::random(cfg, cuda ? torch::kBFloat16 : torch::kFloat32, device);
     const auto dataset = longtail(a.samples, a.seq_len, cfg.vocab_size);
 
     config::Options base;

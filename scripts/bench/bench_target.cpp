@@ -23,7 +23,7 @@
 #include <torch/torch.h>
 
 #include "eagle/model/safetensors.h"
-#include "eagle/model/target.h"
+#include "eagle/target/target.h"
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
@@ -101,16 +101,16 @@ double median_of(std::vector<double> v) {
 double forward_tokens_per_s(const nlohmann::json& config, int reps, std::int64_t* params, std::int64_t* active) {
   const fs::path file = fs::temp_directory_path() / fmt::format("eagle_bench_config_{}.json", ::getpid());
   std::ofstream(file) << config.dump();
-  const auto c = eagle::model::TargetConfig::from_json_file(file.string());
+  const auto c = eagle::target::TargetConfig::from_json_file(file.string());
   fs::remove(file);
   torch::manual_seed(0);
-  auto m = eagle::model::TargetModel::random(c, torch::kFloat32, torch::kCPU);
+  auto m = eagle::target::TargetModel::random(c, torch::kFloat32, torch::kCPU);
   *params = m.parameter_count();
   *active = m.active_parameter_count();
-  eagle::model::TargetBatch batch{torch::randint(kVocab, {kBatch, kSeq}),
+  eagle::target::TargetBatch batch{torch::randint(kVocab, {kBatch, kSeq}),
                                   torch::arange(kSeq).unsqueeze(0).expand({kBatch, kSeq}).contiguous(),
                                   torch::zeros({kBatch, kSeq}, torch::kInt64), {false, 0}};
-  const eagle::model::TeacherSpec teacher{torch::arange(0, kVocab, 4), 1024};
+  const eagle::target::TeacherSpec teacher{torch::arange(0, kVocab, 4), 1024};
   m.forward(batch, teacher);  // warm-up
   std::vector<double> tps;
   for (int i = 0; i < reps; ++i) {
@@ -164,13 +164,13 @@ void long_row_memory(std::int64_t chunk) {
                            {"tie_word_embeddings", false}};
   const fs::path file = fs::temp_directory_path() / fmt::format("eagle_bench_long_{}.json", ::getpid());
   std::ofstream(file) << config.dump();
-  const auto c = eagle::model::TargetConfig::from_json_file(file.string());
+  const auto c = eagle::target::TargetConfig::from_json_file(file.string());
   fs::remove(file);
   torch::manual_seed(0);
-  auto m = eagle::model::TargetModel::random(c, torch::kFloat32, torch::kCPU);
+  auto m = eagle::target::TargetModel::random(c, torch::kFloat32, torch::kCPU);
   m.set_chunk_tokens(chunk);
-  const eagle::model::TeacherSpec teacher{torch::arange(0, kVocab, 4), 1024};
-  eagle::model::TargetBatch row{torch::randint(kVocab, {1, kLongSeq}), torch::arange(kLongSeq).unsqueeze(0),
+  const eagle::target::TeacherSpec teacher{torch::arange(0, kVocab, 4), 1024};
+  eagle::target::TargetBatch row{torch::randint(kVocab, {1, kLongSeq}), torch::arange(kLongSeq).unsqueeze(0),
                                 torch::zeros({1, kLongSeq}, torch::kInt64), {false, 0}};
   const double base = rss_mib();
   reset_peak();
@@ -196,13 +196,13 @@ int main(int argc, char** argv) {
     return 0;
   }
   write_model(dir);
-  auto m = eagle::model::TargetModel::load(dir.string(), torch::kFloat32, torch::kCPU);
+  auto m = eagle::target::TargetModel::load(dir.string(), torch::kFloat32, torch::kCPU);
   torch::manual_seed(1);
-  eagle::model::TargetBatch batch{torch::randint(kVocab, {kBatch, kSeq}),
+  eagle::target::TargetBatch batch{torch::randint(kVocab, {kBatch, kSeq}),
                                   torch::arange(kSeq).unsqueeze(0).expand({kBatch, kSeq}).contiguous(),
                                   torch::zeros({kBatch, kSeq}, torch::kInt64)};
   // A draft vocabulary of 8000 ids, as the head would train with.
-  eagle::model::TeacherSpec teacher{torch::arange(0, kVocab, 4), 1024};
+  eagle::target::TeacherSpec teacher{torch::arange(0, kVocab, 4), 1024};
 
   // The machine may be shared: each timed forward is paired with a matmul measurement taken right
   // before it, and MFU is reported per pair (median and best).
@@ -234,7 +234,7 @@ int main(int argc, char** argv) {
 
   // Peak memory of one forward: the chunked teacher against all B*T rows of logits at once.
   auto peak_of = [&](std::int64_t chunk) {
-    eagle::model::TeacherSpec spec{teacher.draft_ids, chunk};
+    eagle::target::TeacherSpec spec{teacher.draft_ids, chunk};
     const double base = rss_mib();
     reset_peak();
     auto out = m.forward(batch, spec);

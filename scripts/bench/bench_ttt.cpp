@@ -11,7 +11,7 @@
 
 #include <torch/torch.h>
 
-#include "eagle/model/ttt_attention.h"
+#include "eagle/head/ttt_attention.h"
 
 namespace {
 long rss_kib() {
@@ -33,8 +33,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string impl_name = argv[1];
-  const auto impl = impl_name == "reference" ? eagle::model::TttAttentionImpl::reference
-                                             : eagle::model::TttAttentionImpl::efficient;
+  const auto impl = impl_name == "reference" ? eagle::head::TttAttentionImpl::reference
+                                             : eagle::head::TttAttentionImpl::efficient;
   const std::int64_t steps = std::stoll(argv[2]), t = std::stoll(argv[3]);
   const std::int64_t b = argc > 4 ? std::stoll(argv[4]) : 1, h = argc > 5 ? std::stoll(argv[5]) : 8;
   const std::int64_t d = argc > 6 ? std::stoll(argv[6]) : 64;
@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
     auto loss = torch::zeros({});
     for (std::int64_t k = 0; k < steps; ++k) {
       std::vector<torch::Tensor> kd(ks.begin() + 1, ks.begin() + k + 1), vd(vs.begin() + 1, vs.begin() + k + 1);
-      auto out = eagle::model::ttt_attention(impl, qs[static_cast<std::size_t>(k)], ks[0], vs[0], kd, vd, doc, 0.125);
+      auto out = eagle::head::ttt_attention(impl, qs[static_cast<std::size_t>(k)], ks[0], vs[0], kd, vd, doc, 0.125);
       loss = loss + out.square().mean();
     }
     loss.backward();

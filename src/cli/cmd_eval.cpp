@@ -14,9 +14,9 @@
 #include "eagle/config/option_table.h"
 #include "eagle/device/runtime.h"
 #include "eagle/features/inputs.h"
+#include "eagle/head/head_io.h"
 #include "eagle/io/progress.h"
 #include "eagle/io/step_stats.h"
-#include "eagle/model/head_io.h"
 #include "eagle/run/summary.h"
 #include "eagle/train/evaluate.h"
 #include "eagle/util/error.h"
@@ -27,7 +27,7 @@ namespace eagle::cli {
 namespace {
 
 // The head must read this target: same hidden size and vocabulary, aux layers inside the target.
-void check_compatible(const model::HeadConfig& h, const model::TargetConfig& t, const std::string& head_dir) {
+void check_compatible(const head::HeadConfig& h, const target::TargetConfig& t, const std::string& head_dir) {
   auto mismatch = [&](const char* field, std::int64_t head_value, std::int64_t target_value) {
     return Error(ErrorKind::input, "the head was trained for another target").file(head_dir + "/config.json")
         .place(field).expected(fmt::format("{} (the target's)", target_value)).found(std::to_string(head_value));
@@ -50,7 +50,7 @@ void check_compatible(const model::HeadConfig& h, const model::TargetConfig& t, 
 
 // The head decides the layers it reads: other aux ids given for an EAGLE-3 head are refused, not
 // ignored (ttt_steps and eagle_version are not eval options: the head's are used).
-void check_aux_ids(const model::HeadConfig& h, const config::Options& o, const std::string& head_dir) {
+void check_aux_ids(const head::HeadConfig& h, const config::Options& o, const std::string& head_dir) {
   if (h.eagle_version != 3 || o.aux_hidden_state_layer_ids.empty() || o.aux_hidden_state_layer_ids == h.aux_layer_ids)
     return;
   throw Error(ErrorKind::usage, "--aux_hidden_state_layer_ids differs from the head's")
@@ -63,7 +63,7 @@ void check_aux_ids(const model::HeadConfig& h, const config::Options& o, const s
 
 // The head names the target it was trained on; another folder of the same shape may be a fine-tune
 // (the sizes above cannot tell), so the user is told which one is used.
-void warn_other_target(const model::HeadConfig& h, const std::string& target_dir) {
+void warn_other_target(const head::HeadConfig& h, const std::string& target_dir) {
   namespace fs = std::filesystem;
   if (h.target_name_or_path.empty() || target_dir.empty()) return;
   std::error_code ec;
@@ -110,14 +110,14 @@ void run_eval(const config::Options& opts, const Invocation& argv) {
   check_output_writable(opts.output);
   device::configure_runtime(opts);
   const torch::Device device = device::resolve_device(opts.device);
-  auto loaded = model::load_head(opts.checkpoint, device);
+  auto loaded = head::load_head(opts.checkpoint, device);
   auto& head = *loaded.head;
-  model::check_finite_parameters(head, opts.checkpoint,
-                                 "evaluate an earlier checkpoint (training with nan_policy skip keeps going)");
+  head::check_finite_parameters(head, opts.checkpoint,
+                                "evaluate an earlier checkpoint (training with nan_policy skip keeps going)");
   // Checked against the target's config.json before anything heavy is read.
   check_aux_ids(loaded.config, opts, opts.checkpoint);
   if (const auto target_dir = features::target_config_dir(opts); !target_dir.empty()) {
-    check_compatible(loaded.config, model::TargetConfig::from_model_dir(target_dir), opts.checkpoint);
+    check_compatible(loaded.config, target::TargetConfig::from_model_dir(target_dir), opts.checkpoint);
     warn_other_target(loaded.config, opts.model_name_or_path);
   }
   // The head decides what it reads: the target layers it was trained on.
@@ -134,11 +134,11 @@ void run_eval(const config::Options& opts, const Invocation& argv) {
   nlohmann::json j = io::to_json(stats);
   j.erase("step");
   j["checkpoint"] = opts.checkpoint;
-  j["format"] = model::format_name(loaded.format);
+  j["format"] = head::format_name(loaded.format);
   j["heldout_samples"] = heldout.size();
   j["draft_len"] = settings.draft_len;
-  j["head"] = model::head_variant_json(loaded.config);
-  j["head"]["parameters"] = model::count_parameters(head);
+  j["head"] = head::head_variant_json(loaded.config);
+  j["head"]["parameters"] = head::count_parameters(head);
   if (settings.tree_topk > 0) j["tree"] = {settings.tree_steps, settings.tree_topk, settings.tree_draft_tokens};
   if (settings.temperature > 0.0) {
     j["temperature"] = settings.temperature;

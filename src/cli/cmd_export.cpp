@@ -1,35 +1,38 @@
 // eagle-train export: reads a head checkpoint or an exported head (any supported layout) and writes
 // it in the layout a serving engine loads (docs/export.md).
 #include "eagle/cli/commands.h"
-#include "eagle/util/log.h"
-#include "eagle/model/head.h"
-#include "eagle/model/head_io.h"
-#include "eagle/model/target.h"
+#include "eagle/head/head.h"
+#include "eagle/head/head_io.h"
+#include "eagle/target/target.h"
 #include "eagle/util/error.h"
+#include "eagle/util/log.h"
 
 namespace eagle::cli {
 
 namespace {
-model::HeadFormat head_format(config::ExportFormat f) {
+head::HeadFormat head_format(config::ExportFormat f) {
   switch (f) {
-    case config::ExportFormat::sglang: return model::HeadFormat::sglang;
-    case config::ExportFormat::speculators: return model::HeadFormat::speculators;
-    case config::ExportFormat::vllm_eagle1: return model::HeadFormat::vllm_eagle1;
+    case config::ExportFormat::sglang:
+      return head::HeadFormat::sglang;
+    case config::ExportFormat::speculators:
+      return head::HeadFormat::speculators;
+    case config::ExportFormat::vllm_eagle1:
+      return head::HeadFormat::vllm_eagle1;
   }
-  return model::HeadFormat::sglang;
+  return head::HeadFormat::sglang;
 }
 }  // namespace
 
 void run_export(const config::Options& opts, const Invocation& argv) {
-  auto loaded = model::load_head(opts.checkpoint);
+  auto loaded = head::load_head(opts.checkpoint);
   log::info("export", "read EAGLE-{} head ({} layout) from {}", loaded.config.eagle_version,
-            model::format_name(loaded.format), opts.checkpoint);
+            head::format_name(loaded.format), opts.checkpoint);
   // A NaN head would be written out and served broken: refused before anything is written.
-  model::check_finite_parameters(*loaded.head, opts.checkpoint,
-                                 "export an earlier checkpoint (training with nan_policy skip keeps going)");
+  head::check_finite_parameters(*loaded.head, opts.checkpoint,
+                                "export an earlier checkpoint (training with nan_policy skip keeps going)");
   const auto format = head_format(opts.format);
   torch::Tensor embedding;
-  if (format == model::HeadFormat::speculators) {
+  if (format == head::HeadFormat::speculators) {
     // The target's embedding goes into the export: the target named here, else the one the head
     // records. Loading maps the weights (CPU, stored dtype): nothing is copied but the embedding.
     const std::string target =
@@ -37,9 +40,9 @@ void run_export(const config::Options& opts, const Invocation& argv) {
     EAGLE_CHECK(!target.empty(), Error(ErrorKind::usage, "a speculators export carries the target's embedding, and "
                                                          "the head names no target")
                                      .place("--model_name_or_path").hint("name the target model folder"));
-    embedding = model::TargetModel::load(target, torch::ScalarType::Undefined, torch::kCPU).embedding_weight();
+    embedding = target::TargetModel::load(target, torch::ScalarType::Undefined, torch::kCPU).embedding_weight();
   }
-  model::export_head(*loaded.head, format, opts.output, embedding);
+  head::export_head(*loaded.head, format, opts.output, embedding);
 }
 
 }  // namespace eagle::cli

@@ -18,9 +18,9 @@
 #include "eagle/device/runtime.h"
 #include "eagle/generate/generate.h"
 #include "eagle/generate/server_generate.h"
-#include "eagle/model/target.h"
 #include "eagle/run/dir_lock.h"
 #include "eagle/run/signals.h"
+#include "eagle/target/target.h"
 #include "eagle/util/error.h"
 #include "eagle/util/fs_sync.h"
 #include "eagle/util/log.h"
@@ -109,7 +109,7 @@ void run_generate(const config::Options& opts, const Invocation& argv) {
   device::configure_runtime(opts);
   // The config alone first: the data is checked against its vocabulary, and the output's settings
   // (end ids) before the weights load.
-  const auto config = model::TargetConfig::from_model_dir(opts.model_name_or_path);
+  const auto config = target::TargetConfig::from_model_dir(opts.model_name_or_path);
   // Samples are read whole (the context limit applies per turn while generating), none held out.
   auto lo = data::LoadOptions::from(opts);
   lo.training_seq_len = std::numeric_limits<std::int64_t>::max();
@@ -120,7 +120,7 @@ void run_generate(const config::Options& opts, const Invocation& argv) {
   if (data::is_prepared_dataset(opts.data_path))
     log::info("generate", "{}: regenerating its train split (its validation.bin is a --data_path of its own)",
               opts.data_path);
-  const auto end_ids = model::generation_end_ids(opts.model_name_or_path, config);
+  const auto end_ids = target::generation_end_ids(opts.model_name_or_path, config);
   if (end_ids.empty())
     log::warn("generate", "the target names no eos_token_id: every reply runs to max_new_tokens ({})",
               opts.max_new_tokens);
@@ -140,8 +140,8 @@ void run_generate(const config::Options& opts, const Invocation& argv) {
   data::SampleWriter writer(opts.output, output_settings(opts, dataset, end_ids));
   auto counts = data::RegenerationCounts::from_json(writer.resumed_counts(), opts.output + data::kProgressSuffix);
   const auto first = writer.samples_done();
-  std::optional<model::TargetModel> target;
-  if (!server) target.emplace(model::load_target(opts, device::resolve_device(opts.device)));
+  std::optional<target::TargetModel> target;
+  if (!server) target.emplace(target::load_target(opts, device::resolve_device(opts.device)));
   const auto settings = generate::GenerateSettings::from(opts, end_ids);
   log::info("generate",
             "{} samples from {} ({} done before), {}, context {}, up to {} tokens per reply, {}, "

@@ -11,27 +11,27 @@
 #include "eagle/cli/commands.h"
 #include "eagle/device/runtime.h"
 #include "eagle/model/dtype.h"
-#include "eagle/model/target.h"
+#include "eagle/target/target.h"
 #include "eagle/util/error.h"
 
 namespace eagle::cli {
 
 namespace {
 
-std::vector<std::string> layer_types(const model::TargetConfig& c) {
+std::vector<std::string> layer_types(const target::TargetConfig& c) {
   std::vector<std::string> types;
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
     types.push_back(c.window(l) > 0 ? "sliding_attention" : "full_attention");
   return types;
 }
 
-std::int64_t sliding_window(const model::TargetConfig& c) {
+std::int64_t sliding_window(const target::TargetConfig& c) {
   std::int64_t w = 0;
   for (auto x : c.layer_windows) w = std::max(w, x);
   return w;
 }
 
-std::vector<std::int64_t> dense_layers(const model::TargetConfig& c) {
+std::vector<std::int64_t> dense_layers(const target::TargetConfig& c) {
   std::vector<std::int64_t> ids;
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
     if (!c.sparse(l)) ids.push_back(l);
@@ -39,7 +39,7 @@ std::vector<std::int64_t> dense_layers(const model::TargetConfig& c) {
 }
 
 // The lines only MoE, windowed or sink models have.
-std::string extra_lines(const model::TargetConfig& c, const model::TargetModel& m) {
+std::string extra_lines(const target::TargetConfig& c, const target::TargetModel& m) {
   std::string s;
   if (c.moe())
     s += fmt::format("experts:       {} per sparse layer, {} per token, expert intermediate {}; dense MLP layers {}; "
@@ -57,7 +57,7 @@ std::string extra_lines(const model::TargetConfig& c, const model::TargetModel& 
 }  // namespace
 
 void run_inspect(const config::Options& opts, const Invocation& argv) {
-  auto m = model::load_target(opts, device::resolve_device(opts.device));
+  auto m = target::load_target(opts, device::resolve_device(opts.device));
   const auto& c = m.config();
 
   const auto non_finite = m.non_finite_weights();

@@ -13,6 +13,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "dump_folder.h"
 #include "eagle/config/option_table.h"
 #include "eagle/data/binary_format.h"
 #include "eagle/data/loader.h"
@@ -27,13 +28,12 @@
 #include "eagle/features/target_identity.h"
 #include "eagle/model/dtype.h"
 #include "eagle/model/safetensors.h"
-#include "eagle/model/target.h"
 #include "eagle/run/dir_lock.h"
+#include "eagle/target/target.h"
 #include "eagle/util/error.h"
 #include "eagle/util/fs_sync.h"
 #include "eagle/util/log.h"
 #include "eagle/util/progress.h"
-#include "dump_folder.h"
 
 namespace eagle::features {
 namespace {
@@ -100,7 +100,7 @@ void write_data(const fs::path& out, const TrainData& d, const config::Options& 
 
 // The target's ends (target/config.json and target/model.safetensors): what training from the
 // folder needs of the target when no --model_name_or_path is given.
-std::uint64_t write_ends(const fs::path& out, const config::Options& o, const model::TargetEnds& e) {
+std::uint64_t write_ends(const fs::path& out, const config::Options& o, const target::TargetEnds& e) {
   fs::create_directories(out / kFeaturesTargetDir);
   fs::copy_file(fs::path(o.model_name_or_path) / "config.json", out / kFeaturesTargetDir / "config.json",
                 fs::copy_options::overwrite_existing);
@@ -134,7 +134,7 @@ std::vector<data::Shape> largest_first(const data::SamplerOptions& so) {
 
 class Dumper {
  public:
-  Dumper(const model::TargetModel& target, const FeatureLayout& layout, const data::SamplerOptions& so,
+  Dumper(const target::TargetModel& target, const FeatureLayout& layout, const data::SamplerOptions& so,
          std::int64_t max_cuda_graphs)
       : target_(target),
         layout_(layout),
@@ -164,7 +164,7 @@ class Dumper {
       copy_into(batch, b.in);
       graphs_.run(shape, [&] {
         auto out = target_.forward(
-            model::TargetBatch{b.in.input_ids, b.in.position_ids, b.in.document_ids, b.in.attention}, {});
+            target::TargetBatch{b.in.input_ids, b.in.position_ids, b.in.document_ids, b.in.attention}, {});
         // Outputs copied into fixed buffers: a replayed graph rewrites them in place.
         if (b.aux.defined()) b.aux.copy_(out.aux_hidden);
         b.last.copy_(out.final_hidden);
@@ -196,7 +196,7 @@ class Dumper {
     return b;
   }
 
-  const model::TargetModel& target_;
+  const target::TargetModel& target_;
   FeatureLayout layout_;
   data::SamplerOptions so_;
   device::CudaGraphCache graphs_;
@@ -235,10 +235,10 @@ DumpSummary dump_features(const config::Options& o, const DumpHooks& hooks) {
   fs::path out = fs::path(o.output).lexically_normal();
   if (!out.has_filename()) out = out.parent_path();
   check_output_apart(o, out);
-  const auto config = model::TargetConfig::from_model_dir(o.model_name_or_path);
+  const auto config = target::TargetConfig::from_model_dir(o.model_name_or_path);
   std::vector<std::int64_t> aux_ids;
   if (o.eagle_version == 3)
-    aux_ids = o.aux_hidden_state_layer_ids.empty() ? model::default_aux_layer_ids(config.num_hidden_layers)
+    aux_ids = o.aux_hidden_state_layer_ids.empty() ? target::default_aux_layer_ids(config.num_hidden_layers)
                                                    : o.aux_hidden_state_layer_ids;
   const json options = content_options(o, aux_ids);
   std::optional<FeatureManifest> existing;
@@ -279,7 +279,7 @@ DumpSummary dump_features(const config::Options& o, const DumpHooks& hooks) {
   if (existing)
     check_same_target(existing->target, identity, (out / kFeaturesManifest).string(), /*with_path=*/true,
                       "complete the dump with its own target, or choose another --output");
-  auto target = model::load_target(o, device);
+  auto target = target::load_target(o, device);
   if (!aux_ids.empty()) target.set_aux_layer_ids(aux_ids);
   const auto& tc = target.config();
   const auto ends = target.ends();

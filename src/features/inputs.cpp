@@ -95,11 +95,11 @@ void set_data(RunInputs& in, data::Dataset all, std::vector<std::int64_t> all_id
 // else only its ends, read from ends_dir.
 void load_target_part(const config::Options& o, torch::Device device, const std::string& ends_dir, RunInputs& in) {
   if (o.eval_num_prompts > 0 && !o.model_name_or_path.empty()) {
-    in.target = model::load_target(o, device, in.aux_layer_ids);
+    in.target = target::load_target(o, device, in.aux_layer_ids);
     in.ends = in.target->ends();
     return;
   }
-  in.ends = model::TargetModel::load_ends(ends_dir, model::target_dtype(o.target_dtype), device);
+  in.ends = target::TargetModel::load_ends(ends_dir, model::target_dtype(o.target_dtype), device);
   if (o.eval_num_prompts > 0)
     log::info("eval",
               "no --model_name_or_path: the acceptance rate (AR) is not measured (it decodes with the "
@@ -167,14 +167,14 @@ RunInputs open_speculators(const config::Options& o, const HeadReads& head, torc
                   .file(dir)
                   .hint("give --model_name_or_path: its final norm and LM head turn the stored last hidden states "
                         "into the teacher, and the head uses its embedding"));
-  const auto config = model::TargetConfig::from_model_dir(o.model_name_or_path);
+  const auto config = target::TargetConfig::from_model_dir(o.model_name_or_path);
   auto lo = data::LoadOptions::from(o);
   lo.vocab_size = config.vocab_size;
   auto rows = data::read_speculators_folder(dir, lo);
   RunInputs in;
   if (head.eagle_version == 3) {
     in.aux_layer_ids =
-        head.aux_layer_ids.empty() ? model::default_aux_layer_ids(config.num_hidden_layers) : head.aux_layer_ids;
+        head.aux_layer_ids.empty() ? target::default_aux_layer_ids(config.num_hidden_layers) : head.aux_layer_ids;
     if (head.aux_layer_ids.empty())
       log::warn("data",
                 "{} does not record the layers its hidden states come from: the head records [{}] (the "
@@ -231,7 +231,7 @@ data::Dataset load_eval_data(const config::Options& opts, std::int64_t vocab_siz
 // Features from vLLM servers: the servers checked first (their max_model_len bounds the samples), then the
 // data as online, its samples numbered train first, then held-out.
 RunInputs open_server(const config::Options& o, const HeadReads& head, torch::Device device, bool eval) {
-  const auto config = model::TargetConfig::from_model_dir(o.model_name_or_path);
+  const auto config = target::TargetConfig::from_model_dir(o.model_name_or_path);
   const util::ServerSettings settings{o.target_server, o.target_server_inflight,
                                       static_cast<double>(o.target_server_timeout_s), o.target_server_retries,
                                       device::launch_from_env().rank};
@@ -254,7 +254,7 @@ RunInputs open_server(const config::Options& o, const HeadReads& head, torch::De
   }
   if (head.eagle_version == 3)
     in.aux_layer_ids =
-        head.aux_layer_ids.empty() ? model::default_aux_layer_ids(config.num_hidden_layers) : head.aux_layer_ids;
+        head.aux_layer_ids.empty() ? target::default_aux_layer_ids(config.num_hidden_layers) : head.aux_layer_ids;
   std::vector<const data::Dataset*> splits;
   for (const auto* ds : {in.train ? &*in.train : nullptr, in.heldout ? &*in.heldout : nullptr})
     if (ds) splits.push_back(ds);
@@ -289,7 +289,7 @@ TrainData load_train_data(const config::Options& opts, std::int64_t vocab_size) 
   return out;
 }
 
-FeatureSources RunInputs::sources(const model::TeacherSpec& teacher, torch::Device device) const {
+FeatureSources RunInputs::sources(const target::TeacherSpec& teacher, torch::Device device) const {
   auto source = [&](const std::vector<std::int64_t>& samples) {
     return store ? offline_features(store, samples, ends, teacher, device) : online_features(*target, teacher);
   };
@@ -299,7 +299,7 @@ FeatureSources RunInputs::sources(const model::TeacherSpec& teacher, torch::Devi
   return out;
 }
 
-RunInputs online_inputs(model::TargetModel target, std::string target_name) {
+RunInputs online_inputs(target::TargetModel target, std::string target_name) {
   RunInputs in;
   in.ends = target.ends();
   in.aux_layer_ids = target.aux_layer_ids();
@@ -313,8 +313,8 @@ RunInputs load_train_inputs(const config::Options& opts, torch::Device device) {
   if (!opts.features_path.empty()) return load_offline_inputs(opts, head, device, /*eval=*/false);
   if (!opts.target_server.empty()) return open_server(opts, head, device, /*eval=*/false);
   // The data is checked against the target's vocabulary (its config.json) before the weights load.
-  auto data = load_train_data(opts, model::TargetConfig::from_model_dir(opts.model_name_or_path).vocab_size);
-  RunInputs in = online_inputs(model::load_target(opts, device), opts.model_name_or_path);
+  auto data = load_train_data(opts, target::TargetConfig::from_model_dir(opts.model_name_or_path).vocab_size);
+  RunInputs in = online_inputs(target::load_target(opts, device), opts.model_name_or_path);
   in.train = std::move(data.train);
   in.heldout = std::move(data.heldout);
   return in;
@@ -325,8 +325,8 @@ RunInputs load_eval_inputs(const config::Options& opts, torch::Device device, st
   const HeadReads head{eagle_version, eagle_version == 3 ? aux_layer_ids : opts.aux_hidden_state_layer_ids};
   if (!opts.features_path.empty()) return load_offline_inputs(opts, head, device, /*eval=*/true);
   if (!opts.target_server.empty()) return open_server(opts, head, device, /*eval=*/true);
-  auto data = load_eval_data(opts, model::TargetConfig::from_model_dir(opts.model_name_or_path).vocab_size);
-  RunInputs in = online_inputs(model::load_target(opts, device, head.aux_layer_ids), opts.model_name_or_path);
+  auto data = load_eval_data(opts, target::TargetConfig::from_model_dir(opts.model_name_or_path).vocab_size);
+  RunInputs in = online_inputs(target::load_target(opts, device, head.aux_layer_ids), opts.model_name_or_path);
   in.heldout = std::move(data);
   return in;
 }

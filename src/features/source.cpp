@@ -11,8 +11,8 @@ namespace {
 
 // The head inputs that come from the batch itself (ids, mask, positions, documents, attention);
 // each source adds the target's features.
-model::HeadInputs batch_inputs(const BatchTensors& b) {
-  model::HeadInputs in;
+head::HeadInputs batch_inputs(const BatchTensors& b) {
+  head::HeadInputs in;
   in.input_ids = b.input_ids;
   in.loss_mask = b.loss_mask;
   in.position_ids = b.position_ids;
@@ -23,7 +23,7 @@ model::HeadInputs batch_inputs(const BatchTensors& b) {
 
 class OnlineFeatures : public FeatureSource {
  public:
-  OnlineFeatures(const model::TargetModel& target, model::TeacherSpec teacher)
+  OnlineFeatures(const target::TargetModel& target, target::TeacherSpec teacher)
       : target_(target), teacher_(std::move(teacher)) {}
 
   torch::Device device() const override { return target_.device(); }
@@ -32,9 +32,9 @@ class OnlineFeatures : public FeatureSource {
   }
   void fill(const data::Batch& batch, BatchTensors& buffers) const override { copy_into(batch, buffers); }
 
-  model::HeadInputs head_inputs(const BatchTensors& b) const override {
-    auto out = target_.forward(model::TargetBatch{b.input_ids, b.position_ids, b.document_ids, b.attention}, teacher_);
-    model::HeadInputs in = batch_inputs(b);
+  head::HeadInputs head_inputs(const BatchTensors& b) const override {
+    auto out = target_.forward(target::TargetBatch{b.input_ids, b.position_ids, b.document_ids, b.attention}, teacher_);
+    head::HeadInputs in = batch_inputs(b);
     in.aux_hidden = out.aux_hidden;
     in.final_hidden = out.final_hidden;
     in.teacher_logits = out.teacher_logits;
@@ -43,14 +43,14 @@ class OnlineFeatures : public FeatureSource {
   }
 
  private:
-  const model::TargetModel& target_;
-  model::TeacherSpec teacher_;
+  const target::TargetModel& target_;
+  target::TeacherSpec teacher_;
 };
 
 class OfflineFeatures : public FeatureSource {
  public:
   OfflineFeatures(std::shared_ptr<const FeatureStore> store, std::vector<std::int64_t> samples,
-                  const model::TargetEnds& ends, const model::TeacherSpec& teacher, torch::Device device)
+                  const target::TargetEnds& ends, const target::TeacherSpec& teacher, torch::Device device)
       : store_(std::move(store)),
         samples_(std::move(samples)),
         device_(device),
@@ -123,18 +123,18 @@ class OfflineFeatures : public FeatureSource {
     }
   }
 
-  model::HeadInputs head_inputs(const BatchTensors& b) const override {
+  head::HeadInputs head_inputs(const BatchTensors& b) const override {
     torch::NoGradGuard no_grad;
-    model::HeadInputs in = batch_inputs(b);
+    head::HeadInputs in = batch_inputs(b);
     in.aux_hidden = b.aux_hidden;
     auto last = b.last_hidden.to(dtype_);
-    if (store_->layout().pre_norm) last = model::target_norm(config_, last, final_norm_);
+    if (store_->layout().pre_norm) last = target::target_norm(config_, last, final_norm_);
     in.final_hidden = last;
     if (store_->layout().has_argmax) {
       in.target_argmax = b.target_argmax;
       if (draft_rows_.defined()) in.teacher_logits = torch::linear(last, draft_rows_).to(torch::kFloat32);
     } else {
-      auto t = model::lm_head_teacher(last, lm_head_, teacher_);
+      auto t = target::lm_head_teacher(last, lm_head_, teacher_);
       in.target_argmax = t.argmax;
       in.teacher_logits = t.logits;
     }
@@ -145,21 +145,21 @@ class OfflineFeatures : public FeatureSource {
   std::shared_ptr<const FeatureStore> store_;
   std::vector<std::int64_t> samples_;
   torch::Device device_;
-  model::TeacherSpec teacher_;
-  model::TargetConfig config_;
+  target::TeacherSpec teacher_;
+  target::TargetConfig config_;
   torch::ScalarType dtype_ = torch::kFloat32;
   torch::Tensor final_norm_, draft_rows_, lm_head_;
 };
 
 }  // namespace
 
-std::unique_ptr<FeatureSource> online_features(const model::TargetModel& target, const model::TeacherSpec& teacher) {
+std::unique_ptr<FeatureSource> online_features(const target::TargetModel& target, const target::TeacherSpec& teacher) {
   return std::make_unique<OnlineFeatures>(target, teacher);
 }
 
 std::unique_ptr<FeatureSource> offline_features(std::shared_ptr<const FeatureStore> store,
-                                                std::vector<std::int64_t> samples, const model::TargetEnds& ends,
-                                                const model::TeacherSpec& teacher, torch::Device device) {
+                                                std::vector<std::int64_t> samples, const target::TargetEnds& ends,
+                                                const target::TeacherSpec& teacher, torch::Device device) {
   return std::make_unique<OfflineFeatures>(std::move(store), std::move(samples), ends, teacher, device);
 }
 

@@ -11,13 +11,13 @@ namespace eagle::features {
 using nlohmann::json;
 
 json target_identity(const std::string& model_name_or_path, const std::string& weights_dir,
-                     const model::TargetConfig& c) {
+                     const target::TargetConfig& c) {
   return json{{"model_name_or_path", model_name_or_path},
               {"architecture", c.architecture},
               {"num_hidden_layers", c.num_hidden_layers},
               {"hidden_size", c.hidden_size},
               {"vocab_size", c.vocab_size},
-              {"tensors", model::tensor_fingerprints(weights_dir)}};
+              {"tensors", target::tensor_fingerprints(weights_dir)}};
 }
 
 void check_same_target(const json& recorded, const json& now, const std::string& manifest_file, bool with_path,

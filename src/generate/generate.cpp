@@ -74,7 +74,7 @@ constexpr std::int64_t kRefillFraction = 8;    // free rows are refilled once ba
 
 class Generator {
  public:
-  Generator(const model::TargetModel& target, const data::Dataset& dataset, std::size_t first,
+  Generator(const target::TargetModel& target, const data::Dataset& dataset, std::size_t first,
             const GenerateSettings& s)
       : target_(target),
         dataset_(dataset),
@@ -281,14 +281,14 @@ class Generator {
     util::ProgressLine("generate").show(display, frac, text, elapsed_s, final);
   }
 
-  const model::TargetModel& target_;
+  const target::TargetModel& target_;
   const data::Dataset& dataset_;
   const GenerateSettings& s_;
   std::size_t first_, next_, next_emit_;            // first sample of this run, next to start, next to emit
   std::int64_t spare_;                              // the cache column of padding and idle rows
   std::vector<std::optional<std::size_t>> slots_;   // the sample of each cache row
   std::map<std::size_t, data::Regeneration> jobs_;  // started and not yet emitted, by sample index
-  model::KvCache cache_;
+  target::KvCache cache_;
   TokenChooser chooser_;
   std::optional<device::CudaGraphCache> graphs_;
   torch::Tensor ids_, columns_, last_, logits_;  // fixed storage of the all-rows decode step
@@ -298,7 +298,7 @@ class Generator {
 
 }  // namespace
 
-GenerateResult generate(const model::TargetModel& target, const data::Dataset& dataset, std::size_t first,
+GenerateResult generate(const target::TargetModel& target, const data::Dataset& dataset, std::size_t first,
                         const GenerateSettings& settings, const EmitFn& emit,
                         const std::function<bool()>& stop_requested) {
   torch::NoGradGuard no_grad;

@@ -35,7 +35,7 @@ struct Row {
 
 class BatchedDecoder {
  public:
-  BatchedDecoder(const model::TargetModel& target, model::DraftHead& head,
+  BatchedDecoder(const target::TargetModel& target, head::DraftHead& head,
                  std::vector<std::vector<std::int64_t>> prompts, std::int64_t max_new_tokens, std::int64_t draft_len,
                  std::int64_t batch_size, std::int64_t max_cuda_graphs)
       : target_(target),
@@ -235,8 +235,8 @@ class BatchedDecoder {
     return torch::from_blob(v.data(), sizes, torch::kInt64).to(target_.device());
   }
 
-  const model::TargetModel& target_;
-  model::DraftHead& head_;
+  const target::TargetModel& target_;
+  head::DraftHead& head_;
   std::vector<std::vector<std::int64_t>> prompts_;
   std::int64_t max_new_, K_, B_;
   std::vector<std::optional<Row>> rows_;
@@ -244,8 +244,8 @@ class BatchedDecoder {
   torch::TensorOptions iopts_;
   std::size_t next_ = 0;
   std::int64_t capacity_ = 0, spare_ = 0;
-  model::KvCache tcache_;
-  model::DraftCache hcache_;
+  target::KvCache tcache_;
+  head::DraftCache hcache_;
   torch::Tensor verify_ids_, verify_columns_, verify_last_, greedy_, features_;  // fixed storage of a round
   torch::Tensor draft_next_, draft_columns_, draft_last_, drafts_;
   std::optional<device::CudaGraphCache> verify_graphs_, draft_graphs_;
@@ -253,10 +253,10 @@ class BatchedDecoder {
 
 }  // namespace
 
-AcceptanceResult batched_acceptance_rate(const model::TargetModel& target, model::DraftHead& head,
+AcceptanceResult batched_acceptance_rate(const target::TargetModel& target, head::DraftHead& head,
                                          const data::Dataset& heldout, std::int64_t num_prompts,
-                                         std::int64_t max_new_tokens, std::int64_t draft_len,
-                                         std::int64_t batch_size, std::int64_t max_cuda_graphs) {
+                                         std::int64_t max_new_tokens, std::int64_t draft_len, std::int64_t batch_size,
+                                         std::int64_t max_cuda_graphs) {
   torch::NoGradGuard no_grad;
   EAGLE_CHECK(head.drafts_ragged() && draft_len > 0 && batch_size > 0,
               Error(ErrorKind::internal, "batched evaluation needs a head that drafts many sequences at once"));

@@ -10,7 +10,7 @@
 
 namespace eagle::train {
 
-void extra_acceptance(const model::TargetModel& target, model::DraftHead& head, const data::Dataset& heldout,
+void extra_acceptance(const target::TargetModel& target, head::DraftHead& head, const data::Dataset& heldout,
                       const EvalSettings& settings, io::EvalStats& stats) {
   if (settings.tree_topk > 0) {
     const TreeShape shape{settings.tree_steps, settings.tree_topk, settings.tree_draft_tokens};

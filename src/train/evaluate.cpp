@@ -30,7 +30,7 @@ std::vector<std::vector<std::int64_t>> eval_prompts(const data::Dataset& ds, std
   return out;
 }
 
-bool is_eos(const model::TargetConfig& c, std::int64_t id) {
+bool is_eos(const target::TargetConfig& c, std::int64_t id) {
   return std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), id) != c.eos_token_ids.end();
 }
 
@@ -47,7 +47,7 @@ void AcceptanceResult::finish() {
   ar = rounds ? static_cast<double>(accepted) / static_cast<double>(rounds) : 0.0;
 }
 
-PromptPrefill prefill_prompt(const model::TargetModel& target, model::KvCache& cache,
+PromptPrefill prefill_prompt(const target::TargetModel& target, target::KvCache& cache,
                              const std::vector<std::int64_t>& prompt) {
   const auto n = static_cast<std::int64_t>(prompt.size());
   PromptPrefill p;
@@ -63,7 +63,7 @@ torch::Tensor PromptPrefill::next_ids(std::int64_t x) const {
   return torch::cat({ids.narrow(1, 1, ids.size(1) - 1), torch::full({1, 1}, x, ids.options())}, 1);
 }
 
-bool count_new_tokens(const model::TargetConfig& c, const std::vector<std::int64_t>& tokens,
+bool count_new_tokens(const target::TargetConfig& c, const std::vector<std::int64_t>& tokens,
                       std::int64_t max_new_tokens, std::int64_t& generated) {
   for (auto tok : tokens) {
     ++generated;
@@ -72,7 +72,7 @@ bool count_new_tokens(const model::TargetConfig& c, const std::vector<std::int64
   return false;
 }
 
-AcceptanceResult acceptance_rate(const model::TargetModel& target, model::DraftHead& head, const data::Dataset& heldout,
+AcceptanceResult acceptance_rate(const target::TargetModel& target, head::DraftHead& head, const data::Dataset& heldout,
                                  std::int64_t num_prompts, std::int64_t max_new_tokens, std::int64_t draft_len) {
   torch::NoGradGuard no_grad;
   AcceptanceResult r;
@@ -137,8 +137,8 @@ EvalSettings EvalSettings::from(const config::Options& o, std::int64_t ttt_steps
   return s;
 }
 
-io::EvalStats evaluate(const features::FeatureSource& features, const model::TargetModel* target,
-                       model::DraftHead& head, const data::Dataset& heldout, const EvalSettings& settings,
+io::EvalStats evaluate(const features::FeatureSource& features, const target::TargetModel* target,
+                       head::DraftHead& head, const data::Dataset& heldout, const EvalSettings& settings,
                        std::int64_t step) {
   torch::NoGradGuard no_grad;
   io::EvalStats stats;
@@ -153,7 +153,7 @@ io::EvalStats evaluate(const features::FeatureSource& features, const model::Tar
     batches.push_back(data::make_batch(evaluated, sampler.next()));
   const auto device = features.device();
   const auto denominators = denominator_tensor(loss_denominators(batches, steps)).to(device);
-  auto sums = torch::zeros({steps, model::kMetricColumns}, torch::TensorOptions().device(device));
+  auto sums = torch::zeros({steps, head::kMetricColumns}, torch::TensorOptions().device(device));
   auto loss = torch::zeros({}, sums.options());
   for (const auto& batch : batches) {
     auto tensors = features.allocate(batch, /*max_segments=*/0);  // eager: the row length bounds it

@@ -22,31 +22,31 @@ std::vector<std::int64_t> count_loss_positions(const data::Batch& batch, std::in
 }
 
 MetricSummary summarize_metrics(const torch::Tensor& sums) {
-  EAGLE_CHECK(sums.dim() == 2 && sums.size(1) == model::kMetricColumns,
+  EAGLE_CHECK(sums.dim() == 2 && sums.size(1) == head::kMetricColumns,
               Error(ErrorKind::internal, "metric sums have the wrong shape")
-                  .expected(fmt::format("[K, {}]", static_cast<std::int64_t>(model::kMetricColumns)))
+                  .expected(fmt::format("[K, {}]", static_cast<std::int64_t>(head::kMetricColumns)))
                   .found(fmt::format("{} dimensions, {} columns", sums.dim(), sums.dim() == 2 ? sums.size(1) : 0)));
   auto s = sums.detach().to(torch::kCPU, torch::kFloat64).contiguous();
   const auto* p = s.data_ptr<double>();
-  auto at = [&](std::int64_t k, std::int64_t c) { return p[k * model::kMetricColumns + c]; };
+  auto at = [&](std::int64_t k, std::int64_t c) { return p[k * head::kMetricColumns + c]; };
   auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
   MetricSummary m;
   double chain = 1.0;
   for (std::int64_t k = 0; k < s.size(0); ++k) {
-    m.acc.push_back(ratio(at(k, model::kCorrect), at(k, model::kValid)));
-    m.cacc.push_back(ratio(at(k, model::kCondCorrect), at(k, model::kCondValid)));
-    m.loss.push_back(ratio(at(k, model::kLossSum), at(k, model::kValid)));
+    m.acc.push_back(ratio(at(k, head::kCorrect), at(k, head::kValid)));
+    m.cacc.push_back(ratio(at(k, head::kCondCorrect), at(k, head::kCondValid)));
+    m.loss.push_back(ratio(at(k, head::kLossSum), at(k, head::kValid)));
     chain *= m.cacc.back();
     m.tau += chain;
   }
-  m.positions = s.size(0) > 0 ? static_cast<std::int64_t>(at(0, model::kValid)) : 0;
+  m.positions = s.size(0) > 0 ? static_cast<std::int64_t>(at(0, head::kValid)) : 0;
   return m;
 }
 
 LogWindow::LogWindow(std::int64_t steps, torch::Device device) {
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
   loss = torch::zeros({}, f32);
-  metrics = torch::zeros({steps, model::kMetricColumns}, f32);
+  metrics = torch::zeros({steps, head::kMetricColumns}, f32);
   grad_norm = torch::zeros({}, f32);
 }
 

@@ -21,7 +21,7 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kF32 = 4.0;
 
-double head_parameters(const model::HeadConfig& c) {
+double head_parameters(const head::HeadConfig& c) {
   const double h = static_cast<double>(c.hidden_size), i = static_cast<double>(c.intermediate_size);
   const double qkv = static_cast<double>((c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim);
   const double att = static_cast<double>(c.num_attention_heads * c.head_dim);
@@ -35,7 +35,7 @@ double head_parameters(const model::HeadConfig& c) {
 }
 
 // Dense layers, the experts of sparse ones, embedding and LM head (the checkpoint's floats).
-double target_parameters(const model::TargetConfig& t) {
+double target_parameters(const target::TargetConfig& t) {
   const double h = static_cast<double>(t.hidden_size);
   const auto kv = t.num_key_value_heads > 0 ? t.num_key_value_heads : t.num_attention_heads;
   const auto d = t.head_dim > 0 ? t.head_dim : t.hidden_size / t.num_attention_heads;
@@ -80,8 +80,8 @@ MemoryEstimate estimate_step_memory(const StepShape& s) {
   double per_step = h * a;
   for (std::int64_t l = 0; l < c.num_layers; ++l) {
     per_step += (qkv + 2 * att + h) * a + nh * kF32;
-    if (mode != model::RecomputeMode::layer) per_step += (l == 0 ? 2 : 1) * h * (kF32 + a);
-    if (mode == model::RecomputeMode::off) per_step += (att + 4 * i) * a + 3 * h * kF32;
+    if (mode != head::RecomputeMode::layer) per_step += (l == 0 ? 2 : 1) * h * (kF32 + a);
+    if (mode == head::RecomputeMode::off) per_step += (att + 4 * i) * a + 3 * h * kF32;
   }
   if (!chunked) per_step += 2 * vd * kF32;
   // The chunked loss makes its gradients in the forward: the unroll's one fp32 sum of the LM head's.
@@ -94,7 +94,7 @@ MemoryEstimate estimate_step_memory(const StepShape& s) {
   // recomputed input and its gradient, the states'); the forward's last step holds one loss chunk and
   // the gradients it makes beside it. The peak is the larger of the two; 12 x H per token is fitted
   // to the counted peaks at T 2048 to 32768 (docs/benchmarks.md).
-  const bool recomputed = mode != model::RecomputeMode::off;
+  const bool recomputed = mode != head::RecomputeMode::off;
   const double step_work = (recomputed ? 4 * i + 12 * h : qkv + 4 * h) * a * n;
   const double loss_work = chunked ? 6 * chunk * vd * kF32 : n * vd * kF32;
   const double work = recomputed && chunked ? std::max(step_work, loss_work + 12 * h * a * n) : step_work + loss_work;
@@ -136,7 +136,7 @@ MemoryEstimate estimate_step_memory(const StepShape& s) {
   return e;
 }
 
-StepShape step_shape(const config::Options& o, const model::TargetConfig& target, const model::HeadConfig& head,
+StepShape step_shape(const config::Options& o, const target::TargetConfig& target, const head::HeadConfig& head,
                      std::int64_t tokens) {
   StepShape s;
   s.head = head;
@@ -158,7 +158,7 @@ std::string format_estimate(const MemoryEstimate& e, const StepShape& s) {
       "predicted peak memory of one step: {} tokens per micro-batch, K {}, {} draft layer(s), H {}, I {}, V_d {}, "
       "{}, loss_chunk_size {}, recompute_activations {}, target {}\n",
       s.tokens, c.steps(), c.num_layers, c.hidden_size, c.intermediate_size, c.draft_vocab_size,
-      s.bf16 ? "bf16 autocast" : "fp32", c.loss_chunk_size, model::recompute_mode_name(c.recompute),
+      s.bf16 ? "bf16 autocast" : "fp32", c.loss_chunk_size, head::recompute_mode_name(c.recompute),
       s.target ? "online (weights and forward counted)" : "offline (stored features)");
   for (const auto& p : e.parts)
     out += fmt::format("  {:<58} {:>9.2f} GiB{}\n", p.name, p.bytes / kGiB, p.transient ? "  (phase)" : "");
@@ -177,7 +177,7 @@ void check_step_fits(const MemoryEstimate& e, double available, const std::strin
                         "(dump-features); --check_memory=false skips this check"));
 }
 
-void check_step_memory(const config::Options& o, const model::TargetConfig& target, const model::HeadConfig& head,
+void check_step_memory(const config::Options& o, const target::TargetConfig& target, const head::HeadConfig& head,
                        torch::Device device, const std::map<data::Shape, std::int64_t>& shapes) {
   std::int64_t tokens = 1;
   for (const auto& [shape, count] : shapes) tokens = std::max(tokens, shape.rows * shape.length);
@@ -197,32 +197,32 @@ void check_step_memory(const config::Options& o, const model::TargetConfig& targ
   check_step_fits(rest, static_cast<double>(available->bytes), available->source);
 }
 
-model::RecomputeMode resolve_recompute(const config::Options& o, const model::TargetConfig& target,
-                                       const model::HeadConfig& head, torch::Device device, bool target_loaded) {
-  if (o.recompute_activations != "auto") return model::parse_recompute_mode(o.recompute_activations);
+head::RecomputeMode resolve_recompute(const config::Options& o, const target::TargetConfig& target,
+                                      const head::HeadConfig& head, torch::Device device, bool target_loaded) {
+  if (o.recompute_activations != "auto") return head::parse_recompute_mode(o.recompute_activations);
   const auto available = device::available_memory(device);
   if (!available) {
     log::info("train", "recompute_activations auto: layer (the memory available on {} is unknown)", device.str());
-    return model::RecomputeMode::layer;
+    return head::RecomputeMode::layer;
   }
   const double budget = kAutoShare * static_cast<double>(available->bytes);
   double needed = 0;
-  for (const auto mode : {model::RecomputeMode::off, model::RecomputeMode::mlp, model::RecomputeMode::layer}) {
+  for (const auto mode : {head::RecomputeMode::off, head::RecomputeMode::mlp, head::RecomputeMode::layer}) {
     auto h = head;
     h.recompute = mode;
     const auto shape = step_shape(o, target, h);
     const auto e = estimate_step_memory(shape);
     needed = e.peak - (shape.target && target_loaded ? e.part("target weights").bytes : 0.0);
-    if (needed <= budget || mode == model::RecomputeMode::layer) {
+    if (needed <= budget || mode == head::RecomputeMode::layer) {
       log::info("train",
                 "recompute_activations auto: {} (a step of {} tokens predicted at {:.2f} GiB, {:.0f}% of the {:.2f} "
                 "GiB available)",
-                model::recompute_mode_name(mode), shape.tokens, needed / kGiB,
+                head::recompute_mode_name(mode), shape.tokens, needed / kGiB,
                 100.0 * needed / static_cast<double>(available->bytes), static_cast<double>(available->bytes) / kGiB);
       return mode;
     }
   }
-  return model::RecomputeMode::layer;
+  return head::RecomputeMode::layer;
 }
 
 void dry_run(const config::Options& o) {
@@ -230,9 +230,9 @@ void dry_run(const config::Options& o) {
   EAGLE_CHECK(!dir.empty(), Error(ErrorKind::usage, "train --dry_run needs the target's config.json")
                                 .place("model_name_or_path")
                                 .hint("give --model_name_or_path (a folder with config.json)"));
-  const auto target = model::TargetConfig::from_model_dir(dir);
-  auto head = model::HeadConfig::from_target(target, o.eagle_version, o.aux_hidden_state_layer_ids,
-                                             std::min(o.draft_vocab_size, target.vocab_size));
+  const auto target = target::TargetConfig::from_model_dir(dir);
+  auto head = head::HeadConfig::from_target(target, o.eagle_version, o.aux_hidden_state_layer_ids,
+                                            std::min(o.draft_vocab_size, target.vocab_size));
   head.ttt_steps = o.ttt_steps;
   head.loss_chunk_size = o.loss_chunk_size;
   if (head.eagle_version == 3) head.num_layers = o.draft_num_layers;
@@ -243,7 +243,7 @@ void dry_run(const config::Options& o) {
   const bool known = !cuda || torch::cuda::is_available();
   // auto without a device to measure: layer, as resolve_recompute takes when the memory is unknown.
   head.recompute = known || o.recompute_activations != "auto" ? resolve_recompute(o, target, head, device, false)
-                                                              : model::RecomputeMode::layer;
+                                                              : head::RecomputeMode::layer;
   const auto shape = step_shape(o, target, head);
   const auto e = estimate_step_memory(shape);
   std::fputs(format_estimate(e, shape).c_str(), stdout);

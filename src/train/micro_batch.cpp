@@ -19,14 +19,14 @@ torch::Tensor denominator_tensor(const std::vector<std::int64_t>& denominators) 
   return torch::tensor(std::vector<float>(denominators.begin(), denominators.end()), torch::kFloat32);
 }
 
-model::HeadStepOutput forward_micro_batch(const features::FeatureSource& features, model::DraftHead& head,
-                                          const features::BatchTensors& batch, const torch::Tensor& denominators,
-                                          bool bf16) {
+head::HeadStepOutput forward_micro_batch(const features::FeatureSource& features, head::DraftHead& head,
+                                         const features::BatchTensors& batch, const torch::Tensor& denominators,
+                                         bool bf16) {
   device::AutocastGuard autocast(batch.input_ids.device(), bf16);
   return head.train_step_forward(features.head_inputs(batch), denominators);
 }
 
-void train_micro_batch(const features::FeatureSource& features, model::DraftHead& head,
+void train_micro_batch(const features::FeatureSource& features, head::DraftHead& head,
                        const features::BatchTensors& batch, const torch::Tensor& denominators, bool bf16,
                        torch::Tensor& loss_sum, torch::Tensor& metric_sums) {
   auto out = forward_micro_batch(features, head, batch, denominators, bf16);

@@ -24,7 +24,7 @@ RankDigests option_digests(const nlohmann::json& options) {
   return out;
 }
 
-RankDigests input_digests(const std::vector<std::int64_t>& lengths, const model::HeadConfig& head) {
+RankDigests input_digests(const std::vector<std::int64_t>& lengths, const head::HeadConfig& head) {
   const std::uint64_t data = util::fnv1a(lengths.data(), lengths.size() * sizeof(std::int64_t));
   const std::string target = fmt::format("{} of {} layers, hidden size {}, vocabulary {}, {}", head.target_architecture,
                                          head.target_num_hidden_layers, head.target_hidden_size, head.vocab_size,

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "eagle/device/distributed.h"
-#include "eagle/model/head.h"
+#include "eagle/head/head.h"
 
 namespace eagle::train {
 
@@ -26,7 +26,7 @@ using RankDigests = std::vector<RankDigest>;
 // one process or one machine (device, threads, paths that may be mounted elsewhere, logging).
 RankDigests option_digests(const nlohmann::json& options);
 // The training data (its sample lengths, in order) and the target the head was shaped after.
-RankDigests input_digests(const std::vector<std::int64_t>& lengths, const model::HeadConfig& head);
+RankDigests input_digests(const std::vector<std::int64_t>& lengths, const head::HeadConfig& head);
 
 // Every rank exchanges its digests (the same count on each, so the collectives match); when any
 // differs, every rank throws Error(usage) naming the first that differs and this rank's value. One

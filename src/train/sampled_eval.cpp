@@ -4,8 +4,8 @@
 #include <cmath>
 #include <random>
 
-#include "eagle/model/eagle3_head.h"
-#include "eagle/model/head_loss.h"
+#include "eagle/head/eagle3_head.h"
+#include "eagle/head/head_loss.h"
 #include "eagle/train/evaluate.h"
 #include "eagle/util/error.h"
 
@@ -67,7 +67,7 @@ RoundOutcome verify_sampled(const torch::Tensor& p, const torch::Tensor& q, cons
   return out;
 }
 
-SampledResult sampled_acceptance_rate(const model::TargetModel& target, model::DraftHead& head,
+SampledResult sampled_acceptance_rate(const target::TargetModel& target, head::DraftHead& head,
                                       const data::Dataset& heldout, std::int64_t num_prompts,
                                       std::int64_t max_new_tokens, std::int64_t draft_len, const SamplingSettings& s) {
   torch::NoGradGuard no_grad;
@@ -152,10 +152,10 @@ double alpha_chain(const std::vector<double>& alpha) {
   return total;
 }
 
-AlphaResult analytic_alpha(const model::TargetModel& target, model::DraftHead& head, const data::Dataset& heldout,
+AlphaResult analytic_alpha(const target::TargetModel& target, head::DraftHead& head, const data::Dataset& heldout,
                            std::int64_t num_prompts, const SamplingSettings& s) {
   torch::NoGradGuard no_grad;
-  auto* eagle3 = dynamic_cast<model::Eagle3Head*>(&head);
+  auto* eagle3 = dynamic_cast<head::Eagle3Head*>(&head);
   if (eagle3 == nullptr) head.draft_vocab_ids();  // Error(usage): not an EAGLE-3 head
   const auto steps = head.config().steps();
   const auto device = target.device();
@@ -176,7 +176,7 @@ AlphaResult analytic_alpha(const model::TargetModel& target, model::DraftHead& h
     auto ids = torch::tensor(tokens).view({1, len}).to(device);
     auto cache = target.new_cache(1, len);
     auto out = target.forward_cached(cache, ids);
-    model::HeadInputs in;
+    head::HeadInputs in;
     in.input_ids = ids;
     in.loss_mask = torch::tensor(trained).view({1, len}).to(device);
     in.position_ids = torch::arange(len, ids.options()).view({1, len});
@@ -185,7 +185,7 @@ AlphaResult analytic_alpha(const model::TargetModel& target, model::DraftHead& h
     auto logits = eagle3->ttt_logits(in);
     auto p_all = sampling_probs(out.logits[0], s.temperature, s.top_p);  // [len, V]: position t predicts t + 1
     for (std::int64_t k = 0; k < steps; ++k) {
-      auto valid = model::in_document_mask(in.loss_mask, in.document_ids, k)[0];
+      auto valid = head::in_document_mask(in.loss_mask, in.document_ids, k)[0];
       // Step k at t against the target at t + 1 + k (shifted; the tail is never valid).
       const auto rows = len - 1 - k;
       if (rows <= 0) continue;

@@ -3,24 +3,24 @@
 
 #include <fmt/format.h>
 
-#include "eagle/model/draft_vocab.h"
-#include "eagle/model/head_io.h"
+#include "eagle/head/draft_vocab.h"
+#include "eagle/head/head_io.h"
 #include "eagle/train/memory_estimate.h"
 #include "eagle/util/error.h"
 #include "eagle/util/log.h"
 
 namespace eagle::train {
 
-std::shared_ptr<model::DraftHead> make_head(const config::Options& opts, const features::RunInputs& inputs,
-                                            torch::Device device) {
+std::shared_ptr<head::DraftHead> make_head(const config::Options& opts, const features::RunInputs& inputs,
+                                           torch::Device device) {
   const auto& tc = inputs.ends.config;
   const auto& stats = inputs.train.value().stats();
   const auto counts = stats.trained_token_counts.entries();
-  const auto vocab = model::build_draft_vocab(counts, tc.vocab_size, std::min(opts.draft_vocab_size, tc.vocab_size));
-  auto cfg = model::HeadConfig::from_target(tc, opts.eagle_version, inputs.aux_layer_ids, vocab.size());
+  const auto vocab = head::build_draft_vocab(counts, tc.vocab_size, std::min(opts.draft_vocab_size, tc.vocab_size));
+  auto cfg = head::HeadConfig::from_target(tc, opts.eagle_version, inputs.aux_layer_ids, vocab.size());
   cfg.ttt_steps = opts.ttt_steps;
   cfg.ttt_loss_decay = opts.ttt_loss_decay;
-  cfg.loss = model::parse_loss_kind(opts.loss);
+  cfg.loss = head::parse_loss_kind(opts.loss);
   cfg.loss_chunk_size = opts.loss_chunk_size;
   if (cfg.eagle_version == 3) {
     cfg.fc_norm = opts.fc_norm;
@@ -41,7 +41,7 @@ std::shared_ptr<model::DraftHead> make_head(const config::Options& opts, const f
   cfg.recompute = resolve_recompute(opts, tc, cfg, device, inputs.target.has_value());
   cfg.target_name_or_path = inputs.target_name;
   cfg.target_architecture = tc.architecture;
-  auto head = model::make_head(cfg, vocab);
+  auto head = head::make_head(cfg, vocab);
   head->module().to(device);
   head->init_from_target(inputs.ends.embed, inputs.ends.lm_head);
   if (cfg.eagle_version == 3) {

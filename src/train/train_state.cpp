@@ -7,11 +7,11 @@
 #include <fstream>
 
 #include "eagle/config/resolve.h"
-#include "eagle/model/head_io.h"
+#include "eagle/head/head_io.h"
 #include "eagle/model/safetensors.h"
-#include "eagle/model/target.h"
 #include "eagle/run/checkpoint_dir.h"
 #include "eagle/run/run_files.h"
+#include "eagle/target/target.h"
 #include "eagle/util/error.h"
 #include "eagle/util/json_file.h"
 #include "eagle/util/log.h"
@@ -67,9 +67,9 @@ std::optional<std::pair<std::int64_t, std::int64_t>> completed_steps(const std::
 
 }  // namespace
 
-void write_checkpoint_files(const std::filesystem::path& dir, model::DraftHead& head, const AdamW& optimizer,
+void write_checkpoint_files(const std::filesystem::path& dir, head::DraftHead& head, const AdamW& optimizer,
                             const TrainerState& state) {
-  model::write_head_files(head, model::checkpoint_format(head.config()), dir.string());
+  head::write_head_files(head, head::checkpoint_format(head.config()), dir.string());
   model::save_safetensors((dir / kOptimizerFile).string(), optimizer.state());
   model::save_safetensors((dir / kRngFile).string(), rng_states());
   nlohmann::json j;
@@ -99,10 +99,10 @@ TrainerState read_trainer_state(const std::filesystem::path& dir) {
   return s;
 }
 
-TrainerState restore_checkpoint(const std::filesystem::path& dir, model::DraftHead& head, AdamW& optimizer,
+TrainerState restore_checkpoint(const std::filesystem::path& dir, head::DraftHead& head, AdamW& optimizer,
                                 data::Sampler& sampler) {
   TrainerState s = read_trainer_state(dir);
-  model::load_head_weights(head, dir.string());
+  head::load_head_weights(head, dir.string());
   optimizer.load_state(model::load_safetensors((dir / kOptimizerFile).string()), (dir / kOptimizerFile).string());
   set_rng_states(model::load_safetensors((dir / kRngFile).string()));
   sampler.restore(s.sampler);
@@ -132,10 +132,10 @@ void check_resumable(const TrainerState& saved, const nlohmann::json& options, i
   nlohmann::json before = saved.config, now = options;
   const std::string aux = "aux_hidden_state_layer_ids";
   if (before.contains(aux) && now.contains(aux) && now.value("eagle_version", 0) == 3) {
-    const model::HeadConfig head = model::read_head_folder_config(checkpoint.string());
+    const head::HeadConfig head = head::read_head_folder_config(checkpoint.string());
     if (head.eagle_version == 3) {
       before[aux] = head.aux_layer_ids;
-      if (now[aux].empty()) now[aux] = model::default_aux_layer_ids(head.target_num_hidden_layers);
+      if (now[aux].empty()) now[aux] = target::default_aux_layer_ids(head.target_num_hidden_layers);
     }
   }
   const auto conflicts = run::resume_conflicts(before, now);

@@ -11,7 +11,7 @@
 
 #include "eagle/config/options.h"
 #include "eagle/data/sampler.h"
-#include "eagle/model/head.h"
+#include "eagle/head/head.h"
 #include "eagle/run/summary.h"
 #include "eagle/train/optimizer.h"
 
@@ -30,12 +30,12 @@ struct TrainerState {
 };
 
 // Writes the head (SGLang layout), optimizer state, RNG state and trainer_state.json into dir.
-void write_checkpoint_files(const std::filesystem::path& dir, model::DraftHead& head, const AdamW& optimizer,
+void write_checkpoint_files(const std::filesystem::path& dir, head::DraftHead& head, const AdamW& optimizer,
                             const TrainerState& state);
 // dir/trainer_state.json alone (Error(input) naming the file when missing or malformed).
 TrainerState read_trainer_state(const std::filesystem::path& dir);
 // Restores head weights, optimizer state, RNG state and the sampler position; returns the state.
-TrainerState restore_checkpoint(const std::filesystem::path& dir, model::DraftHead& head, AdamW& optimizer,
+TrainerState restore_checkpoint(const std::filesystem::path& dir, head::DraftHead& head, AdamW& optimizer,
                                 data::Sampler& sampler);
 
 // A checkpoint resumes only this run: a step >= 0 (Error(input)), as many ranks (world_size), and the

@@ -87,7 +87,7 @@ class Trainer {
   std::optional<run::DirLock> lock_;             // rank 0: output_dir is this run's until the process ends
   std::optional<run::CheckpointRef> resume_;
   features::RunInputs inputs_;  // the data; the target, or the stored features standing in for it
-  std::shared_ptr<model::DraftHead> head_;
+  std::shared_ptr<head::DraftHead> head_;
   std::int64_t K_ = 0;
   features::FeatureSources features_;  // the head inputs of each batch of each split
   std::optional<data::Sampler> sampler_;
@@ -174,7 +174,7 @@ void Trainer::build() {
   // A target that reads the host in its forward (TargetModel::graph_safe) runs eagerly.
   graphs_.emplace(device_, inputs_.target && !inputs_.target->graph_safe() ? 0 : o_.max_cuda_graphs,
                   device::most_frequent_shapes(shape_counts, static_cast<std::int64_t>(shape_counts.size())), "train");
-  const auto params = model::named_parameters(*head_);
+  const auto params = head::named_parameters(*head_);
   comm_ = device::bind_flat_gradients(params, /*extra=*/1, device_);
   step_loss_ = comm_.extra.select(0, 0);
   optimizer_.emplace(params,
@@ -215,7 +215,7 @@ void Trainer::open_sinks(const std::vector<std::string>& command_line) {
   log::info("train", "{} optimizer steps of {} micro-batch(es){}; EAGLE-{} head with {} TTT step(s), {} parameters",
             total_steps_, o_.gradient_accumulation_steps,
             group_->size() > 1 ? fmt::format(" on each of {} ranks", group_->size()) : "",
-            head_->config().eagle_version, K_, model::count_parameters(*head_));
+            head_->config().eagle_version, K_, head::count_parameters(*head_));
   window_.emplace(K_, device_);
 }
 

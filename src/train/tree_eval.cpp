@@ -102,7 +102,7 @@ std::vector<std::int64_t> verify_greedy(const DraftTree& tree, const std::vector
   return path;
 }
 
-AcceptanceResult tree_acceptance_rate(const model::TargetModel& target, model::DraftHead& head,
+AcceptanceResult tree_acceptance_rate(const target::TargetModel& target, head::DraftHead& head,
                                       const data::Dataset& heldout, std::int64_t num_prompts,
                                       std::int64_t max_new_tokens, const TreeShape& shape) {
   torch::NoGradGuard no_grad;

@@ -107,7 +107,7 @@ TokenStats compute_stats(const std::vector<Sample>& samples);
 TokenStats compute_stats(const DatasetStorage& storage);
 TokenStats compute_stats(const DatasetStorage& storage, const std::vector<std::size_t>& indices);
 // The first position a draft head trains: it predicts the token at p from the tokens before p - 1
-// (train::count_loss_positions, model::in_document_mask), so a trained token at 0 or 1 trains nothing.
+// (train::count_loss_positions, head::in_document_mask), so a trained token at 0 or 1 trains nothing.
 inline constexpr std::int64_t kFirstTrainablePosition = 2;
 // Whether some sample has a trained token at kFirstTrainablePosition or later (stops at the first).
 bool has_trainable_position(const Dataset& ds);

@@ -16,8 +16,8 @@
 #include "eagle/features/server_store.h"
 #include "eagle/features/source.h"
 #include "eagle/features/store.h"
-#include "eagle/model/head.h"
-#include "eagle/model/target.h"
+#include "eagle/head/head.h"
+#include "eagle/target/target.h"
 
 namespace eagle::features {
 
@@ -41,18 +41,18 @@ struct FeatureSources {
 struct RunInputs {
   std::optional<data::Dataset> train;            // train: the training data; eval: none
   std::optional<data::Dataset> heldout;          // train: the held-out split, if any; eval: the data evaluated
-  std::optional<model::TargetModel> target;      // the whole target: online; offline only for the AR
-  model::TargetEnds ends;                        // the head's embedding; the teacher's final norm, LM head
+  std::optional<target::TargetModel> target;     // the whole target: online; offline only for the AR
+  target::TargetEnds ends;                       // the head's embedding; the teacher's final norm, LM head
   std::vector<std::int64_t> aux_layer_ids;       // the target layers the head fuses (EAGLE-3)
   std::string target_name;                       // the target the head names in its exports
   std::shared_ptr<const FeatureStore> store;     // offline only
   std::shared_ptr<const ServerFeatures> server;  // target_server: the store (requests its samples)
   std::vector<std::int64_t> train_samples, heldout_samples;  // offline: the store's sample of each row
 
-  FeatureSources sources(const model::TeacherSpec& teacher, torch::Device device) const;
+  FeatureSources sources(const target::TeacherSpec& teacher, torch::Device device) const;
 };
 // The inputs of a run with this target in the step (no data: the caller adds it).
-RunInputs online_inputs(model::TargetModel target, std::string target_name);
+RunInputs online_inputs(target::TargetModel target, std::string target_name);
 
 // The inputs of `train`. Online (no features_path): the data, checked against the target's
 // vocabulary before its weights load, and the target with the options' aux layers. Offline: the

@@ -13,8 +13,8 @@
 #include "eagle/data/batch.h"
 #include "eagle/features/batch_tensors.h"
 #include "eagle/features/store.h"
-#include "eagle/model/head.h"
-#include "eagle/model/target.h"
+#include "eagle/head/head.h"
+#include "eagle/target/target.h"
 
 namespace eagle::features {
 
@@ -30,18 +30,18 @@ class FeatureSource {
   // synchronising the device.
   virtual void fill(const data::Batch& batch, BatchTensors& buffers) const = 0;
   // The head's inputs from the buffers (no gradients flow into them); never reads the host.
-  virtual model::HeadInputs head_inputs(const BatchTensors& buffers) const = 0;
+  virtual head::HeadInputs head_inputs(const BatchTensors& buffers) const = 0;
 };
 
 // The target's forward on every batch, with the teacher it computes for the head.
-std::unique_ptr<FeatureSource> online_features(const model::TargetModel& target, const model::TeacherSpec& teacher);
+std::unique_ptr<FeatureSource> online_features(const target::TargetModel& target, const target::TeacherSpec& teacher);
 
 // Stored features of a dataset's samples: sample i of the dataset is the store's samples[i]. The
 // teacher comes from the stored last hidden state: the target's final norm when it was stored
 // before it, then the LM head rows of the draft ids (and, when the store has no argmax, the whole
 // LM head in chunks for the full-vocabulary argmax), computed in the ends' dtype on `device`.
 std::unique_ptr<FeatureSource> offline_features(std::shared_ptr<const FeatureStore> store,
-                                                std::vector<std::int64_t> samples, const model::TargetEnds& ends,
-                                                const model::TeacherSpec& teacher, torch::Device device);
+                                                std::vector<std::int64_t> samples, const target::TargetEnds& ends,
+                                                const target::TeacherSpec& teacher, torch::Device device);
 
 }  // namespace eagle::features

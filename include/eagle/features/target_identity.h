@@ -1,5 +1,5 @@
 // The identity of the target a dump-features folder was computed by: its folder, architecture and
-// sizes, and a fingerprint of every tensor (model::tensor_fingerprints), so that a resumed dump or a
+// sizes, and a fingerprint of every tensor (target::tensor_fingerprints), so that a resumed dump or a
 // run from the features refuses another target, or a fine-tune of this one, by the tensor that
 // differs.
 #pragma once
@@ -8,14 +8,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "eagle/model/target.h"
+#include "eagle/target/target.h"
 
 namespace eagle::features {
 
 // model_name_or_path (as recorded: the dump records the canonical folder), architecture,
 // num_hidden_layers, hidden_size, vocab_size, and "tensors": name -> fingerprint of weights_dir's files.
 nlohmann::json target_identity(const std::string& model_name_or_path, const std::string& weights_dir,
-                               const model::TargetConfig& config);
+                               const target::TargetConfig& config);
 
 // Throws Error(usage) naming the first field or tensor where the identity recorded in manifest_file
 // differs from now's (expected: now's, the target given; found: the recorded one). with_path: the

@@ -14,7 +14,7 @@
 #include "eagle/config/options.h"
 #include "eagle/data/dataset.h"
 #include "eagle/data/regeneration.h"
-#include "eagle/model/target.h"
+#include "eagle/target/target.h"
 
 namespace eagle::generate {
 
@@ -55,7 +55,7 @@ using EmitFn = std::function<void(std::size_t index, const data::Regeneration& r
 
 // Regenerates samples first .. dataset.size()-1 of `dataset`. stop_requested is polled once per step;
 // when it returns true, the samples finished in order so far have been emitted and it returns.
-GenerateResult generate(const model::TargetModel& target, const data::Dataset& dataset, std::size_t first,
+GenerateResult generate(const target::TargetModel& target, const data::Dataset& dataset, std::size_t first,
                         const GenerateSettings& settings, const EmitFn& emit,
                         const std::function<bool()>& stop_requested = {});
 

@@ -11,10 +11,10 @@
 #include "eagle/data/dataset.h"
 #include "eagle/data/plan.h"
 #include "eagle/features/source.h"
+#include "eagle/head/head.h"
 #include "eagle/io/step_stats.h"
-#include "eagle/model/head.h"
-#include "eagle/model/target.h"
 #include "eagle/run/summary.h"
+#include "eagle/target/target.h"
 
 namespace eagle::train {
 
@@ -64,7 +64,7 @@ struct AcceptanceResult {
 std::optional<std::vector<std::int64_t>> eval_prompt(const data::Dataset& ds, std::size_t i);
 // The prompts of the first held-out samples that have one, at most num_prompts.
 std::vector<std::vector<std::int64_t>> eval_prompts(const data::Dataset& ds, std::int64_t num_prompts);
-bool is_eos(const model::TargetConfig& c, std::int64_t id);  // one of the target's eos ids
+bool is_eos(const target::TargetConfig& c, std::int64_t id);  // one of the target's eos ids
 
 // The target's forward over a prompt into an empty KV cache: what every decoding of the
 // evaluation starts from.
@@ -75,33 +75,32 @@ struct PromptPrefill {
   // The head's first pending inputs once the target chose x: each prompt position's token after it.
   torch::Tensor next_ids(std::int64_t x) const;
 };
-PromptPrefill prefill_prompt(const model::TargetModel& target, model::KvCache& cache,
+PromptPrefill prefill_prompt(const target::TargetModel& target, target::KvCache& cache,
                              const std::vector<std::int64_t>& prompt);
 
 // Counts a round's new tokens (accepted drafts, then the target's own) into generated, stopping at
 // eos or max_new_tokens as the target's own greedy decoding would: true when the prompt is done.
-bool count_new_tokens(const model::TargetConfig& c, const std::vector<std::int64_t>& tokens,
+bool count_new_tokens(const target::TargetConfig& c, const std::vector<std::int64_t>& tokens,
                       std::int64_t max_new_tokens, std::int64_t& generated);
 
 // Greedy speculative decoding: for each prompt (a held-out sample cut before its first trained
 // token) the head drafts draft_len tokens a round, the target verifies them in one forward, the
 // longest matching prefix is accepted plus the target's own next token; stops at max_new_tokens
 // or the target's eos.
-AcceptanceResult acceptance_rate(const model::TargetModel& target, model::DraftHead& head,
-                                 const data::Dataset& heldout, std::int64_t num_prompts,
-                                 std::int64_t max_new_tokens, std::int64_t draft_len);
+AcceptanceResult acceptance_rate(const target::TargetModel& target, head::DraftHead& head, const data::Dataset& heldout,
+                                 std::int64_t num_prompts, std::int64_t max_new_tokens, std::int64_t draft_len);
 // The same decoding of many prompts at once (batched_acceptance.cpp): batch_size rows of ragged KV
 // caches for the target and the head, a row refilled with the next prompt when its prompt ends; on
 // a GPU the rounds' fixed-shape steps (verify, draft) replay CUDA graphs. Equal per prompt to
 // acceptance_rate (up to the rounding of batched matrix products); needs head.drafts_ragged().
-AcceptanceResult batched_acceptance_rate(const model::TargetModel& target, model::DraftHead& head,
+AcceptanceResult batched_acceptance_rate(const target::TargetModel& target, head::DraftHead& head,
                                          const data::Dataset& heldout, std::int64_t num_prompts,
-                                         std::int64_t max_new_tokens, std::int64_t draft_len,
-                                         std::int64_t batch_size, std::int64_t max_cuda_graphs = 0);
+                                         std::int64_t max_new_tokens, std::int64_t draft_len, std::int64_t batch_size,
+                                         std::int64_t max_cuda_graphs = 0);
 
 // The acceptance metrics beyond the greedy chain AR that settings ask for (eval_metrics.cpp): the
 // tree AR, the sampled AR with its 95% half-width, alpha_k and their chain estimate, into stats.
-void extra_acceptance(const model::TargetModel& target, model::DraftHead& head, const data::Dataset& heldout,
+void extra_acceptance(const target::TargetModel& target, head::DraftHead& head, const data::Dataset& heldout,
                       const EvalSettings& settings, io::EvalStats& stats);
 
 // What --best_metric selects of an evaluation: its name in best.json and a value where higher is
@@ -124,8 +123,8 @@ void record_metrics(const io::EvalStats& stats, config::BestMetric metric, run::
 // `eagle-train eval` with the run's data options and bf16 reproduces the run's own evaluation.
 // The AR needs the whole target: without one (offline training without --model_name_or_path) it
 // is left out.
-io::EvalStats evaluate(const features::FeatureSource& features, const model::TargetModel* target,
-                       model::DraftHead& head, const data::Dataset& heldout, const EvalSettings& settings,
+io::EvalStats evaluate(const features::FeatureSource& features, const target::TargetModel* target,
+                       head::DraftHead& head, const data::Dataset& heldout, const EvalSettings& settings,
                        std::int64_t step);
 
 }  // namespace eagle::train

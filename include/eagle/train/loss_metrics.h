@@ -9,8 +9,8 @@
 #include <torch/torch.h>
 
 #include "eagle/data/batch.h"
+#include "eagle/head/head_loss.h"
 #include "eagle/io/step_stats.h"
-#include "eagle/model/head_loss.h"
 
 namespace eagle::train {
 
@@ -27,14 +27,14 @@ struct MetricSummary {
   std::int64_t positions = 0;           // valid positions at step 0
 };
 
-// Reads summed metric tensors [K, model::kMetricColumns] (one host copy); ratios with empty
+// Reads summed metric tensors [K, head::kMetricColumns] (one host copy); ratios with empty
 // denominators give 0.
 MetricSummary summarize_metrics(const torch::Tensor& sums);
 
 // The sums of a logging window: device-side over its steps (read only at log time), and its
 // host-side counts.
 struct LogWindow {
-  torch::Tensor loss, metrics, grad_norm;  // [] fp32, [K, model::kMetricColumns] fp32, [] fp32
+  torch::Tensor loss, metrics, grad_norm;  // [] fp32, [K, head::kMetricColumns] fp32, [] fp32
   io::ThroughputWindow counts;
   double side_seconds = 0;  // evaluations and checkpoints inside the window, not training time
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();

@@ -12,16 +12,16 @@
 
 #include "eagle/config/options.h"
 #include "eagle/data/plan.h"
-#include "eagle/model/head.h"
-#include "eagle/model/target.h"
+#include "eagle/head/head.h"
+#include "eagle/target/target.h"
 
 namespace eagle::train {
 
 struct StepShape {
-  model::HeadConfig head;                     // H, I, heads, layers, V_d, K, loss_chunk_size, recompute
+  head::HeadConfig head;                      // H, I, heads, layers, V_d, K, loss_chunk_size, recompute
   std::int64_t tokens = 0;                    // tokens of the largest micro-batch (rows x padded length)
   bool bf16 = false;                          // autocast: activations in bf16
-  std::optional<model::TargetConfig> target;  // online: the target runs in the step (its weights, forward)
+  std::optional<target::TargetConfig> target;  // online: the target runs in the step (its weights, forward)
   std::int64_t target_element_bytes = 2;      // the target's (and its features') dtype
   std::int64_t target_chunk_tokens = 4096;    // 0: whole rows
 };
@@ -46,7 +46,7 @@ MemoryEstimate estimate_step_memory(const StepShape& shape);
 // The step of a micro-batch of `tokens` tokens (0: the options' largest, max_tokens_per_batch, at
 // least one row of training_seq_len, else per_device_train_batch_size rows of it) for this target
 // and head.
-StepShape step_shape(const config::Options& opts, const model::TargetConfig& target, const model::HeadConfig& head,
+StepShape step_shape(const config::Options& opts, const target::TargetConfig& target, const head::HeadConfig& head,
                      std::int64_t tokens = 0);
 
 // The table `train --dry_run` prints: every part in GiB and the peak.
@@ -59,7 +59,7 @@ void check_step_fits(const MemoryEstimate& estimate, double available, const std
 // train's check before the first step: the estimate of the largest micro-batch of the run (the
 // sampler's shapes: rows x length) against the device's available memory, the target's weights
 // already loaded (logged; refused unless check_memory is false).
-void check_step_memory(const config::Options& opts, const model::TargetConfig& target, const model::HeadConfig& head,
+void check_step_memory(const config::Options& opts, const target::TargetConfig& target, const head::HeadConfig& head,
                        torch::Device device, const std::map<data::Shape, std::int64_t>& shapes);
 
 // train --dry_run: reads the target's config.json only (no weights, no data), prints the estimate
@@ -72,7 +72,7 @@ void dry_run(const config::Options& opts);
 // layer when none does or the memory is unknown. target_loaded: the target's weights are already in
 // memory (online training), so they are not counted again. Logged.
 inline constexpr double kAutoShare = 0.75;
-model::RecomputeMode resolve_recompute(const config::Options& opts, const model::TargetConfig& target,
-                                       const model::HeadConfig& head, torch::Device device, bool target_loaded);
+head::RecomputeMode resolve_recompute(const config::Options& opts, const target::TargetConfig& target,
+                                      const head::HeadConfig& head, torch::Device device, bool target_loaded);
 
 }  // namespace eagle::train

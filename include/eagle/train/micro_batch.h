@@ -11,7 +11,7 @@
 #include "eagle/data/batch.h"
 #include "eagle/features/batch_tensors.h"
 #include "eagle/features/source.h"
-#include "eagle/model/head.h"
+#include "eagle/head/head.h"
 
 namespace eagle::train {
 
@@ -34,14 +34,14 @@ struct StepCounts {
 
 // head.train_step_forward(features.head_inputs(batch), denominators) under bf16 autocast when bf16.
 // Reads only the tensors given, never the host: safe inside a captured CUDA graph.
-model::HeadStepOutput forward_micro_batch(const features::FeatureSource& features, model::DraftHead& head,
-                                          const features::BatchTensors& batch, const torch::Tensor& denominators,
-                                          bool bf16);
+head::HeadStepOutput forward_micro_batch(const features::FeatureSource& features, head::DraftHead& head,
+                                         const features::BatchTensors& batch, const torch::Tensor& denominators,
+                                         bool bf16);
 
 // The trainer's step body for one micro-batch: forward_micro_batch, backward (gradients added into
 // the parameters' .grad), and the detached loss and metric sums added into loss_sum [] and
 // metric_sums [K, kMetricColumns]. Reads only tensors, never the host: what a CUDA graph captures.
-void train_micro_batch(const features::FeatureSource& features, model::DraftHead& head,
+void train_micro_batch(const features::FeatureSource& features, head::DraftHead& head,
                        const features::BatchTensors& batch, const torch::Tensor& denominators, bool bf16,
                        torch::Tensor& loss_sum, torch::Tensor& metric_sums);
 

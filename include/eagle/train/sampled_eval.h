@@ -12,8 +12,8 @@
 
 #include "eagle/config/options.h"
 #include "eagle/data/dataset.h"
-#include "eagle/model/head.h"
-#include "eagle/model/target.h"
+#include "eagle/head/head.h"
+#include "eagle/target/target.h"
 
 namespace eagle::train {
 
@@ -46,7 +46,7 @@ RoundOutcome verify_sampled(const torch::Tensor& p, const torch::Tensor& q, cons
 
 // Speculative sampling over the prompts acceptance_rate decodes, draft_len tokens a round, seeded:
 // the same settings give the same result. An EAGLE-3 head (Error(usage) otherwise).
-SampledResult sampled_acceptance_rate(const model::TargetModel& target, model::DraftHead& head,
+SampledResult sampled_acceptance_rate(const target::TargetModel& target, head::DraftHead& head,
                                       const data::Dataset& heldout, std::int64_t num_prompts,
                                       std::int64_t max_new_tokens, std::int64_t draft_len, const SamplingSettings& s);
 
@@ -60,7 +60,7 @@ struct AlphaResult {
 // samples): the head's TTT logits of step k at position t against the target's distribution at
 // t + 1 + k, over the positions training scores (the predicted token trained, in the sample). q is
 // one-hot at the head's argmax for greedy drafts.
-AlphaResult analytic_alpha(const model::TargetModel& target, model::DraftHead& head, const data::Dataset& heldout,
+AlphaResult analytic_alpha(const target::TargetModel& target, head::DraftHead& head, const data::Dataset& heldout,
                            std::int64_t num_prompts, const SamplingSettings& s);
 // sum_x min(p(x), q(x)) per row: p [rows, V] the target's sampling_probs, draft_logits [rows, V_d]
 // the head's (q: sampling_probs of them over the draft ids, or one-hot at their argmax for greedy

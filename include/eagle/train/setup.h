@@ -8,14 +8,14 @@
 
 #include "eagle/config/options.h"
 #include "eagle/features/inputs.h"
-#include "eagle/model/head.h"
+#include "eagle/head/head.h"
 
 namespace eagle::train {
 
 // A new draft head for this target and its training data (inputs.train): EAGLE-3 with a draft
 // vocabulary of the most frequent trained tokens (LM head started from the target's rows), or
 // EAGLE-1; on the device, fp32.
-std::shared_ptr<model::DraftHead> make_head(const config::Options& opts, const features::RunInputs& inputs,
-                                            torch::Device device);
+std::shared_ptr<head::DraftHead> make_head(const config::Options& opts, const features::RunInputs& inputs,
+                                           torch::Device device);
 
 }  // namespace eagle::train

@@ -10,8 +10,8 @@
 #include <torch/torch.h>
 
 #include "eagle/data/dataset.h"
-#include "eagle/model/head.h"
-#include "eagle/model/target.h"
+#include "eagle/head/head.h"
+#include "eagle/target/target.h"
 #include "eagle/train/evaluate.h"
 
 namespace eagle::train {
@@ -57,7 +57,7 @@ DraftTree build_tree(const TreeShape& shape, std::int64_t root_token, const torc
 std::vector<std::int64_t> verify_greedy(const DraftTree& tree, const std::vector<std::int64_t>& target_choice);
 
 // acceptance_rate's loop with a draft tree each round (an EAGLE-3 head; Error(usage) otherwise).
-AcceptanceResult tree_acceptance_rate(const model::TargetModel& target, model::DraftHead& head,
+AcceptanceResult tree_acceptance_rate(const target::TargetModel& target, head::DraftHead& head,
                                       const data::Dataset& heldout, std::int64_t num_prompts,
                                       std::int64_t max_new_tokens, const TreeShape& shape);
 

@@ -1,0 +1,164 @@
+// What the EAGLE-3 and EAGLE-1 draft heads share: their configuration (the fields the export
+// formats carry), the inputs of one training step, its outputs, the drafting cache, and the small
+// interface the trainer and the evaluator call.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "eagle/head/head_loss.h"
+#include "eagle/head/recompute.h"
+#include "eagle/head/ttt_attention.h"
+#include "eagle/model/layers.h"
+#include "eagle/target/target.h"
+
+namespace eagle::head {
+
+struct HeadConfig {
+  std::int64_t eagle_version = 3;  // 3 or 1
+  std::int64_t hidden_size = 0;    // H of the head (= the target's, it shares the embedding)
+  std::int64_t intermediate_size = 0;
+  std::int64_t num_attention_heads = 0, num_key_value_heads = 0, head_dim = 0;
+  double rms_norm_eps = 1e-6;
+  std::string hidden_act = "silu";
+  std::int64_t max_position_embeddings = 2048;
+  model::RopeConfig rope;             // the RoPE the head is trained with (default: the target's)
+  std::int64_t vocab_size = 0;        // V, the target's vocabulary
+  std::int64_t draft_vocab_size = 0;  // V_d (EAGLE-1: = V)
+  std::int64_t target_hidden_size = 0;
+  std::int64_t target_num_hidden_layers = 0;
+  std::vector<std::int64_t> aux_layer_ids;  // input-of-layer ids (hidden_states[id]), low -> high
+  bool fc_bias = false;                     // EAGLE-1 only
+  // EAGLE 3.1 and its parts (EAGLE-variants.md §1): fc_norm.{i} on each aux feature, input_norm over
+  // their concatenation, the final-normed hidden as the recurrent state.
+  bool fc_norm = false, norm_before_fc = false, norm_output = false;
+  bool qk_norm = false;  // the Qwen3-style draft layer (q_norm, k_norm per head)
+  // EAGLE-3 decoder layers (EAGLE-variants.md §2): layer 0 takes [embedding; state], layers 1..n-1
+  // are plain pre-norm layers on H; each keeps its own keys/values (TTT and drafting).
+  std::int64_t num_layers = 1;
+  // P-EAGLE (EAGLE-variants.md §4): depths d >= 1 take token mask_token_id and the state
+  // F1(mask_hidden); all drafted tokens come from one forward.
+  bool parallel_drafting = false;
+  std::int64_t mask_token_id = -1;                 // a target token id (< vocab_size) when parallel_drafting
+  std::int64_t ttt_steps = 7;                      // EAGLE-3 TTT steps (and the speculative tokens exported)
+  double ttt_loss_decay = 0.8;                     // weight of step k is decay^k
+  LossKind loss = LossKind::kl;                    // EAGLE-3's per-position loss (head_loss.h); training only
+  std::int64_t loss_chunk_size = 1024;             // EAGLE-3: tokens per chunk of the fused loss; 0 unchunked
+  RecomputeMode recompute = RecomputeMode::layer;  // EAGLE-3: what the TTT unroll recomputes in backward
+  double eagle1_feature_weight = 1.0;              // EAGLE-1: weight of SmoothL1 on the next feature
+  double eagle1_token_weight = 0.1;                // EAGLE-1: weight of the soft cross-entropy
+  std::string target_name_or_path;                 // named in the exports
+  std::string target_architecture;                 // e.g. LlamaForCausalLM
+  std::string target_dtype = "float32";            // the target's serving dtype (its config.json), written as the
+                                                   // exports' torch_dtype: SGLang runs the draft in it
+  TttAttentionImpl attention = TttAttentionImpl::efficient;
+
+  // The head shaped after its target: H, heads, head_dim, intermediate size, eps, RoPE.
+  static HeadConfig from_target(const target::TargetConfig& target, std::int64_t eagle_version,
+                                std::vector<std::int64_t> aux_layer_ids, std::int64_t draft_vocab_size);
+  std::int64_t steps() const { return eagle_version == 3 ? ttt_steps : 1; }
+};
+
+// One micro-batch for the head's training forward; every tensor [B, T, ...] on the head's device.
+struct HeadInputs {
+  torch::Tensor input_ids;           // [B, T] int64
+  torch::Tensor loss_mask;           // [B, T] bool/uint8: 1 where the token is trained
+  torch::Tensor position_ids;        // [B, T] int64, position within the token's own sample
+  torch::Tensor document_ids;        // [B, T] int64, sample of the row; -1 padding
+  torch::Tensor aux_hidden;          // EAGLE-3: [B, T, 3 * H_target] target features (TargetOutput)
+  torch::Tensor final_hidden;        // EAGLE-1: [B, T, H] final normed hidden (TargetOutput)
+  torch::Tensor teacher_logits;      // EAGLE-3: [B, T, V_d] fp32 over the draft ids (TargetOutput)
+  torch::Tensor target_argmax;       // [B, T] int64 target argmax over the full vocabulary
+  model::AttentionSpec attention{};  // packed or padded rows (default: packed, exact for any layout)
+};
+
+struct HeadStepOutput {
+  torch::Tensor loss;         // scalar fp32 with autograd: sum_k w_k * sum_valid loss / denominator_k
+  torch::Tensor metric_sums;  // [K, kMetricColumns] fp32, detached (see head_loss.h)
+};
+
+// Key/value cache of the head's layers for drafting; slots [0, length) hold the accepted prefix,
+// drafted tokens are written after it and forgotten at the next call.
+struct DraftCache {
+  torch::Tensor keys, values;  // [layers, B, kv_heads, capacity, head_dim]
+  std::int64_t length = 0;
+};
+
+class DraftHead {
+ public:
+  virtual ~DraftHead() = default;
+  virtual const HeadConfig& config() const = 0;
+  virtual torch::nn::Module& module() = 0;  // parameters() for the optimizer; to(device)
+
+  // The training forward of one micro-batch: denominators [K] (fp32, on the head's device) are
+  // the valid-position counts of the whole optimizer step (counted on the host, train/loss_metrics.h);
+  // counts below 1 are treated as 1. No host synchronisation.
+  virtual HeadStepOutput train_step_forward(const HeadInputs& in, const torch::Tensor& denominators) = 0;
+
+  // Incremental drafting. features [B, n, F] are the target's features (EAGLE-3: aux_hidden,
+  // EAGLE-1: final_hidden) of positions cache.length .. cache.length+n-1 and next_ids [B, n] the
+  // tokens at the following positions (x_{t+1}; the last is the target's newest token). Appends
+  // them to the cache, then drafts draft_len tokens chained on the head's own recurrent hidden.
+  // Returns [B, draft_len] int64 target ids.
+  virtual DraftCache new_cache(std::int64_t batch, std::int64_t capacity) const = 0;
+  virtual torch::Tensor draft(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids,
+                              std::int64_t draft_len) = 0;
+  // Rolls the cache back to the first `length` prefix positions (after a rejection).
+  void truncate(DraftCache& cache, std::int64_t length) const { cache.length = std::min(cache.length, length); }
+
+  // Drafting in explicit steps, for trees and sampled drafts (train/tree_eval.cpp, sampled_eval.cpp;
+  // EAGLE-3 heads, model/eagle3_tree.cpp; other heads throw Error(usage)). draft_extend is draft()'s
+  // prefix pass: appends features/next_ids as draft() does and returns the last position's output.
+  // draft_nodes runs n drafted nodes: their tokens ids [B, n] (target ids) with the recurrent
+  // states of their parents [B, n, H] at RoPE positions [B, n], their keys written at cache slots
+  // [slot, slot + n), each attending the keys mask [n, slot + n] (bool) allows; cache.length is
+  // unchanged. Either's logits are fp32 over the draft vocabulary (draft_vocab_ids maps them).
+  struct Step {
+    torch::Tensor state, logits;  // the next step's recurrent state [B, n, H], draft logits [B, n, V_d] (extend: n = 1)
+  };
+  virtual Step draft_extend(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids);
+  virtual Step draft_nodes(DraftCache& cache, const torch::Tensor& states, const torch::Tensor& ids,
+                           const torch::Tensor& positions, std::int64_t slot, const torch::Tensor& mask);
+  virtual torch::Tensor draft_vocab_ids() const;  // [V_d] int64 target ids of the draft vocabulary
+
+  // Drafting many sequences at once with per-row lengths (train/batched_acceptance.cpp; EAGLE-3
+  // heads that draft sequentially, drafts_ragged()). Row r's new positions go to the cache slots
+  // columns[r, :] (= their RoPE positions, as in draft()), right-padded; padding sits at the spare
+  // last slot, and a row whose `last` token sits there is idle (its drafts are meaningless). The
+  // row's draft_len - 1 chained tokens go to the slots after its last real one. Each token attends
+  // its row's slots <= its own. Returns [R, draft_len] int64 target ids; no host synchronisation.
+  struct RaggedDraft {
+    torch::Tensor features;    // [R, N, F] the target's features (EAGLE-3: aux_hidden)
+    torch::Tensor next_ids;    // [R, N] int64 the token after each position
+    torch::Tensor columns;     // [R, N] int64 cache slot of each position
+    torch::Tensor rows;        // [R] int64 cache rows; undefined: all rows, in order
+    torch::Tensor last;        // [R] int64 in [0, N): each row's last real position
+    std::int64_t key_len = 0;  // slots [0, key_len) are read: beyond every real slot and chained draft
+  };
+  virtual bool drafts_ragged() const { return false; }
+  virtual torch::Tensor draft_ragged(DraftCache& cache, const RaggedDraft& step, std::int64_t draft_len);
+
+  // The frozen target tensors the head uses but does not train: the embedding [V, H] (both) and
+  // the LM head [V, H] (EAGLE-1's output layer). Kept by reference, never registered.
+  virtual void set_target_weights(const torch::Tensor& embedding, const torch::Tensor& lm_head) = 0;
+  // A new head's start from its target's embedding and LM head [V, H] (TargetEnds):
+  // set_target_weights, and for EAGLE-3 the LM head rows of the draft ids (EAGLE.md). A head loaded
+  // from a checkpoint needs only set_target_weights.
+  virtual void init_from_target(const torch::Tensor& embedding, const torch::Tensor& lm_head) = 0;
+  // What the target computes as this head's teacher (EAGLE-3: logits over its draft ids, on the
+  // head's device; EAGLE-1: nothing beyond the target's own outputs).
+  virtual target::TeacherSpec teacher_spec() const = 0;
+};
+
+// The trainable parameters by name (the frozen target tensors are not parameters of the head).
+std::vector<std::pair<std::string, torch::Tensor>> named_parameters(DraftHead& head);
+std::int64_t count_parameters(DraftHead& head);
+// Throws Error(input) naming head_dir and every parameter holding NaN or Inf (with hint): such a head
+// reports AR 1 and a NaN loss, and an export of it would be served broken (eval, export).
+void check_finite_parameters(DraftHead& head, const std::string& head_dir, const std::string& hint);
+
+}  // namespace eagle::head

@@ -1,0 +1,85 @@
+// The modules of a head's one decoder layer, registered under the names the export formats use
+// (input_layernorm, hidden_norm, self_attn.{q,k,v,o}_proj, post_attention_layernorm,
+// mlp.{gate,up,down}_proj), plus the attention helpers the heads share.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "eagle/head/head.h"
+
+namespace eagle::head {
+
+// RMSNorm with one registered parameter "weight" (ones at start).
+struct RmsNormImpl : torch::nn::Module {
+  RmsNormImpl(std::int64_t size, double eps);
+  torch::Tensor forward(const torch::Tensor& x) const { return model::rms_norm(x, weight, eps); }
+  torch::Tensor weight;
+  double eps;
+};
+TORCH_MODULE(RmsNorm);
+
+struct HeadAttentionImpl : torch::nn::Module {
+  HeadAttentionImpl(const HeadConfig& cfg, std::int64_t input_size);
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RmsNorm q_norm{nullptr}, k_norm{nullptr};  // [head_dim], the Qwen3-style layer only (cfg.qk_norm)
+};
+TORCH_MODULE(HeadAttention);
+
+struct HeadMlpImpl : torch::nn::Module {
+  explicit HeadMlpImpl(const HeadConfig& cfg);
+  torch::Tensor forward(const torch::Tensor& x) {
+    return model::swiglu(x, gate_proj->weight, up_proj->weight, down_proj->weight);
+  }
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(HeadMlp);
+
+// The forms of a head's decoder layer: EAGLE-3's first (input [e; s] of 2H, input_layernorm on e and
+// hidden_norm on s), EAGLE-1's (input H, no input norm), and a plain pre-norm layer on H (EAGLE-3's
+// layers >= 1: input_layernorm, no hidden_norm).
+enum class HeadLayerKind { eagle3_first, eagle1, decoder };
+
+struct HeadLayerImpl : torch::nn::Module {
+  HeadLayerImpl(const HeadConfig& cfg, HeadLayerKind kind);
+  // The layer after its attention: h = residual + o_proj(attention); h + mlp(norm(h)).
+  // attention is [B, heads, T, head_dim].
+  torch::Tensor finish(const torch::Tensor& residual, const torch::Tensor& attention);
+  RmsNorm input_layernorm{nullptr}, hidden_norm{nullptr}, post_attention_layernorm{nullptr};
+  HeadAttention self_attn{nullptr};
+  HeadMlp mlp{nullptr};
+};
+TORCH_MODULE(HeadLayer);
+
+// q, k, v of x [B, T, in] with RoPE at positions [B, T]; k and v keep the key/value heads (what the
+// attention kernels and a KV cache take).
+struct Qkv {
+  torch::Tensor q, k, v;  // q [B, h, T, d]; k, v [B, kv_heads, T, d]
+};
+Qkv project_qkv(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& x,
+                const torch::Tensor& inv_freq, const torch::Tensor& positions);
+// The same from the projections x q_proj^T, x k_proj^T, x v_proj^T [B, T, heads * d] made elsewhere
+// (recompute_input: their input made again in backward, the projections not).
+Qkv heads_of_projections(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& q_flat,
+                         const torch::Tensor& k_flat, const torch::Tensor& v_flat, const torch::Tensor& inv_freq,
+                         const torch::Tensor& positions);
+// [B, h, T, d] -> o_proj([B, T, h*d])
+torch::Tensor attention_output(const HeadAttentionImpl& attn, const torch::Tensor& a);
+
+// The drafting attention of queries q [B, h, n, d] over cached keys and values [B, kv_heads, S, d]
+// (grouped heads repeated) where mask (bool, broadcast to [B, h, n, S]) allows: fp32 scores scaled by
+// head_dim^-1/2, softmax, weighted values. Every drafting path (draft(), the tree's nodes, many rows
+// at once) computes its attention here, so they agree bit for bit on equal inputs.
+torch::Tensor draft_attention(const HeadConfig& cfg, const torch::Tensor& q, const torch::Tensor& keys,
+                              const torch::Tensor& values, const torch::Tensor& mask);
+
+// Drafting attention of one layer: queries q [B, h, n, d] at cache slots [start, start+n) over that
+// layer's first start+n slots, causally; writes k, v [B, kv_heads, n, d] (not repeated) into the
+// cache first.
+torch::Tensor cached_attention(DraftCache& cache, const HeadConfig& cfg, std::int64_t start, const torch::Tensor& q,
+                               const torch::Tensor& k, const torch::Tensor& v, std::int64_t layer = 0);
+
+// A cache of cfg.num_layers layers (EAGLE-1: one).
+DraftCache make_draft_cache(const HeadConfig& cfg, std::int64_t batch, std::int64_t capacity,
+                            torch::TensorOptions options);
+
+}  // namespace eagle::head

@@ -1,0 +1,258 @@
+// The frozen target model: Llama-family decoders (Llama 2/3/3.x, Mistral, Qwen2, Qwen3) and the
+// mixture-of-experts families Qwen3-MoE, Mixtral and gpt-oss, read from a Hugging Face checkpoint
+// folder, run without gradients for training features and teacher outputs, and incrementally with
+// a KV cache for acceptance evaluation.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "eagle/config/options.h"
+#include "eagle/model/attention.h"
+#include "eagle/model/layers.h"
+
+namespace eagle::target {
+
+// How a mixture-of-experts layer weighs its experts.
+enum class MoeRouting {
+  softmax_topk,  // Qwen3-MoE, Mixtral: softmax over all experts in fp32, the k largest (renormalised
+                 // over the k when norm_topk_prob)
+  topk_softmax,  // gpt-oss: the k largest logits (router with bias), softmax over those k
+};
+
+struct TargetConfig {
+  std::string architecture;  // config.json "architectures"[0], e.g. LlamaForCausalLM
+  std::string model_type;    // llama | mistral | qwen2 | qwen3 | qwen3_moe | mixtral | gpt_oss | gemma2 |
+                             // gemma3_text | phi3
+  std::int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0;
+  std::int64_t num_attention_heads = 0, num_key_value_heads = 0, head_dim = 0;
+  std::int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  model::RopeConfig rope;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;      // q/k/v bias (Qwen2; Llama/Qwen3 with attention_bias)
+  bool o_bias = false;              // o_proj bias (Llama/Qwen3 with attention_bias; never Qwen2)
+  bool qk_norm = false;             // q_norm/k_norm (Qwen3)
+  std::string hidden_act = "silu";  // or gelu_pytorch_tanh (Gemma's hidden_activation)
+  std::string dtype = "float32";    // torch_dtype (4.x) or dtype (5.x)
+  std::vector<std::int64_t> eos_token_ids;
+  std::int64_t bos_token_id = -1;
+
+  // Mixture of experts; num_experts 0: a dense MLP (intermediate_size) in every layer.
+  std::int64_t num_experts = 0, experts_per_token = 0;
+  std::int64_t moe_intermediate_size = 0;  // each expert's (Qwen3-MoE's field; the others' intermediate_size)
+  std::vector<bool> sparse_layers;         // per layer: a MoE block (else the dense MLP)
+  MoeRouting routing = MoeRouting::softmax_topk;
+  bool norm_topk_prob = true;         // softmax_topk: renormalise the chosen k weights
+  bool routing_weights_fp32 = false;  // Mixtral weighs the experts' outputs in fp32 (Qwen3-MoE: model dtype)
+  bool router_bias = false, expert_bias = false;  // gpt-oss
+  // gpt-oss experts: gate and up interleaved in the checkpoint, clamped at swiglu_limit, activation
+  // (up + 1) * gate * sigmoid(alpha * gate). Otherwise SiLU(gate) * up.
+  bool clamped_swiglu = false;
+  double swiglu_alpha = 1.702, swiglu_limit = 7.0;
+  std::string quant_method;  // "" or "mxfp4" (gpt-oss experts stored as FP4 blocks and scales)
+
+  // Attention per layer: 0 full causal attention, W > 0 a sliding window of W keys (token i attends
+  // j iff i - W < j <= i: transformers' sliding_window_overlay). Empty: full attention everywhere.
+  std::vector<std::int64_t> layer_windows;
+  bool attention_sinks = false;                 // gpt-oss: a learned per-head logit in every softmax denominator
+  bool norm_weight_fp32 = false;                // GptOssRMSNorm multiplies its weight before the cast back
+  std::optional<model::RopeConfig> local_rope;  // the sliding layers' RoPE where it differs (Gemma 3)
+
+  // Gemma 2/3: RMSNorm x * (1 + w) in fp32, the embedding times sqrt(hidden_size) in the model
+  // dtype, a norm on the attention's output and norms before and after the MLP, attention scaled
+  // by query_pre_attn_scalar^-1/2, tanh soft caps on the attention scores and the final logits.
+  bool norm_one_plus = false, embed_scaled = false, sandwich_norms = false;
+  double attention_scale = 0.0;                    // 0: head_dim^-1/2
+  double attn_softcap = 0.0, final_softcap = 0.0;  // 0: none
+  bool fused_checkpoint = false;                   // Phi-3: qkv_proj and gate_up_proj stored fused
+  // FP8 checkpoints (quantization_config.quant_method fp8): e4m3 weights with weight_scale_inv
+  // per block of fp8_block[0] x fp8_block[1]; empty: none.
+  std::vector<std::int64_t> fp8_block;
+  std::vector<std::string> fp8_skip;  // modules_to_not_convert: names containing one stay float
+
+  bool moe() const { return num_experts > 0; }
+  bool sparse(std::int64_t layer) const { return moe() && sparse_layers.at(static_cast<std::size_t>(layer)); }
+  std::int64_t window(std::int64_t layer) const {
+    return layer_windows.empty() ? 0 : layer_windows.at(static_cast<std::size_t>(layer));
+  }
+
+  // Reads config.json (transformers 4.x and 5.x spellings); refuses unsupported architectures and
+  // fields that change the math, by name.
+  static TargetConfig from_json_file(const std::string& path);
+  // dir/config.json of a model folder (Error(input) naming dir when it is not a folder): cheap, so
+  // the data can be checked against the vocabulary before the weights load.
+  static TargetConfig from_model_dir(const std::string& dir);
+};
+
+// RMSNorm as the family computes it (gpt-oss multiplies the weight in fp32 before the cast back;
+// Gemma scales by 1 + w in fp32).
+torch::Tensor target_norm(const TargetConfig& config, const torch::Tensor& x, const torch::Tensor& weight);
+
+// The ids that end a reply: config's eos_token_ids plus generation_config.json's eos_token_id (an id
+// or a list) in model_dir when that file exists; each id once, in that order.
+std::vector<std::int64_t> generation_end_ids(const std::string& model_dir, const TargetConfig& config);
+
+// One batch for the training forward (all [B, T], on the model's device).
+struct TargetBatch {
+  torch::Tensor input_ids;           // int64
+  torch::Tensor position_ids;        // int64, position within its own sample
+  torch::Tensor document_ids;        // int64; -1 padding; token i attends j iff same id >= 0 and j <= i
+  model::AttentionSpec attention{};  // packed or padded rows (default: packed, exact for any layout)
+};
+
+struct TeacherSpec {
+  torch::Tensor draft_ids;           // [Vd] int64 target ids of the draft vocabulary (keep it on the
+                                     // model's device, else it is copied every call); undefined: none
+  std::int64_t chunk_tokens = 1024;  // tokens per chunk of the LM-head computation (bounds memory)
+};
+
+struct TargetOutput {
+  torch::Tensor aux_hidden;      // [B, T, n_aux * H]: hidden_states[id] for the aux ids, low -> high
+  torch::Tensor final_hidden;    // [B, T, H]: after the final norm
+  torch::Tensor teacher_logits;  // [B, T, Vd] fp32 logits over draft_ids (undefined without draft_ids)
+  torch::Tensor target_argmax;   // [B, T] int64 argmax over the full vocabulary
+};
+
+// The teacher of a head from final normed hidden states [.., H]: the LM head [V, H] applied in
+// chunks of teacher.chunk_tokens rows (never [.., V] at once), giving the full-vocabulary argmax
+// [..] int64 and, when teacher.draft_ids is defined, the fp32 logits over the draft ids [.., V_d].
+struct TeacherOutput {
+  torch::Tensor logits, argmax;
+};
+// final_softcap (Gemma's final_logit_softcapping, 0: none) caps the logits first, as the target's
+// own logits are.
+TeacherOutput lm_head_teacher(const torch::Tensor& final_hidden, const torch::Tensor& lm_head,
+                              const TeacherSpec& teacher, double final_softcap = 0.0);
+
+// The target's tensors on either side of its decoder layers: all that the head (the embedding)
+// and its teacher (final norm, LM head) need of it, so training from stored features
+// (docs/offline.md) loads only these.
+struct TargetEnds {
+  TargetConfig config;
+  torch::ScalarType dtype = torch::kFloat32;
+  torch::Tensor embed;       // [V, H]
+  torch::Tensor final_norm;  // [H]
+  torch::Tensor lm_head;     // [V, H]; the embedding itself when tied
+};
+
+// Per-layer key/value cache of one sequence batch, for incremental decoding.
+struct KvCache {
+  std::vector<torch::Tensor> keys, values;  // per layer [B, kv_heads, capacity, head_dim]
+  std::int64_t length = 0;                  // tokens currently cached
+};
+
+// One forward of batched generation (target_ragged.cpp) over a KvCache whose rows hold sequences of
+// different lengths: a row's tokens sit at columns 0, 1, ... of its cache row, and the column is the
+// token's position id. KvCache::length is not used.
+struct RaggedStep {
+  torch::Tensor ids;         // [R, N] int64: each row's new tokens, right-padded
+  torch::Tensor columns;     // [R, N] int64: the column (= position) of each new token; padding tokens go to
+                             // a spare column no real token reaches (the generator keeps the cache's last)
+  torch::Tensor rows;        // [R] int64: the cache rows extended; undefined: all B rows in order (no gather)
+  torch::Tensor last;        // [R] int64 in [0, N): the token of each row whose logits are returned
+  std::int64_t key_len = 0;  // columns [0, key_len) are read (> every real column); each token attends
+                             // the columns <= its own; dynamic RoPE scales for key_len positions
+};
+
+struct TargetStepOutput {
+  torch::Tensor aux_hidden;    // [B, n, n_aux * H]
+  torch::Tensor final_hidden;  // [B, n, H]
+  torch::Tensor logits;        // [B, n, V] fp32
+};
+
+// Default EAGLE-3 input-of-layer ids for L layers: [2, L/2, L-3] for L >= 7; smaller models get
+// [1, L/2, L-1] clamped to [0, L-1] (docs/models.md).
+std::vector<std::int64_t> default_aux_layer_ids(std::int64_t num_layers);
+
+// Every tensor of a model folder's safetensors files, cheaply (no weight is loaded): name -> "dtype
+// [shape] hash", the hash an FNV-1a of the byte count and of 4 chunks of 1 KiB at fixed offsets
+// (start, thirds, end; all bytes of a smaller tensor). A fine-tune differs in the tensors it
+// changed, which a fingerprint of the ends alone (final norm, LM head) missed.
+std::map<std::string, std::string> tensor_fingerprints(const std::string& model_dir);
+
+class TargetModel {
+ public:
+  // Loads dir/config.json and model.safetensors or the sharded files of
+  // model.safetensors.index.json; checks every tensor's presence and shape. dtype Undefined: the
+  // checkpoint's dtype.
+  static TargetModel load(const std::string& dir, torch::ScalarType dtype, torch::Device device);
+  // A model of this config with random weights made on the device (normal with std 0.02, norms 1;
+  // LibTorch's generator): benchmarks at real shapes without a checkpoint.
+  static TargetModel random(const TargetConfig& config, torch::ScalarType dtype, torch::Device device);
+  // Only the ends of the same folder (config.json, the embedding, the final norm and the LM head,
+  // each checked), without the decoder layers.
+  static TargetEnds load_ends(const std::string& dir, torch::ScalarType dtype, torch::Device device);
+
+  const TargetConfig& config() const;
+  torch::Device device() const;
+  torch::ScalarType dtype() const;
+  std::int64_t parameter_count() const;         // as a float checkpoint holds them
+  std::int64_t active_parameter_count() const;  // one token's: the top-k experts of each sparse layer
+  // Whether a forward is free of host synchronisation, so it can be captured in a CUDA graph: false
+  // only for a mixture of experts on a GPU where at::_grouped_mm does not run (not bf16, or before
+  // sm90), whose per-expert loop reads the expert counts on the host.
+  bool graph_safe() const;
+  // Input-of-layer ids (hidden_states[id]); default EAGLE-3 [2, L/2, L-3] (see EAGLE.md).
+  const std::vector<std::int64_t>& aux_layer_ids() const;
+  void set_aux_layer_ids(std::vector<std::int64_t> ids);  // validated: each in [0, L]
+  // Positions per chunk of each layer's position-wise half (o_proj, residual, MLP or experts) in
+  // every forward: its temporaries grow with the chunk, not the sequence (--target_chunk_tokens);
+  // 0: whole rows. The results do not depend on it beyond rounding.
+  std::int64_t chunk_tokens() const;
+  void set_chunk_tokens(std::int64_t tokens);
+
+  // Training forward under NoGradGuard (not inference mode).
+  TargetOutput forward(const TargetBatch& batch, const TeacherSpec& teacher) const;
+
+  // Weights holding NaN or Inf, by checkpoint name (reads every weight: for inspect, not hot paths).
+  std::vector<std::string> non_finite_weights() const;
+
+  torch::Tensor embed(const torch::Tensor& ids) const;  // [.., H]
+  torch::Tensor lm_head_weight() const;                 // [V, H]
+  torch::Tensor embedding_weight() const;               // [V, H]
+  TargetEnds ends() const;                              // views of the loaded tensors
+
+  // Incremental decoding: appends ids [B, n] at positions cache.length.. and returns their outputs.
+  KvCache new_cache(std::int64_t batch, std::int64_t capacity) const;
+  TargetStepOutput forward_cached(KvCache& cache, const torch::Tensor& ids) const;
+  // A draft tree's verification (train/tree_eval.cpp): ids [1, n] written at cache slots
+  // cache.length.., token i at position cache.length + depth[i] (depth [n] int64), attending every
+  // cached key and the new tokens tree_mask [n, n] (bool, i sees j) allows. A chain (depth 0..n-1,
+  // causal mask) equals forward_cached bit for bit.
+  TargetStepOutput forward_tree(KvCache& cache, const torch::Tensor& ids, const torch::Tensor& depth,
+                                const torch::Tensor& tree_mask) const;
+  void truncate(KvCache& cache, std::int64_t length) const;  // roll back to the accepted length
+  // Batched generation with per-row lengths: writes the step's keys and values into the cache and
+  // returns [R, V] fp32 logits of each row's `last` token. No host synchronisation, so a fixed-shape
+  // step can be captured as a CUDA graph.
+  torch::Tensor forward_ragged(KvCache& cache, const RaggedStep& step) const;
+  // The same step's outputs at every position (speculative decoding of many prompts at once,
+  // train/batched_acceptance.cpp): aux_hidden [R, N, n_aux * H], final_hidden [R, N, H] and fp32
+  // logits [R, N, V]; a padding position's outputs are meaningless. `last` still marks each row's
+  // last real token (longrope's length).
+  TargetStepOutput forward_ragged_all(KvCache& cache, const RaggedStep& step) const;
+
+  struct Impl;
+
+ private:
+  // The model from one tensor per checkpoint name, already on the device in dtype.
+  static TargetModel assemble(const TargetConfig& config, torch::ScalarType dtype, torch::Device device,
+                              const std::function<torch::Tensor(const std::string&)>& get);
+  std::shared_ptr<Impl> impl_;
+};
+
+// The target of a command: model_name_or_path in --target_dtype on the device, with these aux
+// layers (empty: the default ones; the two-argument form: the options'); logs what it loaded.
+TargetModel load_target(const config::Options& opts, torch::Device device,
+                        const std::vector<std::int64_t>& aux_layer_ids);
+TargetModel load_target(const config::Options& opts, torch::Device device);
+
+}  // namespace eagle::target

@@ -1,0 +1,86 @@
+// Drafting in explicit steps (head.h: draft_extend, draft_nodes): the EAGLE-3 head's layer over
+// the verified prefix and over the nodes of a draft tree with an explicit attention mask; the
+// operations of draft() in the same order, so a chain drafted this way equals draft() bit for bit.
+#include <fmt/format.h>
+
+#include "eagle/head/eagle3_head.h"
+#include "eagle/util/error.h"
+
+namespace eagle::head {
+namespace {
+
+Error no_steps() {
+  return Error(ErrorKind::usage, "tree and sampled evaluation need an EAGLE-3 head")
+      .place("eval_tree_topk / eval_temperature")
+      .hint("evaluate an EAGLE-1 head with the greedy chain (eval_tree_topk 0, eval_temperature 0)");
+}
+
+// cached_attention (head_layer.cpp) of one layer with an explicit mask [n, slot + n] instead of the
+// causal one.
+torch::Tensor masked_cached_attention(DraftCache& cache, const HeadConfig& cfg, std::int64_t slot,
+                                      const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                      const torch::Tensor& mask, std::int64_t layer) {
+  const auto n = q.size(2), end = slot + n;
+  auto layer_keys = cache.keys.select(0, layer), layer_values = cache.values.select(0, layer);
+  EAGLE_CHECK(end <= layer_keys.size(2), Error(ErrorKind::internal, "the draft cache is too small")
+                                             .expected(fmt::format("capacity >= {}", end))
+                                             .found(fmt::format("{}", layer_keys.size(2))));
+  EAGLE_CHECK(mask.dim() == 2 && mask.size(0) == n && mask.size(1) == end,
+              Error(ErrorKind::internal, "draft tree mask has the wrong shape")
+                  .expected(fmt::format("[{}, {}]", n, end))
+                  .found(c10::str(mask.sizes())));
+  layer_keys.narrow(2, slot, n).copy_(k);
+  layer_values.narrow(2, slot, n).copy_(v);
+  return draft_attention(cfg, q, layer_keys.narrow(2, 0, end), layer_values.narrow(2, 0, end),
+                         mask.to(q.device(), torch::kBool));
+}
+
+// P-EAGLE drafts every token of a round in one forward: there is no step to extend or tree to grow.
+void check_sequential(const HeadConfig& cfg) {
+  EAGLE_CHECK(!cfg.parallel_drafting,
+              Error(ErrorKind::usage, "tree and sampled evaluation need a sequentially drafting head")
+                  .place("eval_tree_topk / eval_temperature")
+                  .found("a P-EAGLE head (parallel_drafting)")
+                  .hint("evaluate a P-EAGLE head with the greedy chain (eval_tree_topk 0, eval_temperature 0)"));
+}
+
+}  // namespace
+
+DraftHead::Step DraftHead::draft_extend(DraftCache&, const torch::Tensor&, const torch::Tensor&) { throw no_steps(); }
+DraftHead::Step DraftHead::draft_nodes(DraftCache&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                       std::int64_t, const torch::Tensor&) {
+  throw no_steps();
+}
+torch::Tensor DraftHead::draft_vocab_ids() const { throw no_steps(); }
+
+DraftHead::Step Eagle3Head::draft_extend(DraftCache& cache, const torch::Tensor& features,
+                                         const torch::Tensor& next_ids) {
+  torch::NoGradGuard ng;
+  check_sequential(cfg_);
+  const auto dev = fc->weight.device();
+  if (inv_freq_.device() != dev) inv_freq_ = inv_freq_.to(dev);
+  const auto n = features.size(1), start = cache.length;
+  auto h = cached_layers(cache, combine(features.to(dev)), next_ids.to(dev), start, start);
+  cache.length = start + n;
+  auto last = h.narrow(1, n - 1, 1);  // as draft(): the LM head over the last position alone
+  return {next_state(last), lm_head->forward(norm->forward(last)).to(torch::kFloat32)};
+}
+
+DraftHead::Step Eagle3Head::draft_nodes(DraftCache& cache, const torch::Tensor& states, const torch::Tensor& ids,
+                                        const torch::Tensor& positions, std::int64_t slot, const torch::Tensor& mask) {
+  torch::NoGradGuard ng;
+  check_sequential(cfg_);
+  const auto dev = fc->weight.device();
+  if (inv_freq_.device() != dev) inv_freq_ = inv_freq_.to(dev);
+  const auto hidden = states.to(dev);
+  const auto emb = embed(ids.to(dev));
+  const auto pos = positions.to(dev);
+  auto h = hidden;  // the state enters the residual stream at layer 0 only, as in cached_layers
+  for (std::int64_t l = 0; l < cfg_.num_layers; ++l) {
+    auto raw = project_qkv(*layer(l).self_attn, cfg_, layer_input(l, emb, hidden, h), inv_freq_, pos);
+    h = layer(l).finish(h, masked_cached_attention(cache, cfg_, slot, raw.q, raw.k, raw.v, mask, l));
+  }
+  return {next_state(h), lm_head->forward(norm->forward(h)).to(torch::kFloat32)};
+}
+
+}  // namespace eagle::head

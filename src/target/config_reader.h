@@ -1,0 +1,85 @@
+// Reading a model's config.json (target_config.cpp, target_rope_config.cpp): typed field access
+// whose errors name the file and the field, and the RoPE parameters in both transformers spellings.
+#pragma once
+
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "eagle/target/target.h"
+#include "eagle/util/error.h"
+
+namespace eagle::target {
+
+using nlohmann::json;
+
+struct Reader {
+  const std::string& path;
+  const json& j;
+
+  Error bad(const std::string& key, const std::string& what) const {
+    return Error(ErrorKind::input, what).file(path).place(fmt::format("field \"{}\"", key));
+  }
+  bool has(const std::string& key) const { return j.contains(key) && !j[key].is_null(); }
+
+  std::int64_t integer(const std::string& key) const {
+    EAGLE_CHECK(has(key), bad(key, "required field missing"));
+    EAGLE_CHECK(j[key].is_number_integer(), bad(key, "not an integer").found(j[key].dump()));
+    // An unsigned value past 2^63-1 would wrap to a negative one (2^64-1 reads as -1).
+    EAGLE_CHECK(!j[key].is_number_unsigned() ||
+                    j[key].get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()),
+                bad(key, "integer out of range").expected("at most 2^63-1").found(j[key].dump()));
+    return j[key].get<std::int64_t>();
+  }
+  std::int64_t positive(const std::string& key) const {
+    auto v = integer(key);
+    EAGLE_CHECK(v > 0, bad(key, "must be positive").found(std::to_string(v)));
+    return v;
+  }
+  std::int64_t integer_or(const std::string& key, std::int64_t def) const { return has(key) ? integer(key) : def; }
+  double number_or(const std::string& key, double def) const {
+    if (!has(key)) return def;
+    EAGLE_CHECK(j[key].is_number(), bad(key, "not a number").found(j[key].dump()));
+    return j[key].get<double>();
+  }
+  bool boolean_or(const std::string& key, bool def) const {
+    if (!has(key)) return def;
+    EAGLE_CHECK(j[key].is_boolean(), bad(key, "not a boolean").found(j[key].dump()));
+    return j[key].get<bool>();
+  }
+  std::string string_or(const std::string& key, const std::string& def) const {
+    if (!has(key)) return def;
+    EAGLE_CHECK(j[key].is_string(), bad(key, "not a string").found(j[key].dump()));
+    return j[key].get<std::string>();
+  }
+  // A token id or a list of them (eos_token_id); empty when absent. Each must be a token of the
+  // vocabulary: 2^64-1 would read as -1 through a signed cast, and an id past the vocabulary never
+  // ends a reply.
+  std::vector<std::int64_t> id_list(const std::string& key, std::int64_t vocab_size) const {
+    std::vector<std::int64_t> ids;
+    if (!has(key)) return ids;
+    const json list = j[key].is_array() ? j[key] : json::array({j[key]});
+    for (const auto& x : list) {
+      EAGLE_CHECK(x.is_number_integer(), bad(key, "not an integer").found(x.dump()));
+      const bool in_vocab = x.is_number_unsigned() ? x.get<std::uint64_t>() < static_cast<std::uint64_t>(vocab_size)
+                                                   : x.get<std::int64_t>() >= 0 && x.get<std::int64_t>() < vocab_size;
+      EAGLE_CHECK(in_vocab, bad(key, "token id outside the vocabulary")
+                                .expected(fmt::format("an id in [0, {}) (vocab_size)", vocab_size))
+                                .found(x.dump()));
+      ids.push_back(x.get<std::int64_t>());
+    }
+    return ids;
+  }
+};
+
+// The RoPE of every layer: c.rope (full-attention layers), and c.local_rope where sliding layers
+// use another (Gemma 3's rope_local_base_freq, or 5.x rope_parameters per layer type). Reads
+// rope_parameters (5.x) or rope_theta + rope_scaling (4.x), partial_rotary_factor, and refuses
+// unsupported types by name. c.head_dim, c.max_position_embeddings and c.model_type must be set.
+void read_rope_layers(const Reader& r, TargetConfig& c);
+
+}  // namespace eagle::target

@@ -1,0 +1,321 @@
+// TargetConfig::from_json_file: reads a Hugging Face config.json in the transformers 4.x and 5.x
+// spellings and refuses, by name, every architecture or field that would change the math; and
+// generation_end_ids, which adds generation_config.json's eos ids.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <limits>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "config_reader.h"
+#include "eagle/target/target.h"
+#include "eagle/util/error.h"
+#include "eagle/util/json_file.h"
+
+namespace eagle::target {
+
+namespace {
+
+using nlohmann::json;
+
+struct Family {
+  const char* architecture;
+  const char* model_type;
+};
+constexpr Family kFamilies[] = {{"LlamaForCausalLM", "llama"},        {"MistralForCausalLM", "mistral"},
+                                {"Qwen2ForCausalLM", "qwen2"},        {"Qwen3ForCausalLM", "qwen3"},
+                                {"Qwen3MoeForCausalLM", "qwen3_moe"}, {"MixtralForCausalLM", "mixtral"},
+                                {"GptOssForCausalLM", "gpt_oss"},     {"Gemma2ForCausalLM", "gemma2"},
+                                {"Gemma3ForCausalLM", "gemma3_text"}, {"Phi3ForCausalLM", "phi3"}};
+constexpr const char* kFamilyList =
+    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
+    "MixtralForCausalLM, GptOssForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM or Phi3ForCausalLM";
+
+// Fields that other decoders use to change the math; none of them exists in the supported
+// families, so their presence means the checkpoint is something we would compute wrongly.
+constexpr const char* kForeignMathFields[] = {
+    "attn_logit_softcapping", "final_logit_softcapping", "logit_scale",
+    "embedding_multiplier",   "residual_multiplier",     "attention_multiplier",
+    "logits_scaling",         "no_rope_layers",          "use_qk_norm",
+    "query_pre_attn_scalar"};
+
+bool is_moe_family(const std::string& model_type) {
+  return model_type == "qwen3_moe" || model_type == "mixtral" || model_type == "gpt_oss";
+}
+
+// The expert layout of the MoE families (transformers' modeling_qwen3_moe, _mixtral, _gpt_oss).
+void read_moe(const Reader& r, TargetConfig& c) {
+  const auto& t = c.model_type;
+  const char* experts_key = t == "qwen3_moe" && r.has("num_experts") ? "num_experts" : "num_local_experts";
+  c.num_experts = r.integer_or(experts_key, t == "mixtral" ? 8 : 128);
+  c.experts_per_token = r.integer_or("num_experts_per_tok", t == "gpt_oss" ? 4 : (t == "mixtral" ? 2 : 8));
+  EAGLE_CHECK(c.num_experts >= 0 && (t == "qwen3_moe" || c.num_experts > 0),
+              r.bad(experts_key, "number of experts out of range").found(std::to_string(c.num_experts)));
+  EAGLE_CHECK(c.num_experts == 0 || (c.experts_per_token >= 1 && c.experts_per_token <= c.num_experts),
+              r.bad("num_experts_per_tok", "experts per token out of range")
+                  .expected(fmt::format("1..{} (the number of experts)", c.num_experts))
+                  .found(std::to_string(c.experts_per_token)));
+  c.sparse_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), c.num_experts > 0);
+  if (t == "qwen3_moe") {
+    c.moe_intermediate_size = r.positive("moe_intermediate_size");
+    c.norm_topk_prob = r.boolean_or("norm_topk_prob", false);
+    const auto step = r.integer_or("decoder_sparse_step", 1);
+    EAGLE_CHECK(step >= 1, r.bad("decoder_sparse_step", "must be positive").found(std::to_string(step)));
+    std::vector<std::int64_t> dense;
+    if (r.has("mlp_only_layers")) {
+      EAGLE_CHECK(r.j["mlp_only_layers"].is_array(), r.bad("mlp_only_layers", "not a list of layer indices"));
+      for (const auto& x : r.j["mlp_only_layers"]) {
+        EAGLE_CHECK(x.is_number_integer(), r.bad("mlp_only_layers", "not a layer index").found(x.dump()));
+        dense.push_back(x.get<std::int64_t>());
+      }
+    }
+    for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
+      c.sparse_layers[static_cast<std::size_t>(l)] =
+          c.num_experts > 0 && (l + 1) % step == 0 && std::find(dense.begin(), dense.end(), l) == dense.end();
+  } else {
+    c.moe_intermediate_size = c.intermediate_size;
+    c.norm_topk_prob = true;
+  }
+  c.routing_weights_fp32 = t == "mixtral";
+  if (t == "gpt_oss") {
+    c.routing = MoeRouting::topk_softmax;
+    c.router_bias = c.expert_bias = c.clamped_swiglu = true;
+    c.swiglu_alpha = r.number_or("swiglu_alpha", 1.702);
+    c.swiglu_limit = r.number_or("swiglu_limit", 7.0);
+    EAGLE_CHECK(std::isfinite(c.swiglu_alpha) && c.swiglu_limit > 0 && std::isfinite(c.swiglu_limit),
+                r.bad("swiglu_limit", "gpt-oss's swiglu_alpha and swiglu_limit must be finite, the limit positive")
+                    .found(fmt::format("{} and {}", c.swiglu_alpha, c.swiglu_limit)));
+  }
+}
+
+void read_fp8(const Reader& r, const json& q, TargetConfig& c);
+
+// A quantization_config: gpt-oss's MXFP4 experts are read (dequantized exactly at load); any other
+// method is refused by name.
+void read_quantization(const Reader& r, TargetConfig& c) {
+  if (!r.has("quantization_config")) return;
+  const auto& q = r.j["quantization_config"];
+  EAGLE_CHECK(q.is_object(), r.bad("quantization_config", "not an object").found(q.dump()));
+  const std::string method =
+      q.contains("quant_method") && q["quant_method"].is_string() ? q["quant_method"].get<std::string>() : q.dump();
+  if (method == "fp8" && !c.moe()) return read_fp8(r, q, c);
+  EAGLE_CHECK(c.model_type == "gpt_oss" && method == "mxfp4",
+              r.bad("quantization_config.quant_method", "quantized checkpoint not supported")
+                  .expected(c.model_type == "gpt_oss" ? "mxfp4, or no quantization_config"
+                                                      : "fp8 (block-scaled e4m3) on a dense target, or none")
+                  .found(method)
+                  .hint("use the checkpoint's bf16 release, or dequantize it with transformers first"));
+  EAGLE_CHECK(c.hidden_size % 32 == 0 && c.moe_intermediate_size % 32 == 0,
+              r.bad("quantization_config",
+                    "MXFP4 blocks hold 32 values: hidden_size and intermediate_size must be "
+                    "multiples of 32")
+                  .found(fmt::format("{} and {}", c.hidden_size, c.moe_intermediate_size)));
+  c.quant_method = method;
+}
+
+// Which keys each layer attends, as transformers' masks do per family: `layer_types` when the
+// config lists them (full_attention | sliding_attention, the window being sliding_window); else
+// Mistral, Mixtral and Phi-3 slide in every layer when sliding_window is set, Qwen2/Qwen3 from
+// layer max_window_layers on with use_sliding_window (Qwen3-MoE: every layer), gpt-oss and Gemma 2
+// alternate (sliding first), Gemma 3 slides except every sliding_window_pattern-th layer.
+void read_attention_types(const Reader& r, TargetConfig& c) {
+  const auto& t = c.model_type;
+  const auto L = c.num_hidden_layers;
+  const bool qwen = t == "qwen2" || t == "qwen3" || t == "qwen3_moe";
+  const bool slides = qwen ? r.boolean_or("use_sliding_window", false) : true;
+  const std::int64_t default_window = t == "gpt_oss" ? 128 : (t == "gemma2" || t == "gemma3_text" ? 4096 : 0);
+  const auto window = slides ? r.integer_or("sliding_window", qwen ? 4096 : default_window) : 0;
+  EAGLE_CHECK(window >= 0, r.bad("sliding_window", "must be positive or null").found(std::to_string(window)));
+  std::vector<bool> sliding(static_cast<std::size_t>(L), false);
+  if (r.has("layer_types")) {
+    const auto& types = r.j["layer_types"];
+    EAGLE_CHECK(types.is_array() && static_cast<std::int64_t>(types.size()) == L,
+                r.bad("layer_types", "expected one attention type per layer")
+                    .expected(fmt::format("a list of {} entries", L))
+                    .found(types.dump()));
+    for (std::size_t l = 0; l < sliding.size(); ++l) {
+      EAGLE_CHECK(types[l] == "full_attention" || types[l] == "sliding_attention",
+                  r.bad(fmt::format("layer_types[{}]", l), "unknown attention type")
+                      .expected("full_attention or sliding_attention")
+                      .found(types[l].dump()));
+      sliding[l] = types[l] == "sliding_attention";
+    }
+  } else {
+    const auto pattern = t == "gemma3_text" ? r.integer_or("sliding_window_pattern", 6) : 2;
+    EAGLE_CHECK(pattern >= 1, r.bad("sliding_window_pattern", "must be positive").found(std::to_string(pattern)));
+    const auto from = t == "qwen2" || t == "qwen3" ? r.integer_or("max_window_layers", 0) : 0;
+    for (std::int64_t l = 0; l < L; ++l) {
+      const bool alternate = t == "gpt_oss" || t == "gemma2" || t == "gemma3_text";
+      sliding[static_cast<std::size_t>(l)] = alternate ? (l + 1) % pattern != 0 : l >= from;
+    }
+  }
+  for (std::size_t l = 0; l < sliding.size(); ++l) {
+    if (!sliding[l] || window == 0) continue;
+    if (c.layer_windows.empty()) c.layer_windows.assign(sliding.size(), 0);
+    c.layer_windows[l] = window;
+  }
+  EAGLE_CHECK(
+      window > 0 || !r.has("layer_types") || std::find(sliding.begin(), sliding.end(), true) == sliding.end() || qwen,
+      r.bad("sliding_window", "sliding_attention layers need a window").found("null"));
+}
+
+// Gemma 2 and 3 (transformers' modeling_gemma2, _gemma3): norms, embedding scale, attention scale,
+// soft caps, the GELU MLP, q/k norm (Gemma 3).
+void read_gemma(const Reader& r, TargetConfig& c) {
+  c.norm_one_plus = c.embed_scaled = c.sandwich_norms = true;
+  c.qk_norm = c.model_type == "gemma3_text";
+  c.hidden_act = r.string_or("hidden_activation", r.string_or("hidden_act", "gelu_pytorch_tanh"));
+  EAGLE_CHECK(c.hidden_act == "gelu_pytorch_tanh",
+              r.bad("hidden_activation", "unsupported activation").expected("gelu_pytorch_tanh").found(c.hidden_act));
+  const double scalar = r.number_or("query_pre_attn_scalar", static_cast<double>(c.head_dim));
+  EAGLE_CHECK(scalar > 0 && std::isfinite(scalar),
+              r.bad("query_pre_attn_scalar", "must be positive").found(std::to_string(scalar)));
+  c.attention_scale = 1.0 / std::sqrt(scalar);
+  // Gemma 3's attention never applies attn_logit_softcapping (transformers does not pass it on).
+  c.attn_softcap = c.model_type == "gemma2" ? r.number_or("attn_logit_softcapping", 0.0) : 0.0;
+  c.final_softcap = r.number_or("final_logit_softcapping", 0.0);
+  EAGLE_CHECK(
+      c.attn_softcap >= 0 && c.final_softcap >= 0 && std::isfinite(c.attn_softcap) && std::isfinite(c.final_softcap),
+      r.bad("final_logit_softcapping", "soft caps must be positive or null"));
+  EAGLE_CHECK(!r.boolean_or("use_bidirectional_attention", false),
+              r.bad("use_bidirectional_attention", "bidirectional attention (an encoder) is not a causal target")
+                  .found("true"));
+}
+
+// Phi-3 / Phi-4: fused qkv_proj and gate_up_proj in the checkpoint (split at load), no bias.
+void read_phi3(const Reader& r, TargetConfig& c) {
+  c.fused_checkpoint = true;
+  EAGLE_CHECK(!r.boolean_or("attention_bias", false),
+              r.bad("attention_bias", "Phi-3 has no attention bias").found("true"));
+}
+
+// FP8 block-scaled checkpoints (fine-grained FP8: e4m3 weights, weight_scale_inv per block).
+void read_fp8(const Reader& r, const json& q, TargetConfig& c) {
+  const Reader qr{r.path, q};
+  auto bad = [&](const std::string& key, const std::string& what) {
+    return Error(ErrorKind::input, what).file(r.path).place("field \"quantization_config." + key + "\"");
+  };
+  const auto fmt_name = qr.string_or("fmt", "e4m3");
+  EAGLE_CHECK(fmt_name == "e4m3", bad("fmt", "only e4m3 FP8 is read").found(fmt_name));
+  EAGLE_CHECK(qr.has("weight_block_size") && q["weight_block_size"].is_array() && q["weight_block_size"].size() == 2,
+              bad("weight_block_size", "FP8 checkpoints are read block-scaled only")
+                  .expected("[rows, columns] of each weight_scale_inv block")
+                  .hint("per-tensor FP8 (weight_scale) is not supported"));
+  for (const auto& x : q["weight_block_size"]) {
+    EAGLE_CHECK(x.is_number_integer() && x.get<std::int64_t>() > 0,
+                bad("weight_block_size", "block sizes must be positive integers").found(x.dump()));
+    c.fp8_block.push_back(x.get<std::int64_t>());
+  }
+  if (q.contains("modules_to_not_convert") && q["modules_to_not_convert"].is_array())
+    for (const auto& m : q["modules_to_not_convert"])
+      if (m.is_string()) c.fp8_skip.push_back(m.get<std::string>() + ".");
+}
+
+}  // namespace
+
+TargetConfig TargetConfig::from_json_file(const std::string& path) {
+  const json j = util::read_json_object(path, "model config",
+                                        "--model_name_or_path must be a Hugging Face model folder with config.json");
+  const Reader r{path, j};
+
+  TargetConfig c;
+  EAGLE_CHECK(r.has("architectures") && j["architectures"].is_array() && j["architectures"].size() == 1 &&
+                  j["architectures"][0].is_string(),
+              r.bad("architectures", "expected a list with one architecture name")
+                  .found(r.has("architectures") ? j["architectures"].dump() : "nothing"));
+  c.architecture = j["architectures"][0].get<std::string>();
+  c.model_type = r.string_or("model_type", "");
+  const Family* fam = nullptr;
+  for (const auto& f : kFamilies)
+    if (c.architecture == f.architecture) fam = &f;
+  EAGLE_CHECK(fam != nullptr,
+              r.bad("architectures", "unsupported architecture").expected(kFamilyList).found(c.architecture));
+  EAGLE_CHECK(
+      c.model_type == fam->model_type,
+      r.bad("model_type", "model_type does not match the architecture").expected(fam->model_type).found(c.model_type));
+
+  c.vocab_size = r.positive("vocab_size");
+  c.hidden_size = r.positive("hidden_size");
+  // Qwen3-MoE's intermediate_size is only its dense layers' (checked below when there are any).
+  c.intermediate_size =
+      c.model_type == "qwen3_moe" ? r.integer_or("intermediate_size", 0) : r.positive("intermediate_size");
+  c.num_hidden_layers = r.positive("num_hidden_layers");
+  c.num_attention_heads = r.positive("num_attention_heads");
+  c.num_key_value_heads = r.has("num_key_value_heads") ? r.positive("num_key_value_heads") : c.num_attention_heads;
+  EAGLE_CHECK(c.num_attention_heads % c.num_key_value_heads == 0,
+              r.bad("num_key_value_heads", "must divide num_attention_heads")
+                  .found(fmt::format("{} heads, {} key/value heads", c.num_attention_heads, c.num_key_value_heads)));
+  if (r.has("head_dim")) {
+    c.head_dim = r.positive("head_dim");
+  } else {
+    EAGLE_CHECK(c.hidden_size % c.num_attention_heads == 0,
+                r.bad("hidden_size", "not divisible by num_attention_heads and no head_dim given"));
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+  }
+  EAGLE_CHECK(c.head_dim % 2 == 0, r.bad("head_dim", "must be even for RoPE").found(std::to_string(c.head_dim)));
+  c.max_position_embeddings = r.integer_or("max_position_embeddings", 2048);
+  c.rms_norm_eps = r.number_or("rms_norm_eps", 1e-6);
+  c.tie_word_embeddings = r.boolean_or("tie_word_embeddings", false);
+  const bool gemma = c.model_type == "gemma2" || c.model_type == "gemma3_text";
+  c.hidden_act = gemma ? "gelu_pytorch_tanh" : r.string_or("hidden_act", "silu");
+  EAGLE_CHECK(c.hidden_act == "silu" || gemma,
+              r.bad("hidden_act", "unsupported activation").expected("silu").found(c.hidden_act));
+  c.dtype = r.has("dtype") ? r.string_or("dtype", "float32") : r.string_or("torch_dtype", "float32");
+  EAGLE_CHECK(c.dtype == "float32" || c.dtype == "bfloat16" || c.dtype == "float16",
+              r.bad(r.has("dtype") ? "dtype" : "torch_dtype", "unsupported dtype")
+                  .expected("float32, bfloat16 or float16")
+                  .found(c.dtype));
+  read_rope_layers(r, c);
+
+  // Bias and normalisation layout per family (as in transformers' modeling files).
+  const bool attention_bias = r.boolean_or("attention_bias", c.model_type == "gpt_oss");
+  if (c.model_type == "qwen2") {
+    c.attention_bias = true;  // Qwen2 always has q/k/v bias, never o_proj bias
+  } else if (c.model_type == "mistral" || c.model_type == "mixtral") {
+    EAGLE_CHECK(!attention_bias, r.bad("attention_bias", "Mistral and Mixtral have no attention bias").found("true"));
+  } else {
+    c.attention_bias = attention_bias;
+    c.o_bias = attention_bias;  // Llama, Qwen3(-MoE) and gpt-oss put the bias on o_proj too
+  }
+  c.qk_norm = c.model_type == "qwen3" || c.model_type == "qwen3_moe";
+  if (gemma) read_gemma(r, c);
+  if (c.model_type == "phi3") read_phi3(r, c);
+  c.attention_sinks = c.norm_weight_fp32 = c.model_type == "gpt_oss";
+  EAGLE_CHECK(!r.boolean_or("mlp_bias", false),
+              r.bad("mlp_bias", "MLP bias is not supported").expected("false").found("true"));
+  if (is_moe_family(c.model_type)) read_moe(r, c);
+  bool dense_layers = !c.moe();
+  for (bool sparse : c.sparse_layers) dense_layers = dense_layers || !sparse;
+  EAGLE_CHECK(!dense_layers || c.intermediate_size > 0,
+              r.bad("intermediate_size", "required (the dense MLP layers' size) and must be positive")
+                  .found(std::to_string(c.intermediate_size)));
+  read_quantization(r, c);
+  // Sliding windows change which keys a query sees; refused where they apply and are not implemented.
+  read_attention_types(r, c);
+  for (const char* key : kForeignMathFields) {
+    const std::string k = key;
+    if (gemma && (k == "attn_logit_softcapping" || k == "final_logit_softcapping" || k == "query_pre_attn_scalar"))
+      continue;  // Gemma's own fields (read above)
+    EAGLE_CHECK(!r.has(key), r.bad(key, "field changes the model's math and is not supported by this architecture")
+                                 .hint("is this really a " + c.architecture + " checkpoint?"));
+  }
+
+  c.eos_token_ids = r.id_list("eos_token_id", c.vocab_size);
+  c.bos_token_id = r.integer_or("bos_token_id", -1);
+  return c;
+}
+
+std::vector<std::int64_t> generation_end_ids(const std::string& model_dir, const TargetConfig& config) {
+  std::vector<std::int64_t> ids = config.eos_token_ids;
+  const std::string path = model_dir + "/generation_config.json";
+  if (!std::filesystem::exists(path)) return ids;
+  const json j = util::read_json_object(path, "generation config", "remove the file or fix its JSON");
+  for (auto id : Reader{path, j}.id_list("eos_token_id", config.vocab_size))
+    if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
+  return ids;
+}
+
+}  // namespace eagle::target

@@ -1,0 +1,134 @@
+// Private state of TargetModel shared by its loader (target.cpp) and its forward passes
+// (target_forward.cpp): device-resident weights, fused where that makes fewer, larger matmuls.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "eagle/model/safetensors.h"
+#include "eagle/target/target.h"
+
+namespace eagle::target {
+
+// The safetensors files of a model folder (model.safetensors, or the shards its
+// model.safetensors.index.json names) and where each tensor lives: the loader's and the
+// fingerprint's (target_fingerprint.cpp).
+struct CheckpointFiles {
+  std::vector<model::SafetensorsFile> files;
+  std::map<std::string, std::size_t> where;  // tensor name -> index into files
+};
+CheckpointFiles open_checkpoint(const std::filesystem::path& dir);
+
+struct TargetLayerWeights {
+  torch::Tensor input_norm, post_norm;      // [H]; Gemma: post_norm is the attention output's norm
+  torch::Tensor pre_ff_norm, post_ff_norm;  // [H] Gemma's norms before and after the MLP, or undefined
+  torch::Tensor qkv_w, qkv_b;    // [(heads + 2 kv_heads) * head_dim, H]; bias undefined unless attention_bias
+  torch::Tensor o_w, o_b;        // [H, heads * head_dim]; bias undefined unless o_bias
+  torch::Tensor q_norm, k_norm;  // [head_dim] (Qwen3) or undefined
+  torch::Tensor gate_up_w;       // [2 I, H]: gate rows then up rows (dense MLP layers)
+  torch::Tensor down_w;          // [H, I]
+  torch::Tensor sinks;           // [heads] learned softmax sinks (gpt-oss) or undefined
+  // A mixture-of-experts layer (TargetConfig::sparse): router [E, H] (bias [E] or undefined), every
+  // expert's gate and up rows [E, 2 I, H] (gate rows first, whatever the checkpoint's order) and
+  // down [E, H, I], with biases [E, 2 I] and [E, H] where the family has them.
+  torch::Tensor router_w, router_b;
+  torch::Tensor experts_gate_up, experts_gate_up_b, experts_down, experts_down_b;
+};
+
+// 1 + the largest position of each token's run of equal document ids: its sample's length, [B, T].
+torch::Tensor document_lengths(const torch::Tensor& position_ids, const torch::Tensor& document_ids);
+// The attention's score scale: query_pre_attn_scalar^-1/2 (Gemma) or head_dim^-1/2.
+double target_attention_scale(const TargetConfig& config);
+
+// Every tensor a checkpoint of this config holds, with its shape (target_tensors.cpp).
+std::map<std::string, std::vector<std::int64_t>> expected_tensors(const TargetConfig& c);
+// Parameters of the model as a float checkpoint holds them (MXFP4 blocks count their values), and
+// those one token runs through (the top-k experts of each sparse layer).
+std::pair<std::int64_t, std::int64_t> parameter_counts(TargetConfig c);
+// MXFP4 blocks and scales: uint8 tensors, not weights.
+bool is_packed_fp4(const std::string& name);
+// Whether a checkpoint weight is stored FP8 with a `<name>_scale_inv` beside it (fp8 configs: the
+// decoder layers' projections, less quantization_config.modules_to_not_convert).
+bool is_fp8_weight(const TargetConfig& c, const std::string& name);
+// An FP8 e4m3 weight [rows, columns] times its block scales scale_inv [ceil(rows / b0),
+// ceil(columns / b1)] in fp32, then cast to dtype (transformers' fine-grained FP8 dequantization).
+torch::Tensor dequantize_fp8(const torch::Tensor& weight, const torch::Tensor& scale_inv,
+                             const std::vector<std::int64_t>& block, torch::ScalarType dtype, const std::string& name);
+// A sparse layer's router and experts into w, from the checkpoint tensors `get` returns (on the
+// device; MXFP4 blocks and scales as uint8, dequantized here into dtype).
+void assemble_experts(const TargetConfig& c, const std::string& prefix, TargetLayerWeights& w,
+                      const std::function<torch::Tensor(const std::string&)>& get, torch::ScalarType dtype);
+
+// Dequantizes MXFP4 (gpt-oss) expert weights as transformers' convert_moe_packed_tensors: blocks
+// uint8 [E, rows, G, 16] (two e2m1 values a byte, low nibble first), scales uint8 [E, rows, G]
+// (exponent + 127) -> [E, rows, G * 32] in dtype, expert by expert (bounded temporary memory).
+// `name` is the checkpoint tensor's, for errors.
+torch::Tensor dequantize_mxfp4(const torch::Tensor& blocks, const torch::Tensor& scales, torch::ScalarType dtype,
+                               const std::string& name);
+
+// Where one cached forward writes a layer's new keys and values, and which keys it then attends
+// (target_ragged.cpp). Shared length (forward_cached): every row's new tokens go to columns
+// [cache->length, cache->length + T) and [0, cache->length + T) is attended. Per-row
+// (forward_ragged): row r's token i goes to column columns[r, i] of cache row row_index[r] and
+// columns [0, key_len) of those rows are attended (the mask decides which of them each token sees).
+struct CacheWrite {
+  KvCache* cache = nullptr;
+  torch::Tensor row_index;   // [R, 1] int64 cache rows; per-row only
+  torch::Tensor columns;     // [R, T] int64 cache columns; undefined: shared length
+  bool all_rows = false;     // per-row: the rows are 0..B-1 in order, so the cache is read without a gather
+  std::int64_t key_len = 0;  // per-row: columns attended
+
+  // Writes k, v [R, kv_heads, T, head_dim] of layer l; returns the keys and values to attend.
+  std::pair<torch::Tensor, torch::Tensor> apply(std::size_t l, const torch::Tensor& k, const torch::Tensor& v) const;
+};
+
+struct TargetModel::Impl {
+  // cos, sin [B, T, rotary] of the full-attention layers and (local_*) of the sliding ones where
+  // their RoPE differs (see rope()).
+  struct RopeTables {
+    torch::Tensor cos, sin, local_cos, local_sin;
+  };
+  TargetConfig cfg;
+  torch::Device device{torch::kCPU};
+  torch::ScalarType dtype = torch::kFloat32;
+  torch::Tensor embed, final_norm, lm_head;  // lm_head aliases embed when tied
+  std::vector<TargetLayerWeights> layers;
+  torch::Tensor inv_freq;        // [rotary / 2] fp32 on device (dynamic RoPE rescales it per call)
+  torch::Tensor long_inv_freq;   // longrope: the long factors' frequencies
+  torch::Tensor local_inv_freq;  // cfg.local_rope's (Gemma 3's sliding layers), or undefined
+  std::vector<std::int64_t> aux_ids;
+  std::int64_t parameter_count = 0, active_parameter_count = 0;
+  std::int64_t chunk_tokens = 0;  // positions per chunk of a layer's position-wise half; 0: all at once
+
+  // The attention of a layer: q [B, heads, T, d], k, v [B, kv_heads, T, d] (with RoPE) -> [B, heads,
+  // T, d]. The training forward attends within the batch's documents; the incremental one writes
+  // k, v into the KV cache and attends it.
+  // The layer's window and sinks come with them.
+  using Attend = std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                             const model::AttentionExtras&)>;
+  // One decoder layer with the layer's RoPE tables.
+  torch::Tensor layer(std::size_t l, const torch::Tensor& x, const RopeTables& rope, const Attend& attend) const;
+  // The embedding of ids (Gemma: times sqrt(hidden_size) in the model dtype).
+  torch::Tensor embed_scaled(const torch::Tensor& ids) const;
+  // The LM head on final normed hidden states, soft-capped where the family caps (model dtype).
+  torch::Tensor logits(const torch::Tensor& final_hidden) const;
+  // cos, sin [B, T, rotary] in the model dtype for position_ids [B, T], of the full-attention
+  // layers and (local_*) of the sliding ones where their RoPE differs. Dynamic NTK scales from the
+  // call's largest position; longrope takes the long factors per row where `lengths` [B, T] (each
+  // token's sequence length: its document's in a training batch) exceed the original context.
+  RopeTables rope(const torch::Tensor& position_ids, const torch::Tensor& lengths) const;
+  // The feed-forward half of layer l on its normed input [B, T, H]: the dense MLP or the experts.
+  torch::Tensor mlp(std::size_t l, const torch::Tensor& x) const;
+  // The experts of a sparse layer (target_moe.cpp): routing, then the tokens sorted by expert
+  // through grouped matmuls; no host synchronisation where grouped_mm runs (see graph_safe).
+  torch::Tensor moe(const TargetLayerWeights& w, const torch::Tensor& x) const;
+  // RMSNorm as the family computes it.
+  torch::Tensor norm(const torch::Tensor& x, const torch::Tensor& w) const;
+};
+
+}  // namespace eagle::target

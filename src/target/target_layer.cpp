@@ -1,0 +1,133 @@
+// One decoder layer of the target as each family computes it (TargetModel::Impl): RoPE tables per
+// layer type, the family's RMSNorm, attention with its window, sinks and soft cap, the dense MLP or
+// the experts, Gemma's extra norms, the scaled embedding and the capped LM head.
+#include <cmath>
+
+#include "target_impl.h"
+
+namespace eagle::target {
+
+namespace {
+
+// cos, sin of one RoPE for positions [B, T]; longrope per token from lengths [B, T].
+std::pair<torch::Tensor, torch::Tensor> tables(const model::RopeConfig& rope, const torch::Tensor& inv,
+                                               const torch::Tensor& long_inv, const torch::Tensor& positions,
+                                               const torch::Tensor& lengths, torch::ScalarType dtype) {
+  if (rope.type == "dynamic") {
+    // Dynamic NTK scales with the longest position of the call (transformers' formula); it stays a
+    // device tensor, so nothing waits for the host and a captured graph recomputes it per replay.
+    auto seq_len = positions.max() + 1;
+    return model::rope_cos_sin(model::rope_inv_freq_dynamic(rope, inv, seq_len), positions, dtype);
+  }
+  const double scale = model::rope_attention_factor(rope);
+  if (rope.type != "longrope") return model::rope_cos_sin(inv, positions, dtype, scale);
+  // transformers switches to the long factors when the sequence outgrows the original context.
+  const auto use_long = (lengths > rope.original_max_position_embeddings).unsqueeze(-1);
+  auto [cos, sin] = model::rope_cos_sin(inv, positions, dtype, scale);
+  auto [long_cos, long_sin] = model::rope_cos_sin(long_inv, positions, dtype, scale);
+  return {torch::where(use_long, long_cos, cos), torch::where(use_long, long_sin, sin)};
+}
+
+}  // namespace
+
+TargetModel::Impl::RopeTables TargetModel::Impl::rope(const torch::Tensor& position_ids,
+                                                      const torch::Tensor& lengths) const {
+  RopeTables t;
+  std::tie(t.cos, t.sin) = tables(cfg.rope, inv_freq, long_inv_freq, position_ids, lengths, dtype);
+  if (cfg.local_rope)
+    std::tie(t.local_cos, t.local_sin) =
+        tables(*cfg.local_rope, local_inv_freq, torch::Tensor(), position_ids, lengths, dtype);
+  return t;
+}
+
+torch::Tensor TargetModel::Impl::norm(const torch::Tensor& x, const torch::Tensor& w) const {
+  return target_norm(cfg, x, w);
+}
+
+torch::Tensor target_norm(const TargetConfig& config, const torch::Tensor& x, const torch::Tensor& weight) {
+  if (config.norm_one_plus) return model::rms_norm_one_plus(x, weight, config.rms_norm_eps);
+  return config.norm_weight_fp32 ? model::rms_norm_fp32_weight(x, weight, config.rms_norm_eps)
+                                 : model::rms_norm(x, weight, config.rms_norm_eps);
+}
+
+double target_attention_scale(const TargetConfig& config) {
+  return config.attention_scale > 0 ? config.attention_scale : 1.0 / std::sqrt(static_cast<double>(config.head_dim));
+}
+
+torch::Tensor TargetModel::Impl::mlp(std::size_t l, const torch::Tensor& h) const {
+  const auto& w = layers[l];
+  if (cfg.sparse(static_cast<std::int64_t>(l))) return moe(w, h);
+  const auto I = cfg.intermediate_size;
+  auto gu = torch::linear(h, w.gate_up_w);
+  auto gate = gu.narrow(-1, 0, I);
+  auto act = cfg.hidden_act == "gelu_pytorch_tanh" ? torch::gelu(gate, "tanh") : torch::silu(gate);
+  return torch::linear(act * gu.narrow(-1, I, I), w.down_w);
+}
+
+torch::Tensor TargetModel::Impl::layer(std::size_t l, const torch::Tensor& x, const RopeTables& rope,
+                                       const Attend& attend) const {
+  const auto& w = layers[l];
+  const auto B = x.size(0), T = x.size(1);
+  const auto nh = cfg.num_attention_heads, kvh = cfg.num_key_value_heads, hd = cfg.head_dim;
+  const auto window = cfg.window(static_cast<std::int64_t>(l));
+
+  auto h = norm(x, w.input_norm);
+  auto qkv = torch::linear(h, w.qkv_w, w.qkv_b);
+  // Token-major [B, T, heads, d] throughout: the layout of variable-length flash attention, so the
+  // kernels get views, not copies.
+  auto q = qkv.narrow(-1, 0, nh * hd).view({B, T, nh, hd});
+  auto k = qkv.narrow(-1, nh * hd, kvh * hd).view({B, T, kvh, hd});
+  auto v = qkv.narrow(-1, (nh + kvh) * hd, kvh * hd).view({B, T, kvh, hd});
+  if (cfg.qk_norm) {
+    q = norm(q, w.q_norm);
+    k = norm(k, w.k_norm);
+  }
+  const bool local = window > 0 && rope.local_cos.defined();
+  const auto& cos = local ? rope.local_cos : rope.cos;
+  const auto& sin = local ? rope.local_sin : rope.sin;
+  q = model::apply_rope(q, cos, sin, /*head_axis=*/2);
+  k = model::apply_rope(k, cos, sin, /*head_axis=*/2);
+  const model::AttentionExtras extras{window, w.sinks, cfg.attn_softcap};
+  auto o = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), extras);  // [B, heads, T, d]
+  o = o.transpose(1, 2).reshape({B, T, nh * hd});
+  // The position-wise rest (o_proj, residual, MLP or experts) acts on each token alone, so it runs in
+  // chunks of chunk_tokens positions: its [.., T, 2 I] temporaries are bounded by the chunk, not T.
+  const auto rest = [&](const torch::Tensor& xc, const torch::Tensor& oc) {
+    auto a = torch::linear(oc, w.o_w, w.o_b);
+    if (cfg.sandwich_norms) a = norm(a, w.post_norm);
+    auto r = xc + a;
+    auto m = mlp(l, norm(r, cfg.sandwich_norms ? w.pre_ff_norm : w.post_norm));
+    if (cfg.sandwich_norms) m = norm(m, w.post_ff_norm);
+    return r + m;
+  };
+  if (chunk_tokens <= 0 || T <= chunk_tokens) return rest(x, o);
+  auto out = torch::empty_like(x);
+  for (std::int64_t s = 0; s < T; s += chunk_tokens) {
+    const auto n = std::min(chunk_tokens, T - s);
+    out.narrow(1, s, n).copy_(rest(x.narrow(1, s, n), o.narrow(1, s, n)));
+  }
+  return out;
+}
+
+torch::Tensor TargetModel::Impl::embed_scaled(const torch::Tensor& ids) const {
+  auto e = torch::embedding(embed, ids);
+  if (!cfg.embed_scaled) return e;
+  // transformers: a float32 scalar sqrt(hidden_size) cast to the weights' dtype, then the product.
+  const auto s = torch::scalar_tensor(std::sqrt(static_cast<double>(cfg.hidden_size)),
+                                      torch::TensorOptions().dtype(torch::kFloat32).device(e.device()));
+  return e * s.to(e.scalar_type());
+}
+
+torch::Tensor TargetModel::Impl::logits(const torch::Tensor& final_hidden) const {
+  return model::soft_cap(torch::linear(final_hidden, lm_head), cfg.final_softcap);
+}
+
+torch::Tensor document_lengths(const torch::Tensor& position_ids, const torch::Tensor& document_ids) {
+  const auto b = document_ids.size(0), t = document_ids.size(1);
+  auto prev = torch::cat({torch::full({b, 1}, -2, document_ids.options()), document_ids.narrow(1, 0, t - 1)}, 1);
+  auto run = (document_ids != prev).to(torch::kInt64).cumsum(1) - 1;  // run index within the row
+  auto last = torch::zeros({b, t}, position_ids.options()).scatter_reduce(1, run, position_ids, "amax");
+  return last.gather(1, run) + 1;
+}
+
+}  // namespace eagle::target

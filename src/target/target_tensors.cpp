@@ -1,0 +1,207 @@
+// The tensors of a target checkpoint per family: every name and shape the config implies, the
+// parameter counts, and the experts of sparse layers assembled into the forward's layout.
+#include <fmt/format.h>
+
+#include "eagle/util/error.h"
+#include "target_impl.h"
+
+namespace eagle::target {
+
+namespace {
+
+// Where a sparse layer's router and experts live in each family's checkpoint.
+struct ExpertNames {
+  std::string router, router_bias;
+  std::string gate, up, down;  // per expert, with {} for its index (Qwen3-MoE, Mixtral)
+};
+ExpertNames expert_names(const TargetConfig& c, const std::string& p) {
+  if (c.model_type == "mixtral")
+    return {p + "block_sparse_moe.gate.weight", "", p + "block_sparse_moe.experts.{}.w1.weight",
+            p + "block_sparse_moe.experts.{}.w3.weight", p + "block_sparse_moe.experts.{}.w2.weight"};
+  if (c.model_type == "gpt_oss") return {p + "mlp.router.weight", p + "mlp.router.bias", "", "", ""};
+  return {p + "mlp.gate.weight", "", p + "mlp.experts.{}.gate_proj.weight", p + "mlp.experts.{}.up_proj.weight",
+          p + "mlp.experts.{}.down_proj.weight"};
+}
+std::string expert(const std::string& pattern, std::int64_t e) { return fmt::format(fmt::runtime(pattern), e); }
+
+// gpt-oss keeps all experts of a layer in one tensor per projection: [E, in, out] in bf16 (gate and
+// up columns interleaved), or MXFP4 blocks [E, out, in / 32, 16] and scales [E, out, in / 32].
+void gpt_oss_experts(const TargetConfig& c, const std::string& p, std::map<std::string, std::vector<std::int64_t>>& e) {
+  const auto E = c.num_experts, H = c.hidden_size, I = c.moe_intermediate_size;
+  const auto x = p + "mlp.experts.";
+  e[x + "gate_up_proj_bias"] = {E, 2 * I};
+  e[x + "down_proj_bias"] = {E, H};
+  if (c.quant_method == "mxfp4") {
+    e[x + "gate_up_proj_blocks"] = {E, 2 * I, H / 32, 16};
+    e[x + "gate_up_proj_scales"] = {E, 2 * I, H / 32};
+    e[x + "down_proj_blocks"] = {E, H, I / 32, 16};
+    e[x + "down_proj_scales"] = {E, H, I / 32};
+  } else {
+    e[x + "gate_up_proj"] = {E, H, 2 * I};
+    e[x + "down_proj"] = {E, I, H};
+  }
+}
+
+// Every tensor the config implies, with its shape.
+// Each FP8 projection weight's block scales, [ceil(rows / b0), ceil(columns / b1)] fp32.
+void add_fp8_scales(const TargetConfig& c, std::map<std::string, std::vector<std::int64_t>>& e) {
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> scales;
+  for (const auto& [name, shape] : e)
+    if (is_fp8_weight(c, name))
+      scales.push_back(
+          {name + "_scale_inv",
+           {(shape[0] + c.fp8_block[0] - 1) / c.fp8_block[0], (shape[1] + c.fp8_block[1] - 1) / c.fp8_block[1]}});
+  for (auto& [name, shape] : scales) e[name] = shape;
+}
+
+}  // namespace
+
+std::map<std::string, std::vector<std::int64_t>> expected_tensors(const TargetConfig& c) {
+  const auto H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
+  const auto q = c.num_attention_heads * D, kv = c.num_key_value_heads * D;
+  std::map<std::string, std::vector<std::int64_t>> e;
+  e["model.embed_tokens.weight"] = {c.vocab_size, H};
+  e["model.norm.weight"] = {H};
+  if (!c.tie_word_embeddings) e["lm_head.weight"] = {c.vocab_size, H};
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const auto p = fmt::format("model.layers.{}.", l);
+    e[p + "input_layernorm.weight"] = {H};
+    e[p + "post_attention_layernorm.weight"] = {H};
+    if (c.sandwich_norms) {
+      e[p + "pre_feedforward_layernorm.weight"] = {H};
+      e[p + "post_feedforward_layernorm.weight"] = {H};
+    }
+    if (c.fused_checkpoint) {
+      e[p + "self_attn.qkv_proj.weight"] = {q + 2 * kv, H};
+    } else {
+      e[p + "self_attn.q_proj.weight"] = {q, H};
+      e[p + "self_attn.k_proj.weight"] = {kv, H};
+      e[p + "self_attn.v_proj.weight"] = {kv, H};
+    }
+    e[p + "self_attn.o_proj.weight"] = {H, q};
+    if (c.attention_bias) {
+      e[p + "self_attn.q_proj.bias"] = {q};
+      e[p + "self_attn.k_proj.bias"] = {kv};
+      e[p + "self_attn.v_proj.bias"] = {kv};
+    }
+    if (c.o_bias) e[p + "self_attn.o_proj.bias"] = {H};
+    if (c.qk_norm) {
+      e[p + "self_attn.q_norm.weight"] = {D};
+      e[p + "self_attn.k_norm.weight"] = {D};
+    }
+    if (c.attention_sinks) e[p + "self_attn.sinks"] = {c.num_attention_heads};
+    if (!c.sparse(l)) {
+      if (c.fused_checkpoint) {
+        e[p + "mlp.gate_up_proj.weight"] = {2 * I, H};
+      } else {
+        e[p + "mlp.gate_proj.weight"] = {I, H};
+        e[p + "mlp.up_proj.weight"] = {I, H};
+      }
+      e[p + "mlp.down_proj.weight"] = {H, I};
+      continue;
+    }
+    const auto n = expert_names(c, p);
+    const auto E = c.num_experts, Ie = c.moe_intermediate_size;
+    e[n.router] = {E, H};
+    if (c.router_bias) e[n.router_bias] = {E};
+    if (c.model_type == "gpt_oss") {
+      gpt_oss_experts(c, p, e);
+      continue;
+    }
+    for (std::int64_t x = 0; x < E; ++x) {
+      e[expert(n.gate, x)] = {Ie, H};
+      e[expert(n.up, x)] = {Ie, H};
+      e[expert(n.down, x)] = {H, Ie};
+    }
+  }
+  if (!c.fp8_block.empty()) add_fp8_scales(c, e);
+  return e;
+}
+
+bool is_fp8_weight(const TargetConfig& c, const std::string& name) {
+  if (c.fp8_block.empty() || name.rfind("model.layers.", 0) != 0 || !name.ends_with("_proj.weight")) return false;
+  for (const auto& skip : c.fp8_skip)
+    if (name.find(skip) != std::string::npos) return false;
+  return true;
+}
+
+torch::Tensor dequantize_fp8(const torch::Tensor& weight, const torch::Tensor& scale_inv,
+                             const std::vector<std::int64_t>& block, torch::ScalarType dtype, const std::string& name) {
+  EAGLE_CHECK(weight.scalar_type() == torch::kFloat8_e4m3fn,
+              Error(ErrorKind::input, "FP8 weights must be float8_e4m3fn (F8_E4M3)")
+                  .place(fmt::format("tensor \"{}\"", name))
+                  .found(std::string(c10::toString(weight.scalar_type()))));
+  const auto rows = weight.size(0), cols = weight.size(1);
+  // Each scale covers a block of rows x columns (the last blocks may be partial).
+  const auto s = scale_inv.to(torch::kFloat32)
+                     .repeat_interleave(block[0], 0)
+                     .narrow(0, 0, rows)
+                     .repeat_interleave(block[1], 1)
+                     .narrow(1, 0, cols);
+  return (weight.to(torch::kFloat32) * s).to(dtype);
+}
+
+// Parameters of the checkpoint as a float model has them (MXFP4 blocks count their values), and
+// those one token runs through (top-k of the experts).
+std::pair<std::int64_t, std::int64_t> parameter_counts(TargetConfig c) {
+  c.quant_method.clear();
+  c.fp8_block.clear();  // the block scales are not parameters
+  std::int64_t total = 0;
+  for (const auto& [name, shape] : expected_tensors(c)) {
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    total += n;
+  }
+  std::int64_t idle = 0;
+  const auto per_expert =
+      3 * c.hidden_size * c.moe_intermediate_size + (c.expert_bias ? 2 * c.moe_intermediate_size + c.hidden_size : 0);
+  for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
+    if (c.sparse(l)) idle += (c.num_experts - c.experts_per_token) * per_expert;
+  return {total, total - idle};
+}
+
+bool is_packed_fp4(const std::string& name) { return name.ends_with("_blocks") || name.ends_with("_scales"); }
+
+// A sparse layer's router and experts in the layout of TargetLayerWeights: [E, 2 I, H] gate rows
+// then up rows, [E, H, I] down.
+void assemble_experts(const TargetConfig& c, const std::string& p, TargetLayerWeights& w,
+                      const std::function<torch::Tensor(const std::string&)>& get, torch::ScalarType dtype) {
+  const auto n = expert_names(c, p);
+  w.router_w = get(n.router);
+  if (c.router_bias) w.router_b = get(n.router_bias);
+  if (c.model_type != "gpt_oss") {
+    std::vector<torch::Tensor> gate_up, down;
+    for (std::int64_t e = 0; e < c.num_experts; ++e) {
+      gate_up.push_back(torch::cat({get(expert(n.gate, e)), get(expert(n.up, e))}));
+      down.push_back(get(expert(n.down, e)));
+    }
+    w.experts_gate_up = torch::stack(gate_up);
+    w.experts_down = torch::stack(down);
+    return;
+  }
+  // gpt-oss: [E, 2 I, H] with gate and up rows interleaved (the checkpoint's [E, H, 2 I] transposed,
+  // or the MXFP4 blocks' own row order), de-interleaved here; down [E, H, I].
+  const auto x = p + "mlp.experts.";
+  torch::Tensor gate_up, down;
+  if (c.quant_method == "mxfp4") {
+    gate_up =
+        dequantize_mxfp4(get(x + "gate_up_proj_blocks"), get(x + "gate_up_proj_scales"), dtype, x + "gate_up_proj");
+    down = dequantize_mxfp4(get(x + "down_proj_blocks"), get(x + "down_proj_scales"), dtype, x + "down_proj");
+  } else {
+    gate_up = get(x + "gate_up_proj").transpose(1, 2);
+    down = get(x + "down_proj").transpose(1, 2).contiguous();
+  }
+  using torch::indexing::Slice;
+  auto split = [](const torch::Tensor& t) {  // interleaved along dim 1 -> gate block, then up block
+    return torch::cat({t.index({Slice(), Slice(0, torch::indexing::None, 2)}),
+                       t.index({Slice(), Slice(1, torch::indexing::None, 2)})},
+                      1)
+        .contiguous();
+  };
+  w.experts_gate_up = split(gate_up);
+  w.experts_gate_up_b = split(get(x + "gate_up_proj_bias"));
+  w.experts_down = down;
+  w.experts_down_b = get(x + "down_proj_bias");
+}
+
+}  // namespace eagle::target
