@@ -69,7 +69,7 @@ TEST_CASE("a dump holds the target's outputs for every token, in bounded shards"
   CHECK(torch::equal(shard.at("target_argmax").narrow(0, 0, n).to(torch::kInt64), ref.target_argmax[0]));
   // The target's ends: enough to build the head and its teacher without the decoder layers.
   auto ends = target::TargetModel::load_ends((fs::path(o.output) / features::kFeaturesTargetDir).string(),
-                                            torch::ScalarType::Undefined, torch::kCPU);
+                                             torch::ScalarType::Undefined, torch::kCPU);
   CHECK(torch::equal(ends.lm_head, target.lm_head_weight()));
   CHECK(torch::equal(ends.embed, target.embedding_weight()));
 }

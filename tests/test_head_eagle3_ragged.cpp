@@ -61,10 +61,9 @@ TEST_CASE("draft_ragged equals draft() row by row, in a subset of rows and all r
     for (std::size_t r = 0; r < 3; ++r) {
       auto cache = head.new_cache(1, capacity);
       const auto n = lengths[r];
-      expected_first.push_back(
-          head.draft(cache, features[r].narrow(1, 0, n), ids[r].narrow(1, 1, n), K));
-      expected_second.push_back(head.draft(cache, features[r].narrow(1, n, 1 + acc[r]),
-                                           ids[r].narrow(1, n + 1, 1 + acc[r]), K));
+      expected_first.push_back(head.draft(cache, features[r].narrow(1, 0, n), ids[r].narrow(1, 1, n), K));
+      expected_second.push_back(
+          head.draft(cache, features[r].narrow(1, n, 1 + acc[r]), ids[r].narrow(1, n + 1, 1 + acc[r]), K));
     }
     // Batched: rows 0 and 2 prefilled together as a subset, then row 1 alone, into a 4-row cache.
     auto cache = head.new_cache(4, capacity);
@@ -85,9 +84,9 @@ TEST_CASE("draft_ragged equals draft() row by row, in a subset of rows and all r
         for (std::int64_t k = 0; k < n; ++k) columns.back().push_back(k);
         last.push_back(n - 1);
       }
-      return head.draft_ragged(cache, {f, padded(next, N, 0), padded(columns, N, spare), torch::tensor(rows),
-                                       torch::tensor(last), N + K - 1},
-                               K);
+      return head.draft_ragged(
+          cache,
+          {f, padded(next, N, 0), padded(columns, N, spare), torch::tensor(rows), torch::tensor(last), N + K - 1}, K);
     };
     auto a = prefill({0, 2}, {0, 2});
     auto b = prefill({1}, {1});
@@ -109,9 +108,8 @@ TEST_CASE("draft_ragged equals draft() row by row, in a subset of rows and all r
       last[r] = m - 1;
       key_len = std::max(key_len, n + m + K - 1);
     }
-    auto all = head.draft_ragged(cache, {f, padded(next, N, 0), padded(columns, N, spare), {}, torch::tensor(last),
-                                         key_len},
-                                 K);
+    auto all = head.draft_ragged(
+        cache, {f, padded(next, N, 0), padded(columns, N, spare), {}, torch::tensor(last), key_len}, K);
     REQUIRE(all.sizes() == torch::IntArrayRef{4, K});
     for (std::size_t r = 0; r < 3; ++r) {
       INFO("row " << r);

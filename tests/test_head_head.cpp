@@ -74,9 +74,9 @@ TEST_CASE("efficient TTT attention equals the per-step reference in values and g
       vd0.push_back(first(vd[j]));
     }
     auto ref0 = head::ttt_attention_reference(first(q), first(k0), first(v0), kd0, vd0,
-                                               model::AttentionLayout(first(doc), {}), 0.4);
+                                              model::AttentionLayout(first(doc), {}), 0.4);
     auto pad0 = head::ttt_attention_efficient(first(q), first(k0), first(v0), kd0, vd0,
-                                               model::AttentionLayout(first(doc), {false, 0}), 0.4);
+                                              model::AttentionLayout(first(doc), {false, 0}), 0.4);
     CHECK(torch::allclose(pad0.narrow(2, 0, 7), ref0.narrow(2, 0, 7), 1e-5, 1e-5));
     CHECK(torch::isfinite(pad0).all().item<bool>());
   }
@@ -241,7 +241,7 @@ TEST_CASE("EAGLE-1 head: shapes, loss terms, gradients, drafting", "[head]") {
   auto valid = head::in_document_mask(in.loss_mask, in.document_ids, 0);
   auto fl = torch::smooth_l1_loss(pred, next, at::Reduction::None).mean(-1);
   auto ce = head::soft_cross_entropy(torch::linear(pred, target.lm_head),
-                                      torch::softmax(torch::linear(next, target.lm_head), -1));
+                                     torch::softmax(torch::linear(next, target.lm_head), -1));
   auto expect = ((fl + 0.1 * ce) * valid).sum() / 12.0;
   CHECK(out.loss.item<double>() == Approx(expect.item<double>()).epsilon(1e-5));
   out.loss.backward();
@@ -293,8 +293,8 @@ std::pair<double, std::vector<torch::Tensor>> eagle3_step(torch::Device device, 
   head.set_target_weights(target.embedding.to(device), target.lm_head.to(device));
   head.to(device);
   auto in = tiny_inputs(cfg);
-  for (auto* t : {&in.input_ids, &in.loss_mask, &in.position_ids, &in.document_ids, &in.aux_hidden,
-                  &in.teacher_logits, &in.target_argmax})
+  for (auto* t : {&in.input_ids, &in.loss_mask, &in.position_ids, &in.document_ids, &in.aux_hidden, &in.teacher_logits,
+                  &in.target_argmax})
     *t = t->to(device);
   auto den = denominators(in, 3).to(device);
   torch::Tensor loss;

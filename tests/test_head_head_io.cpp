@@ -46,7 +46,7 @@ TEST_CASE("SGLang export: config fields, tensor names and shapes, round trip wit
   // The config names the target's dtype (SGLang's --dtype auto follows it); the tensors stay fp32.
   CHECK(j["torch_dtype"] == "bfloat16");
   CHECK(j["dtype"] == "bfloat16");
-  CHECK(j["eagle_aux_hidden_state_layer_ids"] == json({2, 4, 5}));                  // input-of-layer
+  CHECK(j["eagle_aux_hidden_state_layer_ids"] == json({2, 4, 5}));  // input-of-layer
   // The speculators layout says the same at its top level, not float32 (its tensors' dtype).
   auto spec = head::head_config_json(cfg, head::HeadFormat::speculators);
   CHECK(spec["torch_dtype"] == "bfloat16");
@@ -54,12 +54,21 @@ TEST_CASE("SGLang export: config fields, tensor names and shapes, round trip wit
   CHECK(spec["transformer_layer_config"]["torch_dtype"] == "bfloat16");
   CHECK(j["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == json({1, 3, 4}));  // output-of-layer
   auto file = model::SafetensorsFile::open((tmp / "sglang" / "model.safetensors").string());
-  std::vector<std::string> expected = {
-      "d2t", "fc.weight", "lm_head.weight", "midlayer.hidden_norm.weight", "midlayer.input_layernorm.weight",
-      "midlayer.mlp.down_proj.weight", "midlayer.mlp.gate_proj.weight", "midlayer.mlp.up_proj.weight",
-      "midlayer.post_attention_layernorm.weight", "midlayer.self_attn.k_proj.weight",
-      "midlayer.self_attn.o_proj.weight", "midlayer.self_attn.q_proj.weight", "midlayer.self_attn.v_proj.weight",
-      "norm.weight", "t2d"};
+  std::vector<std::string> expected = {"d2t",
+                                       "fc.weight",
+                                       "lm_head.weight",
+                                       "midlayer.hidden_norm.weight",
+                                       "midlayer.input_layernorm.weight",
+                                       "midlayer.mlp.down_proj.weight",
+                                       "midlayer.mlp.gate_proj.weight",
+                                       "midlayer.mlp.up_proj.weight",
+                                       "midlayer.post_attention_layernorm.weight",
+                                       "midlayer.self_attn.k_proj.weight",
+                                       "midlayer.self_attn.o_proj.weight",
+                                       "midlayer.self_attn.q_proj.weight",
+                                       "midlayer.self_attn.v_proj.weight",
+                                       "norm.weight",
+                                       "t2d"};
   auto names = file.names();
   std::sort(names.begin(), names.end());
   CHECK(names == expected);
@@ -175,14 +184,14 @@ TEST_CASE("eagle-train export converts a checkpoint and refuses what it cannot w
   CHECK(no_target.exit_code == 3);
   CHECK_THAT(no_target.output, Catch::Contains("tests/tiny"));
   CHECK_FALSE(std::filesystem::exists(tmp / "spec"));
-  auto ok = run_cli("export --checkpoint " + (tmp / "ckpt").string() + " --format sglang --output " +
-                    (tmp / "out").string());
+  auto ok =
+      run_cli("export --checkpoint " + (tmp / "ckpt").string() + " --format sglang --output " + (tmp / "out").string());
   INFO(ok.output);
   CHECK(ok.exit_code == 0);
   CHECK(std::filesystem::exists(tmp / "out" / "model.safetensors"));
   CHECK(read_json(tmp / "out" / "config.json")["architectures"] == json({"LlamaForCausalLMEagle3"}));
-  auto again = run_cli("export --checkpoint " + (tmp / "ckpt").string() + " --format sglang --output " +
-                       (tmp / "out").string());
+  auto again =
+      run_cli("export --checkpoint " + (tmp / "ckpt").string() + " --format sglang --output " + (tmp / "out").string());
   CHECK(again.exit_code == 4);
   auto wrong = run_cli("export --checkpoint " + (tmp / "ckpt").string() + " --format vllm-eagle1 --output " +
                        (tmp / "e1").string());

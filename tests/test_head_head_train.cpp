@@ -112,7 +112,7 @@ Curve train_head(head::DraftHead& head, const std::vector<Prepared>& data, int s
 TEST_CASE("EAGLE-3 and EAGLE-1 heads learn from the tiny Llama target's features", "[head]") {
   torch::manual_seed(21);
   auto target = target::TargetModel::load(std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/tiny-llama",
-                                         torch::kFloat32, torch::kCPU);
+                                          torch::kFloat32, torch::kCPU);
   std::mt19937 rng(3);
   auto probe = make_batch(rng, 64);
   data::TokenStats stats;

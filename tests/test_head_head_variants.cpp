@@ -2,8 +2,8 @@
 // norm_before_fc, the Qwen3-style draft layer. Each against an independent PyTorch TTT forward
 // (scripts/make_head_reference.py), drafting against the unroll, export and import round trips,
 // and the formats that refuse a variant.
-#include <catch2/catch.hpp>
 #include <torch/torch.h>
+#include <catch2/catch.hpp>
 
 #include <nlohmann/json.hpp>
 
@@ -37,8 +37,7 @@ head::HeadConfig variant_config(bool fc_norm, bool norm_output, bool qk_norm, bo
 
 }  // namespace
 
-TEST_CASE("EAGLE 3.1 with the Qwen3-style layer, and norm_before_fc, match an independent PyTorch forward",
-          "[head]") {
+TEST_CASE("EAGLE 3.1 with the Qwen3-style layer, and norm_before_fc, match an independent PyTorch forward", "[head]") {
   SECTION("fc_norm + norm_output + q/k norm (Eagle3Qwen3ForCausalLM)") {
     const auto c = head::read_head_folder_config(kRoot + "heads/eagle31-qwen3-ref");
     CHECK((c.fc_norm && c.norm_output && c.qk_norm && !c.norm_before_fc));
@@ -72,9 +71,10 @@ TEST_CASE("each variant drafts what its training-time-test unroll predicts", "[h
   }
 }
 
-TEST_CASE("variants export with every switch written and import back bit-exactly; SGLang refuses what it "
-          "does not serve",
-          "[head]") {
+TEST_CASE(
+    "variants export with every switch written and import back bit-exactly; SGLang refuses what it "
+    "does not serve",
+    "[head]") {
   test::TempDir dir;
   torch::manual_seed(2);
   auto target = test::tiny_target();
@@ -89,8 +89,8 @@ TEST_CASE("variants export with every switch written and import back bit-exactly
   CHECK(j["transformer_layer_config"]["model_type"] == "qwen3");
   CHECK(j["transformer_layer_config"]["use_sliding_window"] == false);
   const auto t = model::load_safetensors((dir / "spec" / "model.safetensors").string());
-  for (const char* name : {"fc_norm.0.weight", "fc_norm.2.weight", "layers.0.self_attn.q_norm.weight",
-                           "layers.0.self_attn.k_norm.weight"})
+  for (const char* name :
+       {"fc_norm.0.weight", "fc_norm.2.weight", "layers.0.self_attn.q_norm.weight", "layers.0.self_attn.k_norm.weight"})
     CHECK(t.count(name));
   auto back = head::load_head((dir / "spec").string());
   CHECK((back.config.fc_norm && back.config.norm_output && back.config.qk_norm));

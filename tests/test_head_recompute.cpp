@@ -7,7 +7,6 @@
 // test_head_head_loss.cpp.
 #include <catch2/catch.hpp>
 
-
 #include "eagle/head/recompute.h"
 #include "eagle/util/error.h"
 #include "head_fixtures.h"

@@ -99,7 +99,7 @@ TEST_CASE("target padded and packed batches equal the per-sample forward", "[tar
     // Padded (right padding, document id -1), as transformers' attention_mask batch.
     const auto mask = ref.at("padded.attention_mask");
     target::TargetBatch padded{ref.at("padded.input_ids"), torch::arange(Ta).unsqueeze(0).expand({2, Ta}).contiguous(),
-                              torch::where(mask == 1, torch::zeros_like(mask), torch::full_like(mask, -1))};
+                               torch::where(mask == 1, torch::zeros_like(mask), torch::full_like(mask, -1))};
     auto out = m.forward(padded, full_vocab(m));
     auto hs = stacked(out.aux_hidden, H);
     auto ref_hs = ref.at("padded.hidden_states");

@@ -1,7 +1,7 @@
 // Target checkpoints and configs: both transformers spellings, sharded folders, and the errors for
 // bad checkpoints (truncated, wrong shape, missing or unexpected tensor, refused architecture/fields).
-#include <catch2/catch.hpp>
 #include <torch/torch.h>
+#include <catch2/catch.hpp>
 
 #include <sys/stat.h>
 
@@ -100,8 +100,11 @@ TEST_CASE("target config: fields that change the math are refused by name", "[ta
     c["rope_theta"] = 10000.0;
     c["rope_scaling"] = {{"type", "mrope"}, {"factor", 4.0}};
     CHECK_THAT(config_error(dir, c), Catch::Contains("rope_scaling.rope_type") && Catch::Contains("mrope"));
-    c["rope_scaling"] = {{"type", "longrope"}, {"factor", 4.0}, {"original_max_position_embeddings", 64},
-                         {"short_factor", {1.0, 1.0}}, {"long_factor", {2.0, 2.0}}};
+    c["rope_scaling"] = {{"type", "longrope"},
+                         {"factor", 4.0},
+                         {"original_max_position_embeddings", 64},
+                         {"short_factor", {1.0, 1.0}},
+                         {"long_factor", {2.0, 2.0}}};
     CHECK_THAT(config_error(dir, c), Catch::Contains("rope_scaling.short_factor") && Catch::Contains("8 factors"));
   }
   SECTION("activation") {

@@ -168,13 +168,13 @@ TEST_CASE("forward_ragged_all gives every position's features and logits as forw
                       e.final_hidden[0].narrow(0, starts[r], counts[r])) <= 1e-4);
       }
     };
-    auto prefill = m.forward_ragged_all(cache, step({seqs[0].narrow(0, 0, 9), seqs[1].narrow(0, 0, 4)}, {0, 0},
-                                                    {0, 1}, false));
+    auto prefill =
+        m.forward_ragged_all(cache, step({seqs[0].narrow(0, 0, 9), seqs[1].narrow(0, 0, 4)}, {0, 0}, {0, 1}, false));
     CHECK(prefill.logits.sizes() == torch::IntArrayRef{2, 9, V});
     CHECK(prefill.aux_hidden.size(2) == m.config().hidden_size * static_cast<std::int64_t>(m.aux_layer_ids().size()));
     check_rows(prefill, {0, 0}, {9, 4});
-    auto verify = m.forward_ragged_all(cache, step({seqs[0].narrow(0, 9, 4), seqs[1].narrow(0, 4, 4)}, {9, 4},
-                                                   {0, 1}, true));
+    auto verify =
+        m.forward_ragged_all(cache, step({seqs[0].narrow(0, 9, 4), seqs[1].narrow(0, 4, 4)}, {9, 4}, {0, 1}, true));
     check_rows(verify, {9, 4}, {4, 4});
   }
 }

@@ -20,7 +20,7 @@ TEST_CASE("batched speculative decoding equals one by one, prompt by prompt", "[
   INFO(trained.output);
   REQUIRE(trained.exit_code == 0);
   auto target = target::TargetModel::load(std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/tiny-llama",
-                                         torch::kFloat32, torch::kCPU);
+                                          torch::kFloat32, torch::kCPU);
   auto loaded = head::load_head((run / "checkpoint-60").string());
   auto& head = *loaded.head;
   head.set_target_weights(target.embedding_weight(), target.lm_head_weight());
@@ -55,7 +55,7 @@ TEST_CASE("batched speculative decoding on CUDA: graphed rounds equal eager ones
           "[train][gpu]") {
   const auto cuda = torch::Device(torch::kCUDA, 0);
   auto target = target::TargetModel::load(std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/tiny-llama",
-                                         torch::kFloat32, cuda);
+                                          torch::kFloat32, cuda);
   torch::manual_seed(3);
   auto cfg = head::HeadConfig::from_target(target.config(), 3, target.aux_layer_ids(), 256);
   head::DraftVocab vocab;

@@ -19,8 +19,8 @@
 #include "eagle/train/optimizer.h"
 #include "eagle/train/setup.h"
 #include "helpers.h"
-#include "train_helpers.h"
 #include "host_sync_probe.h"
+#include "train_helpers.h"
 
 #ifdef EAGLE_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -61,14 +61,13 @@ struct Rig {
         features(inputs.sources(head->teacher_spec(), device).train),
         sampler(inputs.train->lengths(), data::SamplerOptions::from(o)),
         optimizer(head::named_parameters(*head), train::AdamWConfig{0.9, 0.95, 1e-8, 0.0, 1.0}),
-        max_segments(o.padding_free ? data::max_segments_per_row(inputs.train->lengths(), o.training_seq_len)
-                                    : 0) {
+        max_segments(o.padding_free ? data::max_segments_per_row(inputs.train->lengths(), o.training_seq_len) : 0) {
     const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
     step_loss = torch::zeros({}, f32);
     metrics = torch::zeros({head->config().steps(), head::kMetricColumns}, f32);
   }
   static std::shared_ptr<head::DraftHead> seeded_head(const config::Options& o, const features::RunInputs& inputs,
-                                                       torch::Device device) {
+                                                      torch::Device device) {
     torch::manual_seed(7);
     return train::make_head(o, inputs, device);
   }

@@ -14,9 +14,9 @@
 #include "eagle/config/option_table.h"
 #include "eagle/device/runtime.h"
 #include "eagle/features/inputs.h"
+#include "eagle/head/head_io.h"
 #include "eagle/io/progress.h"
 #include "eagle/io/step_stats.h"
-#include "eagle/head/head_io.h"
 #include "eagle/run/summary.h"
 #include "eagle/train/evaluate.h"
 #include "eagle/util/error.h"
@@ -113,7 +113,7 @@ void run_eval(const config::Options& opts, const Invocation& argv) {
   auto loaded = head::load_head(opts.checkpoint, device);
   auto& head = *loaded.head;
   head::check_finite_parameters(head, opts.checkpoint,
-                                 "evaluate an earlier checkpoint (training with nan_policy skip keeps going)");
+                                "evaluate an earlier checkpoint (training with nan_policy skip keeps going)");
   // Checked against the target's config.json before anything heavy is read.
   check_aux_ids(loaded.config, opts, opts.checkpoint);
   if (const auto target_dir = features::target_config_dir(opts); !target_dir.empty()) {

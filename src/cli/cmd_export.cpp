@@ -1,20 +1,23 @@
 // eagle-train export: reads a head checkpoint or an exported head (any supported layout) and writes
 // it in the layout a serving engine loads (docs/export.md).
 #include "eagle/cli/commands.h"
-#include "eagle/util/log.h"
 #include "eagle/head/head.h"
 #include "eagle/head/head_io.h"
 #include "eagle/target/target.h"
 #include "eagle/util/error.h"
+#include "eagle/util/log.h"
 
 namespace eagle::cli {
 
 namespace {
 head::HeadFormat head_format(config::ExportFormat f) {
   switch (f) {
-    case config::ExportFormat::sglang: return head::HeadFormat::sglang;
-    case config::ExportFormat::speculators: return head::HeadFormat::speculators;
-    case config::ExportFormat::vllm_eagle1: return head::HeadFormat::vllm_eagle1;
+    case config::ExportFormat::sglang:
+      return head::HeadFormat::sglang;
+    case config::ExportFormat::speculators:
+      return head::HeadFormat::speculators;
+    case config::ExportFormat::vllm_eagle1:
+      return head::HeadFormat::vllm_eagle1;
   }
   return head::HeadFormat::sglang;
 }
@@ -26,7 +29,7 @@ void run_export(const config::Options& opts, const Invocation& argv) {
             head::format_name(loaded.format), opts.checkpoint);
   // A NaN head would be written out and served broken: refused before anything is written.
   head::check_finite_parameters(*loaded.head, opts.checkpoint,
-                                 "export an earlier checkpoint (training with nan_policy skip keeps going)");
+                                "export an earlier checkpoint (training with nan_policy skip keeps going)");
   const auto format = head_format(opts.format);
   torch::Tensor embedding;
   if (format == head::HeadFormat::speculators) {

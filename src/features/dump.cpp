@@ -13,6 +13,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "dump_folder.h"
 #include "eagle/config/option_table.h"
 #include "eagle/data/binary_format.h"
 #include "eagle/data/loader.h"
@@ -27,13 +28,12 @@
 #include "eagle/features/target_identity.h"
 #include "eagle/model/dtype.h"
 #include "eagle/model/safetensors.h"
-#include "eagle/target/target.h"
 #include "eagle/run/dir_lock.h"
+#include "eagle/target/target.h"
 #include "eagle/util/error.h"
 #include "eagle/util/fs_sync.h"
 #include "eagle/util/log.h"
 #include "eagle/util/progress.h"
-#include "dump_folder.h"
 
 namespace eagle::features {
 namespace {

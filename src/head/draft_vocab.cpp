@@ -10,9 +10,7 @@
 
 namespace eagle::head {
 
-torch::Tensor DraftVocab::ids() const {
-  return torch::tensor(draft_ids, torch::TensorOptions().dtype(torch::kInt64));
-}
+torch::Tensor DraftVocab::ids() const { return torch::tensor(draft_ids, torch::TensorOptions().dtype(torch::kInt64)); }
 
 torch::Tensor DraftVocab::d2t() const {
   return ids() - torch::arange(size(), torch::TensorOptions().dtype(torch::kInt64));
@@ -34,7 +32,8 @@ DraftVocab DraftVocab::identity(std::int64_t target_vocab_size) {
 
 DraftVocab DraftVocab::from_d2t(const torch::Tensor& d2t, std::int64_t target_vocab_size) {
   EAGLE_CHECK(d2t.dim() == 1, Error(ErrorKind::input, "d2t must be one-dimensional")
-                                  .place("tensor d2t").expected("[draft_vocab_size]")
+                                  .place("tensor d2t")
+                                  .expected("[draft_vocab_size]")
                                   .found(fmt::format("{} dimensions", d2t.dim())));
   auto offsets = d2t.to(torch::kCPU, torch::kInt64).contiguous();
   DraftVocab v;

@@ -12,8 +12,8 @@
 namespace eagle::head {
 
 Eagle1Head::Eagle1Head(HeadConfig cfg) : cfg_(std::move(cfg)) {
-  fc = register_module("fc", torch::nn::Linear(torch::nn::LinearOptions(2 * cfg_.hidden_size, cfg_.hidden_size)
-                                                   .bias(cfg_.fc_bias)));
+  fc = register_module(
+      "fc", torch::nn::Linear(torch::nn::LinearOptions(2 * cfg_.hidden_size, cfg_.hidden_size).bias(cfg_.fc_bias)));
   layer = HeadLayer(cfg_, HeadLayerKind::eagle1);
   layers = register_module("layers", torch::nn::ModuleList(layer));
   inv_freq_ = model::rope_inv_freq_serving(cfg_.rope);
@@ -22,7 +22,7 @@ Eagle1Head::Eagle1Head(HeadConfig cfg) : cfg_(std::move(cfg)) {
 void Eagle1Head::set_target_weights(const torch::Tensor& embedding, const torch::Tensor& lm_head) {
   for (auto [t, name] : {std::pair{&embedding, "embed_tokens.weight"}, {&lm_head, "lm_head.weight"}})
     model::check_shape(*t, {cfg_.vocab_size, cfg_.hidden_size},
-                Error(ErrorKind::input, "a target tensor does not fit the head").place(name));
+                       Error(ErrorKind::input, "a target tensor does not fit the head").place(name));
   embedding_ = embedding.detach();
   lm_head_ = lm_head.detach();
   // Onto the head's device now, not lazily in the first training step: a host-to-device copy there
@@ -31,8 +31,8 @@ void Eagle1Head::set_target_weights(const torch::Tensor& embedding, const torch:
 }
 
 torch::Tensor Eagle1Head::embed(const torch::Tensor& ids) const {
-  EAGLE_CHECK(embedding_.defined(), Error(ErrorKind::internal, "the head has no target embedding")
-                                        .hint("call set_target_weights first"));
+  EAGLE_CHECK(embedding_.defined(),
+              Error(ErrorKind::internal, "the head has no target embedding").hint("call set_target_weights first"));
   torch::NoGradGuard ng;
   return torch::embedding(embedding_, ids.to(embedding_.device())).to(fc->weight.scalar_type());
 }

@@ -54,7 +54,7 @@ DraftVocab Eagle3Head::vocab() const { return DraftVocab::from_d2t(d2t, cfg_.voc
 
 void Eagle3Head::set_target_weights(const torch::Tensor& embedding, const torch::Tensor& lm_head_weight) {
   model::check_shape(embedding, {cfg_.vocab_size, cfg_.hidden_size},
-              Error(ErrorKind::input, "target embedding does not fit the head").place("embed_tokens.weight"));
+                     Error(ErrorKind::input, "target embedding does not fit the head").place("embed_tokens.weight"));
   embedding_ = embedding.detach();
   // Onto the head's device now, not lazily in the first training step: a host-to-device copy there
   // would synchronise inside a CUDA graph's warm-up.
@@ -208,8 +208,9 @@ std::vector<torch::Tensor> Eagle3Head::ttt_logits(const HeadInputs& in) {
 namespace {
 // Shapes only (host metadata, no device synchronisation).
 void check_input(const torch::Tensor& t, const char* name, c10::IntArrayRef expected) {
-  model::check_shape(t, expected,
-              Error(ErrorKind::internal, "head input has the wrong shape").place(fmt::format("HeadInputs.{}", name)));
+  model::check_shape(
+      t, expected,
+      Error(ErrorKind::internal, "head input has the wrong shape").place(fmt::format("HeadInputs.{}", name)));
 }
 }  // namespace
 

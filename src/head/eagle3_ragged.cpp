@@ -47,8 +47,8 @@ torch::Tensor Eagle3Head::ragged_layers(DraftCache& cache, const torch::Tensor& 
   auto h = state;
   for (std::int64_t l = 0; l < cfg_.num_layers; ++l) {
     auto raw = project_qkv(*layer(l).self_attn, cfg_, layer_input(l, emb, state, h), inv_freq_, columns);
-    h = layer(l).finish(h, ragged_cached_attention(cache, cfg_, rows, all_rows, columns, key_len, raw.q, raw.k,
-                                                   raw.v, l));
+    h = layer(l).finish(h,
+                        ragged_cached_attention(cache, cfg_, rows, all_rows, columns, key_len, raw.q, raw.k, raw.v, l));
   }
   return h;
 }
@@ -65,9 +65,9 @@ torch::Tensor Eagle3Head::draft_ragged(DraftCache& cache, const RaggedDraft& ste
   model::check_tensor(step.next_ids, torch::kInt64, {R, N}, dev, malformed("next_ids"));
   model::check_tensor(step.columns, torch::kInt64, {R, N}, dev, malformed("columns"));
   model::check_tensor(step.last, torch::kInt64, {R}, dev, malformed("last"));
-  EAGLE_CHECK(step.features.defined() && step.features.dim() == 3 && step.features.size(0) == R &&
-                  step.features.size(1) == N,
-              malformed("features").expected(fmt::format("[{}, {}, F]", R, N)).found(model::tensor_text(step.features)));
+  EAGLE_CHECK(
+      step.features.defined() && step.features.dim() == 3 && step.features.size(0) == R && step.features.size(1) == N,
+      malformed("features").expected(fmt::format("[{}, {}, F]", R, N)).found(model::tensor_text(step.features)));
   const bool all_rows = !step.rows.defined();
   if (all_rows)
     EAGLE_CHECK(R == B, malformed("rows").found(fmt::format("undefined with {} of {} rows", R, B)));
@@ -78,11 +78,11 @@ torch::Tensor Eagle3Head::draft_ragged(DraftCache& cache, const RaggedDraft& ste
                   .expected(fmt::format("key_len in 1..{}", capacity))
                   .found(std::to_string(step.key_len)));
   const auto rows = all_rows ? torch::arange(R, step.columns.options()).view({R, 1}) : step.rows.view({R, 1});
-  auto h = ragged_layers(cache, combine(step.features.to(dev)), step.next_ids, step.columns, rows, all_rows,
-                         step.key_len);
+  auto h =
+      ragged_layers(cache, combine(step.features.to(dev)), step.next_ids, step.columns, rows, all_rows, step.key_len);
   const auto spare = capacity - 1;
   auto last = h.index({torch::arange(R, step.last.options()), step.last}).unsqueeze(1);  // [R, 1, H]
-  const auto last_column = step.columns.gather(1, step.last.view({R, 1}));                // [R, 1]
+  const auto last_column = step.columns.gather(1, step.last.view({R, 1}));               // [R, 1]
   const auto idle = last_column == spare;
   std::vector<torch::Tensor> drafted;
   for (std::int64_t j = 0; j < draft_len; ++j) {

@@ -11,9 +11,10 @@ namespace eagle::head {
 
 HeadConfig HeadConfig::from_target(const target::TargetConfig& target, std::int64_t eagle_version,
                                    std::vector<std::int64_t> aux_layer_ids, std::int64_t draft_vocab_size) {
-  EAGLE_CHECK(eagle_version == 1 || eagle_version == 3,
-              Error(ErrorKind::usage, "unknown EAGLE version").place("eagle_version").expected("1 or 3")
-                  .found(fmt::format("{}", eagle_version)));
+  EAGLE_CHECK(eagle_version == 1 || eagle_version == 3, Error(ErrorKind::usage, "unknown EAGLE version")
+                                                            .place("eagle_version")
+                                                            .expected("1 or 3")
+                                                            .found(fmt::format("{}", eagle_version)));
   HeadConfig c;
   c.eagle_version = eagle_version;
   c.hidden_size = target.hidden_size;
@@ -24,7 +25,7 @@ HeadConfig HeadConfig::from_target(const target::TargetConfig& target, std::int6
   c.rms_norm_eps = target.rms_norm_eps;
   c.hidden_act = "silu";  // the draft layer is a Llama layer, whatever the target's MLP (Gemma: GELU)
   c.max_position_embeddings = target.max_position_embeddings;
-  c.rope = target.rope;  // the full-attention layers' (Gemma 3's global RoPE)
+  c.rope = target.rope;          // the full-attention layers' (Gemma 3's global RoPE)
   c.rope.head_dim = c.head_dim;  // every feature of the head turns (no partial rotary in the draft layer)
   if (c.rope.type == "longrope") {
     // Phi-3's factors are per rotary frequency of the target's heads; the head rotates plain RoPE

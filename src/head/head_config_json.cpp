@@ -162,8 +162,9 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
     format = HeadFormat::vllm_eagle1;
   else
     throw config_error(file, "architectures", "not a draft head this tool reads")
-        .expected("LlamaForCausalLMEagle3, Eagle3Speculator (speculators_model_type eagle3 or peagle) or "
-                  "EagleLlamaForCausalLM")
+        .expected(
+            "LlamaForCausalLMEagle3, Eagle3Speculator (speculators_model_type eagle3 or peagle) or "
+            "EagleLlamaForCausalLM")
         .found(arch.empty() ? "none" : arch);
   if (format_out) *format_out = format;
   EAGLE_CHECK(

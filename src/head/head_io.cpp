@@ -1,19 +1,19 @@
 // Head checkpoints, export and import (see head_io.h and docs/export.md).
-#include "eagle/util/fs_sync.h"
 #include "eagle/head/head_io.h"
+#include "eagle/util/fs_sync.h"
 
 #include <filesystem>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "eagle/util/log.h"
 #include "eagle/head/eagle1_head.h"
 #include "eagle/head/eagle3_head.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/model/shape_check.h"
 #include "eagle/util/error.h"
 #include "eagle/util/json_file.h"
+#include "eagle/util/log.h"
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -73,25 +73,25 @@ void variant_fields(const HeadConfig& c, json& j) {
 // The fields of the draft layer, shared by all formats (Llama, or Qwen3 with its q/k norm).
 json llama_fields(const HeadConfig& c) {
   json j = {{"model_type", c.qk_norm ? "qwen3" : "llama"},
-          {"hidden_size", c.hidden_size},
-          {"intermediate_size", c.intermediate_size},
-          {"num_attention_heads", c.num_attention_heads},
-          {"num_key_value_heads", c.num_key_value_heads},
-          {"head_dim", c.head_dim},
-          {"num_hidden_layers", c.eagle_version == 3 ? c.num_layers : 1},
-          {"rms_norm_eps", c.rms_norm_eps},
-          {"hidden_act", c.hidden_act},
-          {"max_position_embeddings", c.max_position_embeddings},
-          {"rope_theta", c.rope.theta},
-          {"rope_scaling", rope_scaling_json(c.rope)},
-          {"vocab_size", c.vocab_size},
-          {"attention_bias", false},
-          {"mlp_bias", false},
-          {"tie_word_embeddings", false},
-          // The target's dtype, not the tensors' (fp32): SGLang's --dtype auto runs the draft in the
-          // config's dtype, and a float32 config next to a bf16 target fails there (docs/export.md).
-          {"torch_dtype", c.target_dtype},
-          {"dtype", c.target_dtype}};
+            {"hidden_size", c.hidden_size},
+            {"intermediate_size", c.intermediate_size},
+            {"num_attention_heads", c.num_attention_heads},
+            {"num_key_value_heads", c.num_key_value_heads},
+            {"head_dim", c.head_dim},
+            {"num_hidden_layers", c.eagle_version == 3 ? c.num_layers : 1},
+            {"rms_norm_eps", c.rms_norm_eps},
+            {"hidden_act", c.hidden_act},
+            {"max_position_embeddings", c.max_position_embeddings},
+            {"rope_theta", c.rope.theta},
+            {"rope_scaling", rope_scaling_json(c.rope)},
+            {"vocab_size", c.vocab_size},
+            {"attention_bias", false},
+            {"mlp_bias", false},
+            {"tie_word_embeddings", false},
+            // The target's dtype, not the tensors' (fp32): SGLang's --dtype auto runs the draft in the
+            // config's dtype, and a float32 config next to a bf16 target fails there (docs/export.md).
+            {"torch_dtype", c.target_dtype},
+            {"dtype", c.target_dtype}};
   // transformers' Qwen3Config would derive sliding windows and a head_dim of 128 when absent.
   if (c.qk_norm) j["use_sliding_window"] = false;
   return j;
@@ -138,10 +138,10 @@ void check_head_sizes(const HeadConfig& c, const model::SafetensorsFile& file, H
                                          .file(file.path())
                                          .place(fmt::format("tensor {}", name)));
     model::check_shape(file.shape(name), shape,
-                Error(ErrorKind::input, "the head's config.json does not match its weights")
-                    .file(file.path())
-                    .place(fmt::format("tensor {}", name))
-                    .hint("config.json and model.safetensors are of different heads"));
+                       Error(ErrorKind::input, "the head's config.json does not match its weights")
+                           .file(file.path())
+                           .place(fmt::format("tensor {}", name))
+                           .hint("config.json and model.safetensors are of different heads"));
   }
 }
 
@@ -151,15 +151,16 @@ void copy_parameters(DraftHead& head, const model::SafetensorsFile& file, HeadFo
   const std::string& weights_path = file.path();
   for (auto& p : head.module().named_parameters()) {
     const auto name = file_tensor_name(file, p.key(), format);
-    EAGLE_CHECK(file.contains(name), Error(ErrorKind::input, "a tensor of the head is missing").file(weights_path)
+    EAGLE_CHECK(file.contains(name), Error(ErrorKind::input, "a tensor of the head is missing")
+                                         .file(weights_path)
                                          .place(fmt::format("tensor {}", name)));
     auto stored = file.get(name);
     // mask_hidden: any shape of A * H_t numbers (vLLM reshapes it; speculators saves [1, 1, A * H_t]).
     if (p.key() == "mask_hidden" && stored.numel() == p.value().numel()) stored = stored.reshape(p.value().sizes());
     model::check_shape(stored.sizes().vec(), p.value().sizes(),
-                Error(ErrorKind::input, "a tensor of the head has the wrong shape")
-                    .file(weights_path)
-                    .place(fmt::format("tensor {}", name)));
+                       Error(ErrorKind::input, "a tensor of the head has the wrong shape")
+                           .file(weights_path)
+                           .place(fmt::format("tensor {}", name)));
     p.value().copy_(stored.to(p.value().device(), torch::kFloat32));
   }
 }
@@ -175,9 +176,12 @@ json read_head_config(const std::string& dir, std::string& config_path) {
 
 std::string format_name(HeadFormat f) {
   switch (f) {
-    case HeadFormat::sglang: return "sglang";
-    case HeadFormat::speculators: return "speculators";
-    case HeadFormat::vllm_eagle1: return "vllm-eagle1";
+    case HeadFormat::sglang:
+      return "sglang";
+    case HeadFormat::speculators:
+      return "speculators";
+    case HeadFormat::vllm_eagle1:
+      return "vllm-eagle1";
   }
   return "?";
 }
@@ -213,10 +217,13 @@ nlohmann::json head_config_json(const HeadConfig& c, HeadFormat format) {
                                                  : "vllm-eagle1 for an EAGLE-1 head")
                   .found(format_name(format)));
   if (format == HeadFormat::vllm_eagle1) {
-    EAGLE_CHECK(!c.fc_bias, Error(ErrorKind::usage, "vLLM's EagleLlamaForCausalLM builds fc without a bias and "
-                                                    "would silently drop fc.bias")
-                                .place("fc.bias").expected("an EAGLE-1 head trained without an fc bias")
-                                .found("a biased fc").hint("train the EAGLE-1 head with the default unbiased fc"));
+    EAGLE_CHECK(!c.fc_bias, Error(ErrorKind::usage,
+                                  "vLLM's EagleLlamaForCausalLM builds fc without a bias and "
+                                  "would silently drop fc.bias")
+                                .place("fc.bias")
+                                .expected("an EAGLE-1 head trained without an fc bias")
+                                .found("a biased fc")
+                                .hint("train the EAGLE-1 head with the default unbiased fc"));
     json j = llama_fields(c);
     j["architectures"] = {"EagleLlamaForCausalLM"};
     j["eagle_train"] = eagle_train_fields(c);
@@ -227,7 +234,8 @@ nlohmann::json head_config_json(const HeadConfig& c, HeadFormat format) {
   if (format == HeadFormat::sglang) {
     EAGLE_CHECK(!c.parallel_drafting,
                 Error(ErrorKind::usage, "SGLang does not serve P-EAGLE (parallel drafting)")
-                    .place("parallel_drafting").expected("a sequential EAGLE-3 head for --format sglang")
+                    .place("parallel_drafting")
+                    .expected("a sequential EAGLE-3 head for --format sglang")
                     .found("a P-EAGLE head")
                     .hint("export --format speculators: vLLM serves it as speculators_model_type peagle"));
     // SGLang serves neither the Qwen3-style layer nor norm_before_fc (it drops input_norm silently).
@@ -305,8 +313,9 @@ void write_head_files(DraftHead& head, HeadFormat format, const std::string& dir
   auto tensors = head_tensors(head, format);
   if (target_embedding.defined()) {
     const auto& c = head.config();
-    model::check_shape(target_embedding, {c.vocab_size, c.hidden_size},
-                Error(ErrorKind::input, "the target's embedding does not fit the head").place("embed_tokens.weight"));
+    model::check_shape(
+        target_embedding, {c.vocab_size, c.hidden_size},
+        Error(ErrorKind::input, "the target's embedding does not fit the head").place("embed_tokens.weight"));
     tensors["embed_tokens.weight"] = target_embedding.detach().to(torch::kCPU).contiguous();
   }
   util::write_file_atomic(fs::path(dir) / "config.json", head_config_json(head.config(), format).dump(2) + "\n");
@@ -316,7 +325,8 @@ void write_head_files(DraftHead& head, HeadFormat format, const std::string& dir
 void export_head(DraftHead& head, HeadFormat format, const std::string& dir, const torch::Tensor& target_embedding) {
   const fs::path target(dir);
   EAGLE_CHECK(!fs::exists(target), Error(ErrorKind::output, "the output folder exists; nothing is overwritten")
-                                       .file(dir).hint("choose a new --output folder"));
+                                       .file(dir)
+                                       .hint("choose a new --output folder"));
   head_config_json(head.config(), format);  // refuse before creating anything
   EAGLE_CHECK(format != HeadFormat::speculators || target_embedding.defined(),
               Error(ErrorKind::usage, "a speculators export carries the target's embedding (embed_tokens.weight)")
@@ -351,9 +361,11 @@ LoadedHead load_head(const std::string& dir, torch::Device device) {
   if (c.eagle_version == 3) {
     vocab =
         file.contains("d2t") ? DraftVocab::from_d2t(file.get("d2t"), c.vocab_size) : DraftVocab::identity(c.vocab_size);
-    EAGLE_CHECK(vocab.size() == c.draft_vocab_size,
-                Error(ErrorKind::input, "d2t does not match draft_vocab_size").file(weights_path).place("tensor d2t")
-                    .expected(fmt::format("{} entries", c.draft_vocab_size)).found(fmt::format("{}", vocab.size())));
+    EAGLE_CHECK(vocab.size() == c.draft_vocab_size, Error(ErrorKind::input, "d2t does not match draft_vocab_size")
+                                                        .file(weights_path)
+                                                        .place("tensor d2t")
+                                                        .expected(fmt::format("{} entries", c.draft_vocab_size))
+                                                        .found(fmt::format("{}", vocab.size())));
   } else if (file.contains("fc.bias")) {
     c.fc_bias = true;
   }
@@ -374,35 +386,40 @@ void load_head_weights(DraftHead& head, const std::string& dir) {
   HeadFormat format;
   const HeadConfig c = head_config_from_json(read_head_config(dir, config_path), config_path, &format);
   auto mismatch = [&](const char* field, const std::string& expected, const std::string& found) {
-    return Error(ErrorKind::input, "the checkpoint holds another head").file(config_path).place(field)
-        .expected(expected).found(found);
+    return Error(ErrorKind::input, "the checkpoint holds another head")
+        .file(config_path)
+        .place(field)
+        .expected(expected)
+        .found(found);
   };
   const HeadConfig& h = head.config();
-  EAGLE_CHECK(c.eagle_version == h.eagle_version, mismatch("eagle_version", std::to_string(h.eagle_version),
-                                                           std::to_string(c.eagle_version)));
-  EAGLE_CHECK(c.draft_vocab_size == h.draft_vocab_size, mismatch("draft_vocab_size", std::to_string(h.draft_vocab_size),
-                                                                 std::to_string(c.draft_vocab_size)));
+  EAGLE_CHECK(c.eagle_version == h.eagle_version,
+              mismatch("eagle_version", std::to_string(h.eagle_version), std::to_string(c.eagle_version)));
+  EAGLE_CHECK(c.draft_vocab_size == h.draft_vocab_size,
+              mismatch("draft_vocab_size", std::to_string(h.draft_vocab_size), std::to_string(c.draft_vocab_size)));
   // Resolved ids (a default written out or left empty resolves to the same): the same shapes with
   // other layers would fuse other features silently.
-  EAGLE_CHECK(c.aux_layer_ids == h.aux_layer_ids, mismatch("aux_hidden_state_layer_ids",
-                                                           fmt::format("[{}]", fmt::join(h.aux_layer_ids, ", ")),
-                                                           fmt::format("[{}]", fmt::join(c.aux_layer_ids, ", "))));
+  EAGLE_CHECK(c.aux_layer_ids == h.aux_layer_ids,
+              mismatch("aux_hidden_state_layer_ids", fmt::format("[{}]", fmt::join(h.aux_layer_ids, ", ")),
+                       fmt::format("[{}]", fmt::join(c.aux_layer_ids, ", "))));
   auto file = model::SafetensorsFile::open((fs::path(dir) / "model.safetensors").string());
   copy_parameters(head, file, format);
   // The draft vocabulary is part of the head: its buffers must hold the checkpoint's maps.
   torch::NoGradGuard ng;
   for (auto& b : head.module().named_buffers()) {
     if (b.key() != "d2t" && b.key() != "t2d") continue;
-    EAGLE_CHECK(file.contains(b.key()), Error(ErrorKind::input, "a tensor of the head is missing").file(file.path())
+    EAGLE_CHECK(file.contains(b.key()), Error(ErrorKind::input, "a tensor of the head is missing")
+                                            .file(file.path())
                                             .place(fmt::format("tensor {}", b.key())));
     auto stored = file.get(b.key()).to(b.value().device(), b.value().scalar_type());
     model::check_shape(stored.sizes().vec(), b.value().sizes(),
-                Error(ErrorKind::input, "a tensor of the head has the wrong shape")
-                    .file(file.path())
-                    .place(fmt::format("tensor {}", b.key())));
+                       Error(ErrorKind::input, "a tensor of the head has the wrong shape")
+                           .file(file.path())
+                           .place(fmt::format("tensor {}", b.key())));
     EAGLE_CHECK(torch::equal(stored, b.value()),
                 Error(ErrorKind::input, "the checkpoint's draft vocabulary differs from the one built from the data")
-                    .file(file.path()).place(fmt::format("tensor {}", b.key()))
+                    .file(file.path())
+                    .place(fmt::format("tensor {}", b.key()))
                     .hint("resume with the data the run started with"));
   }
 }

@@ -17,9 +17,9 @@
 #include "target_impl.h"
 
 #ifdef EAGLE_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
-#include <ATen/cuda/CUDAContext.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -60,16 +60,20 @@ CheckpointFiles open_checkpoint(const fs::path& dir) {
   std::map<std::string, std::size_t> shard_of_file;
   for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
     EAGLE_CHECK(it.value().is_string(), Error(ErrorKind::input, "weight_map value is not a file name")
-                                            .file(index.string()).place(fmt::format("weight_map \"{}\"", it.key())));
+                                            .file(index.string())
+                                            .place(fmt::format("weight_map \"{}\"", it.key())));
     const auto shard = it.value().get<std::string>();
     EAGLE_CHECK(shard.find('/') == std::string::npos && shard.find("..") == std::string::npos,
                 Error(ErrorKind::input, "shard name must be a plain file name in the model folder")
-                    .file(index.string()).place(fmt::format("weight_map \"{}\"", it.key())).found(shard));
+                    .file(index.string())
+                    .place(fmt::format("weight_map \"{}\"", it.key()))
+                    .found(shard));
     auto [pos, fresh] = shard_of_file.emplace(shard, ck.files.size());
     if (fresh) ck.files.push_back(model::SafetensorsFile::open((dir / shard).string()));
     const auto& f = ck.files[pos->second];
     EAGLE_CHECK(f.contains(it.key()), Error(ErrorKind::input, "the index names a tensor its shard lacks")
-                                          .file(f.path()).place(fmt::format("tensor \"{}\"", it.key()))
+                                          .file(f.path())
+                                          .place(fmt::format("tensor \"{}\"", it.key()))
                                           .hint("the shard may be from another checkpoint or truncated"));
     ck.where[it.key()] = pos->second;
   }
@@ -105,9 +109,11 @@ void check_layer_count(const fs::path& dir, const CheckpointFiles& ck, const Tar
   if (it == ck.where.end()) return;  // reported with every other missing tensor
   const auto shape = ck.files[it->second].shape("model.embed_tokens.weight");
   model::check_shape({c.vocab_size, c.hidden_size}, shape,
-              Error(ErrorKind::input, "config.json and the checkpoint's model.embed_tokens.weight disagree on the "
-                                      "embedding size")
-                  .file(config_file).place("vocab_size, hidden_size"));
+                     Error(ErrorKind::input,
+                           "config.json and the checkpoint's model.embed_tokens.weight disagree on the "
+                           "embedding size")
+                         .file(config_file)
+                         .place("vocab_size, hidden_size"));
 }
 
 // Refuses, before anything is read, a model whose weights cannot fit in the device's free memory.
@@ -121,15 +127,15 @@ void check_fits(const TargetConfig& c, torch::ScalarType dtype, torch::Device de
     C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
   }
   // 5% of the free memory is left for activations, the head and the allocator's rounding.
-  EAGLE_CHECK(bytes <= 0.95 * static_cast<double>(free),
-              Error(ErrorKind::input, "the target's weights do not fit in the GPU's free memory")
-                  .file(dir)
-                  .expected(fmt::format("at most {:.1f} GiB of weights (95% of {:.1f} GiB free)",
-                                        0.95 * static_cast<double>(free) / (1 << 30),
-                                        static_cast<double>(free) / (1 << 30)))
-                  .found(fmt::format("{:.1f} GiB ({} parameters in {})", bytes / (1 << 30), parameter_counts(c).first,
-                                     c10::toString(dtype)))
-                  .hint("use a smaller --target_dtype, a larger GPU, or train from stored features (dump-features)"));
+  EAGLE_CHECK(
+      bytes <= 0.95 * static_cast<double>(free),
+      Error(ErrorKind::input, "the target's weights do not fit in the GPU's free memory")
+          .file(dir)
+          .expected(fmt::format("at most {:.1f} GiB of weights (95% of {:.1f} GiB free)",
+                                0.95 * static_cast<double>(free) / (1 << 30), static_cast<double>(free) / (1 << 30)))
+          .found(fmt::format("{:.1f} GiB ({} parameters in {})", bytes / (1 << 30), parameter_counts(c).first,
+                             c10::toString(dtype)))
+          .hint("use a smaller --target_dtype, a larger GPU, or train from stored features (dump-features)"));
 #else
   (void)c, (void)dtype, (void)dir;
 #endif
@@ -169,8 +175,7 @@ void check_tensors(const fs::path& dir, const CheckpointFiles& ck,
   std::vector<std::string> parts;
   if (!missing.empty()) parts.push_back(fmt::format("{} missing: {}", missing.size(), list_some(missing)));
   if (!wrong.empty()) parts.push_back(fmt::format("{} with a wrong shape: {}", wrong.size(), list_some(wrong)));
-  if (!unexpected.empty())
-    parts.push_back(fmt::format("{} unexpected: {}", unexpected.size(), list_some(unexpected)));
+  if (!unexpected.empty()) parts.push_back(fmt::format("{} unexpected: {}", unexpected.size(), list_some(unexpected)));
   throw Error(ErrorKind::input, "checkpoint tensors do not match config.json")
       .file(dir.string())
       .found(fmt::format("{}", fmt::join(parts, "; ")))
@@ -207,7 +212,8 @@ torch::ScalarType resolve_dtype(torch::ScalarType dtype, const CheckpointFiles& 
     }
     EAGLE_CHECK(is_float(t),
                 Error(ErrorKind::input, "weights must be floating point (quantized checkpoints are not read)")
-                    .file(ck.files[ck.where.at(name)].path()).place(fmt::format("tensor \"{}\"", name))
+                    .file(ck.files[ck.where.at(name)].path())
+                    .place(fmt::format("tensor \"{}\"", name))
                     .found(std::string(c10::toString(t))));
   }
   return dtype;
@@ -216,7 +222,8 @@ torch::ScalarType resolve_dtype(torch::ScalarType dtype, const CheckpointFiles& 
 }  // namespace
 
 TargetConfig TargetConfig::from_model_dir(const std::string& dir) {
-  EAGLE_CHECK(fs::is_directory(dir), Error(ErrorKind::input, "model folder not found").file(dir)
+  EAGLE_CHECK(fs::is_directory(dir), Error(ErrorKind::input, "model folder not found")
+                                         .file(dir)
                                          .hint("--model_name_or_path must be a local Hugging Face model folder"));
   return from_json_file((fs::path(dir) / "config.json").string());
 }
@@ -243,8 +250,7 @@ TargetModel TargetModel::load(const std::string& dir_name, torch::ScalarType dty
     return t.scalar_type() == torch::kUInt8 ? t.to(device) : t.to(device, dtype);
   });
   log::info("model", "loaded {} ({} layers, hidden {}, vocab {}, {} parameters) as {} on {}", c.architecture,
-            c.num_hidden_layers, c.hidden_size, c.vocab_size, m.parameter_count(), c10::toString(dtype),
-            device.str());
+            c.num_hidden_layers, c.hidden_size, c.vocab_size, m.parameter_count(), c10::toString(dtype), device.str());
   return m;
 }
 
@@ -261,8 +267,8 @@ TargetModel TargetModel::random(const TargetConfig& config_in, torch::ScalarType
     return torch::randn(shape, opts).mul_(0.02);  // transformers' initializer_range
   });
   log::info("model", "random {} ({} layers, hidden {}, vocab {}, {} parameters) as {} on {}", config.architecture,
-            config.num_hidden_layers, config.hidden_size, config.vocab_size, m.parameter_count(),
-            c10::toString(dtype), device.str());
+            config.num_hidden_layers, config.hidden_size, config.vocab_size, m.parameter_count(), c10::toString(dtype),
+            device.str());
   return m;
 }
 
@@ -291,8 +297,8 @@ TargetModel TargetModel::assemble(const TargetConfig& c, torch::ScalarType dtype
                                  : torch::cat({get(p + "self_attn.q_proj.weight"), get(p + "self_attn.k_proj.weight"),
                                                get(p + "self_attn.v_proj.weight")});
     if (c.attention_bias)
-      w.qkv_b = torch::cat({get(p + "self_attn.q_proj.bias"), get(p + "self_attn.k_proj.bias"),
-                            get(p + "self_attn.v_proj.bias")});
+      w.qkv_b = torch::cat(
+          {get(p + "self_attn.q_proj.bias"), get(p + "self_attn.k_proj.bias"), get(p + "self_attn.v_proj.bias")});
     w.o_w = get(p + "self_attn.o_proj.weight");
     if (c.o_bias) w.o_b = get(p + "self_attn.o_proj.bias");
     if (c.qk_norm) {
@@ -405,16 +411,18 @@ std::vector<std::string> TargetModel::non_finite_weights() const {
 
 void TargetModel::set_aux_layer_ids(std::vector<std::int64_t> ids) {
   const auto L = impl_->cfg.num_hidden_layers;
-  EAGLE_CHECK(!ids.empty(), Error(ErrorKind::usage, "aux hidden-state layer ids must not be empty")
-                                .place("aux_hidden_state_layer_ids"));
+  EAGLE_CHECK(
+      !ids.empty(),
+      Error(ErrorKind::usage, "aux hidden-state layer ids must not be empty").place("aux_hidden_state_layer_ids"));
   for (std::size_t i = 0; i < ids.size(); ++i) {
-    EAGLE_CHECK(ids[i] >= 0 && ids[i] <= L,
-                Error(ErrorKind::usage, "aux hidden-state layer id out of range")
-                    .place("aux_hidden_state_layer_ids").expected(fmt::format("0..{} (input-of-layer ids)", L))
-                    .found(std::to_string(ids[i])));
+    EAGLE_CHECK(ids[i] >= 0 && ids[i] <= L, Error(ErrorKind::usage, "aux hidden-state layer id out of range")
+                                                .place("aux_hidden_state_layer_ids")
+                                                .expected(fmt::format("0..{} (input-of-layer ids)", L))
+                                                .found(std::to_string(ids[i])));
     EAGLE_CHECK(i == 0 || ids[i] >= ids[i - 1],
                 Error(ErrorKind::usage, "aux hidden-state layer ids must be listed low -> high")
-                    .place("aux_hidden_state_layer_ids").found(fmt::format("{}", ids)));
+                    .place("aux_hidden_state_layer_ids")
+                    .found(fmt::format("{}", ids)));
   }
   impl_->aux_ids = std::move(ids);
 }

@@ -29,7 +29,8 @@ std::map<std::string, std::string> tensor_fingerprints(const std::string& model_
   std::map<std::string, std::string> out;
   for (const auto& [name, i] : ck.where) {
     const auto& f = ck.files[i];
-    out[name] = fmt::format("{} {:016x}", model::tensor_text(f.dtype(name), f.shape(name)), sampled_hash(f.bytes(name)));
+    out[name] =
+        fmt::format("{} {:016x}", model::tensor_text(f.dtype(name), f.shape(name)), sampled_hash(f.bytes(name)));
   }
   return out;
 }

@@ -25,14 +25,14 @@ struct CheckpointFiles {
 CheckpointFiles open_checkpoint(const std::filesystem::path& dir);
 
 struct TargetLayerWeights {
-  torch::Tensor input_norm, post_norm;  // [H]; Gemma: post_norm is the attention output's norm
+  torch::Tensor input_norm, post_norm;      // [H]; Gemma: post_norm is the attention output's norm
   torch::Tensor pre_ff_norm, post_ff_norm;  // [H] Gemma's norms before and after the MLP, or undefined
-  torch::Tensor qkv_w, qkv_b;           // [(heads + 2 kv_heads) * head_dim, H]; bias undefined unless attention_bias
-  torch::Tensor o_w, o_b;               // [H, heads * head_dim]; bias undefined unless o_bias
-  torch::Tensor q_norm, k_norm;         // [head_dim] (Qwen3) or undefined
-  torch::Tensor gate_up_w;              // [2 I, H]: gate rows then up rows (dense MLP layers)
-  torch::Tensor down_w;                 // [H, I]
-  torch::Tensor sinks;                  // [heads] learned softmax sinks (gpt-oss) or undefined
+  torch::Tensor qkv_w, qkv_b;    // [(heads + 2 kv_heads) * head_dim, H]; bias undefined unless attention_bias
+  torch::Tensor o_w, o_b;        // [H, heads * head_dim]; bias undefined unless o_bias
+  torch::Tensor q_norm, k_norm;  // [head_dim] (Qwen3) or undefined
+  torch::Tensor gate_up_w;       // [2 I, H]: gate rows then up rows (dense MLP layers)
+  torch::Tensor down_w;          // [H, I]
+  torch::Tensor sinks;           // [heads] learned softmax sinks (gpt-oss) or undefined
   // A mixture-of-experts layer (TargetConfig::sparse): router [E, H] (bias [E] or undefined), every
   // expert's gate and up rows [E, 2 I, H] (gate rows first, whatever the checkpoint's order) and
   // down [E, H, I], with biases [E, 2 I] and [E, H] where the family has them.
@@ -78,9 +78,9 @@ torch::Tensor dequantize_mxfp4(const torch::Tensor& blocks, const torch::Tensor&
 // columns [0, key_len) of those rows are attended (the mask decides which of them each token sees).
 struct CacheWrite {
   KvCache* cache = nullptr;
-  torch::Tensor row_index;  // [R, 1] int64 cache rows; per-row only
-  torch::Tensor columns;    // [R, T] int64 cache columns; undefined: shared length
-  bool all_rows = false;    // per-row: the rows are 0..B-1 in order, so the cache is read without a gather
+  torch::Tensor row_index;   // [R, 1] int64 cache rows; per-row only
+  torch::Tensor columns;     // [R, T] int64 cache columns; undefined: shared length
+  bool all_rows = false;     // per-row: the rows are 0..B-1 in order, so the cache is read without a gather
   std::int64_t key_len = 0;  // per-row: columns attended
 
   // Writes k, v [R, kv_heads, T, head_dim] of layer l; returns the keys and values to attend.
@@ -98,7 +98,7 @@ struct TargetModel::Impl {
   torch::ScalarType dtype = torch::kFloat32;
   torch::Tensor embed, final_norm, lm_head;  // lm_head aliases embed when tied
   std::vector<TargetLayerWeights> layers;
-  torch::Tensor inv_freq;  // [rotary / 2] fp32 on device (dynamic RoPE rescales it per call)
+  torch::Tensor inv_freq;        // [rotary / 2] fp32 on device (dynamic RoPE rescales it per call)
   torch::Tensor long_inv_freq;   // longrope: the long factors' frequencies
   torch::Tensor local_inv_freq;  // cfg.local_rope's (Gemma 3's sliding layers), or undefined
   std::vector<std::int64_t> aux_ids;

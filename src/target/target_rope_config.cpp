@@ -43,13 +43,16 @@ model::RopeConfig parse_rope(const Reader& r, const json& params, const std::str
   if (c.family == Family::phi3 && (rope.type == "su" || rope.type == "yarn")) rope.type = "longrope";
   EAGLE_CHECK(rope.type == "default" || rope.type == "linear" || rope.type == "dynamic" || rope.type == "llama3" ||
                   rope.type == "yarn" || rope.type == "longrope",
-              bad("rope_type", "unsupported RoPE type").expected(kRopeTypes).found(rope.type)
+              bad("rope_type", "unsupported RoPE type")
+                  .expected(kRopeTypes)
+                  .found(rope.type)
                   .hint("this scaling changes the attention math and is not implemented"));
   // Partial rotary: the first head_dim * factor features turn (inside the object in 5.x, top level in 4.x).
   const double partial = p.number_or("partial_rotary_factor", r.number_or("partial_rotary_factor", 1.0));
   const auto rotary = static_cast<std::int64_t>(static_cast<double>(c.head_dim) * partial);
   EAGLE_CHECK(partial > 0 && partial <= 1 && rotary >= 2 && rotary % 2 == 0,
-              bad("partial_rotary_factor", "out of range").expected("in (0, 1], rotating an even number of features")
+              bad("partial_rotary_factor", "out of range")
+                  .expected("in (0, 1], rotating an even number of features")
                   .found(fmt::format("{} (x head_dim {} = {})", partial, c.head_dim, rotary)));
   rope.head_dim = rotary;
   // transformers gives the top-level original_max_position_embeddings priority (Phi-3 keeps it there).
@@ -74,10 +77,10 @@ model::RopeConfig parse_rope(const Reader& r, const json& params, const std::str
     rope.truncate = p.boolean_or("truncate", true);
     rope.mscale = p.number_or("mscale", 0.0);
     rope.mscale_all_dim = p.number_or("mscale_all_dim", 0.0);
-    EAGLE_CHECK(rope.beta_fast > 0 && rope.beta_slow > 0 && std::isfinite(rope.beta_fast) &&
-                    std::isfinite(rope.beta_slow),
-                bad("beta_fast", "yarn's beta_fast and beta_slow must be positive")
-                    .found(fmt::format("{} and {}", rope.beta_fast, rope.beta_slow)));
+    EAGLE_CHECK(
+        rope.beta_fast > 0 && rope.beta_slow > 0 && std::isfinite(rope.beta_fast) && std::isfinite(rope.beta_slow),
+        bad("beta_fast", "yarn's beta_fast and beta_slow must be positive")
+            .found(fmt::format("{} and {}", rope.beta_fast, rope.beta_slow)));
   }
   if (rope.type == "longrope") {
     const auto n = static_cast<std::size_t>(rotary / 2);
@@ -88,7 +91,8 @@ model::RopeConfig parse_rope(const Reader& r, const json& params, const std::str
                 bad("factor", "must be positive").found(std::to_string(rope.factor)));
     return rope;
   }
-  if (rope.type == "linear" || rope.type == "dynamic" || rope.type == "llama3") rope.factor = p.number_or("factor", 0.0);
+  if (rope.type == "linear" || rope.type == "dynamic" || rope.type == "llama3")
+    rope.factor = p.number_or("factor", 0.0);
   if (rope.type == "llama3") {
     rope.low_freq_factor = p.number_or("low_freq_factor", 1.0);
     rope.high_freq_factor = p.number_or("high_freq_factor", 4.0);
@@ -120,7 +124,8 @@ void read_rope_layers(const Reader& r, TargetConfig& c) {
                   r.bad("rope_parameters." + it.key(), "unknown layer type in per-layer-type RoPE")
                       .expected("full_attention or sliding_attention"));
     const json full = rp.contains("full_attention") && rp["full_attention"].is_object()
-                          ? rp["full_attention"] : json{{"rope_theta", gemma3 ? 1e6 : 10000.0}};
+                          ? rp["full_attention"]
+                          : json{{"rope_theta", gemma3 ? 1e6 : 10000.0}};
     c.rope = parse_rope(r, full, "rope_parameters.full_attention", c);
     if (rp.contains("sliding_attention") && rp["sliding_attention"].is_object())
       c.local_rope = parse_rope(r, rp["sliding_attention"], "rope_parameters.sliding_attention", c);
@@ -134,8 +139,9 @@ void read_rope_layers(const Reader& r, TargetConfig& c) {
   params["rope_theta"] = r.number_or("rope_theta", gemma3 ? 1e6 : 10000.0);
   c.rope = parse_rope(r, params, "rope_scaling", c);
   if (gemma3)  // 4.x: the local layers' base; their RoPE is never scaled
-    c.local_rope = parse_rope(r, json{{"rope_type", "default"}, {"rope_theta", r.number_or("rope_local_base_freq", 1e4)}},
-                              "rope_local_base_freq", c);
+    c.local_rope =
+        parse_rope(r, json{{"rope_type", "default"}, {"rope_theta", r.number_or("rope_local_base_freq", 1e4)}},
+                   "rope_local_base_freq", c);
 }
 
 }  // namespace eagle::target

@@ -48,8 +48,9 @@ void add_fp8_scales(const TargetConfig& c, std::map<std::string, std::vector<std
   std::vector<std::pair<std::string, std::vector<std::int64_t>>> scales;
   for (const auto& [name, shape] : e)
     if (is_fp8_weight(c, name))
-      scales.push_back({name + "_scale_inv", {(shape[0] + c.fp8_block[0] - 1) / c.fp8_block[0],
-                                              (shape[1] + c.fp8_block[1] - 1) / c.fp8_block[1]}});
+      scales.push_back(
+          {name + "_scale_inv",
+           {(shape[0] + c.fp8_block[0] - 1) / c.fp8_block[0], (shape[1] + c.fp8_block[1] - 1) / c.fp8_block[1]}});
   for (auto& [name, shape] : scales) e[name] = shape;
 }
 
@@ -128,12 +129,15 @@ torch::Tensor dequantize_fp8(const torch::Tensor& weight, const torch::Tensor& s
                              const std::vector<std::int64_t>& block, torch::ScalarType dtype, const std::string& name) {
   EAGLE_CHECK(weight.scalar_type() == torch::kFloat8_e4m3fn,
               Error(ErrorKind::input, "FP8 weights must be float8_e4m3fn (F8_E4M3)")
-                  .place(fmt::format("tensor \"{}\"", name)).found(std::string(c10::toString(weight.scalar_type()))));
+                  .place(fmt::format("tensor \"{}\"", name))
+                  .found(std::string(c10::toString(weight.scalar_type()))));
   const auto rows = weight.size(0), cols = weight.size(1);
   // Each scale covers a block of rows x columns (the last blocks may be partial).
   const auto s = scale_inv.to(torch::kFloat32)
-                     .repeat_interleave(block[0], 0).narrow(0, 0, rows)
-                     .repeat_interleave(block[1], 1).narrow(1, 0, cols);
+                     .repeat_interleave(block[0], 0)
+                     .narrow(0, 0, rows)
+                     .repeat_interleave(block[1], 1)
+                     .narrow(1, 0, cols);
   return (weight.to(torch::kFloat32) * s).to(dtype);
 }
 

@@ -255,8 +255,8 @@ class BatchedDecoder {
 
 AcceptanceResult batched_acceptance_rate(const target::TargetModel& target, head::DraftHead& head,
                                          const data::Dataset& heldout, std::int64_t num_prompts,
-                                         std::int64_t max_new_tokens, std::int64_t draft_len,
-                                         std::int64_t batch_size, std::int64_t max_cuda_graphs) {
+                                         std::int64_t max_new_tokens, std::int64_t draft_len, std::int64_t batch_size,
+                                         std::int64_t max_cuda_graphs) {
   torch::NoGradGuard no_grad;
   EAGLE_CHECK(head.drafts_ragged() && draft_len > 0 && batch_size > 0,
               Error(ErrorKind::internal, "batched evaluation needs a head that drafts many sequences at once"));

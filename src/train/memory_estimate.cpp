@@ -198,7 +198,7 @@ void check_step_memory(const config::Options& o, const target::TargetConfig& tar
 }
 
 head::RecomputeMode resolve_recompute(const config::Options& o, const target::TargetConfig& target,
-                                       const head::HeadConfig& head, torch::Device device, bool target_loaded) {
+                                      const head::HeadConfig& head, torch::Device device, bool target_loaded) {
   if (o.recompute_activations != "auto") return head::parse_recompute_mode(o.recompute_activations);
   const auto available = device::available_memory(device);
   if (!available) {
@@ -232,7 +232,7 @@ void dry_run(const config::Options& o) {
                                 .hint("give --model_name_or_path (a folder with config.json)"));
   const auto target = target::TargetConfig::from_model_dir(dir);
   auto head = head::HeadConfig::from_target(target, o.eagle_version, o.aux_hidden_state_layer_ids,
-                                             std::min(o.draft_vocab_size, target.vocab_size));
+                                            std::min(o.draft_vocab_size, target.vocab_size));
   head.ttt_steps = o.ttt_steps;
   head.loss_chunk_size = o.loss_chunk_size;
   if (head.eagle_version == 3) head.num_layers = o.draft_num_layers;

@@ -20,8 +20,8 @@ torch::Tensor denominator_tensor(const std::vector<std::int64_t>& denominators) 
 }
 
 head::HeadStepOutput forward_micro_batch(const features::FeatureSource& features, head::DraftHead& head,
-                                          const features::BatchTensors& batch, const torch::Tensor& denominators,
-                                          bool bf16) {
+                                         const features::BatchTensors& batch, const torch::Tensor& denominators,
+                                         bool bf16) {
   device::AutocastGuard autocast(batch.input_ids.device(), bf16);
   return head.train_step_forward(features.head_inputs(batch), denominators);
 }

@@ -12,7 +12,7 @@
 namespace eagle::train {
 
 std::shared_ptr<head::DraftHead> make_head(const config::Options& opts, const features::RunInputs& inputs,
-                                            torch::Device device) {
+                                           torch::Device device) {
   const auto& tc = inputs.ends.config;
   const auto& stats = inputs.train.value().stats();
   const auto counts = stats.trained_token_counts.entries();

@@ -41,8 +41,8 @@ struct FeatureSources {
 struct RunInputs {
   std::optional<data::Dataset> train;            // train: the training data; eval: none
   std::optional<data::Dataset> heldout;          // train: the held-out split, if any; eval: the data evaluated
-  std::optional<target::TargetModel> target;      // the whole target: online; offline only for the AR
-  target::TargetEnds ends;                        // the head's embedding; the teacher's final norm, LM head
+  std::optional<target::TargetModel> target;     // the whole target: online; offline only for the AR
+  target::TargetEnds ends;                       // the head's embedding; the teacher's final norm, LM head
   std::vector<std::int64_t> aux_layer_ids;       // the target layers the head fuses (EAGLE-3)
   std::string target_name;                       // the target the head names in its exports
   std::shared_ptr<const FeatureStore> store;     // offline only

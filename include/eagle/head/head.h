@@ -11,50 +11,50 @@
 #include <torch/torch.h>
 
 #include "eagle/head/head_loss.h"
-#include "eagle/model/layers.h"
 #include "eagle/head/recompute.h"
-#include "eagle/target/target.h"
 #include "eagle/head/ttt_attention.h"
+#include "eagle/model/layers.h"
+#include "eagle/target/target.h"
 
 namespace eagle::head {
 
 struct HeadConfig {
-  std::int64_t eagle_version = 3;       // 3 or 1
-  std::int64_t hidden_size = 0;         // H of the head (= the target's, it shares the embedding)
+  std::int64_t eagle_version = 3;  // 3 or 1
+  std::int64_t hidden_size = 0;    // H of the head (= the target's, it shares the embedding)
   std::int64_t intermediate_size = 0;
   std::int64_t num_attention_heads = 0, num_key_value_heads = 0, head_dim = 0;
   double rms_norm_eps = 1e-6;
   std::string hidden_act = "silu";
   std::int64_t max_position_embeddings = 2048;
-  model::RopeConfig rope;                      // the RoPE the head is trained with (default: the target's)
-  std::int64_t vocab_size = 0;          // V, the target's vocabulary
-  std::int64_t draft_vocab_size = 0;    // V_d (EAGLE-1: = V)
+  model::RopeConfig rope;             // the RoPE the head is trained with (default: the target's)
+  std::int64_t vocab_size = 0;        // V, the target's vocabulary
+  std::int64_t draft_vocab_size = 0;  // V_d (EAGLE-1: = V)
   std::int64_t target_hidden_size = 0;
   std::int64_t target_num_hidden_layers = 0;
   std::vector<std::int64_t> aux_layer_ids;  // input-of-layer ids (hidden_states[id]), low -> high
-  bool fc_bias = false;                 // EAGLE-1 only
+  bool fc_bias = false;                     // EAGLE-1 only
   // EAGLE 3.1 and its parts (EAGLE-variants.md §1): fc_norm.{i} on each aux feature, input_norm over
   // their concatenation, the final-normed hidden as the recurrent state.
   bool fc_norm = false, norm_before_fc = false, norm_output = false;
-  bool qk_norm = false;                 // the Qwen3-style draft layer (q_norm, k_norm per head)
+  bool qk_norm = false;  // the Qwen3-style draft layer (q_norm, k_norm per head)
   // EAGLE-3 decoder layers (EAGLE-variants.md §2): layer 0 takes [embedding; state], layers 1..n-1
   // are plain pre-norm layers on H; each keeps its own keys/values (TTT and drafting).
   std::int64_t num_layers = 1;
   // P-EAGLE (EAGLE-variants.md §4): depths d >= 1 take token mask_token_id and the state
   // F1(mask_hidden); all drafted tokens come from one forward.
   bool parallel_drafting = false;
-  std::int64_t mask_token_id = -1;      // a target token id (< vocab_size) when parallel_drafting
-  std::int64_t ttt_steps = 7;           // EAGLE-3 TTT steps (and the speculative tokens exported)
-  double ttt_loss_decay = 0.8;          // weight of step k is decay^k
-  LossKind loss = LossKind::kl;         // EAGLE-3's per-position loss (head_loss.h); training only
-  std::int64_t loss_chunk_size = 1024;  // EAGLE-3: tokens per chunk of the fused loss; 0 unchunked
+  std::int64_t mask_token_id = -1;                 // a target token id (< vocab_size) when parallel_drafting
+  std::int64_t ttt_steps = 7;                      // EAGLE-3 TTT steps (and the speculative tokens exported)
+  double ttt_loss_decay = 0.8;                     // weight of step k is decay^k
+  LossKind loss = LossKind::kl;                    // EAGLE-3's per-position loss (head_loss.h); training only
+  std::int64_t loss_chunk_size = 1024;             // EAGLE-3: tokens per chunk of the fused loss; 0 unchunked
   RecomputeMode recompute = RecomputeMode::layer;  // EAGLE-3: what the TTT unroll recomputes in backward
-  double eagle1_feature_weight = 1.0;   // EAGLE-1: weight of SmoothL1 on the next feature
-  double eagle1_token_weight = 0.1;     // EAGLE-1: weight of the soft cross-entropy
-  std::string target_name_or_path;      // named in the exports
-  std::string target_architecture;      // e.g. LlamaForCausalLM
-  std::string target_dtype = "float32"; // the target's serving dtype (its config.json), written as the
-                                        // exports' torch_dtype: SGLang runs the draft in it
+  double eagle1_feature_weight = 1.0;              // EAGLE-1: weight of SmoothL1 on the next feature
+  double eagle1_token_weight = 0.1;                // EAGLE-1: weight of the soft cross-entropy
+  std::string target_name_or_path;                 // named in the exports
+  std::string target_architecture;                 // e.g. LlamaForCausalLM
+  std::string target_dtype = "float32";            // the target's serving dtype (its config.json), written as the
+                                                   // exports' torch_dtype: SGLang runs the draft in it
   TttAttentionImpl attention = TttAttentionImpl::efficient;
 
   // The head shaped after its target: H, heads, head_dim, intermediate size, eps, RoPE.
@@ -65,15 +65,15 @@ struct HeadConfig {
 
 // One micro-batch for the head's training forward; every tensor [B, T, ...] on the head's device.
 struct HeadInputs {
-  torch::Tensor input_ids;       // [B, T] int64
-  torch::Tensor loss_mask;       // [B, T] bool/uint8: 1 where the token is trained
-  torch::Tensor position_ids;    // [B, T] int64, position within the token's own sample
-  torch::Tensor document_ids;    // [B, T] int64, sample of the row; -1 padding
-  torch::Tensor aux_hidden;      // EAGLE-3: [B, T, 3 * H_target] target features (TargetOutput)
-  torch::Tensor final_hidden;    // EAGLE-1: [B, T, H] final normed hidden (TargetOutput)
-  torch::Tensor teacher_logits;  // EAGLE-3: [B, T, V_d] fp32 over the draft ids (TargetOutput)
-  torch::Tensor target_argmax;   // [B, T] int64 target argmax over the full vocabulary
-  model::AttentionSpec attention{};     // packed or padded rows (default: packed, exact for any layout)
+  torch::Tensor input_ids;           // [B, T] int64
+  torch::Tensor loss_mask;           // [B, T] bool/uint8: 1 where the token is trained
+  torch::Tensor position_ids;        // [B, T] int64, position within the token's own sample
+  torch::Tensor document_ids;        // [B, T] int64, sample of the row; -1 padding
+  torch::Tensor aux_hidden;          // EAGLE-3: [B, T, 3 * H_target] target features (TargetOutput)
+  torch::Tensor final_hidden;        // EAGLE-1: [B, T, H] final normed hidden (TargetOutput)
+  torch::Tensor teacher_logits;      // EAGLE-3: [B, T, V_d] fp32 over the draft ids (TargetOutput)
+  torch::Tensor target_argmax;       // [B, T] int64 target argmax over the full vocabulary
+  model::AttentionSpec attention{};  // packed or padded rows (default: packed, exact for any layout)
 };
 
 struct HeadStepOutput {
@@ -132,11 +132,11 @@ class DraftHead {
   // row's draft_len - 1 chained tokens go to the slots after its last real one. Each token attends
   // its row's slots <= its own. Returns [R, draft_len] int64 target ids; no host synchronisation.
   struct RaggedDraft {
-    torch::Tensor features;  // [R, N, F] the target's features (EAGLE-3: aux_hidden)
-    torch::Tensor next_ids;  // [R, N] int64 the token after each position
-    torch::Tensor columns;   // [R, N] int64 cache slot of each position
-    torch::Tensor rows;      // [R] int64 cache rows; undefined: all rows, in order
-    torch::Tensor last;      // [R] int64 in [0, N): each row's last real position
+    torch::Tensor features;    // [R, N, F] the target's features (EAGLE-3: aux_hidden)
+    torch::Tensor next_ids;    // [R, N] int64 the token after each position
+    torch::Tensor columns;     // [R, N] int64 cache slot of each position
+    torch::Tensor rows;        // [R] int64 cache rows; undefined: all rows, in order
+    torch::Tensor last;        // [R] int64 in [0, N): each row's last real position
     std::int64_t key_len = 0;  // slots [0, key_len) are read: beyond every real slot and chained draft
   };
   virtual bool drafts_ragged() const { return false; }

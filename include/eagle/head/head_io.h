@@ -8,8 +8,8 @@
 #include <memory>
 #include <string>
 
-#include <nlohmann/json.hpp>
 #include <torch/torch.h>
+#include <nlohmann/json.hpp>
 
 #include "eagle/head/draft_vocab.h"
 #include "eagle/head/head.h"

@@ -41,21 +41,21 @@ struct TargetConfig {
   double rms_norm_eps = 1e-6;
   model::RopeConfig rope;
   bool tie_word_embeddings = false;
-  bool attention_bias = false;  // q/k/v bias (Qwen2; Llama/Qwen3 with attention_bias)
-  bool o_bias = false;          // o_proj bias (Llama/Qwen3 with attention_bias; never Qwen2)
-  bool qk_norm = false;         // q_norm/k_norm (Qwen3)
+  bool attention_bias = false;      // q/k/v bias (Qwen2; Llama/Qwen3 with attention_bias)
+  bool o_bias = false;              // o_proj bias (Llama/Qwen3 with attention_bias; never Qwen2)
+  bool qk_norm = false;             // q_norm/k_norm (Qwen3)
   std::string hidden_act = "silu";  // or gelu_pytorch_tanh (Gemma's hidden_activation)
-  std::string dtype = "float32";  // torch_dtype (4.x) or dtype (5.x)
+  std::string dtype = "float32";    // torch_dtype (4.x) or dtype (5.x)
   std::vector<std::int64_t> eos_token_ids;
   std::int64_t bos_token_id = -1;
 
   // Mixture of experts; num_experts 0: a dense MLP (intermediate_size) in every layer.
   std::int64_t num_experts = 0, experts_per_token = 0;
   std::int64_t moe_intermediate_size = 0;  // each expert's (Qwen3-MoE's field; the others' intermediate_size)
-  std::vector<bool> sparse_layers;          // per layer: a MoE block (else the dense MLP)
+  std::vector<bool> sparse_layers;         // per layer: a MoE block (else the dense MLP)
   MoeRouting routing = MoeRouting::softmax_topk;
-  bool norm_topk_prob = true;        // softmax_topk: renormalise the chosen k weights
-  bool routing_weights_fp32 = false; // Mixtral weighs the experts' outputs in fp32 (Qwen3-MoE: model dtype)
+  bool norm_topk_prob = true;         // softmax_topk: renormalise the chosen k weights
+  bool routing_weights_fp32 = false;  // Mixtral weighs the experts' outputs in fp32 (Qwen3-MoE: model dtype)
   bool router_bias = false, expert_bias = false;  // gpt-oss
   // gpt-oss experts: gate and up interleaved in the checkpoint, clamped at swiglu_limit, activation
   // (up + 1) * gate * sigmoid(alpha * gate). Otherwise SiLU(gate) * up.
@@ -66,15 +66,15 @@ struct TargetConfig {
   // Attention per layer: 0 full causal attention, W > 0 a sliding window of W keys (token i attends
   // j iff i - W < j <= i: transformers' sliding_window_overlay). Empty: full attention everywhere.
   std::vector<std::int64_t> layer_windows;
-  bool attention_sinks = false;   // gpt-oss: a learned per-head logit in every softmax denominator
-  bool norm_weight_fp32 = false;  // GptOssRMSNorm multiplies its weight before the cast back
+  bool attention_sinks = false;                 // gpt-oss: a learned per-head logit in every softmax denominator
+  bool norm_weight_fp32 = false;                // GptOssRMSNorm multiplies its weight before the cast back
   std::optional<model::RopeConfig> local_rope;  // the sliding layers' RoPE where it differs (Gemma 3)
 
   // Gemma 2/3: RMSNorm x * (1 + w) in fp32, the embedding times sqrt(hidden_size) in the model
   // dtype, a norm on the attention's output and norms before and after the MLP, attention scaled
   // by query_pre_attn_scalar^-1/2, tanh soft caps on the attention scores and the final logits.
   bool norm_one_plus = false, embed_scaled = false, sandwich_norms = false;
-  double attention_scale = 0.0;                   // 0: head_dim^-1/2
+  double attention_scale = 0.0;                    // 0: head_dim^-1/2
   double attn_softcap = 0.0, final_softcap = 0.0;  // 0: none
   bool fused_checkpoint = false;                   // Phi-3: qkv_proj and gate_up_proj stored fused
   // FP8 checkpoints (quantization_config.quant_method fp8): e4m3 weights with weight_scale_inv
@@ -106,16 +106,16 @@ std::vector<std::int64_t> generation_end_ids(const std::string& model_dir, const
 
 // One batch for the training forward (all [B, T], on the model's device).
 struct TargetBatch {
-  torch::Tensor input_ids;     // int64
-  torch::Tensor position_ids;  // int64, position within its own sample
-  torch::Tensor document_ids;  // int64; -1 padding; token i attends j iff same id >= 0 and j <= i
-  model::AttentionSpec attention{};   // packed or padded rows (default: packed, exact for any layout)
+  torch::Tensor input_ids;           // int64
+  torch::Tensor position_ids;        // int64, position within its own sample
+  torch::Tensor document_ids;        // int64; -1 padding; token i attends j iff same id >= 0 and j <= i
+  model::AttentionSpec attention{};  // packed or padded rows (default: packed, exact for any layout)
 };
 
 struct TeacherSpec {
-  torch::Tensor draft_ids;          // [Vd] int64 target ids of the draft vocabulary (keep it on the
-                                    // model's device, else it is copied every call); undefined: none
-  std::int64_t chunk_tokens = 1024; // tokens per chunk of the LM-head computation (bounds memory)
+  torch::Tensor draft_ids;           // [Vd] int64 target ids of the draft vocabulary (keep it on the
+                                     // model's device, else it is copied every call); undefined: none
+  std::int64_t chunk_tokens = 1024;  // tokens per chunk of the LM-head computation (bounds memory)
 };
 
 struct TargetOutput {
@@ -160,13 +160,13 @@ struct KvCache {
 // different lengths: a row's tokens sit at columns 0, 1, ... of its cache row, and the column is the
 // token's position id. KvCache::length is not used.
 struct RaggedStep {
-  torch::Tensor ids;        // [R, N] int64: each row's new tokens, right-padded
-  torch::Tensor columns;    // [R, N] int64: the column (= position) of each new token; padding tokens go to
-                            // a spare column no real token reaches (the generator keeps the cache's last)
-  torch::Tensor rows;       // [R] int64: the cache rows extended; undefined: all B rows in order (no gather)
-  torch::Tensor last;       // [R] int64 in [0, N): the token of each row whose logits are returned
-  std::int64_t key_len = 0; // columns [0, key_len) are read (> every real column); each token attends
-                            // the columns <= its own; dynamic RoPE scales for key_len positions
+  torch::Tensor ids;         // [R, N] int64: each row's new tokens, right-padded
+  torch::Tensor columns;     // [R, N] int64: the column (= position) of each new token; padding tokens go to
+                             // a spare column no real token reaches (the generator keeps the cache's last)
+  torch::Tensor rows;        // [R] int64: the cache rows extended; undefined: all B rows in order (no gather)
+  torch::Tensor last;        // [R] int64 in [0, N): the token of each row whose logits are returned
+  std::int64_t key_len = 0;  // columns [0, key_len) are read (> every real column); each token attends
+                             // the columns <= its own; dynamic RoPE scales for key_len positions
 };
 
 struct TargetStepOutput {
@@ -227,10 +227,10 @@ class TargetModel {
   // Weights holding NaN or Inf, by checkpoint name (reads every weight: for inspect, not hot paths).
   std::vector<std::string> non_finite_weights() const;
 
-  torch::Tensor embed(const torch::Tensor& ids) const;           // [.., H]
-  torch::Tensor lm_head_weight() const;                           // [V, H]
-  torch::Tensor embedding_weight() const;                         // [V, H]
-  TargetEnds ends() const;                                        // views of the loaded tensors
+  torch::Tensor embed(const torch::Tensor& ids) const;  // [.., H]
+  torch::Tensor lm_head_weight() const;                 // [V, H]
+  torch::Tensor embedding_weight() const;               // [V, H]
+  TargetEnds ends() const;                              // views of the loaded tensors
 
   // Incremental decoding: appends ids [B, n] at positions cache.length.. and returns their outputs.
   KvCache new_cache(std::int64_t batch, std::int64_t capacity) const;

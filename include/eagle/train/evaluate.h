@@ -11,10 +11,10 @@
 #include "eagle/data/dataset.h"
 #include "eagle/data/plan.h"
 #include "eagle/features/source.h"
-#include "eagle/io/step_stats.h"
 #include "eagle/head/head.h"
-#include "eagle/target/target.h"
+#include "eagle/io/step_stats.h"
 #include "eagle/run/summary.h"
+#include "eagle/target/target.h"
 
 namespace eagle::train {
 
@@ -87,17 +87,16 @@ bool count_new_tokens(const target::TargetConfig& c, const std::vector<std::int6
 // token) the head drafts draft_len tokens a round, the target verifies them in one forward, the
 // longest matching prefix is accepted plus the target's own next token; stops at max_new_tokens
 // or the target's eos.
-AcceptanceResult acceptance_rate(const target::TargetModel& target, head::DraftHead& head,
-                                 const data::Dataset& heldout, std::int64_t num_prompts,
-                                 std::int64_t max_new_tokens, std::int64_t draft_len);
+AcceptanceResult acceptance_rate(const target::TargetModel& target, head::DraftHead& head, const data::Dataset& heldout,
+                                 std::int64_t num_prompts, std::int64_t max_new_tokens, std::int64_t draft_len);
 // The same decoding of many prompts at once (batched_acceptance.cpp): batch_size rows of ragged KV
 // caches for the target and the head, a row refilled with the next prompt when its prompt ends; on
 // a GPU the rounds' fixed-shape steps (verify, draft) replay CUDA graphs. Equal per prompt to
 // acceptance_rate (up to the rounding of batched matrix products); needs head.drafts_ragged().
 AcceptanceResult batched_acceptance_rate(const target::TargetModel& target, head::DraftHead& head,
                                          const data::Dataset& heldout, std::int64_t num_prompts,
-                                         std::int64_t max_new_tokens, std::int64_t draft_len,
-                                         std::int64_t batch_size, std::int64_t max_cuda_graphs = 0);
+                                         std::int64_t max_new_tokens, std::int64_t draft_len, std::int64_t batch_size,
+                                         std::int64_t max_cuda_graphs = 0);
 
 // The acceptance metrics beyond the greedy chain AR that settings ask for (eval_metrics.cpp): the
 // tree AR, the sampled AR with its 95% half-width, alpha_k and their chain estimate, into stats.

@@ -9,8 +9,8 @@
 #include <torch/torch.h>
 
 #include "eagle/data/batch.h"
-#include "eagle/io/step_stats.h"
 #include "eagle/head/head_loss.h"
+#include "eagle/io/step_stats.h"
 
 namespace eagle::train {
 

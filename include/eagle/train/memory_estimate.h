@@ -18,7 +18,7 @@
 namespace eagle::train {
 
 struct StepShape {
-  head::HeadConfig head;                     // H, I, heads, layers, V_d, K, loss_chunk_size, recompute
+  head::HeadConfig head;                      // H, I, heads, layers, V_d, K, loss_chunk_size, recompute
   std::int64_t tokens = 0;                    // tokens of the largest micro-batch (rows x padded length)
   bool bf16 = false;                          // autocast: activations in bf16
   std::optional<target::TargetConfig> target;  // online: the target runs in the step (its weights, forward)
@@ -73,6 +73,6 @@ void dry_run(const config::Options& opts);
 // memory (online training), so they are not counted again. Logged.
 inline constexpr double kAutoShare = 0.75;
 head::RecomputeMode resolve_recompute(const config::Options& opts, const target::TargetConfig& target,
-                                       const head::HeadConfig& head, torch::Device device, bool target_loaded);
+                                      const head::HeadConfig& head, torch::Device device, bool target_loaded);
 
 }  // namespace eagle::train

@@ -35,8 +35,8 @@ struct StepCounts {
 // head.train_step_forward(features.head_inputs(batch), denominators) under bf16 autocast when bf16.
 // Reads only the tensors given, never the host: safe inside a captured CUDA graph.
 head::HeadStepOutput forward_micro_batch(const features::FeatureSource& features, head::DraftHead& head,
-                                          const features::BatchTensors& batch, const torch::Tensor& denominators,
-                                          bool bf16);
+                                         const features::BatchTensors& batch, const torch::Tensor& denominators,
+                                         bool bf16);
 
 // The trainer's step body for one micro-batch: forward_micro_batch, backward (gradients added into
 // the parameters' .grad), and the detached loss and metric sums added into loss_sum [] and

@@ -16,6 +16,6 @@ namespace eagle::train {
 // vocabulary of the most frequent trained tokens (LM head started from the target's rows), or
 // EAGLE-1; on the device, fp32.
 std::shared_ptr<head::DraftHead> make_head(const config::Options& opts, const features::RunInputs& inputs,
-                                            torch::Device device);
+                                           torch::Device device);
 
 }  // namespace eagle::train
