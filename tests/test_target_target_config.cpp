@@ -292,9 +292,9 @@ TEST_CASE("generation end ids: config.json's eos ids, then generation_config.jso
 TEST_CASE("target config: each family's row gives its Family, MoE layout and refusal list", "[target]") {
   using target::Family;
   const std::vector<std::pair<std::string, Family>> fixtures{
-      {"tiny-llama", Family::llama},     {"tiny-mistral", Family::mistral}, {"tiny-qwen2", Family::qwen2},
+      {"tiny-llama", Family::llama},     {"tiny-mistral", Family::mistral},     {"tiny-qwen2", Family::qwen2},
       {"tiny-qwen3", Family::qwen3},     {"tiny-qwen3-moe", Family::qwen3_moe}, {"tiny-mixtral", Family::mixtral},
-      {"tiny-gpt-oss", Family::gpt_oss}, {"tiny-gemma2", Family::gemma2}, {"tiny-gemma3", Family::gemma3_text},
+      {"tiny-gpt-oss", Family::gpt_oss}, {"tiny-gemma2", Family::gemma2},       {"tiny-gemma3", Family::gemma3_text},
       {"tiny-phi3", Family::phi3}};
   for (const auto& [name, family] : fixtures) {
     INFO(name);

@@ -51,11 +51,7 @@ class OfflineFeatures : public FeatureSource {
  public:
   OfflineFeatures(std::shared_ptr<const FeatureStore> store, std::vector<std::int64_t> samples,
                   const target::TargetEnds& ends, const target::TeacherSpec& teacher, torch::Device device)
-      : store_(std::move(store)),
-        samples_(std::move(samples)),
-        device_(device),
-        teacher_(teacher),
-        ends_(ends) {
+      : store_(std::move(store)), samples_(std::move(samples)), device_(device), teacher_(teacher), ends_(ends) {
     torch::NoGradGuard no_grad;
     const auto& l = store_->layout();
     ends_.final_norm = ends.final_norm.to(device);

@@ -10,17 +10,16 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "config_reader.h"
 #include "eagle/target/target.h"
 #include "eagle/util/error.h"
 #include "eagle/util/json_file.h"
-#include "config_reader.h"
 
 namespace eagle::target {
 
 namespace {
 
 using nlohmann::json;
-
 
 void read_gemma(const Reader& r, TargetConfig& c);
 void read_phi3(const Reader& r, TargetConfig& c);
@@ -34,17 +33,16 @@ struct FamilyRow {
   bool moe;
   void (*read)(const Reader&, TargetConfig&);
 };
-constexpr FamilyRow kFamilies[] = {
-    {Family::llama, "LlamaForCausalLM", "llama", false, nullptr},
-    {Family::mistral, "MistralForCausalLM", "mistral", false, nullptr},
-    {Family::qwen2, "Qwen2ForCausalLM", "qwen2", false, nullptr},
-    {Family::qwen3, "Qwen3ForCausalLM", "qwen3", false, nullptr},
-    {Family::qwen3_moe, "Qwen3MoeForCausalLM", "qwen3_moe", true, nullptr},
-    {Family::mixtral, "MixtralForCausalLM", "mixtral", true, nullptr},
-    {Family::gpt_oss, "GptOssForCausalLM", "gpt_oss", true, nullptr},
-    {Family::gemma2, "Gemma2ForCausalLM", "gemma2", false, read_gemma},
-    {Family::gemma3_text, "Gemma3ForCausalLM", "gemma3_text", false, read_gemma},
-    {Family::phi3, "Phi3ForCausalLM", "phi3", false, read_phi3}};
+constexpr FamilyRow kFamilies[] = {{Family::llama, "LlamaForCausalLM", "llama", false, nullptr},
+                                   {Family::mistral, "MistralForCausalLM", "mistral", false, nullptr},
+                                   {Family::qwen2, "Qwen2ForCausalLM", "qwen2", false, nullptr},
+                                   {Family::qwen3, "Qwen3ForCausalLM", "qwen3", false, nullptr},
+                                   {Family::qwen3_moe, "Qwen3MoeForCausalLM", "qwen3_moe", true, nullptr},
+                                   {Family::mixtral, "MixtralForCausalLM", "mixtral", true, nullptr},
+                                   {Family::gpt_oss, "GptOssForCausalLM", "gpt_oss", true, nullptr},
+                                   {Family::gemma2, "Gemma2ForCausalLM", "gemma2", false, read_gemma},
+                                   {Family::gemma3_text, "Gemma3ForCausalLM", "gemma3_text", false, read_gemma},
+                                   {Family::phi3, "Phi3ForCausalLM", "phi3", false, read_phi3}};
 
 // "A, B, ... or Z": the supported architectures, for the refusal of any other.
 std::string family_list() {
@@ -58,17 +56,17 @@ std::string family_list() {
 // Fields that other decoders use to change the math; none of them exists in the supported
 // families, so their presence means the checkpoint is something we would compute wrongly.
 constexpr const char* kForeignMathFields[] = {
-    "attn_logit_softcapping", "final_logit_softcapping", "logit_scale", "embedding_multiplier",
-    "residual_multiplier",    "attention_multiplier",    "logits_scaling", "no_rope_layers",
-    "use_qk_norm",            "query_pre_attn_scalar"};
+    "attn_logit_softcapping", "final_logit_softcapping", "logit_scale",
+    "embedding_multiplier",   "residual_multiplier",     "attention_multiplier",
+    "logits_scaling",         "no_rope_layers",          "use_qk_norm",
+    "query_pre_attn_scalar"};
 
 // The expert layout of the MoE families (transformers' modeling_qwen3_moe, _mixtral, _gpt_oss).
 void read_moe(const Reader& r, TargetConfig& c) {
   const auto t = c.family;
   const char* experts_key = t == Family::qwen3_moe && r.has("num_experts") ? "num_experts" : "num_local_experts";
   c.num_experts = r.integer_or(experts_key, t == Family::mixtral ? 8 : 128);
-  c.experts_per_token =
-      r.integer_or("num_experts_per_tok", t == Family::gpt_oss ? 4 : (t == Family::mixtral ? 2 : 8));
+  c.experts_per_token = r.integer_or("num_experts_per_tok", t == Family::gpt_oss ? 4 : (t == Family::mixtral ? 2 : 8));
   EAGLE_CHECK(c.num_experts >= 0 && (t == Family::qwen3_moe || c.num_experts > 0),
               r.bad(experts_key, "number of experts out of range").found(std::to_string(c.num_experts)));
   EAGLE_CHECK(c.num_experts == 0 || (c.experts_per_token >= 1 && c.experts_per_token <= c.num_experts),
@@ -116,18 +114,19 @@ void read_quantization(const Reader& r, TargetConfig& c) {
   if (!r.has("quantization_config")) return;
   const auto& q = r.j["quantization_config"];
   EAGLE_CHECK(q.is_object(), r.bad("quantization_config", "not an object").found(q.dump()));
-  const std::string method = q.contains("quant_method") && q["quant_method"].is_string()
-                                 ? q["quant_method"].get<std::string>() : q.dump();
+  const std::string method =
+      q.contains("quant_method") && q["quant_method"].is_string() ? q["quant_method"].get<std::string>() : q.dump();
   if (method == "fp8" && !c.moe()) return read_fp8(r, q, c);
   EAGLE_CHECK(c.family == Family::gpt_oss && method == "mxfp4",
               r.bad("quantization_config.quant_method", "quantized checkpoint not supported")
                   .expected(c.family == Family::gpt_oss ? "mxfp4, or no quantization_config"
-                                                      : "fp8 (block-scaled e4m3) on a dense target, or none")
+                                                        : "fp8 (block-scaled e4m3) on a dense target, or none")
                   .found(method)
                   .hint("use the checkpoint's bf16 release, or dequantize it with transformers first"));
   EAGLE_CHECK(c.hidden_size % 32 == 0 && c.moe_intermediate_size % 32 == 0,
-              r.bad("quantization_config", "MXFP4 blocks hold 32 values: hidden_size and intermediate_size must be "
-                                           "multiples of 32")
+              r.bad("quantization_config",
+                    "MXFP4 blocks hold 32 values: hidden_size and intermediate_size must be "
+                    "multiples of 32")
                   .found(fmt::format("{} and {}", c.hidden_size, c.moe_intermediate_size)));
   c.quant_method = method;
 }
@@ -151,11 +150,13 @@ void read_attention_types(const Reader& r, TargetConfig& c) {
     const auto& types = r.j["layer_types"];
     EAGLE_CHECK(types.is_array() && static_cast<std::int64_t>(types.size()) == L,
                 r.bad("layer_types", "expected one attention type per layer")
-                    .expected(fmt::format("a list of {} entries", L)).found(types.dump()));
+                    .expected(fmt::format("a list of {} entries", L))
+                    .found(types.dump()));
     for (std::size_t l = 0; l < sliding.size(); ++l) {
       EAGLE_CHECK(types[l] == "full_attention" || types[l] == "sliding_attention",
                   r.bad(fmt::format("layer_types[{}]", l), "unknown attention type")
-                      .expected("full_attention or sliding_attention").found(types[l].dump()));
+                      .expected("full_attention or sliding_attention")
+                      .found(types[l].dump()));
       sliding[l] = types[l] == "sliding_attention";
     }
   } else {
@@ -172,9 +173,9 @@ void read_attention_types(const Reader& r, TargetConfig& c) {
     if (c.layer_windows.empty()) c.layer_windows.assign(sliding.size(), 0);
     c.layer_windows[l] = window;
   }
-  EAGLE_CHECK(window > 0 || !r.has("layer_types") ||
-                  std::find(sliding.begin(), sliding.end(), true) == sliding.end() || qwen,
-              r.bad("sliding_window", "sliding_attention layers need a window").found("null"));
+  EAGLE_CHECK(
+      window > 0 || !r.has("layer_types") || std::find(sliding.begin(), sliding.end(), true) == sliding.end() || qwen,
+      r.bad("sliding_window", "sliding_attention layers need a window").found("null"));
 }
 
 // Gemma 2 and 3 (transformers' modeling_gemma2, _gemma3): norms, embedding scale, attention scale,
@@ -192,9 +193,9 @@ void read_gemma(const Reader& r, TargetConfig& c) {
   // Gemma 3's attention never applies attn_logit_softcapping (transformers does not pass it on).
   c.attn_softcap = c.family == Family::gemma2 ? r.number_or("attn_logit_softcapping", 0.0) : 0.0;
   c.final_softcap = r.number_or("final_logit_softcapping", 0.0);
-  EAGLE_CHECK(c.attn_softcap >= 0 && c.final_softcap >= 0 && std::isfinite(c.attn_softcap) &&
-                  std::isfinite(c.final_softcap),
-              r.bad("final_logit_softcapping", "soft caps must be positive or null"));
+  EAGLE_CHECK(
+      c.attn_softcap >= 0 && c.final_softcap >= 0 && std::isfinite(c.attn_softcap) && std::isfinite(c.final_softcap),
+      r.bad("final_logit_softcapping", "soft caps must be positive or null"));
   EAGLE_CHECK(!r.boolean_or("use_bidirectional_attention", false),
               r.bad("use_bidirectional_attention", "bidirectional attention (an encoder) is not a causal target")
                   .found("true"));
@@ -233,7 +234,7 @@ void read_fp8(const Reader& r, const json& q, TargetConfig& c) {
 
 TargetConfig TargetConfig::from_json_file(const std::string& path) {
   const json j = util::read_json_object(path, "model config",
-                                  "--model_name_or_path must be a Hugging Face model folder with config.json");
+                                        "--model_name_or_path must be a Hugging Face model folder with config.json");
   const Reader r{path, j};
 
   TargetConfig c;
@@ -248,17 +249,16 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
     if (c.architecture == f.architecture) fam = &f;
   EAGLE_CHECK(fam != nullptr,
               r.bad("architectures", "unsupported architecture").expected(family_list()).found(c.architecture));
-  EAGLE_CHECK(c.model_type == fam->model_type,
-              r.bad("model_type", "model_type does not match the architecture")
-                  .expected(fam->model_type).found(c.model_type));
+  EAGLE_CHECK(
+      c.model_type == fam->model_type,
+      r.bad("model_type", "model_type does not match the architecture").expected(fam->model_type).found(c.model_type));
   c.family = fam->family;
   const auto t = c.family;
 
   c.vocab_size = r.positive("vocab_size");
   c.hidden_size = r.positive("hidden_size");
   // Qwen3-MoE's intermediate_size is only its dense layers' (checked below when there are any).
-  c.intermediate_size = t == Family::qwen3_moe ? r.integer_or("intermediate_size", 0)
-                                                   : r.positive("intermediate_size");
+  c.intermediate_size = t == Family::qwen3_moe ? r.integer_or("intermediate_size", 0) : r.positive("intermediate_size");
   c.num_hidden_layers = r.positive("num_hidden_layers");
   c.num_attention_heads = r.positive("num_attention_heads");
   c.num_key_value_heads = r.has("num_key_value_heads") ? r.positive("num_key_value_heads") : c.num_attention_heads;
@@ -283,7 +283,8 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
   c.dtype = r.has("dtype") ? r.string_or("dtype", "float32") : r.string_or("torch_dtype", "float32");
   EAGLE_CHECK(c.dtype == "float32" || c.dtype == "bfloat16" || c.dtype == "float16",
               r.bad(r.has("dtype") ? "dtype" : "torch_dtype", "unsupported dtype")
-                  .expected("float32, bfloat16 or float16").found(c.dtype));
+                  .expected("float32, bfloat16 or float16")
+                  .found(c.dtype));
   read_rope_layers(r, c);
 
   // Bias and normalisation layout per family (as in transformers' modeling files).

@@ -13,7 +13,8 @@ namespace eagle::target {
 namespace {
 
 void check_batch_tensor(const torch::Tensor& t, const char* name, const torch::Tensor& ids, torch::Device device) {
-  model::check_tensor(t, torch::kInt64, ids.sizes(), device, Error(ErrorKind::internal, "malformed target batch").place(name));
+  model::check_tensor(t, torch::kInt64, ids.sizes(), device,
+                      Error(ErrorKind::internal, "malformed target batch").place(name));
 }
 
 }  // namespace
@@ -29,14 +30,14 @@ TargetOutput TargetModel::forward(const TargetBatch& batch, const TeacherSpec& t
   const auto L = m.cfg.num_hidden_layers;
 
   // longrope decides per sample (its document's length), as if each ran alone through transformers.
-  const auto lengths = m.cfg.rope.type == "longrope" ? document_lengths(batch.position_ids, batch.document_ids)
-                                                     : torch::Tensor();
+  const auto lengths =
+      m.cfg.rope.type == "longrope" ? document_lengths(batch.position_ids, batch.document_ids) : torch::Tensor();
   const auto rope = m.rope(batch.position_ids, lengths);
   // Causal attention alone for padded rows; within each document for packed ones (attention.h).
   const model::AttentionLayout layout(batch.document_ids, batch.attention);
   const double scale = target_attention_scale(m.cfg);
   const Impl::Attend attend = [&](std::size_t, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                   const model::AttentionExtras& extras) {
+                                  const model::AttentionExtras& extras) {
     return model::layout_attention(q, k, v, layout, scale, extras);
   };
 
@@ -172,9 +173,9 @@ TargetStepOutput TargetModel::forward_tree(KvCache& cache, const torch::Tensor& 
 }
 
 void TargetModel::truncate(KvCache& cache, std::int64_t length) const {
-  EAGLE_CHECK(length >= 0 && length <= cache.length,
-              Error(ErrorKind::internal, "KV cache can only be rolled back")
-                  .expected(fmt::format("0..{}", cache.length)).found(std::to_string(length)));
+  EAGLE_CHECK(length >= 0 && length <= cache.length, Error(ErrorKind::internal, "KV cache can only be rolled back")
+                                                         .expected(fmt::format("0..{}", cache.length))
+                                                         .found(std::to_string(length)));
   // Entries past the new length are overwritten by the next forward_cached and never attended.
   cache.length = length;
 }

@@ -36,8 +36,8 @@ TargetModel::Impl::Attend TargetModel::Impl::cached_attend(const CacheWrite& wri
   return [write, mask, query_pos, key_pos, scale](std::size_t l, const torch::Tensor& q, const torch::Tensor& k,
                                                   const torch::Tensor& v, const model::AttentionExtras& extras) {
     const auto [keys, values] = write.apply(l, k, v);
-    return model::masked_attention(q, keys, values, model::window_mask(mask, query_pos, key_pos, extras.window),
-                                   scale, extras);
+    return model::masked_attention(q, keys, values, model::window_mask(mask, query_pos, key_pos, extras.window), scale,
+                                   extras);
   };
 }
 
