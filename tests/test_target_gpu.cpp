@@ -74,3 +74,16 @@ TEST_CASE("MoE and sliding-window targets in bf16 on CUDA: grouped matmuls, flas
     }
   }
 }
+
+TEST_CASE("graphed_steps on CUDA: training and decoding graphed, dynamic RoPE decodes eagerly", "[target][gpu]") {
+  const std::string dir = std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/tiny-llama";
+  const auto m = target::TargetModel::load(dir, torch::kFloat32, torch::kCUDA);
+  CHECK(m.graphed_steps(8, target::TargetModel::Step::training) == 8);
+  CHECK(m.graphed_steps(8, target::TargetModel::Step::decoding) == 8);
+  auto c = m.config();
+  c.rope.type = "dynamic";
+  c.rope.factor = 2.0;
+  const auto dynamic = target::TargetModel::random(c, torch::kFloat32, torch::kCUDA);
+  CHECK(dynamic.graphed_steps(8, target::TargetModel::Step::training) == 8);
+  CHECK(dynamic.graphed_steps(8, target::TargetModel::Step::decoding) == 0);
+}

@@ -288,3 +288,33 @@ TEST_CASE("generation end ids: config.json's eos ids, then generation_config.jso
   CHECK_THROWS_WITH(TargetConfig::from_json_file((dir / "config.json").string()),
                     Catch::Contains("bos_token_id") && Catch::Contains("out of range"));
 }
+
+TEST_CASE("target config: each family's row gives its Family, MoE layout and refusal list", "[target]") {
+  using target::Family;
+  const std::vector<std::pair<std::string, Family>> fixtures{
+      {"tiny-llama", Family::llama},     {"tiny-mistral", Family::mistral},     {"tiny-qwen2", Family::qwen2},
+      {"tiny-qwen3", Family::qwen3},     {"tiny-qwen3-moe", Family::qwen3_moe}, {"tiny-mixtral", Family::mixtral},
+      {"tiny-gpt-oss", Family::gpt_oss}, {"tiny-gemma2", Family::gemma2},       {"tiny-gemma3", Family::gemma3_text},
+      {"tiny-phi3", Family::phi3}};
+  for (const auto& [name, family] : fixtures) {
+    INFO(name);
+    const auto c = TargetConfig::from_model_dir((fs::path(EAGLE_SOURCE_DIR) / "tests/fixtures/models" / name).string());
+    CHECK(c.family == family);
+    CHECK(c.moe() == (family == Family::qwen3_moe || family == Family::mixtral || family == Family::gpt_oss));
+  }
+  // The refusal lists every row's architecture, in the table's order.
+  test::TempDir dir;
+  auto c = tiny_config();
+  c["architectures"] = {"FalconForCausalLM"};
+  CHECK_THAT(config_error(dir, c),
+             Catch::Contains("LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
+                             "Qwen3MoeForCausalLM, MixtralForCausalLM, GptOssForCausalLM, Gemma2ForCausalLM, "
+                             "Gemma3ForCausalLM or Phi3ForCausalLM"));
+}
+
+TEST_CASE("graphed_steps: eager on the CPU whatever the options ask", "[target]") {
+  const auto m = TargetModel::load(kTinyLlama.string(), torch::kFloat32, torch::kCPU);
+  CHECK(m.graph_safe());
+  CHECK(m.graphed_steps(8, TargetModel::Step::training) == 0);
+  CHECK(m.graphed_steps(8, TargetModel::Step::decoding) == 0);
+}

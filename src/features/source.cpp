@@ -51,14 +51,10 @@ class OfflineFeatures : public FeatureSource {
  public:
   OfflineFeatures(std::shared_ptr<const FeatureStore> store, std::vector<std::int64_t> samples,
                   const target::TargetEnds& ends, const target::TeacherSpec& teacher, torch::Device device)
-      : store_(std::move(store)),
-        samples_(std::move(samples)),
-        device_(device),
-        teacher_(teacher),
-        config_(ends.config) {
+      : store_(std::move(store)), samples_(std::move(samples)), device_(device), teacher_(teacher), ends_(ends) {
     torch::NoGradGuard no_grad;
     const auto& l = store_->layout();
-    final_norm_ = ends.final_norm.to(device);
+    ends_.final_norm = ends.final_norm.to(device);
     if (teacher_.draft_ids.defined()) teacher_.draft_ids = teacher_.draft_ids.to(device, torch::kInt64);
     // With a stored argmax only the draft rows of the LM head are needed (V_d x H instead of V x H).
     if (l.has_argmax && teacher_.draft_ids.defined())
@@ -128,7 +124,7 @@ class OfflineFeatures : public FeatureSource {
     head::HeadInputs in = batch_inputs(b);
     in.aux_hidden = b.aux_hidden;
     auto last = b.last_hidden.to(dtype_);
-    if (store_->layout().pre_norm) last = target::target_norm(config_, last, final_norm_);
+    if (store_->layout().pre_norm) last = ends_.norm(last);
     in.final_hidden = last;
     if (store_->layout().has_argmax) {
       in.target_argmax = b.target_argmax;
@@ -146,9 +142,9 @@ class OfflineFeatures : public FeatureSource {
   std::vector<std::int64_t> samples_;
   torch::Device device_;
   target::TeacherSpec teacher_;
-  target::TargetConfig config_;
+  target::TargetEnds ends_;  // the target's final norm on the device (embedding and LM head: views of the caller's)
   torch::ScalarType dtype_ = torch::kFloat32;
-  torch::Tensor final_norm_, draft_rows_, lm_head_;
+  torch::Tensor draft_rows_, lm_head_;
 };
 
 }  // namespace

@@ -88,14 +88,12 @@ class Generator {
     const auto device = target.device();
     // Real tokens use columns [0, context); the last column takes the writes of padding and idle rows.
     cache_ = target.new_cache(s.batch_size, s.limits.context + 1);
-    // Dynamic-NTK RoPE scales with the step's key length, which graphed steps round up: such targets run eagerly.
-    const bool dynamic_rope = target.config().rope.type == "dynamic";
-    if (device.is_cuda() && s.max_cuda_graphs > 0 && !dynamic_rope && target.graph_safe()) {
+    if (const auto graphs = target.graphed_steps(s.max_cuda_graphs, target::TargetModel::Step::decoding); graphs > 0) {
       // Every reply passes the shorter key lengths first: they get the graphs when there are too few.
       std::vector<data::Shape> by_length;
       for (std::int64_t c = kGraphColumns; c < s.limits.context + 1 + kGraphColumns; c += kGraphColumns)
         by_length.push_back({s.batch_size, std::min(c, s.limits.context + 1)});
-      graphs_.emplace(device, s.max_cuda_graphs, std::move(by_length), "generate");
+      graphs_.emplace(device, graphs, std::move(by_length), "generate");
     }
     const auto iopts = torch::TensorOptions().dtype(torch::kInt64).device(device);
     ids_ = torch::zeros({s.batch_size, 1}, iopts);

@@ -79,7 +79,7 @@ struct Reader {
 // The RoPE of every layer: c.rope (full-attention layers), and c.local_rope where sliding layers
 // use another (Gemma 3's rope_local_base_freq, or 5.x rope_parameters per layer type). Reads
 // rope_parameters (5.x) or rope_theta + rope_scaling (4.x), partial_rotary_factor, and refuses
-// unsupported types by name. c.head_dim, c.max_position_embeddings and c.model_type must be set.
+// unsupported types by name. c.head_dim, c.max_position_embeddings and c.family must be set.
 void read_rope_layers(const Reader& r, TargetConfig& c);
 
 }  // namespace eagle::target

@@ -364,6 +364,11 @@ bool TargetModel::graph_safe() const {
   return false;
 #endif
 }
+std::int64_t TargetModel::graphed_steps(std::int64_t max_cuda_graphs, Step step) const {
+  if (!impl_->device.is_cuda() || !graph_safe()) return 0;
+  if (step == Step::decoding && impl_->cfg.rope.type == "dynamic") return 0;
+  return max_cuda_graphs;
+}
 const std::vector<std::int64_t>& TargetModel::aux_layer_ids() const { return impl_->aux_ids; }
 torch::Tensor TargetModel::lm_head_weight() const { return impl_->lm_head; }
 torch::Tensor TargetModel::embedding_weight() const { return impl_->embed; }

@@ -21,18 +21,37 @@ namespace {
 
 using nlohmann::json;
 
-struct Family {
+void read_gemma(const Reader& r, TargetConfig& c);
+void read_phi3(const Reader& r, TargetConfig& c);
+
+// The families, one row each: how config.json names it, whether its MLP is a mixture of experts
+// (read_moe), and the reader of the fields only it has (after the common ones).
+struct FamilyRow {
+  Family family;
   const char* architecture;
   const char* model_type;
+  bool moe;
+  void (*read)(const Reader&, TargetConfig&);
 };
-constexpr Family kFamilies[] = {{"LlamaForCausalLM", "llama"},        {"MistralForCausalLM", "mistral"},
-                                {"Qwen2ForCausalLM", "qwen2"},        {"Qwen3ForCausalLM", "qwen3"},
-                                {"Qwen3MoeForCausalLM", "qwen3_moe"}, {"MixtralForCausalLM", "mixtral"},
-                                {"GptOssForCausalLM", "gpt_oss"},     {"Gemma2ForCausalLM", "gemma2"},
-                                {"Gemma3ForCausalLM", "gemma3_text"}, {"Phi3ForCausalLM", "phi3"}};
-constexpr const char* kFamilyList =
-    "LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM, "
-    "MixtralForCausalLM, GptOssForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM or Phi3ForCausalLM";
+constexpr FamilyRow kFamilies[] = {{Family::llama, "LlamaForCausalLM", "llama", false, nullptr},
+                                   {Family::mistral, "MistralForCausalLM", "mistral", false, nullptr},
+                                   {Family::qwen2, "Qwen2ForCausalLM", "qwen2", false, nullptr},
+                                   {Family::qwen3, "Qwen3ForCausalLM", "qwen3", false, nullptr},
+                                   {Family::qwen3_moe, "Qwen3MoeForCausalLM", "qwen3_moe", true, nullptr},
+                                   {Family::mixtral, "MixtralForCausalLM", "mixtral", true, nullptr},
+                                   {Family::gpt_oss, "GptOssForCausalLM", "gpt_oss", true, nullptr},
+                                   {Family::gemma2, "Gemma2ForCausalLM", "gemma2", false, read_gemma},
+                                   {Family::gemma3_text, "Gemma3ForCausalLM", "gemma3_text", false, read_gemma},
+                                   {Family::phi3, "Phi3ForCausalLM", "phi3", false, read_phi3}};
+
+// "A, B, ... or Z": the supported architectures, for the refusal of any other.
+std::string family_list() {
+  std::string out;
+  const auto n = std::size(kFamilies);
+  for (std::size_t i = 0; i < n; ++i)
+    out += (i == 0 ? "" : (i + 1 == n ? " or " : ", ")) + std::string(kFamilies[i].architecture);
+  return out;
+}
 
 // Fields that other decoders use to change the math; none of them exists in the supported
 // families, so their presence means the checkpoint is something we would compute wrongly.
@@ -42,24 +61,20 @@ constexpr const char* kForeignMathFields[] = {
     "logits_scaling",         "no_rope_layers",          "use_qk_norm",
     "query_pre_attn_scalar"};
 
-bool is_moe_family(const std::string& model_type) {
-  return model_type == "qwen3_moe" || model_type == "mixtral" || model_type == "gpt_oss";
-}
-
 // The expert layout of the MoE families (transformers' modeling_qwen3_moe, _mixtral, _gpt_oss).
 void read_moe(const Reader& r, TargetConfig& c) {
-  const auto& t = c.model_type;
-  const char* experts_key = t == "qwen3_moe" && r.has("num_experts") ? "num_experts" : "num_local_experts";
-  c.num_experts = r.integer_or(experts_key, t == "mixtral" ? 8 : 128);
-  c.experts_per_token = r.integer_or("num_experts_per_tok", t == "gpt_oss" ? 4 : (t == "mixtral" ? 2 : 8));
-  EAGLE_CHECK(c.num_experts >= 0 && (t == "qwen3_moe" || c.num_experts > 0),
+  const auto t = c.family;
+  const char* experts_key = t == Family::qwen3_moe && r.has("num_experts") ? "num_experts" : "num_local_experts";
+  c.num_experts = r.integer_or(experts_key, t == Family::mixtral ? 8 : 128);
+  c.experts_per_token = r.integer_or("num_experts_per_tok", t == Family::gpt_oss ? 4 : (t == Family::mixtral ? 2 : 8));
+  EAGLE_CHECK(c.num_experts >= 0 && (t == Family::qwen3_moe || c.num_experts > 0),
               r.bad(experts_key, "number of experts out of range").found(std::to_string(c.num_experts)));
   EAGLE_CHECK(c.num_experts == 0 || (c.experts_per_token >= 1 && c.experts_per_token <= c.num_experts),
               r.bad("num_experts_per_tok", "experts per token out of range")
                   .expected(fmt::format("1..{} (the number of experts)", c.num_experts))
                   .found(std::to_string(c.experts_per_token)));
   c.sparse_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), c.num_experts > 0);
-  if (t == "qwen3_moe") {
+  if (t == Family::qwen3_moe) {
     c.moe_intermediate_size = r.positive("moe_intermediate_size");
     c.norm_topk_prob = r.boolean_or("norm_topk_prob", false);
     const auto step = r.integer_or("decoder_sparse_step", 1);
@@ -79,8 +94,8 @@ void read_moe(const Reader& r, TargetConfig& c) {
     c.moe_intermediate_size = c.intermediate_size;
     c.norm_topk_prob = true;
   }
-  c.routing_weights_fp32 = t == "mixtral";
-  if (t == "gpt_oss") {
+  c.routing_weights_fp32 = t == Family::mixtral;
+  if (t == Family::gpt_oss) {
     c.routing = MoeRouting::topk_softmax;
     c.router_bias = c.expert_bias = c.clamped_swiglu = true;
     c.swiglu_alpha = r.number_or("swiglu_alpha", 1.702);
@@ -102,10 +117,10 @@ void read_quantization(const Reader& r, TargetConfig& c) {
   const std::string method =
       q.contains("quant_method") && q["quant_method"].is_string() ? q["quant_method"].get<std::string>() : q.dump();
   if (method == "fp8" && !c.moe()) return read_fp8(r, q, c);
-  EAGLE_CHECK(c.model_type == "gpt_oss" && method == "mxfp4",
+  EAGLE_CHECK(c.family == Family::gpt_oss && method == "mxfp4",
               r.bad("quantization_config.quant_method", "quantized checkpoint not supported")
-                  .expected(c.model_type == "gpt_oss" ? "mxfp4, or no quantization_config"
-                                                      : "fp8 (block-scaled e4m3) on a dense target, or none")
+                  .expected(c.family == Family::gpt_oss ? "mxfp4, or no quantization_config"
+                                                        : "fp8 (block-scaled e4m3) on a dense target, or none")
                   .found(method)
                   .hint("use the checkpoint's bf16 release, or dequantize it with transformers first"));
   EAGLE_CHECK(c.hidden_size % 32 == 0 && c.moe_intermediate_size % 32 == 0,
@@ -122,11 +137,12 @@ void read_quantization(const Reader& r, TargetConfig& c) {
 // layer max_window_layers on with use_sliding_window (Qwen3-MoE: every layer), gpt-oss and Gemma 2
 // alternate (sliding first), Gemma 3 slides except every sliding_window_pattern-th layer.
 void read_attention_types(const Reader& r, TargetConfig& c) {
-  const auto& t = c.model_type;
+  const auto t = c.family;
   const auto L = c.num_hidden_layers;
-  const bool qwen = t == "qwen2" || t == "qwen3" || t == "qwen3_moe";
+  const bool qwen = t == Family::qwen2 || t == Family::qwen3 || t == Family::qwen3_moe;
   const bool slides = qwen ? r.boolean_or("use_sliding_window", false) : true;
-  const std::int64_t default_window = t == "gpt_oss" ? 128 : (t == "gemma2" || t == "gemma3_text" ? 4096 : 0);
+  const bool gemma = t == Family::gemma2 || t == Family::gemma3_text;
+  const std::int64_t default_window = t == Family::gpt_oss ? 128 : (gemma ? 4096 : 0);
   const auto window = slides ? r.integer_or("sliding_window", qwen ? 4096 : default_window) : 0;
   EAGLE_CHECK(window >= 0, r.bad("sliding_window", "must be positive or null").found(std::to_string(window)));
   std::vector<bool> sliding(static_cast<std::size_t>(L), false);
@@ -144,11 +160,11 @@ void read_attention_types(const Reader& r, TargetConfig& c) {
       sliding[l] = types[l] == "sliding_attention";
     }
   } else {
-    const auto pattern = t == "gemma3_text" ? r.integer_or("sliding_window_pattern", 6) : 2;
+    const auto pattern = t == Family::gemma3_text ? r.integer_or("sliding_window_pattern", 6) : 2;
     EAGLE_CHECK(pattern >= 1, r.bad("sliding_window_pattern", "must be positive").found(std::to_string(pattern)));
-    const auto from = t == "qwen2" || t == "qwen3" ? r.integer_or("max_window_layers", 0) : 0;
+    const auto from = t == Family::qwen2 || t == Family::qwen3 ? r.integer_or("max_window_layers", 0) : 0;
     for (std::int64_t l = 0; l < L; ++l) {
-      const bool alternate = t == "gpt_oss" || t == "gemma2" || t == "gemma3_text";
+      const bool alternate = t == Family::gpt_oss || gemma;
       sliding[static_cast<std::size_t>(l)] = alternate ? (l + 1) % pattern != 0 : l >= from;
     }
   }
@@ -166,7 +182,7 @@ void read_attention_types(const Reader& r, TargetConfig& c) {
 // soft caps, the GELU MLP, q/k norm (Gemma 3).
 void read_gemma(const Reader& r, TargetConfig& c) {
   c.norm_one_plus = c.embed_scaled = c.sandwich_norms = true;
-  c.qk_norm = c.model_type == "gemma3_text";
+  c.qk_norm = c.family == Family::gemma3_text;
   c.hidden_act = r.string_or("hidden_activation", r.string_or("hidden_act", "gelu_pytorch_tanh"));
   EAGLE_CHECK(c.hidden_act == "gelu_pytorch_tanh",
               r.bad("hidden_activation", "unsupported activation").expected("gelu_pytorch_tanh").found(c.hidden_act));
@@ -175,7 +191,7 @@ void read_gemma(const Reader& r, TargetConfig& c) {
               r.bad("query_pre_attn_scalar", "must be positive").found(std::to_string(scalar)));
   c.attention_scale = 1.0 / std::sqrt(scalar);
   // Gemma 3's attention never applies attn_logit_softcapping (transformers does not pass it on).
-  c.attn_softcap = c.model_type == "gemma2" ? r.number_or("attn_logit_softcapping", 0.0) : 0.0;
+  c.attn_softcap = c.family == Family::gemma2 ? r.number_or("attn_logit_softcapping", 0.0) : 0.0;
   c.final_softcap = r.number_or("final_logit_softcapping", 0.0);
   EAGLE_CHECK(
       c.attn_softcap >= 0 && c.final_softcap >= 0 && std::isfinite(c.attn_softcap) && std::isfinite(c.final_softcap),
@@ -228,20 +244,21 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
                   .found(r.has("architectures") ? j["architectures"].dump() : "nothing"));
   c.architecture = j["architectures"][0].get<std::string>();
   c.model_type = r.string_or("model_type", "");
-  const Family* fam = nullptr;
+  const FamilyRow* fam = nullptr;
   for (const auto& f : kFamilies)
     if (c.architecture == f.architecture) fam = &f;
   EAGLE_CHECK(fam != nullptr,
-              r.bad("architectures", "unsupported architecture").expected(kFamilyList).found(c.architecture));
+              r.bad("architectures", "unsupported architecture").expected(family_list()).found(c.architecture));
   EAGLE_CHECK(
       c.model_type == fam->model_type,
       r.bad("model_type", "model_type does not match the architecture").expected(fam->model_type).found(c.model_type));
+  c.family = fam->family;
+  const auto t = c.family;
 
   c.vocab_size = r.positive("vocab_size");
   c.hidden_size = r.positive("hidden_size");
   // Qwen3-MoE's intermediate_size is only its dense layers' (checked below when there are any).
-  c.intermediate_size =
-      c.model_type == "qwen3_moe" ? r.integer_or("intermediate_size", 0) : r.positive("intermediate_size");
+  c.intermediate_size = t == Family::qwen3_moe ? r.integer_or("intermediate_size", 0) : r.positive("intermediate_size");
   c.num_hidden_layers = r.positive("num_hidden_layers");
   c.num_attention_heads = r.positive("num_attention_heads");
   c.num_key_value_heads = r.has("num_key_value_heads") ? r.positive("num_key_value_heads") : c.num_attention_heads;
@@ -259,7 +276,7 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
   c.max_position_embeddings = r.integer_or("max_position_embeddings", 2048);
   c.rms_norm_eps = r.number_or("rms_norm_eps", 1e-6);
   c.tie_word_embeddings = r.boolean_or("tie_word_embeddings", false);
-  const bool gemma = c.model_type == "gemma2" || c.model_type == "gemma3_text";
+  const bool gemma = t == Family::gemma2 || t == Family::gemma3_text;
   c.hidden_act = gemma ? "gelu_pytorch_tanh" : r.string_or("hidden_act", "silu");
   EAGLE_CHECK(c.hidden_act == "silu" || gemma,
               r.bad("hidden_act", "unsupported activation").expected("silu").found(c.hidden_act));
@@ -271,22 +288,21 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
   read_rope_layers(r, c);
 
   // Bias and normalisation layout per family (as in transformers' modeling files).
-  const bool attention_bias = r.boolean_or("attention_bias", c.model_type == "gpt_oss");
-  if (c.model_type == "qwen2") {
+  const bool attention_bias = r.boolean_or("attention_bias", t == Family::gpt_oss);
+  if (t == Family::qwen2) {
     c.attention_bias = true;  // Qwen2 always has q/k/v bias, never o_proj bias
-  } else if (c.model_type == "mistral" || c.model_type == "mixtral") {
+  } else if (t == Family::mistral || t == Family::mixtral) {
     EAGLE_CHECK(!attention_bias, r.bad("attention_bias", "Mistral and Mixtral have no attention bias").found("true"));
   } else {
     c.attention_bias = attention_bias;
     c.o_bias = attention_bias;  // Llama, Qwen3(-MoE) and gpt-oss put the bias on o_proj too
   }
-  c.qk_norm = c.model_type == "qwen3" || c.model_type == "qwen3_moe";
-  if (gemma) read_gemma(r, c);
-  if (c.model_type == "phi3") read_phi3(r, c);
-  c.attention_sinks = c.norm_weight_fp32 = c.model_type == "gpt_oss";
+  c.qk_norm = t == Family::qwen3 || t == Family::qwen3_moe;
+  if (fam->read != nullptr) fam->read(r, c);
+  c.attention_sinks = c.norm_weight_fp32 = t == Family::gpt_oss;
   EAGLE_CHECK(!r.boolean_or("mlp_bias", false),
               r.bad("mlp_bias", "MLP bias is not supported").expected("false").found("true"));
-  if (is_moe_family(c.model_type)) read_moe(r, c);
+  if (fam->moe) read_moe(r, c);
   bool dense_layers = !c.moe();
   for (bool sparse : c.sparse_layers) dense_layers = dense_layers || !sparse;
   EAGLE_CHECK(!dense_layers || c.intermediate_size > 0,

@@ -36,7 +36,7 @@ TargetOutput TargetModel::forward(const TargetBatch& batch, const TeacherSpec& t
   // Causal attention alone for padded rows; within each document for packed ones (attention.h).
   const model::AttentionLayout layout(batch.document_ids, batch.attention);
   const double scale = target_attention_scale(m.cfg);
-  const Impl::Attend attend = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+  const Impl::Attend attend = [&](std::size_t, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                   const model::AttentionExtras& extras) {
     return model::layout_attention(q, k, v, layout, scale, extras);
   };
@@ -57,12 +57,7 @@ TargetOutput TargetModel::forward(const TargetBatch& batch, const TeacherSpec& t
       out.aux_hidden.narrow(-1, i * H, H).copy_(h);
     }
   };
-  auto x = m.embed_scaled(batch.input_ids);
-  keep(0, x);
-  for (std::int64_t l = 0; l < L; ++l) {
-    x = m.layer(static_cast<std::size_t>(l), x, rope, attend);
-    if (l + 1 < L) keep(l + 1, x);
-  }
+  const auto x = m.run_layers(batch.input_ids, rope, attend, keep);
   out.final_hidden = m.norm(x, m.final_norm);
   keep(L, out.final_hidden);
 
@@ -162,27 +157,12 @@ TargetStepOutput TargetModel::forward_tree(KvCache& cache, const torch::Tensor& 
       tree ? torch::cat({torch::ones({n, start}, iopts.dtype(torch::kBool)), tree_mask.to(m.device, torch::kBool)}, 1)
                  .view({1, 1, n, start + n})
            : key_pos <= query_pos;
-  const double scale = target_attention_scale(m.cfg);
-  std::size_t l = 0;
-  const CacheWrite write{&cache};
-  const Impl::Attend attend = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                  const model::AttentionExtras& extras) {
-    const auto [keys, values] = write.apply(l, k, v);
-    return model::masked_attention(q, keys, values, model::window_mask(mask, query_pos, key_pos, extras.window), scale,
-                                   extras);
-  };
-
   std::vector<torch::Tensor> aux;
   auto keep = [&](std::int64_t id, const torch::Tensor& h) {
     for (auto a : m.aux_ids)
       if (a == id) aux.push_back(h);
   };
-  auto x = m.embed_scaled(ids);
-  keep(0, x);
-  for (; l < static_cast<std::size_t>(L); ++l) {
-    x = m.layer(l, x, rope, attend);
-    if (l + 1 < static_cast<std::size_t>(L)) keep(static_cast<std::int64_t>(l) + 1, x);
-  }
+  const auto x = m.run_layers(ids, rope, m.cached_attend(CacheWrite{&cache}, mask, query_pos, key_pos), keep);
   cache.length = start + n;
   TargetStepOutput out;
   out.final_hidden = m.norm(x, m.final_norm);

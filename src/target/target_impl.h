@@ -105,14 +105,26 @@ struct TargetModel::Impl {
   std::int64_t parameter_count = 0, active_parameter_count = 0;
   std::int64_t chunk_tokens = 0;  // positions per chunk of a layer's position-wise half; 0: all at once
 
-  // The attention of a layer: q [B, heads, T, d], k, v [B, kv_heads, T, d] (with RoPE) -> [B, heads,
-  // T, d]. The training forward attends within the batch's documents; the incremental one writes
-  // k, v into the KV cache and attends it.
+  // The attention of layer l: q [B, heads, T, d], k, v [B, kv_heads, T, d] (with RoPE) -> [B, heads,
+  // T, d]. The training forward attends within the batch's documents; the incremental ones write
+  // k, v into layer l of the KV cache and attend it (cached_attend).
   // The layer's window and sinks come with them.
-  using Attend = std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
-                                             const model::AttentionExtras&)>;
+  using Attend = std::function<torch::Tensor(std::size_t l, const torch::Tensor&, const torch::Tensor&,
+                                             const torch::Tensor&, const model::AttentionExtras&)>;
+  // Sees hidden_states[id] as the walk makes it (id 0: the embedding, id l: layer l's input).
+  using Keep = std::function<void(std::int64_t id, const torch::Tensor& h)>;
   // One decoder layer with the layer's RoPE tables.
   torch::Tensor layer(std::size_t l, const torch::Tensor& x, const RopeTables& rope, const Attend& attend) const;
+  // The walk every forward shares: the embedding of ids, then each decoder layer, keep shown
+  // hidden_states[0..L-1]; returns the last layer's output before the final norm (hidden_states[L]
+  // is that norm, which each forward applies to the positions it needs).
+  torch::Tensor run_layers(const torch::Tensor& ids, const RopeTables& rope, const Attend& attend,
+                           const Keep& keep) const;
+  // The attention of the cached forwards (target_ragged.cpp): each layer's new keys and values
+  // written where `write` says, then the cache attended under mask [.., n, keys] (bool), less what a
+  // sliding window drops by the queries' and keys' positions.
+  Attend cached_attend(const CacheWrite& write, const torch::Tensor& mask, const torch::Tensor& query_pos,
+                       const torch::Tensor& key_pos) const;
   // The embedding of ids (Gemma: times sqrt(hidden_size) in the model dtype).
   torch::Tensor embed_scaled(const torch::Tensor& ids) const;
   // The LM head on final normed hidden states, soft-capped where the family caps (model dtype).

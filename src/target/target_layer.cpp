@@ -88,7 +88,7 @@ torch::Tensor TargetModel::Impl::layer(std::size_t l, const torch::Tensor& x, co
   q = model::apply_rope(q, cos, sin, /*head_axis=*/2);
   k = model::apply_rope(k, cos, sin, /*head_axis=*/2);
   const model::AttentionExtras extras{window, w.sinks, cfg.attn_softcap};
-  auto o = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), extras);  // [B, heads, T, d]
+  auto o = attend(l, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), extras);  // [B, heads, T, d]
   o = o.transpose(1, 2).reshape({B, T, nh * hd});
   // The position-wise rest (o_proj, residual, MLP or experts) acts on each token alone, so it runs in
   // chunks of chunk_tokens positions: its [.., T, 2 I] temporaries are bounded by the chunk, not T.
@@ -128,6 +128,18 @@ torch::Tensor document_lengths(const torch::Tensor& position_ids, const torch::T
   auto run = (document_ids != prev).to(torch::kInt64).cumsum(1) - 1;  // run index within the row
   auto last = torch::zeros({b, t}, position_ids.options()).scatter_reduce(1, run, position_ids, "amax");
   return last.gather(1, run) + 1;
+}
+
+torch::Tensor TargetModel::Impl::run_layers(const torch::Tensor& ids, const RopeTables& rope, const Attend& attend,
+                                            const Keep& keep) const {
+  const auto L = static_cast<std::size_t>(cfg.num_hidden_layers);
+  auto x = embed_scaled(ids);
+  keep(0, x);
+  for (std::size_t l = 0; l < L; ++l) {
+    x = layer(l, x, rope, attend);
+    if (l + 1 < L) keep(static_cast<std::int64_t>(l) + 1, x);
+  }
+  return x;
 }
 
 }  // namespace eagle::target

@@ -29,6 +29,18 @@ std::pair<torch::Tensor, torch::Tensor> CacheWrite::apply(std::size_t l, const t
   return {keys.narrow(2, 0, key_len).index_select(0, rows), values.narrow(2, 0, key_len).index_select(0, rows)};
 }
 
+TargetModel::Impl::Attend TargetModel::Impl::cached_attend(const CacheWrite& write, const torch::Tensor& mask,
+                                                           const torch::Tensor& query_pos,
+                                                           const torch::Tensor& key_pos) const {
+  const double scale = target_attention_scale(cfg);
+  return [write, mask, query_pos, key_pos, scale](std::size_t l, const torch::Tensor& q, const torch::Tensor& k,
+                                                  const torch::Tensor& v, const model::AttentionExtras& extras) {
+    const auto [keys, values] = write.apply(l, k, v);
+    return model::masked_attention(q, keys, values, model::window_mask(mask, query_pos, key_pos, extras.window), scale,
+                                   extras);
+  };
+}
+
 namespace {
 
 Error malformed_step(const char* field) { return Error(ErrorKind::internal, "malformed ragged step").place(field); }
@@ -75,28 +87,13 @@ torch::Tensor ragged_layers(const TargetModel::Impl& m, KvCache& cache, const Ra
   const auto key_pos = torch::arange(step.key_len, iopts).view({1, 1, 1, -1});
   const auto query_pos = step.columns.view({R, 1, N, 1});
   const auto mask = key_pos <= query_pos;
-  const double scale = target_attention_scale(m.cfg);
-  std::size_t l = 0;
-  const TargetModel::Impl::Attend attend = [&](const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                               const model::AttentionExtras& extras) {
-    const auto [keys, values] = write.apply(l, k, v);
-    return model::masked_attention(q, keys, values, model::window_mask(mask, query_pos, key_pos, extras.window), scale,
-                                   extras);
-  };
-
   auto keep = [&](std::int64_t id, const torch::Tensor& h) {
     if (aux == nullptr) return;
     for (std::size_t a = 0; a < m.aux_ids.size(); ++a)
       if (m.aux_ids[a] == id) (*aux)[a] = h;
   };
   if (aux != nullptr) aux->assign(m.aux_ids.size(), torch::Tensor());
-  auto x = m.embed_scaled(step.ids);
-  keep(0, x);
-  for (; l < static_cast<std::size_t>(L); ++l) {
-    x = m.layer(l, x, rope, attend);
-    if (l + 1 < static_cast<std::size_t>(L)) keep(static_cast<std::int64_t>(l) + 1, x);
-  }
-  return x;
+  return m.run_layers(step.ids, rope, m.cached_attend(write, mask, query_pos, key_pos), keep);
 }
 
 }  // namespace

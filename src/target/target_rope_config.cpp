@@ -40,7 +40,7 @@ model::RopeConfig parse_rope(const Reader& r, const json& params, const std::str
               bad("rope_theta", "must be positive").found(std::to_string(rope.theta)));
   rope.type = p.has("rope_type") ? p.string_or("rope_type", "default") : p.string_or("type", "default");
   // Phi-3's old spellings of longrope (Phi3Config does the same).
-  if (c.model_type == "phi3" && (rope.type == "su" || rope.type == "yarn")) rope.type = "longrope";
+  if (c.family == Family::phi3 && (rope.type == "su" || rope.type == "yarn")) rope.type = "longrope";
   EAGLE_CHECK(rope.type == "default" || rope.type == "linear" || rope.type == "dynamic" || rope.type == "llama3" ||
                   rope.type == "yarn" || rope.type == "longrope",
               bad("rope_type", "unsupported RoPE type")
@@ -110,7 +110,7 @@ model::RopeConfig parse_rope(const Reader& r, const json& params, const std::str
 }  // namespace
 
 void read_rope_layers(const Reader& r, TargetConfig& c) {
-  const bool gemma3 = c.model_type == "gemma3_text";
+  const bool gemma3 = c.family == Family::gemma3_text;
   if (r.has("rope_parameters")) {
     const auto& rp = r.j["rope_parameters"];
     EAGLE_CHECK(rp.is_object(), r.bad("rope_parameters", "not an object").found(rp.dump()));

@@ -15,10 +15,10 @@ struct ExpertNames {
   std::string gate, up, down;  // per expert, with {} for its index (Qwen3-MoE, Mixtral)
 };
 ExpertNames expert_names(const TargetConfig& c, const std::string& p) {
-  if (c.model_type == "mixtral")
+  if (c.family == Family::mixtral)
     return {p + "block_sparse_moe.gate.weight", "", p + "block_sparse_moe.experts.{}.w1.weight",
             p + "block_sparse_moe.experts.{}.w3.weight", p + "block_sparse_moe.experts.{}.w2.weight"};
-  if (c.model_type == "gpt_oss") return {p + "mlp.router.weight", p + "mlp.router.bias", "", "", ""};
+  if (c.family == Family::gpt_oss) return {p + "mlp.router.weight", p + "mlp.router.bias", "", "", ""};
   return {p + "mlp.gate.weight", "", p + "mlp.experts.{}.gate_proj.weight", p + "mlp.experts.{}.up_proj.weight",
           p + "mlp.experts.{}.down_proj.weight"};
 }
@@ -104,7 +104,7 @@ std::map<std::string, std::vector<std::int64_t>> expected_tensors(const TargetCo
     const auto E = c.num_experts, Ie = c.moe_intermediate_size;
     e[n.router] = {E, H};
     if (c.router_bias) e[n.router_bias] = {E};
-    if (c.model_type == "gpt_oss") {
+    if (c.family == Family::gpt_oss) {
       gpt_oss_experts(c, p, e);
       continue;
     }
@@ -169,7 +169,7 @@ void assemble_experts(const TargetConfig& c, const std::string& p, TargetLayerWe
   const auto n = expert_names(c, p);
   w.router_w = get(n.router);
   if (c.router_bias) w.router_b = get(n.router_bias);
-  if (c.model_type != "gpt_oss") {
+  if (c.family != Family::gpt_oss) {
     std::vector<torch::Tensor> gate_up, down;
     for (std::int64_t e = 0; e < c.num_experts; ++e) {
       gate_up.push_back(torch::cat({get(expert(n.gate, e)), get(expert(n.up, e))}));

@@ -171,8 +171,11 @@ void Trainer::build() {
   max_segments_ = o_.padding_free ? data::max_segments_per_row(lengths, o_.training_seq_len) : 0;
   const auto shape_counts = sampler_->shape_counts(0);
   check_step_memory(o_, inputs_.ends.config, head_->config(), device_, shape_counts);  // before any step allocates
-  // A target that reads the host in its forward (TargetModel::graph_safe) runs eagerly.
-  graphs_.emplace(device_, inputs_.target && !inputs_.target->graph_safe() ? 0 : o_.max_cuda_graphs,
+  // A target that reads the host in its forward runs eagerly (TargetModel::graphed_steps).
+  const auto graphed = inputs_.target
+                           ? inputs_.target->graphed_steps(o_.max_cuda_graphs, target::TargetModel::Step::training)
+                           : o_.max_cuda_graphs;
+  graphs_.emplace(device_, graphed,
                   device::most_frequent_shapes(shape_counts, static_cast<std::int64_t>(shape_counts.size())), "train");
   const auto params = head::named_parameters(*head_);
   comm_ = device::bind_flat_gradients(params, /*extra=*/1, device_);

@@ -27,10 +27,14 @@ enum class MoeRouting {
   topk_softmax,  // gpt-oss: the k largest logits (router with bias), softmax over those k
 };
 
+// The supported families, one per row of target_config.cpp's family table (its architecture,
+// model_type, MoE bit and reader); the forward code never asks for a family, only for the flags below.
+enum class Family { llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, gpt_oss, gemma2, gemma3_text, phi3 };
+
 struct TargetConfig {
   std::string architecture;  // config.json "architectures"[0], e.g. LlamaForCausalLM
-  std::string model_type;    // llama | mistral | qwen2 | qwen3 | qwen3_moe | mixtral | gpt_oss | gemma2 |
-                             // gemma3_text | phi3
+  std::string model_type;    // config.json model_type, as the family's row spells it (printed by inspect)
+  Family family = Family::llama;  // read once from architectures and model_type
   std::int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0;
   std::int64_t num_attention_heads = 0, num_key_value_heads = 0, head_dim = 0;
   std::int64_t max_position_embeddings = 0;
@@ -141,6 +145,9 @@ struct TargetEnds {
   torch::Tensor embed;       // [V, H]
   torch::Tensor final_norm;  // [H]
   torch::Tensor lm_head;     // [V, H]; the embedding itself when tied
+
+  // The final norm on x [.., H] as the family computes it (stored pre-norm features made post-norm).
+  torch::Tensor norm(const torch::Tensor& x) const { return target_norm(config, x, final_norm); }
 };
 
 // Per-layer key/value cache of one sequence batch, for incremental decoding.
@@ -200,6 +207,11 @@ class TargetModel {
   // only for a mixture of experts on a GPU where at::_grouped_mm does not run (not bf16, or before
   // sm90), whose per-expert loop reads the expert counts on the host.
   bool graph_safe() const;
+  // How many shapes of a step may replay CUDA graphs: max_cuda_graphs on a GPU where every forward of
+  // the step is capture-safe on this target (graph_safe; a decoding step also needs static RoPE:
+  // dynamic NTK scales with the step's key length, which graphed steps round up), else 0 (eager).
+  enum class Step { training, decoding };
+  std::int64_t graphed_steps(std::int64_t max_cuda_graphs, Step step) const;
   // Input-of-layer ids (hidden_states[id]); default EAGLE-3 [2, L/2, L-3] (see EAGLE.md).
   const std::vector<std::int64_t>& aux_layer_ids() const;
   void set_aux_layer_ids(std::vector<std::int64_t> ids);  // validated: each in [0, L]
