@@ -20,11 +20,11 @@
 #include "eagle/generate/server_generate.h"
 #include "eagle/run/dir_lock.h"
 #include "eagle/run/signals.h"
+#include "eagle/server/server_client.h"
 #include "eagle/target/target.h"
 #include "eagle/util/error.h"
 #include "eagle/util/fs_sync.h"
 #include "eagle/util/log.h"
-#include "eagle/util/server_client.h"
 
 namespace eagle::cli {
 namespace {
@@ -52,9 +52,9 @@ nlohmann::json output_settings(const config::Options& o, const data::Dataset& ds
   return j;
 }
 
-util::ServerSettings server_settings(const config::Options& o) {
-  util::ServerSettings s{o.target_server, o.generate_batch_size, static_cast<double>(o.target_server_timeout_s),
-                         o.target_server_retries, /*rank=*/0};
+server::ServerSettings server_settings(const config::Options& o) {
+  server::ServerSettings s{o.target_server, o.generate_batch_size, static_cast<double>(o.target_server_timeout_s),
+                           o.target_server_retries, /*rank=*/0};
   s.resume = "rerun the same command to continue where it stopped";
   s.log_area = "generate";
   return s;
@@ -62,8 +62,8 @@ util::ServerSettings server_settings(const config::Options& o) {
 
 // The servers answer and serve a context of at least training_seq_len (else replies would be cut
 // elsewhere than in-process, or refused).
-util::ServedModel check_generate_servers(const config::Options& o) {
-  const auto served = util::check_servers(server_settings(o));
+server::ServedModel check_generate_servers(const config::Options& o) {
+  const auto served = server::check_servers(server_settings(o));
   EAGLE_CHECK(served.max_model_len == 0 || served.max_model_len >= o.training_seq_len,
               Error(ErrorKind::input, "the server's context is shorter than training_seq_len")
                   .file(o.target_server)

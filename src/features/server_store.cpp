@@ -24,8 +24,8 @@
 #include "eagle/model/dtype.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/model/shape_check.h"
+#include "eagle/server/http_client.h"
 #include "eagle/util/error.h"
-#include "eagle/util/http_client.h"
 #include "eagle/util/log.h"
 
 namespace eagle::features {
@@ -47,9 +47,9 @@ struct ServerFeatures::Impl {
     std::int64_t consumed = 0;         // tokens read so far
   };
 
-  util::ServerSettings settings;
-  mutable std::optional<util::UrlRotation> urls;  // set in the constructor
-  util::ServedModel model;
+  server::ServerSettings settings;
+  mutable std::optional<server::UrlRotation> urls;  // set in the constructor
+  server::ServedModel model;
   std::vector<std::int32_t> ids;      // every store sample's token ids, concatenated
   std::vector<std::int64_t> offsets;  // sample s: ids[offsets[s], offsets[s + 1])
   mutable FeatureLayout layout;       // its dtype set by the probe (in the constructor)
@@ -76,7 +76,7 @@ struct ServerFeatures::Impl {
   void fetch(Entry& e) const {
     const std::string what = fmt::format("the hidden states of sample {}", e.sample);
     std::int64_t retries = 0;
-    util::with_retries(
+    server::with_retries(
         settings, what,
         [&](std::int64_t) {
           fetch_once(urls->next(), e);
@@ -89,15 +89,15 @@ struct ServerFeatures::Impl {
     counters.bytes += static_cast<std::int64_t>(e.hidden.size());
   }
 
-  void fetch_once(const util::HttpUrl& url, Entry& e) const {
+  void fetch_once(const server::HttpUrl& url, Entry& e) const {
     const auto t0 = Clock::now();
     nlohmann::json body{
         {"model", model.id},
         {"prompt", std::vector<std::int32_t>(ids.begin() + offsets[e.sample], ids.begin() + offsets[e.sample + 1])},
         {"max_tokens", 1},
         {"return_token_ids", true}};
-    const auto j = util::parse_json(url, "/v1/completions",
-                                    util::try_request(url, "POST", "/v1/completions", body.dump(), settings.timeout_s));
+    const auto j = server::parse_json(
+        url, "/v1/completions", server::try_request(url, "POST", "/v1/completions", body.dump(), settings.timeout_s));
     const auto* kv =
         j.contains("kv_transfer_params") && j["kv_transfer_params"].is_object() ? &j["kv_transfer_params"] : nullptr;
     EAGLE_CHECK(kv && kv->contains("hidden_states_path") && (*kv)["hidden_states_path"].is_string(),
@@ -116,7 +116,7 @@ struct ServerFeatures::Impl {
   }
 
   // The connector holds an exclusive lock on PATH.lock until PATH is written: wait for a shared one.
-  void wait_for_file(const util::HttpUrl& url, const std::string& path, Clock::time_point t0) const {
+  void wait_for_file(const server::HttpUrl& url, const std::string& path, Clock::time_point t0) const {
     for (;;) {
       const int fd = ::open((path + ".lock").c_str(), O_RDONLY | O_CLOEXEC);
       if (fd >= 0) {
@@ -211,7 +211,7 @@ struct ServerFeatures::Impl {
   }
 };
 
-ServerFeatures::ServerFeatures(util::ServerSettings settings, util::ServedModel model,
+ServerFeatures::ServerFeatures(server::ServerSettings settings, server::ServedModel model,
                                const std::vector<const data::Dataset*>& splits, std::int64_t hidden_size,
                                std::int64_t n_aux)
     : impl_(std::make_unique<Impl>()) {

@@ -14,7 +14,7 @@
 #include "eagle/data/dataset.h"
 #include "eagle/data/sampler.h"
 #include "eagle/features/store.h"
-#include "eagle/util/server_client.h"
+#include "eagle/server/server_client.h"
 
 namespace eagle::features {
 
@@ -24,7 +24,7 @@ class ServerFeatures : public FeatureStore {
   // are copied). One probe request for the first sample checks the features against the target:
   // hidden_states of hidden_size, n_aux + 1 layer slots, token_ids equal to the prompt, a file
   // readable here (refused by name otherwise).
-  ServerFeatures(util::ServerSettings settings, util::ServedModel model,
+  ServerFeatures(server::ServerSettings settings, server::ServedModel model,
                  const std::vector<const data::Dataset*>& splits, std::int64_t hidden_size, std::int64_t n_aux);
   ~ServerFeatures() override;
 

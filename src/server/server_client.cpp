@@ -1,7 +1,7 @@
 // The requests of --target_server (see server_client.h).
-#include "eagle/util/server_client.h"
+#include "eagle/server/server_client.h"
 
-namespace eagle::util {
+namespace eagle::server {
 
 nlohmann::json parse_json(const HttpUrl& url, const std::string& path, const HttpResponse& r) {
   if (r.status >= 500 || r.status == 429)
@@ -81,4 +81,4 @@ ServedModel check_servers(const ServerSettings& s) {
   return out;
 }
 
-}  // namespace eagle::util
+}  // namespace eagle::server

@@ -14,11 +14,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "eagle/server/http_client.h"
 #include "eagle/util/error.h"
-#include "eagle/util/http_client.h"
 #include "eagle/util/log.h"
 
-namespace eagle::util {
+namespace eagle::server {
 
 struct ServerSettings {
   std::string urls;           // target_server: comma-separated
@@ -91,4 +91,4 @@ auto with_retries(const ServerSettings& s, const std::string& what, F&& f, Stop&
   }
 }
 
-}  // namespace eagle::util
+}  // namespace eagle::server
