@@ -52,18 +52,10 @@ nlohmann::json output_settings(const config::Options& o, const data::Dataset& ds
   return j;
 }
 
-server::ServerSettings server_settings(const config::Options& o) {
-  server::ServerSettings s{o.target_server, o.generate_batch_size, static_cast<double>(o.target_server_timeout_s),
-                           o.target_server_retries, /*rank=*/0};
-  s.resume = "rerun the same command to continue where it stopped";
-  s.log_area = "generate";
-  return s;
-}
-
 // The servers answer and serve a context of at least training_seq_len (else replies would be cut
 // elsewhere than in-process, or refused).
 server::ServedModel check_generate_servers(const config::Options& o) {
-  const auto served = server::check_servers(server_settings(o));
+  const auto served = server::check_servers(server::ServerSettings::from(o, server::ServerPurpose::generate));
   EAGLE_CHECK(served.max_model_len == 0 || served.max_model_len >= o.training_seq_len,
               Error(ErrorKind::input, "the server's context is shorter than training_seq_len")
                   .file(o.target_server)
@@ -172,7 +164,8 @@ void run_generate(const config::Options& opts, const Invocation& argv) {
   generate::GenerateResult result;
   try {
     result = server
-                 ? generate::generate_from_server(server_settings(opts), *served, dataset, first, settings, emit, stop)
+                 ? generate::generate_from_server(server::ServerSettings::from(opts, server::ServerPurpose::generate),
+                                                  *served, dataset, first, settings, emit, stop)
                  : generate::generate(*target, dataset, first, settings, emit, stop);
   } catch (const Error&) {
     writer.commit(counts.to_json());  // the samples emitted before the failure stay done

@@ -232,9 +232,8 @@ data::Dataset load_eval_data(const config::Options& opts, std::int64_t vocab_siz
 // data as online, its samples numbered train first, then held-out.
 RunInputs open_server(const config::Options& o, const HeadReads& head, torch::Device device, bool eval) {
   const auto config = target::TargetConfig::from_model_dir(o.model_name_or_path);
-  const server::ServerSettings settings{o.target_server, o.target_server_inflight,
-                                        static_cast<double>(o.target_server_timeout_s), o.target_server_retries,
-                                        device::launch_from_env().rank};
+  const auto settings =
+      server::ServerSettings::from(o, server::ServerPurpose::features, device::launch_from_env().rank);
   const auto served = server::check_servers(settings);
   config::Options lo = o;
   // The server computes the prompt and generates one token: prompt + 1 <= max_model_len.

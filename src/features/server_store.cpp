@@ -91,13 +91,8 @@ struct ServerFeatures::Impl {
 
   void fetch_once(const server::HttpUrl& url, Entry& e) const {
     const auto t0 = Clock::now();
-    nlohmann::json body{
-        {"model", model.id},
-        {"prompt", std::vector<std::int32_t>(ids.begin() + offsets[e.sample], ids.begin() + offsets[e.sample + 1])},
-        {"max_tokens", 1},
-        {"return_token_ids", true}};
-    const auto j = server::parse_json(
-        url, "/v1/completions", server::try_request(url, "POST", "/v1/completions", body.dump(), settings.timeout_s));
+    const std::vector<std::int64_t> prompt(ids.begin() + offsets[e.sample], ids.begin() + offsets[e.sample + 1]);
+    const auto j = server::completions(url, model.id, prompt, /*max_tokens=*/1, {}, settings.timeout_s);
     const auto* kv =
         j.contains("kv_transfer_params") && j["kv_transfer_params"].is_object() ? &j["kv_transfer_params"] : nullptr;
     EAGLE_CHECK(kv && kv->contains("hidden_states_path") && (*kv)["hidden_states_path"].is_string(),

@@ -62,6 +62,26 @@ std::vector<data::TokenId> answer_tokens(const server::HttpUrl& url, std::size_t
   return out;
 }
 
+// The request's fields besides the prompt and max_tokens: every sampling option written out (vLLM
+// otherwise applies the model's generation_config.json defaults, which in-process generate does not),
+// the end ids as the only stops, and a seed per (run seed, sample, reply) when sampling.
+nlohmann::json sampling_fields(const GenerateSettings& s, std::size_t index, std::int64_t turn) {
+  nlohmann::json j{{"temperature", s.temperature},
+                   {"top_p", s.top_p},
+                   {"top_k", 0},
+                   {"min_p", 0.0},
+                   {"repetition_penalty", 1.0},
+                   {"presence_penalty", 0.0},
+                   {"frequency_penalty", 0.0},
+                   {"ignore_eos", true},
+                   {"stop_token_ids", s.limits.end_ids}};
+  if (s.temperature > 0)
+    j["seed"] = static_cast<std::int64_t>(
+        mix(s.seed ^ mix(static_cast<std::uint64_t>(index) * 0x100000001B3ull + static_cast<std::uint64_t>(turn))) >>
+        1);
+  return j;
+}
+
 class ServerGenerator {
  public:
   ServerGenerator(server::ServerSettings settings, const server::ServedModel& model, const data::Dataset& dataset,
@@ -176,14 +196,14 @@ class ServerGenerator {
   // One reply of sample `index`: the request (retried while the server fails transiently) and its
   // tokens accepted one by one; refused when they do not end the reply exactly at their last one.
   void reply(std::size_t index, std::int64_t turn, data::Regeneration& r) {
-    const std::string body = completion_request(model_, gs_, index, turn, r).dump();
+    const auto fields = sampling_fields(gs_, index, turn);
+    const std::vector<std::int64_t> prompt(r.output().input_ids.begin(), r.output().input_ids.end());
     const server::HttpUrl* url = nullptr;
     const auto answer = server::with_retries(
         settings_, fmt::format("reply {} of sample {}", turn + 1, index),
         [&](std::int64_t) {
           url = &urls_.next();
-          return server::parse_json(*url, kPath,
-                                    server::try_request(*url, "POST", kPath, body, settings_.timeout_s, &cancel_));
+          return server::completions(*url, model_.id, prompt, r.reply_budget(), fields, settings_.timeout_s, &cancel_);
         },
         [&](double wait_s) { return stopped(wait_s); });
     const auto tokens = answer_tokens(*url, index, answer);
@@ -247,30 +267,6 @@ class ServerGenerator {
 };
 
 }  // namespace
-
-nlohmann::json completion_request(const server::ServedModel& model, const GenerateSettings& s, std::size_t index,
-                                  std::int64_t turn, const data::Regeneration& r) {
-  // Every sampling option written out: vLLM otherwise applies the model's generation_config.json
-  // defaults, which in-process generate does not.
-  nlohmann::json j{{"model", model.id},
-                   {"prompt", r.output().input_ids},
-                   {"max_tokens", r.reply_budget()},
-                   {"temperature", s.temperature},
-                   {"top_p", s.top_p},
-                   {"top_k", 0},
-                   {"min_p", 0.0},
-                   {"repetition_penalty", 1.0},
-                   {"presence_penalty", 0.0},
-                   {"frequency_penalty", 0.0},
-                   {"ignore_eos", true},
-                   {"stop_token_ids", s.limits.end_ids},
-                   {"return_token_ids", true}};
-  if (s.temperature > 0)
-    j["seed"] = static_cast<std::int64_t>(
-        mix(s.seed ^ mix(static_cast<std::uint64_t>(index) * 0x100000001B3ull + static_cast<std::uint64_t>(turn))) >>
-        1);
-  return j;
-}
 
 GenerateResult generate_from_server(server::ServerSettings settings, const server::ServedModel& model,
                                     const data::Dataset& dataset, std::size_t first, const GenerateSettings& gs,

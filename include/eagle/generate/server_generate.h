@@ -20,10 +20,6 @@
 
 namespace eagle::generate {
 
-// The completion request of sample `index`'s reply number `turn` (0-based) in state r, as sent.
-nlohmann::json completion_request(const server::ServedModel& model, const GenerateSettings& s, std::size_t index,
-                                  std::int64_t turn, const data::Regeneration& r);
-
 // Regenerates samples first .. dataset.size()-1 through the servers of `settings` (checked by
 // server::check_servers). stop_requested is polled every 50 ms; once true, requests in flight are
 // cancelled, the samples finished in order are emitted and it returns interrupted. A server that

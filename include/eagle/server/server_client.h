@@ -1,6 +1,7 @@
 // The requests of --target_server to vLLM servers, for the feature store (features/server_store.h)
 // and generate (generate/server_generate.h): the settings, the start-up checks of the servers (GET
-// /health, /v1/models), JSON answers, and retries with backoff for the failures worth another try.
+// /health, /v1/models), the one completion request, JSON answers, and retries with backoff for the
+// failures worth another try.
 #pragma once
 
 #include <algorithm>
@@ -14,11 +15,15 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "eagle/config/options.h"
 #include "eagle/server/http_client.h"
 #include "eagle/util/error.h"
 #include "eagle/util/log.h"
 
 namespace eagle::server {
+
+// Who asks the servers: the feature store of train and eval, or generate.
+enum class ServerPurpose { features, generate };
 
 struct ServerSettings {
   std::string urls;           // target_server: comma-separated
@@ -30,6 +35,11 @@ struct ServerSettings {
   // log area of its warnings.
   std::string resume = "resume with --resume_from_checkpoint auto";
   std::string log_area = "data";
+
+  // The options' --target_server settings. features: target_server_inflight requests, `rank` the
+  // process's rank under torchrun; generate: generate_batch_size requests, rank 0, and the hint and
+  // log area of generate.
+  static ServerSettings from(const config::Options& o, ServerPurpose purpose, std::int64_t rank = 0);
 };
 
 // The servers of settings.urls taken in turn, rank r starting at its r-th, so that ranks and
@@ -68,6 +78,13 @@ nlohmann::json parse_json(const HttpUrl& url, const std::string& path, const Htt
 // request (Error interrupted) is not one.
 HttpResponse try_request(const HttpUrl& url, const std::string& method, const std::string& path,
                          const std::string& body, double timeout_s, const std::atomic<bool>* cancel = nullptr);
+
+// One POST /v1/completions: the prompt as token ids, max_tokens and return_token_ids for `model`,
+// plus the fields of `extra` (an object: sampling options); the answer as parse_json gives it, a
+// failed request as try_request's.
+nlohmann::json completions(const HttpUrl& url, const std::string& model, const std::vector<std::int64_t>& prompt_ids,
+                           std::int64_t max_tokens, const nlohmann::json& extra, double timeout_s,
+                           const std::atomic<bool>* cancel = nullptr);
 
 // Runs f with retries and backoff: a Transient failure is tried again up to s.retries times, then
 // becomes the error (exit 4: the server stays down). stop() interrupts the backoff.
