@@ -14,6 +14,7 @@
 #include "eagle/data/loader.h"
 #include "eagle/data/speculators_folder.h"
 #include "eagle/device/distributed.h"
+#include "eagle/features/server_store.h"
 #include "eagle/features/target_identity.h"
 #include "eagle/model/dtype.h"
 #include "eagle/util/error.h"
@@ -257,10 +258,8 @@ RunInputs open_server(const config::Options& o, const HeadReads& head, torch::De
   std::vector<const data::Dataset*> splits;
   for (const auto* ds : {in.train ? &*in.train : nullptr, in.heldout ? &*in.heldout : nullptr})
     if (ds) splits.push_back(ds);
-  auto server = std::make_shared<ServerFeatures>(settings, served, splits, config.hidden_size,
-                                                 static_cast<std::int64_t>(in.aux_layer_ids.size()));
-  in.server = server;
-  in.store = server;
+  in.store = std::make_shared<ServerFeatures>(settings, served, splits, config.hidden_size,
+                                              static_cast<std::int64_t>(in.aux_layer_ids.size()));
   const auto n_train = static_cast<std::int64_t>(in.train ? in.train->size() : 0);
   in.train_samples.resize(static_cast<std::size_t>(n_train));
   std::iota(in.train_samples.begin(), in.train_samples.end(), std::int64_t{0});

@@ -60,7 +60,7 @@ struct ServerFeatures::Impl {
   mutable std::condition_variable cv;
   mutable std::deque<std::shared_ptr<Entry>> queue;  // planned samples in plan order, until consumed
   mutable std::vector<std::thread> threads;
-  mutable bool stop = false, failed = false, planning = false;
+  mutable bool stop = false, planning = false;
   mutable Counters counters;
 
   std::int64_t length(std::int64_t s) const { return offsets[s + 1] - offsets[s]; }
@@ -200,7 +200,6 @@ struct ServerFeatures::Impl {
       std::lock_guard lock(mu);
       e->done = true;
       e->error = error;
-      if (error && error->kind() == ErrorKind::output) failed = true;
       cv.notify_all();
     }
   }
@@ -256,13 +255,14 @@ ServerFeatures::~ServerFeatures() {
   for (auto& t : impl_->threads) t.join();
 }
 
-void ServerFeatures::prefetch(data::Sampler plan, std::int64_t batches) const {
+void ServerFeatures::prefetch(const data::Sampler& sampler, std::int64_t batches,
+                              const std::vector<std::int64_t>& samples) const {
   auto& m = *impl_;
   const auto workers = std::max<std::int64_t>(1, m.settings.inflight);
   m.planning = batches > 0;
   for (std::int64_t w = 0; w < workers; ++w) m.threads.emplace_back([&m] { m.work(); });
   // The planner: the sampler's next batches, samples in the order the trainer reads them.
-  m.threads.emplace_back([&m, plan = std::move(plan), batches, workers]() mutable {
+  m.threads.emplace_back([&m, plan = sampler, samples, batches, workers]() mutable {
     for (std::int64_t b = 0; b < batches && !m.stopped(0); ++b) {
       const auto next = plan.next();
       for (const auto& row : next.row_samples)
@@ -271,7 +271,7 @@ void ServerFeatures::prefetch(data::Sampler plan, std::int64_t batches) const {
           m.cv.wait(lock, [&] { return m.stop || static_cast<std::int64_t>(m.queue.size()) < workers; });
           if (m.stop) return;
           auto e = std::make_shared<Impl::Entry>();
-          e->sample = s;
+          e->sample = samples[static_cast<std::size_t>(s)];
           m.queue.push_back(std::move(e));
           m.cv.notify_all();
         }
@@ -305,13 +305,7 @@ void ServerFeatures::read(std::int64_t sample, std::int64_t pos, std::int64_t n,
     e = std::make_shared<Impl::Entry>();
     e->sample = sample;
     e->planned = false;
-    try {
-      m.fetch(*e);
-    } catch (const Error& err) {
-      std::lock_guard lock(m.mu);
-      if (err.kind() == ErrorKind::output) m.failed = true;
-      throw;
-    }
+    m.fetch(*e);
     e->done = true;
   }
   {
@@ -351,11 +345,6 @@ void ServerFeatures::read(std::int64_t sample, std::int64_t pos, std::int64_t n,
     m.queue.erase(std::find(m.queue.begin(), m.queue.end(), e));
     m.cv.notify_all();
   }
-}
-
-bool ServerFeatures::down() const {
-  std::lock_guard lock(impl_->mu);
-  return impl_->failed;
 }
 
 ServerFeatures::Counters ServerFeatures::counters() const {

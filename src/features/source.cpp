@@ -119,6 +119,10 @@ class OfflineFeatures : public FeatureSource {
     }
   }
 
+  void prefetch(const data::Sampler& sampler, std::int64_t batches) const override {
+    store_->prefetch(sampler, batches, samples_);
+  }
+
   head::HeadInputs head_inputs(const BatchTensors& b) const override {
     torch::NoGradGuard no_grad;
     head::HeadInputs in = batch_inputs(b);

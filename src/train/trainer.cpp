@@ -203,9 +203,8 @@ void Trainer::restore() {
   // The checkpoints of this run hold this run's options, also after a resume.
   state_.config = options_json_;
   state_.world_size = group_->size();
-  // target_server: the samples of the remaining steps are requested ahead, in the order they are read.
-  if (inputs_.server)
-    inputs_.server->prefetch(*sampler_, (total_steps_ - state_.step) * o_.gradient_accumulation_steps);
+  // A source that fetches ahead (a target server) is given the batches of the remaining steps.
+  features_.train->prefetch(*sampler_, (total_steps_ - state_.step) * o_.gradient_accumulation_steps);
 }
 
 void Trainer::open_sinks(const std::vector<std::string>& command_line) {
@@ -241,10 +240,10 @@ ExitReason Trainer::loop() {
     const auto sampler_at = sampler_->state();
     try {
       train_step();
-    } catch (...) {
-      // A target server that stays down: the last completed step is saved (one process; ranks would wait in
+    } catch (const Error& e) {
+      // A feature source that stays down: the last completed step is saved (one process; ranks would wait in
       // the step's collectives), then the error ends the run (exit 4).
-      if (!inputs_.server || !inputs_.server->down() || group_->size() > 1) throw;
+      if (e.kind() != ErrorKind::source_down || group_->size() > 1) throw;
       --state_.step;
       sampler_->restore(sampler_at);
       save();

@@ -87,7 +87,8 @@ nlohmann::json completions(const HttpUrl& url, const std::string& model, const s
                            const std::atomic<bool>* cancel = nullptr);
 
 // Runs f with retries and backoff: a Transient failure is tried again up to s.retries times, then
-// becomes the error (exit 4: the server stays down). stop() interrupts the backoff.
+// becomes the error as ErrorKind::source_down (exit 4: the server stays down). stop() interrupts the
+// backoff.
 template <typename F, typename Stop>
 auto with_retries(const ServerSettings& s, const std::string& what, F&& f, Stop&& stop, std::int64_t* retries = nullptr)
     -> decltype(f(0)) {
@@ -96,9 +97,9 @@ auto with_retries(const ServerSettings& s, const std::string& what, F&& f, Stop&
       return f(attempt);
     } catch (const Transient& t) {
       if (attempt >= s.retries || stop(0.0))
-        throw Error(t.error).hint(
-            fmt::format("{} failed {} time(s); start the server again (or check --target_server) and {}", what,
-                        attempt + 1, s.resume));
+        throw t.error.as(ErrorKind::source_down)
+            .hint(fmt::format("{} failed {} time(s); start the server again (or check --target_server) and {}", what,
+                              attempt + 1, s.resume));
       const double backoff = std::min(30.0, static_cast<double>(1LL << std::min<std::int64_t>(attempt, 5)));
       log::warn(s.log_area, "{} (try {} of {}): {}; again in {:.0f} s", what, attempt + 1, s.retries + 1,
                 t.error.format(), backoff);
