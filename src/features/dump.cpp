@@ -1,4 +1,4 @@
-// dump-features (see feature_dump.h): the folder's set-up or resumption, the size estimate, then
+// dump-features (see dump.h): the folder's set-up or resumption, the size estimate, then
 // the target's forward over each missing shard's samples, written shard by shard.
 #include "eagle/features/dump.h"
 

@@ -1,4 +1,4 @@
-// Online and offline feature sources (see feature_source.h).
+// Online and offline feature sources (see source.h).
 #include "eagle/features/source.h"
 
 #include <cstring>
