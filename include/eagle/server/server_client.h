@@ -62,8 +62,8 @@ struct ServedModel {
   std::string id;
   std::int64_t max_model_len = 0;  // 0: not reported
 };
-// Error(output, exit 4) naming the URL when a server does not answer after the retries; Error(input)
-// when the servers serve other models.
+// Error(source_down, exit 4) naming the URL when a server does not answer after the retries;
+// Error(input) when the servers serve other models.
 ServedModel check_servers(const ServerSettings& s);
 
 // A failure worth another try (the server down, busy or slow), unlike a refused request.
