@@ -1,4 +1,4 @@
-// Activation recomputation (model/recompute.h): the function's gradients through a second run in
+// Activation recomputation (head/recompute.h): the function's gradients through a second run in
 // backward equal autograd's through the kept graph; the EAGLE-3 TTT unroll with each
 // recompute_activations mode equals the unrecomputed one (loss, metrics, every gradient) for padded
 // and packed rows, several layers, P-EAGLE, EAGLE 3.1's switches, the chunked and unchunked loss, and

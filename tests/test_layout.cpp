@@ -1,5 +1,5 @@
 // The source tree's layering (docs/developer.md "Layout"): areas from the bottom util, config,
-// data, then model (the tensor kit) and device (siblings), target, io and run (siblings), head,
+// data and server (siblings), then model (the tensor kit) and device (siblings), target, io and run (siblings), head,
 // features and generate (siblings), train, cli: the target never includes the head. A file may include its own area and
 // the areas below it, never one above or a sibling; the plain-C++ areas include no LibTorch header (they compile
 // without the precompiled header).
@@ -20,10 +20,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::map<std::string, int> kRank{{"util", 0},     {"config", 1}, {"data", 2}, {"model", 3}, {"device", 3},
-                                       {"target", 4},   {"io", 4},     {"run", 4},  {"head", 5},  {"features", 6},
-                                       {"generate", 6}, {"train", 7},  {"cli", 8}};
-const std::set<std::string> kPlainCpp{"util", "config", "data", "io", "run"};
+const std::map<std::string, int> kRank{{"util", 0},     {"config", 1},   {"data", 2},  {"server", 2}, {"model", 3},
+                                       {"device", 3},   {"target", 4},   {"io", 4},    {"run", 4},    {"head", 5},
+                                       {"features", 6}, {"generate", 6}, {"train", 7}, {"cli", 8}};
+const std::set<std::string> kPlainCpp{"util", "config", "data", "server", "io", "run"};
 
 // The findings of a check, one a line, for the failure message.
 std::string one_per_line(const std::vector<std::string>& items) {

@@ -27,6 +27,15 @@ TEST_CASE("error kinds map to documented exit codes", "[util]") {
   CHECK(static_cast<int>(exit_code_of(ErrorKind::internal)) == 1);
 }
 
+TEST_CASE("a source that stays down exits 4 as output; as() changes the kind alone", "[util]") {
+  CHECK(exit_code_of(ErrorKind::source_down) == ExitCode::output);
+  const Error e = Error(ErrorKind::output, "failed").file("f").place("p").expected("e").found("x").hint("h");
+  const Error down = e.as(ErrorKind::source_down);
+  CHECK(down.kind() == ErrorKind::source_down);
+  CHECK(e.kind() == ErrorKind::output);
+  CHECK(down.format() == e.format());
+}
+
 TEST_CASE("EAGLE_CHECK throws only when the condition fails", "[util]") {
   auto check = [](bool cond) { EAGLE_CHECK(cond, Error(ErrorKind::input, "failed")); };
   CHECK_NOTHROW(check(true));

@@ -2,7 +2,7 @@
 // config.json with random weights made on the device (no checkpoint), an EAGLE-3 head, long-tailed
 // synthetic lengths (log-normal, median 600, sigma 0.8, capped at training_seq_len, random ids), a
 // token budget per batch. For granularity 0, granularity 128 and padding-free, eager and with CUDA
-// graphs: the trainer's own step (copy_into, train_micro_batch, AdamW through CudaGraphCache) timed
+// graphs: the trainer's own step (MicroBatchRunner, AdamW through CudaGraphCache) timed
 // at steady state for the most frequent batch shapes of the epoch plan, weighted by how often each
 // occurs; real tokens/s, MFU from the model's FLOPs on the real tokens, peak device memory. Prints
 // one Markdown table and writes it to --out. Run by scripts/gpu_check.sh (H200, Llama-3.1-8B shapes)
@@ -23,7 +23,6 @@
 #include "eagle/config/options.h"
 #include "eagle/data/sampler.h"
 #include "eagle/device/cuda_graph_cache.h"
-#include "eagle/features/batch_tensors.h"
 #include "eagle/head/head_loss.h"
 #include "eagle/train/micro_batch.h"
 #include "eagle/train/optimizer.h"
@@ -179,19 +178,15 @@ ModeResult run_mode(const std::string& name, config::Options o, bool graphed, co
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
   auto step_loss = torch::zeros({}, f32), metrics = torch::zeros({K, head::kMetricColumns}, f32);
   double weighted_time = 0, weighted_real = 0, weighted_flops = 0, weight = 0;
+  train::MicroBatchRunner micro_batches(*features, *head, max_segments, o.bf16);  // the trainer's step pieces
   for (const auto& shape : chosen) {
     const auto& batches = plans.at(shape);
-    auto buffers = features::allocate_like(data::make_batch(dataset, batches.front()), device, max_segments);
-    auto denominators = torch::zeros({K}, f32);
     auto step = [&](const data::Batch& batch) {
-      features::copy_into(batch, buffers);
-      denominators.copy_(train::denominator_tensor(train::loss_denominators({batch}, K)), device.is_cuda());
       optimizer.zero_grad();
       optimizer.set_lr(1e-5);
       step_loss.zero_();
-      cache.run(shape, [&] {
-        train::train_micro_batch(*features, *head, buffers, denominators, o.bf16, step_loss, metrics);
-      });
+      micro_batches.run(cache, batch, train::denominator_tensor(train::loss_denominators({batch}, K)), step_loss,
+                        metrics);
       cache.run(device::kOptimizerUpdate, [&] { optimizer.step(step_loss); });
     };
     const std::int64_t untimed = graphed && device.is_cuda() ? 2 : 1;  // warm-up (and capture)

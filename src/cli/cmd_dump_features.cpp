@@ -1,5 +1,5 @@
 // eagle-train dump-features: the target's features of a dataset stored for offline training
-// (train/feature_dump.h, docs/offline.md).
+// (features/dump.h, docs/offline.md).
 #include "eagle/cli/commands.h"
 #include "eagle/features/dump.h"
 

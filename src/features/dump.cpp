@@ -1,4 +1,4 @@
-// dump-features (see feature_dump.h): the folder's set-up or resumption, the size estimate, then
+// dump-features (see dump.h): the folder's set-up or resumption, the size estimate, then
 // the target's forward over each missing shard's samples, written shard by shard.
 #include "eagle/features/dump.h"
 
@@ -227,6 +227,163 @@ class DumpProgress {
   util::ProgressDisplay display_;
 };
 
+// The folder claimed. A complete folder is only read: it is never written again, so deciding
+// "nothing to do" needs no lock (and works on a read-only folder). Else it is created and locked,
+// a stopped dump's leftovers removed, and the manifest read again under the lock (another dump may
+// have written it meanwhile); a folder without one is made ready for a fresh dump.
+std::optional<FeatureManifest> claim_folder(const fs::path& out, std::optional<run::DirLock>& lock) {
+  std::optional<FeatureManifest> existing;
+  if (is_features_folder(out.string())) existing = read_manifest(out.string());
+  if (existing && existing->complete) return existing;
+  std::error_code ec;
+  fs::create_directories(out, ec);
+  EAGLE_CHECK(!ec,
+              Error(ErrorKind::output, "cannot create the features folder").file(out.string()).found(ec.message()));
+  lock.emplace(out / run::kLockFile, "the features folder");
+  clean_folder(out);
+  existing.reset();
+  if (is_features_folder(out.string()))
+    existing = read_manifest(out.string());
+  else
+    prepare_fresh(out);
+  return existing;
+}
+
+// A complete folder: nothing to do.
+DumpSummary complete_summary(const FeatureManifest& m, const fs::path& out) {
+  DumpSummary summary;
+  for (const auto& s : m.shards) {
+    summary.tokens += s.tokens;
+    summary.samples += s.samples;
+  }
+  summary.shards = static_cast<std::int64_t>(m.shards.size());
+  summary.bytes_per_token = m.bytes_per_token();
+  summary.already_complete = true;
+  log::info("dump", "{} is complete ({} shards, {} tokens): nothing to do", out.string(), summary.shards,
+            summary.tokens);
+  return summary;
+}
+
+// What the shards are written from: the manifest, the data, and the bytes of the target's ends
+// written by this run (0 when continuing).
+struct DumpPlan {
+  FeatureManifest m;
+  TrainData data;
+  std::uint64_t ends_bytes = 0;
+};
+
+// A stopped dump continued: its manifest and the prepared data it wrote.
+DumpPlan continue_dump(const fs::path& out, const FeatureManifest& existing) {
+  DumpPlan p;
+  p.m = existing;
+  p.data.train = data::open_dataset_file((out / data::kTrainFile).string());
+  if (fs::exists(out / data::kValidationFile))
+    p.data.heldout = data::open_dataset_file((out / data::kValidationFile).string());
+  log::info("dump", "continuing the dump in {}", out.string());
+  return p;
+}
+
+// A fresh dump: the data loaded and written, the target's ends, the layout and the shards planned,
+// the manifest written (incomplete).
+DumpPlan start_dump(const config::Options& o, const fs::path& out, const target::TargetModel& target,
+                    const std::vector<std::int64_t>& aux_ids, const json& options, const json& identity) {
+  const auto& tc = target.config();
+  DumpPlan p;
+  p.data = load_train_data(o, tc.vocab_size);
+  write_data(out, p.data, o);
+  p.ends_bytes = write_ends(out, o, target.ends());
+  FeatureManifest& m = p.m;
+  m.layout.aux_width = o.eagle_version == 3 ? static_cast<std::int64_t>(aux_ids.size()) * tc.hidden_size : 0;
+  m.layout.hidden_size = tc.hidden_size;
+  m.layout.dtype =
+      o.features_dtype == config::TargetDtype::auto_ ? target.dtype() : model::target_dtype(o.features_dtype);
+  m.layout.has_argmax = true;
+  m.aux_layer_ids = aux_ids;
+  m.target = identity;
+  m.options = options;
+  const auto max_bytes = static_cast<std::uint64_t>(o.features_shard_mb) << 20;
+  m.shards = plan_shards("train", p.data.train, m.bytes_per_token(), max_bytes);
+  if (p.data.heldout) {
+    auto v = plan_shards("validation", *p.data.heldout, m.bytes_per_token(), max_bytes);
+    m.shards.insert(m.shards.end(), v.begin(), v.end());
+  }
+  fs::create_directories(out / kFeaturesShardDir);
+  write_manifest(out, m);
+  return p;
+}
+
+// Which shards are written already, and the tokens of both kinds.
+struct ShardsDone {
+  std::vector<bool> done;
+  std::int64_t done_tokens = 0, todo_tokens = 0, done_shards = 0;
+};
+
+// The size estimate: the shards still missing, logged and checked against the free disk space.
+ShardsDone check_space(const config::Options& o, const fs::path& out, const DumpPlan& p, DumpSummary& summary) {
+  const auto& m = p.m;
+  ShardsDone d;
+  for (const auto& s : m.shards) {
+    d.done.push_back(shard_done(out.string(), s, m.layout));
+    (d.done.back() ? d.done_tokens : d.todo_tokens) += s.tokens;
+    d.done_shards += d.done.back() ? 1 : 0;
+    summary.samples += s.samples;
+  }
+  summary.tokens = d.done_tokens + d.todo_tokens;
+  summary.shards = static_cast<std::int64_t>(m.shards.size());
+  summary.bytes_per_token = m.bytes_per_token();
+  const std::uint64_t todo_bytes = static_cast<std::uint64_t>(d.todo_tokens) * m.bytes_per_token();
+  std::error_code ec;
+  const auto space = fs::space(out, ec);
+  log::info("dump",
+            "{} samples, {} tokens at {} bytes per token ({} {} values + the target's argmax): {:.3f} GB in "
+            "{} shards of at most {} MiB, plus the target's ends ({:.3f} GB); {:.3f} GB still to write, {:.1f} GB "
+            "free",
+            summary.samples, summary.tokens, m.bytes_per_token(), m.layout.aux_width + m.layout.hidden_size,
+            model::dtype_name(m.layout.dtype),
+            1e-9 * static_cast<double>(summary.tokens) * static_cast<double>(m.bytes_per_token()), m.shards.size(),
+            o.features_shard_mb, 1e-9 * static_cast<double>(p.ends_bytes), 1e-9 * static_cast<double>(todo_bytes),
+            ec ? -1.0 : 1e-9 * static_cast<double>(space.available));
+  EAGLE_CHECK(ec || todo_bytes <= space.available,
+              Error(ErrorKind::output, "not enough free disk space for the features")
+                  .file(out.string())
+                  .expected(fmt::format("{:.3f} GB", 1e-9 * static_cast<double>(todo_bytes)))
+                  .found(fmt::format("{:.3f} GB free", 1e-9 * static_cast<double>(space.available)))
+                  .hint("free space or choose another --output; --features_dtype bfloat16 halves float32's size"));
+  return d;
+}
+
+// The target's forward over each missing shard's samples, written shard by shard; then the
+// manifest marked complete.
+void write_shards(const config::Options& o, const target::TargetModel& target, const fs::path& out, DumpPlan& p,
+                  ShardsDone d, DumpSummary& summary, const DumpHooks& hooks) {
+  auto& m = p.m;
+  auto so = data::SamplerOptions::from(o);
+  so.padding_free = false;
+  // A target that reads the host in its forward runs eagerly (TargetModel::graphed_steps).
+  Dumper dumper(target, m.layout, so, target.graphed_steps(o.max_cuda_graphs, target::TargetModel::Step::training));
+  DumpProgress progress(summary.tokens, d.done_tokens, summary.shards);
+  const auto t0 = Clock::now();
+  for (std::size_t i = 0; i < m.shards.size(); ++i) {
+    if (d.done[i]) continue;
+    const auto& s = m.shards[i];
+    const data::Dataset& ds = s.split == "train" ? p.data.train : *p.data.heldout;
+    auto tensors = dumper.run(ds, s, [&](std::int64_t n) { progress.add(n, d.done_shards); });
+    write_shard(out.string(), s, tensors);
+    ++d.done_shards;
+    ++summary.shards_written;
+    summary.shard_bytes += static_cast<std::uint64_t>(s.tokens) * m.bytes_per_token();
+    if (hooks.after_shard) hooks.after_shard(summary.shards_written);
+  }
+  progress.add(0, d.done_shards, /*final=*/true);
+  progress.finish();
+  summary.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  summary.tokens_per_s = static_cast<double>(d.todo_tokens) / std::max(summary.seconds, 1e-9);
+  m.complete = true;
+  write_manifest(out, m);
+  log::info("dump", "wrote {}: {} shards ({} by this run), {} tokens in {:.1f} s ({:.0f} tokens/s)", out.string(),
+            summary.shards, summary.shards_written, d.todo_tokens, summary.seconds, summary.tokens_per_s);
+}
+
 }  // namespace
 
 DumpSummary dump_features(const config::Options& o, const DumpHooks& hooks) {
@@ -241,38 +398,10 @@ DumpSummary dump_features(const config::Options& o, const DumpHooks& hooks) {
     aux_ids = o.aux_hidden_state_layer_ids.empty() ? target::default_aux_layer_ids(config.num_hidden_layers)
                                                    : o.aux_hidden_state_layer_ids;
   const json options = content_options(o, aux_ids);
-  std::optional<FeatureManifest> existing;
-  // A complete folder is never written again, so deciding "nothing to do" needs no lock (and works
-  // on a read-only folder).
-  if (is_features_folder(out.string())) existing = read_manifest(out.string());
-  std::optional<run::DirLock> lock;
-  std::error_code ec;
-  if (!existing || !existing->complete) {
-    fs::create_directories(out, ec);
-    EAGLE_CHECK(!ec,
-                Error(ErrorKind::output, "cannot create the features folder").file(out.string()).found(ec.message()));
-    lock.emplace(out / run::kLockFile, "the features folder");
-    clean_folder(out);
-    // Read again under the lock: another dump may have written the manifest meanwhile.
-    existing.reset();
-    if (is_features_folder(out.string())) existing = read_manifest(out.string());
-    else prepare_fresh(out);
-  }
+  std::optional<run::DirLock> lock;  // held until the dump ends
+  const auto existing = claim_folder(out, lock);
   if (existing) check_same_options(*existing, options, out);
-  DumpSummary summary;
-  if (existing && existing->complete) {
-    for (const auto& s : existing->shards) {
-      summary.tokens += s.tokens;
-      summary.samples += s.samples;
-    }
-    summary.shards = static_cast<std::int64_t>(existing->shards.size());
-    summary.bytes_per_token = existing->bytes_per_token();
-    summary.already_complete = true;
-    log::info("dump", "{} is complete ({} shards, {} tokens): nothing to do", out.string(), summary.shards,
-              summary.tokens);
-    return summary;
-  }
-
+  if (existing && existing->complete) return complete_summary(*existing, out);
   // The target's identity from its files, before its weights load: a resumed dump of another target
   // (or of a fine-tune of it) is refused by the tensor that differs.
   const auto identity = target_identity(canonical(o.model_name_or_path), o.model_name_or_path, config);
@@ -281,94 +410,10 @@ DumpSummary dump_features(const config::Options& o, const DumpHooks& hooks) {
                       "complete the dump with its own target, or choose another --output");
   auto target = target::load_target(o, device);
   if (!aux_ids.empty()) target.set_aux_layer_ids(aux_ids);
-  const auto& tc = target.config();
-  const auto ends = target.ends();
-  TrainData data;
-  FeatureManifest m;
-  std::uint64_t ends_bytes = 0;
-  if (existing) {
-    m = *existing;
-    data.train = data::open_dataset_file((out / data::kTrainFile).string());
-    if (fs::exists(out / data::kValidationFile))
-      data.heldout = data::open_dataset_file((out / data::kValidationFile).string());
-    log::info("dump", "continuing the dump in {}", out.string());
-  } else {
-    data = load_train_data(o, tc.vocab_size);
-    write_data(out, data, o);
-    ends_bytes = write_ends(out, o, ends);
-    m.layout.aux_width = o.eagle_version == 3 ? static_cast<std::int64_t>(aux_ids.size()) * tc.hidden_size : 0;
-    m.layout.hidden_size = tc.hidden_size;
-    m.layout.dtype =
-        o.features_dtype == config::TargetDtype::auto_ ? target.dtype() : model::target_dtype(o.features_dtype);
-    m.layout.has_argmax = true;
-    m.aux_layer_ids = aux_ids;
-    m.target = identity;
-    m.options = options;
-    const auto max_bytes = static_cast<std::uint64_t>(o.features_shard_mb) << 20;
-    m.shards = plan_shards("train", data.train, m.bytes_per_token(), max_bytes);
-    if (data.heldout) {
-      auto v = plan_shards("validation", *data.heldout, m.bytes_per_token(), max_bytes);
-      m.shards.insert(m.shards.end(), v.begin(), v.end());
-    }
-    fs::create_directories(out / kFeaturesShardDir);
-    write_manifest(out, m);
-  }
-
-  // ---- the size estimate, then the shards still missing ----
-  std::int64_t todo_tokens = 0, done_tokens = 0, done_shards = 0;
-  std::vector<bool> done;
-  for (const auto& s : m.shards) {
-    done.push_back(shard_done(out.string(), s, m.layout));
-    (done.back() ? done_tokens : todo_tokens) += s.tokens;
-    done_shards += done.back() ? 1 : 0;
-    summary.samples += s.samples;
-  }
-  summary.tokens = done_tokens + todo_tokens;
-  summary.shards = static_cast<std::int64_t>(m.shards.size());
-  summary.bytes_per_token = m.bytes_per_token();
-  const std::uint64_t todo_bytes = static_cast<std::uint64_t>(todo_tokens) * m.bytes_per_token();
-  const auto space = fs::space(out, ec);
-  log::info("dump",
-            "{} samples, {} tokens at {} bytes per token ({} {} values + the target's argmax): {:.3f} GB in "
-            "{} shards of at most {} MiB, plus the target's ends ({:.3f} GB); {:.3f} GB still to write, {:.1f} GB "
-            "free",
-            summary.samples, summary.tokens, m.bytes_per_token(), m.layout.aux_width + m.layout.hidden_size,
-            model::dtype_name(m.layout.dtype),
-            1e-9 * static_cast<double>(summary.tokens) * static_cast<double>(m.bytes_per_token()), m.shards.size(),
-            o.features_shard_mb, 1e-9 * static_cast<double>(ends_bytes), 1e-9 * static_cast<double>(todo_bytes),
-            ec ? -1.0 : 1e-9 * static_cast<double>(space.available));
-  EAGLE_CHECK(ec || todo_bytes <= space.available,
-              Error(ErrorKind::output, "not enough free disk space for the features")
-                  .file(out.string())
-                  .expected(fmt::format("{:.3f} GB", 1e-9 * static_cast<double>(todo_bytes)))
-                  .found(fmt::format("{:.3f} GB free", 1e-9 * static_cast<double>(space.available)))
-                  .hint("free space or choose another --output; --features_dtype bfloat16 halves float32's size"));
-
-  auto so = data::SamplerOptions::from(o);
-  so.padding_free = false;
-  // A MoE target whose experts run a host loop (see graph_safe) runs eagerly.
-  Dumper dumper(target, m.layout, so, target.graph_safe() ? o.max_cuda_graphs : 0);
-  DumpProgress progress(summary.tokens, done_tokens, summary.shards);
-  const auto t0 = Clock::now();
-  for (std::size_t i = 0; i < m.shards.size(); ++i) {
-    if (done[i]) continue;
-    const auto& s = m.shards[i];
-    const data::Dataset& ds = s.split == "train" ? data.train : *data.heldout;
-    auto tensors = dumper.run(ds, s, [&](std::int64_t n) { progress.add(n, done_shards); });
-    write_shard(out.string(), s, tensors);
-    ++done_shards;
-    ++summary.shards_written;
-    summary.shard_bytes += static_cast<std::uint64_t>(s.tokens) * m.bytes_per_token();
-    if (hooks.after_shard) hooks.after_shard(summary.shards_written);
-  }
-  progress.add(0, done_shards, /*final=*/true);
-  progress.finish();
-  summary.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  summary.tokens_per_s = static_cast<double>(todo_tokens) / std::max(summary.seconds, 1e-9);
-  m.complete = true;
-  write_manifest(out, m);
-  log::info("dump", "wrote {}: {} shards ({} by this run), {} tokens in {:.1f} s ({:.0f} tokens/s)", out.string(),
-            summary.shards, summary.shards_written, todo_tokens, summary.seconds, summary.tokens_per_s);
+  auto plan = existing ? continue_dump(out, *existing) : start_dump(o, out, target, aux_ids, options, identity);
+  DumpSummary summary;
+  const auto done = check_space(o, out, plan, summary);
+  write_shards(o, target, out, plan, done, summary, hooks);
   return summary;
 }
 

@@ -14,6 +14,7 @@
 #include "eagle/data/loader.h"
 #include "eagle/data/speculators_folder.h"
 #include "eagle/device/distributed.h"
+#include "eagle/features/server_store.h"
 #include "eagle/features/target_identity.h"
 #include "eagle/model/dtype.h"
 #include "eagle/util/error.h"
@@ -232,10 +233,9 @@ data::Dataset load_eval_data(const config::Options& opts, std::int64_t vocab_siz
 // data as online, its samples numbered train first, then held-out.
 RunInputs open_server(const config::Options& o, const HeadReads& head, torch::Device device, bool eval) {
   const auto config = target::TargetConfig::from_model_dir(o.model_name_or_path);
-  const util::ServerSettings settings{o.target_server, o.target_server_inflight,
-                                      static_cast<double>(o.target_server_timeout_s), o.target_server_retries,
-                                      device::launch_from_env().rank};
-  const auto served = util::check_servers(settings);
+  const auto settings =
+      server::ServerSettings::from(o, server::ServerPurpose::features, device::launch_from_env().rank);
+  const auto served = server::check_servers(settings);
   config::Options lo = o;
   // The server computes the prompt and generates one token: prompt + 1 <= max_model_len.
   if (served.max_model_len > 1 && served.max_model_len - 1 < o.training_seq_len) {
@@ -258,10 +258,8 @@ RunInputs open_server(const config::Options& o, const HeadReads& head, torch::De
   std::vector<const data::Dataset*> splits;
   for (const auto* ds : {in.train ? &*in.train : nullptr, in.heldout ? &*in.heldout : nullptr})
     if (ds) splits.push_back(ds);
-  auto server = std::make_shared<ServerFeatures>(settings, served, splits, config.hidden_size,
-                                                 static_cast<std::int64_t>(in.aux_layer_ids.size()));
-  in.server = server;
-  in.store = server;
+  in.store = std::make_shared<ServerFeatures>(settings, served, splits, config.hidden_size,
+                                              static_cast<std::int64_t>(in.aux_layer_ids.size()));
   const auto n_train = static_cast<std::int64_t>(in.train ? in.train->size() : 0);
   in.train_samples.resize(static_cast<std::size_t>(n_train));
   std::iota(in.train_samples.begin(), in.train_samples.end(), std::int64_t{0});

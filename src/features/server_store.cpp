@@ -24,8 +24,8 @@
 #include "eagle/model/dtype.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/model/shape_check.h"
+#include "eagle/server/http_client.h"
 #include "eagle/util/error.h"
-#include "eagle/util/http_client.h"
 #include "eagle/util/log.h"
 
 namespace eagle::features {
@@ -47,9 +47,9 @@ struct ServerFeatures::Impl {
     std::int64_t consumed = 0;         // tokens read so far
   };
 
-  util::ServerSettings settings;
-  mutable std::optional<util::UrlRotation> urls;  // set in the constructor
-  util::ServedModel model;
+  server::ServerSettings settings;
+  mutable std::optional<server::UrlRotation> urls;  // set in the constructor
+  server::ServedModel model;
   std::vector<std::int32_t> ids;      // every store sample's token ids, concatenated
   std::vector<std::int64_t> offsets;  // sample s: ids[offsets[s], offsets[s + 1])
   mutable FeatureLayout layout;       // its dtype set by the probe (in the constructor)
@@ -60,7 +60,7 @@ struct ServerFeatures::Impl {
   mutable std::condition_variable cv;
   mutable std::deque<std::shared_ptr<Entry>> queue;  // planned samples in plan order, until consumed
   mutable std::vector<std::thread> threads;
-  mutable bool stop = false, failed = false, planning = false;
+  mutable bool stop = false, planning = false;
   mutable Counters counters;
 
   std::int64_t length(std::int64_t s) const { return offsets[s + 1] - offsets[s]; }
@@ -76,7 +76,7 @@ struct ServerFeatures::Impl {
   void fetch(Entry& e) const {
     const std::string what = fmt::format("the hidden states of sample {}", e.sample);
     std::int64_t retries = 0;
-    util::with_retries(
+    server::with_retries(
         settings, what,
         [&](std::int64_t) {
           fetch_once(urls->next(), e);
@@ -89,15 +89,10 @@ struct ServerFeatures::Impl {
     counters.bytes += static_cast<std::int64_t>(e.hidden.size());
   }
 
-  void fetch_once(const util::HttpUrl& url, Entry& e) const {
+  void fetch_once(const server::HttpUrl& url, Entry& e) const {
     const auto t0 = Clock::now();
-    nlohmann::json body{
-        {"model", model.id},
-        {"prompt", std::vector<std::int32_t>(ids.begin() + offsets[e.sample], ids.begin() + offsets[e.sample + 1])},
-        {"max_tokens", 1},
-        {"return_token_ids", true}};
-    const auto j = util::parse_json(url, "/v1/completions",
-                                    util::try_request(url, "POST", "/v1/completions", body.dump(), settings.timeout_s));
+    const std::vector<std::int64_t> prompt(ids.begin() + offsets[e.sample], ids.begin() + offsets[e.sample + 1]);
+    const auto j = server::completions(url, model.id, prompt, /*max_tokens=*/1, {}, settings.timeout_s);
     const auto* kv =
         j.contains("kv_transfer_params") && j["kv_transfer_params"].is_object() ? &j["kv_transfer_params"] : nullptr;
     EAGLE_CHECK(kv && kv->contains("hidden_states_path") && (*kv)["hidden_states_path"].is_string(),
@@ -116,7 +111,7 @@ struct ServerFeatures::Impl {
   }
 
   // The connector holds an exclusive lock on PATH.lock until PATH is written: wait for a shared one.
-  void wait_for_file(const util::HttpUrl& url, const std::string& path, Clock::time_point t0) const {
+  void wait_for_file(const server::HttpUrl& url, const std::string& path, Clock::time_point t0) const {
     for (;;) {
       const int fd = ::open((path + ".lock").c_str(), O_RDONLY | O_CLOEXEC);
       if (fd >= 0) {
@@ -205,13 +200,12 @@ struct ServerFeatures::Impl {
       std::lock_guard lock(mu);
       e->done = true;
       e->error = error;
-      if (error && error->kind() == ErrorKind::output) failed = true;
       cv.notify_all();
     }
   }
 };
 
-ServerFeatures::ServerFeatures(util::ServerSettings settings, util::ServedModel model,
+ServerFeatures::ServerFeatures(server::ServerSettings settings, server::ServedModel model,
                                const std::vector<const data::Dataset*>& splits, std::int64_t hidden_size,
                                std::int64_t n_aux)
     : impl_(std::make_unique<Impl>()) {
@@ -261,13 +255,14 @@ ServerFeatures::~ServerFeatures() {
   for (auto& t : impl_->threads) t.join();
 }
 
-void ServerFeatures::prefetch(data::Sampler plan, std::int64_t batches) const {
+void ServerFeatures::prefetch(const data::Sampler& sampler, std::int64_t batches,
+                              const std::vector<std::int64_t>& samples) const {
   auto& m = *impl_;
   const auto workers = std::max<std::int64_t>(1, m.settings.inflight);
   m.planning = batches > 0;
   for (std::int64_t w = 0; w < workers; ++w) m.threads.emplace_back([&m] { m.work(); });
   // The planner: the sampler's next batches, samples in the order the trainer reads them.
-  m.threads.emplace_back([&m, plan = std::move(plan), batches, workers]() mutable {
+  m.threads.emplace_back([&m, plan = sampler, samples, batches, workers]() mutable {
     for (std::int64_t b = 0; b < batches && !m.stopped(0); ++b) {
       const auto next = plan.next();
       for (const auto& row : next.row_samples)
@@ -276,7 +271,7 @@ void ServerFeatures::prefetch(data::Sampler plan, std::int64_t batches) const {
           m.cv.wait(lock, [&] { return m.stop || static_cast<std::int64_t>(m.queue.size()) < workers; });
           if (m.stop) return;
           auto e = std::make_shared<Impl::Entry>();
-          e->sample = s;
+          e->sample = samples[static_cast<std::size_t>(s)];
           m.queue.push_back(std::move(e));
           m.cv.notify_all();
         }
@@ -310,13 +305,7 @@ void ServerFeatures::read(std::int64_t sample, std::int64_t pos, std::int64_t n,
     e = std::make_shared<Impl::Entry>();
     e->sample = sample;
     e->planned = false;
-    try {
-      m.fetch(*e);
-    } catch (const Error& err) {
-      std::lock_guard lock(m.mu);
-      if (err.kind() == ErrorKind::output) m.failed = true;
-      throw;
-    }
+    m.fetch(*e);
     e->done = true;
   }
   {
@@ -356,11 +345,6 @@ void ServerFeatures::read(std::int64_t sample, std::int64_t pos, std::int64_t n,
     m.queue.erase(std::find(m.queue.begin(), m.queue.end(), e));
     m.cv.notify_all();
   }
-}
-
-bool ServerFeatures::down() const {
-  std::lock_guard lock(impl_->mu);
-  return impl_->failed;
 }
 
 ServerFeatures::Counters ServerFeatures::counters() const {

@@ -1,4 +1,4 @@
-// Online and offline feature sources (see feature_source.h).
+// Online and offline feature sources (see source.h).
 #include "eagle/features/source.h"
 
 #include <cstring>
@@ -117,6 +117,10 @@ class OfflineFeatures : public FeatureSource {
       dst.last_hidden.copy_(last, true);
       if (argmax.defined()) dst.target_argmax.copy_(argmax, true);
     }
+  }
+
+  void prefetch(const data::Sampler& sampler, std::int64_t batches) const override {
+    store_->prefetch(sampler, batches, samples_);
   }
 
   head::HeadInputs head_inputs(const BatchTensors& b) const override {

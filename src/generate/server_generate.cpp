@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include "eagle/server/http_client.h"
 #include "eagle/util/error.h"
-#include "eagle/util/http_client.h"
 #include "eagle/util/log.h"
 #include "eagle/util/progress.h"
 
@@ -36,7 +36,7 @@ std::uint64_t mix(std::uint64_t x) {
   return x ^ (x >> 31);
 }
 
-Error refused(const util::HttpUrl& url, std::size_t index, const std::string& what) {
+Error refused(const server::HttpUrl& url, std::size_t index, const std::string& what) {
   return Error(ErrorKind::input, fmt::format("sample {}: {}", index, what))
       .file(url.text)
       .place(std::string(kPath) + ": choices[0].token_ids");
@@ -44,7 +44,7 @@ Error refused(const util::HttpUrl& url, std::size_t index, const std::string& wh
 
 // The answer's token ids; refused by name when there are none (an older server, or one without
 // return_token_ids) or they are not token ids.
-std::vector<data::TokenId> answer_tokens(const util::HttpUrl& url, std::size_t index, const nlohmann::json& j) {
+std::vector<data::TokenId> answer_tokens(const server::HttpUrl& url, std::size_t index, const nlohmann::json& j) {
   const bool has = j.contains("choices") && j["choices"].is_array() && !j["choices"].empty() &&
                    j["choices"][0].is_object() && j["choices"][0].contains("token_ids") &&
                    j["choices"][0]["token_ids"].is_array();
@@ -62,9 +62,29 @@ std::vector<data::TokenId> answer_tokens(const util::HttpUrl& url, std::size_t i
   return out;
 }
 
+// The request's fields besides the prompt and max_tokens: every sampling option written out (vLLM
+// otherwise applies the model's generation_config.json defaults, which in-process generate does not),
+// the end ids as the only stops, and a seed per (run seed, sample, reply) when sampling.
+nlohmann::json sampling_fields(const GenerateSettings& s, std::size_t index, std::int64_t turn) {
+  nlohmann::json j{{"temperature", s.temperature},
+                   {"top_p", s.top_p},
+                   {"top_k", 0},
+                   {"min_p", 0.0},
+                   {"repetition_penalty", 1.0},
+                   {"presence_penalty", 0.0},
+                   {"frequency_penalty", 0.0},
+                   {"ignore_eos", true},
+                   {"stop_token_ids", s.limits.end_ids}};
+  if (s.temperature > 0)
+    j["seed"] = static_cast<std::int64_t>(
+        mix(s.seed ^ mix(static_cast<std::uint64_t>(index) * 0x100000001B3ull + static_cast<std::uint64_t>(turn))) >>
+        1);
+  return j;
+}
+
 class ServerGenerator {
  public:
-  ServerGenerator(util::ServerSettings settings, const util::ServedModel& model, const data::Dataset& dataset,
+  ServerGenerator(server::ServerSettings settings, const server::ServedModel& model, const data::Dataset& dataset,
                   std::size_t first, const GenerateSettings& gs)
       : settings_(std::move(settings)),
         urls_(settings_),
@@ -176,14 +196,14 @@ class ServerGenerator {
   // One reply of sample `index`: the request (retried while the server fails transiently) and its
   // tokens accepted one by one; refused when they do not end the reply exactly at their last one.
   void reply(std::size_t index, std::int64_t turn, data::Regeneration& r) {
-    const std::string body = completion_request(model_, gs_, index, turn, r).dump();
-    const util::HttpUrl* url = nullptr;
-    const auto answer = util::with_retries(
+    const auto fields = sampling_fields(gs_, index, turn);
+    const std::vector<std::int64_t> prompt(r.output().input_ids.begin(), r.output().input_ids.end());
+    const server::HttpUrl* url = nullptr;
+    const auto answer = server::with_retries(
         settings_, fmt::format("reply {} of sample {}", turn + 1, index),
         [&](std::int64_t) {
           url = &urls_.next();
-          return util::parse_json(*url, kPath,
-                                  util::try_request(*url, "POST", kPath, body, settings_.timeout_s, &cancel_));
+          return server::completions(*url, model_.id, prompt, r.reply_budget(), fields, settings_.timeout_s, &cancel_);
         },
         [&](double wait_s) { return stopped(wait_s); });
     const auto tokens = answer_tokens(*url, index, answer);
@@ -227,9 +247,9 @@ class ServerGenerator {
     util::ProgressLine("generate").show(display, frac, text, elapsed_s, final);
   }
 
-  const util::ServerSettings settings_;
-  util::UrlRotation urls_;
-  const util::ServedModel& model_;
+  const server::ServerSettings settings_;
+  server::UrlRotation urls_;
+  const server::ServedModel& model_;
   const data::Dataset& dataset_;
   const GenerateSettings& gs_;
   const std::size_t first_, end_;
@@ -248,31 +268,7 @@ class ServerGenerator {
 
 }  // namespace
 
-nlohmann::json completion_request(const util::ServedModel& model, const GenerateSettings& s, std::size_t index,
-                                  std::int64_t turn, const data::Regeneration& r) {
-  // Every sampling option written out: vLLM otherwise applies the model's generation_config.json
-  // defaults, which in-process generate does not.
-  nlohmann::json j{{"model", model.id},
-                   {"prompt", r.output().input_ids},
-                   {"max_tokens", r.reply_budget()},
-                   {"temperature", s.temperature},
-                   {"top_p", s.top_p},
-                   {"top_k", 0},
-                   {"min_p", 0.0},
-                   {"repetition_penalty", 1.0},
-                   {"presence_penalty", 0.0},
-                   {"frequency_penalty", 0.0},
-                   {"ignore_eos", true},
-                   {"stop_token_ids", s.limits.end_ids},
-                   {"return_token_ids", true}};
-  if (s.temperature > 0)
-    j["seed"] = static_cast<std::int64_t>(
-        mix(s.seed ^ mix(static_cast<std::uint64_t>(index) * 0x100000001B3ull + static_cast<std::uint64_t>(turn))) >>
-        1);
-  return j;
-}
-
-GenerateResult generate_from_server(util::ServerSettings settings, const util::ServedModel& model,
+GenerateResult generate_from_server(server::ServerSettings settings, const server::ServedModel& model,
                                     const data::Dataset& dataset, std::size_t first, const GenerateSettings& gs,
                                     const EmitFn& emit, const std::function<bool()>& stop_requested) {
   EAGLE_CHECK(gs.batch_size > 0 && gs.limits.context > 1 && gs.limits.max_new_tokens > 0,

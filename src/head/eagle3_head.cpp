@@ -236,7 +236,7 @@ HeadStepOutput Eagle3Head::train_step_forward(const HeadInputs& in, const torch:
   StepLossSum head_sum;                                        // the steps' LM-head gradient, summed
   unroll(in, [&](std::int64_t k, const StepResult& r) {
     // Teacher of step k at t: the target's distribution at t+1+k (restricted to the draft ids), made
-    // per chunk with the logits and the loss in step_loss (model/fused_loss.h).
+    // per chunk with the logits and the loss in step_loss (head/fused_loss.h).
     auto target_next = shift_left(in.target_argmax, k + 1, 0.0);
     auto valid = in_document_mask(in.loss_mask, in.document_ids, k) & t2d.index({target_next});
     auto scale = std::pow(cfg_.ttt_loss_decay, static_cast<double>(k)) / den[k];

@@ -35,6 +35,22 @@ void train_micro_batch(const features::FeatureSource& features, head::DraftHead&
   metric_sums.add_(out.metric_sums);
 }
 
+void MicroBatchRunner::run(device::CudaGraphCache& graphs, const data::Batch& batch, const torch::Tensor& denominators,
+                           torch::Tensor& loss_sum, torch::Tensor& metric_sums) {
+  const data::Shape shape{batch.rows, batch.length};
+  auto it = buffers_.find(shape);
+  if (it == buffers_.end())
+    it = buffers_
+             .emplace(shape, ShapeBuffers{source_.allocate(batch, max_segments_),
+                                          torch::zeros({denominators.numel()}, loss_sum.options())})
+             .first;
+  ShapeBuffers& buf = it->second;
+  source_.fill(batch, buf.batch);
+  buf.denominators.copy_(denominators, /*non_blocking=*/loss_sum.is_cuda());
+  graphs.run(shape,
+             [&] { train_micro_batch(source_, head_, buf.batch, buf.denominators, bf16_, loss_sum, metric_sums); });
+}
+
 StepCounts StepCounts::of(const std::vector<data::Batch>& micro_batches, std::int64_t steps) {
   StepCounts c{loss_denominators(micro_batches, steps)};
   for (const auto& batch : micro_batches) {

@@ -8,7 +8,6 @@
 #include <cmath>
 #include <exception>
 #include <limits>
-#include <map>
 #include <optional>
 
 #include "eagle/config/resolve.h"
@@ -43,12 +42,6 @@ using Clock = std::chrono::steady_clock;
 using run::ExitReason;
 
 double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-// Fixed device buffers of one batch shape: what the captured graph of that shape reads.
-struct ShapeBuffers {
-  features::BatchTensors batch;
-  torch::Tensor denominators;  // [K] fp32
-};
 
 class Trainer {
  public:
@@ -107,8 +100,7 @@ class Trainer {
   device::FlatGradients comm_;  // the gradients (the parameters' .grad are views into it) and the
                                 // step's loss (its one extra value), summed over ranks in one collective
   torch::Tensor step_loss_;     // comm_'s last element, 0-dim
-  std::map<data::Shape, ShapeBuffers> buffers_;
-  std::int64_t max_segments_ = 0;               // packed rows: document runs per row at most (0: not packed)
+  std::optional<MicroBatchRunner> micro_batches_;  // the step's micro-batches on buffers per batch shape
   double loop_seconds_ = 0, side_seconds_ = 0;  // training steps alone; evaluations and checkpoints
   double process_real_tokens_ = 0;              // real tokens of this process's steps
   std::int64_t nonfinite_reported_ = 0;
@@ -168,7 +160,8 @@ void Trainer::build() {
   check_ranks_agree(*group_, input_digests(lengths, head_->config()));
   sampler_.emplace(lengths, data::SamplerOptions::from(o_, group_->size(), group_->rank()));
   // Packed rows: the most documents a row can hold, the static size of the attention offsets.
-  max_segments_ = o_.padding_free ? data::max_segments_per_row(lengths, o_.training_seq_len) : 0;
+  micro_batches_.emplace(*features_.train, *head_,
+                         o_.padding_free ? data::max_segments_per_row(lengths, o_.training_seq_len) : 0, o_.bf16);
   const auto shape_counts = sampler_->shape_counts(0);
   check_step_memory(o_, inputs_.ends.config, head_->config(), device_, shape_counts);  // before any step allocates
   // A target that reads the host in its forward runs eagerly (TargetModel::graphed_steps).
@@ -203,9 +196,8 @@ void Trainer::restore() {
   // The checkpoints of this run hold this run's options, also after a resume.
   state_.config = options_json_;
   state_.world_size = group_->size();
-  // target_server: the samples of the remaining steps are requested ahead, in the order they are read.
-  if (inputs_.server)
-    inputs_.server->prefetch(*sampler_, (total_steps_ - state_.step) * o_.gradient_accumulation_steps);
+  // A source that fetches ahead (a target server) is given the batches of the remaining steps.
+  features_.train->prefetch(*sampler_, (total_steps_ - state_.step) * o_.gradient_accumulation_steps);
 }
 
 void Trainer::open_sinks(const std::vector<std::string>& command_line) {
@@ -241,10 +233,10 @@ ExitReason Trainer::loop() {
     const auto sampler_at = sampler_->state();
     try {
       train_step();
-    } catch (...) {
-      // A target server that stays down: the last completed step is saved (one process; ranks would wait in
+    } catch (const Error& e) {
+      // A feature source that stays down: the last completed step is saved (one process; ranks would wait in
       // the step's collectives), then the error ends the run (exit 4).
-      if (!inputs_.server || !inputs_.server->down() || group_->size() > 1) throw;
+      if (e.kind() != ErrorKind::source_down || group_->size() > 1) throw;
       --state_.step;
       sampler_->restore(sampler_at);
       save();
@@ -293,22 +285,7 @@ void Trainer::train_step() {
   optimizer_->zero_grad();
   optimizer_->set_lr(schedule_.lr(step - 1));
   step_loss_.zero_();
-  const features::FeatureSource& source = *features_.train;
-  for (const auto& batch : micro) {
-    const data::Shape shape{batch.rows, batch.length};
-    auto it = buffers_.find(shape);
-    if (it == buffers_.end())
-      it = buffers_
-               .emplace(shape,
-                        ShapeBuffers{source.allocate(batch, max_segments_), torch::zeros({K_}, step_loss_.options())})
-               .first;
-    ShapeBuffers& buf = it->second;
-    source.fill(batch, buf.batch);
-    buf.denominators.copy_(denominators, /*non_blocking=*/device_.is_cuda());
-    graphs_->run(shape, [&] {
-      train_micro_batch(source, *head_, buf.batch, buf.denominators, o_.bf16, step_loss_, window_->metrics);
-    });
-  }
+  for (const auto& batch : micro) micro_batches_->run(*graphs_, batch, denominators, step_loss_, window_->metrics);
   // The gradients and the loss of every rank, summed (between the graphs on GPU; nothing on one rank).
   group_->sum(comm_.buffer);
   // (b) clip + update, independent of the batch shape.

@@ -8,6 +8,8 @@ ExitCode exit_code_of(ErrorKind kind) {
     case ErrorKind::usage: return ExitCode::usage;
     case ErrorKind::input: return ExitCode::input;
     case ErrorKind::output: return ExitCode::output;
+    case ErrorKind::source_down:
+      return ExitCode::output;
     case ErrorKind::training: return ExitCode::training;
     case ErrorKind::gate: return ExitCode::gate;
     case ErrorKind::interrupted: return ExitCode::interrupted;

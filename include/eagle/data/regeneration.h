@@ -2,7 +2,7 @@
 // are its turns (untrained: the prompt of a turn, trained: the reply), each reply is replaced by what
 // the target writes after the conversation so far (its own earlier replies included), and the
 // stopping rules (end ids, max_new_tokens, the context limit and overlong_policy) decide where.
-// The tensor side (src/train/generate.cpp) only feeds pending() to the target and accept()s tokens.
+// The tensor side (src/generate/generate.cpp) only feeds pending() to the target and accept()s tokens.
 #pragma once
 
 #include <algorithm>

@@ -15,7 +15,7 @@ struct BatchTensors {
   torch::Tensor document_ids;  // [B, T] int64, -1 padding
   torch::Tensor loss_mask;     // [B, T] bool
   model::AttentionSpec attention{};  // padded or packed rows (host values, fixed for the buffers)
-  // Stored target features of the batch (offline training, feature_source.h); undefined online.
+  // Stored target features of the batch (offline training, source.h); undefined online.
   torch::Tensor aux_hidden;     // [B, T, aux_width] in the store's dtype; padding 0
   torch::Tensor last_hidden;    // [B, T, H] in the store's dtype; padding 0
   torch::Tensor target_argmax;  // [B, T] int64 when stored; padding 0

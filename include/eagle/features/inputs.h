@@ -13,7 +13,6 @@
 
 #include "eagle/config/options.h"
 #include "eagle/data/dataset.h"
-#include "eagle/features/server_store.h"
 #include "eagle/features/source.h"
 #include "eagle/features/store.h"
 #include "eagle/head/head.h"
@@ -45,8 +44,7 @@ struct RunInputs {
   target::TargetEnds ends;                       // the head's embedding; the teacher's final norm, LM head
   std::vector<std::int64_t> aux_layer_ids;       // the target layers the head fuses (EAGLE-3)
   std::string target_name;                       // the target the head names in its exports
-  std::shared_ptr<const FeatureStore> store;     // offline only
-  std::shared_ptr<const ServerFeatures> server;  // target_server: the store (requests its samples)
+  std::shared_ptr<const FeatureStore> store;     // offline and target_server (ServerFeatures) only
   std::vector<std::int64_t> train_samples, heldout_samples;  // offline: the store's sample of each row
 
   FeatureSources sources(const target::TeacherSpec& teacher, torch::Device device) const;

@@ -14,7 +14,7 @@
 #include "eagle/data/dataset.h"
 #include "eagle/data/sampler.h"
 #include "eagle/features/store.h"
-#include "eagle/util/server_client.h"
+#include "eagle/server/server_client.h"
 
 namespace eagle::features {
 
@@ -24,20 +24,20 @@ class ServerFeatures : public FeatureStore {
   // are copied). One probe request for the first sample checks the features against the target:
   // hidden_states of hidden_size, n_aux + 1 layer slots, token_ids equal to the prompt, a file
   // readable here (refused by name otherwise).
-  ServerFeatures(util::ServerSettings settings, util::ServedModel model,
+  ServerFeatures(server::ServerSettings settings, server::ServedModel model,
                  const std::vector<const data::Dataset*>& splits, std::int64_t hidden_size, std::int64_t n_aux);
   ~ServerFeatures() override;
 
   void read(std::int64_t sample, std::int64_t pos, std::int64_t n, const std::int32_t* ids, void* aux, void* last,
             std::int64_t* argmax) const override;
 
-  // Requests the samples of the next `batches` batches of `plan` (a copy of the trainer's sampler at
-  // its current position) ahead of the step, at most `inflight` samples unconsumed at a time. A
-  // sample read without being planned is requested then (evaluation).
-  void prefetch(data::Sampler plan, std::int64_t batches) const;
-  // Whether a request failed after all retries (the server stays down): training then ends with a
-  // checkpoint of the last completed step and exit 4.
-  bool down() const;
+  // Requests the samples of the next `batches` batches of a copy of `sampler` (the trainer's, at its
+  // current position) ahead of the step, at most `inflight` samples unconsumed at a time. A sample
+  // read without being planned is requested then (evaluation). A request that fails after all
+  // retries (the server stays down) is thrown by the read of its sample as ErrorKind::source_down:
+  // training then ends with a checkpoint of the last completed step and exit 4.
+  void prefetch(const data::Sampler& sampler, std::int64_t batches,
+                const std::vector<std::int64_t>& samples) const override;
   // Requests answered, their features' bytes and the seconds spent waiting for them in read().
   struct Counters {
     std::int64_t requests = 0, retries = 0, bytes = 0;

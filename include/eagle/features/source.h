@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "eagle/data/batch.h"
+#include "eagle/data/sampler.h"
 #include "eagle/features/batch_tensors.h"
 #include "eagle/features/store.h"
 #include "eagle/head/head.h"
@@ -31,6 +32,10 @@ class FeatureSource {
   virtual void fill(const data::Batch& batch, BatchTensors& buffers) const = 0;
   // The head's inputs from the buffers (no gradients flow into them); never reads the host.
   virtual head::HeadInputs head_inputs(const BatchTensors& buffers) const = 0;
+  // Before the first fill: the batches of the next `batches` draws of `sampler` (over this source's
+  // dataset) will be read in that order. A no-op but for a store that fetches ahead (a target server:
+  // FeatureStore::prefetch).
+  virtual void prefetch(const data::Sampler& sampler, std::int64_t batches) const {}
 };
 
 // The target's forward on every batch, with the teacher it computes for the head.

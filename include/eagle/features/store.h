@@ -15,6 +15,7 @@
 
 #include "eagle/data/dataset.h"
 #include "eagle/data/loader.h"
+#include "eagle/data/sampler.h"
 
 namespace eagle::features {
 
@@ -37,6 +38,11 @@ class FeatureStore {
   // them (Error(input) naming its file on a mismatch). Thread-compatible, no tensor is made.
   virtual void read(std::int64_t sample, std::int64_t pos, std::int64_t n, const std::int32_t* ids, void* aux,
                     void* last, std::int64_t* argmax) const = 0;
+  // Where reading is slow (a server): starts fetching the samples of the next `batches` batches of
+  // `sampler` (row samples index `samples`, the store's sample of each of the dataset's) in the
+  // order they will be read. The stores on disk need nothing ahead.
+  virtual void prefetch(const data::Sampler& sampler, std::int64_t batches,
+                        const std::vector<std::int64_t>& samples) const {}
 
  protected:
   FeatureLayout layout_;

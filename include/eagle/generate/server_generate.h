@@ -16,20 +16,16 @@
 #include "eagle/data/dataset.h"
 #include "eagle/data/regeneration.h"
 #include "eagle/generate/generate.h"
-#include "eagle/util/server_client.h"
+#include "eagle/server/server_client.h"
 
 namespace eagle::generate {
 
-// The completion request of sample `index`'s reply number `turn` (0-based) in state r, as sent.
-nlohmann::json completion_request(const util::ServedModel& model, const GenerateSettings& s, std::size_t index,
-                                  std::int64_t turn, const data::Regeneration& r);
-
 // Regenerates samples first .. dataset.size()-1 through the servers of `settings` (checked by
-// util::check_servers). stop_requested is polled every 50 ms; once true, requests in flight are
+// server::check_servers). stop_requested is polled every 50 ms; once true, requests in flight are
 // cancelled, the samples finished in order are emitted and it returns interrupted. A server that
 // stays down after the retries (or an answer refused by name: no token_ids, tokens past an end id,
 // a reply stopped early) emits the samples finished in order and throws that Error.
-GenerateResult generate_from_server(util::ServerSettings settings, const util::ServedModel& model,
+GenerateResult generate_from_server(server::ServerSettings settings, const server::ServedModel& model,
                                     const data::Dataset& dataset, std::size_t first, const GenerateSettings& gs,
                                     const EmitFn& emit, const std::function<bool()>& stop_requested = {});
 

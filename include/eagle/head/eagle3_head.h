@@ -77,7 +77,7 @@ class Eagle3Head : public torch::nn::Module, public DraftHead {
   // layer's cache at RoPE positions pos0.. (drafting); returns the last layer's output.
   torch::Tensor cached_layers(DraftCache& cache, const torch::Tensor& state, const torch::Tensor& ids,
                               std::int64_t start, std::int64_t pos0);
-  // cached_layers with per-row slots (model/eagle3_ragged.cpp): ids [R, n] and states [R, n, H]
+  // cached_layers with per-row slots (head/eagle3_ragged.cpp): ids [R, n] and states [R, n, H]
   // written at columns [R, n] of the cache rows `rows` ([R, 1] int64; all_rows: every row in order).
   torch::Tensor ragged_layers(DraftCache& cache, const torch::Tensor& state, const torch::Tensor& ids,
                               const torch::Tensor& columns, const torch::Tensor& rows, bool all_rows,

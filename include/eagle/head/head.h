@@ -111,7 +111,7 @@ class DraftHead {
   void truncate(DraftCache& cache, std::int64_t length) const { cache.length = std::min(cache.length, length); }
 
   // Drafting in explicit steps, for trees and sampled drafts (train/tree_eval.cpp, sampled_eval.cpp;
-  // EAGLE-3 heads, model/eagle3_tree.cpp; other heads throw Error(usage)). draft_extend is draft()'s
+  // EAGLE-3 heads, head/eagle3_tree.cpp; other heads throw Error(usage)). draft_extend is draft()'s
   // prefix pass: appends features/next_ids as draft() does and returns the last position's output.
   // draft_nodes runs n drafted nodes: their tokens ids [B, n] (target ids) with the recurrent
   // states of their parents [B, n, H] at RoPE positions [B, n], their keys written at cache slots

@@ -34,7 +34,7 @@ torch::Tensor in_document_mask(const torch::Tensor& loss_mask, const torch::Tens
 torch::Tensor soft_cross_entropy(const torch::Tensor& logits, const torch::Tensor& teacher_probs);
 
 // The per-position loss of a kind, [.., V] -> [..] in fp32, through autograd over the whole row (the
-// unchunked reference of model/fused_loss.h).
+// unchunked reference of head/fused_loss.h).
 torch::Tensor position_loss(LossKind kind, const torch::Tensor& logits, const torch::Tensor& teacher_probs);
 
 // Columns of the metric sums tensor [K, kMetricColumns] (raw sums and counts, they add across

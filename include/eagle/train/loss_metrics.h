@@ -1,5 +1,5 @@
 // Host-side loss denominators and metric summaries of the draft heads (EAGLE.md "Which positions
-// count", "Metrics"); the device-side pieces are in model/head_loss.h.
+// count", "Metrics"); the device-side pieces are in head/head_loss.h.
 #pragma once
 
 #include <chrono>

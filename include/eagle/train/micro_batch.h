@@ -4,11 +4,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <vector>
 
 #include <torch/torch.h>
 
 #include "eagle/data/batch.h"
+#include "eagle/device/cuda_graph_cache.h"
 #include "eagle/features/batch_tensors.h"
 #include "eagle/features/source.h"
 #include "eagle/head/head.h"
@@ -44,5 +46,29 @@ head::HeadStepOutput forward_micro_batch(const features::FeatureSource& features
 void train_micro_batch(const features::FeatureSource& features, head::DraftHead& head,
                        const features::BatchTensors& batch, const torch::Tensor& denominators, bool bf16,
                        torch::Tensor& loss_sum, torch::Tensor& metric_sums);
+
+// The micro-batches of training steps on fixed device buffers, one set per batch shape (what the
+// captured graph of that shape reads): a batch is filled from the source and its step's
+// denominators copied without synchronising, then train_micro_batch runs through `graphs` under
+// the batch's shape. The trainer's step and the step benchmark (scripts/bench/bench_step.cpp) both.
+class MicroBatchRunner {
+ public:
+  MicroBatchRunner(const features::FeatureSource& source, head::DraftHead& head, std::int64_t max_segments, bool bf16)
+      : source_(source), head_(head), max_segments_(max_segments), bf16_(bf16) {}
+  // denominators: [K] fp32 on the host (denominator_tensor); loss_sum, metric_sums: train_micro_batch's.
+  void run(device::CudaGraphCache& graphs, const data::Batch& batch, const torch::Tensor& denominators,
+           torch::Tensor& loss_sum, torch::Tensor& metric_sums);
+
+ private:
+  struct ShapeBuffers {
+    features::BatchTensors batch;
+    torch::Tensor denominators;  // [K] fp32
+  };
+  const features::FeatureSource& source_;
+  head::DraftHead& head_;
+  std::int64_t max_segments_;  // packed rows: document runs per row at most (0: not packed)
+  bool bf16_;
+  std::map<data::Shape, ShapeBuffers> buffers_;
+};
 
 }  // namespace eagle::train

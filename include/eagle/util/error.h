@@ -20,10 +20,12 @@ enum class ExitCode : int {
   interrupted = 130,   // stopped by SIGINT/SIGTERM after writing a checkpoint
 };
 
-// One kind per exit code. The rule for usage vs input: usage is what the user asked for (flags,
+// One kind per exit code, and source_down: exit 4 as output, for a source the run reads from that
+// stays down (a --target_server after its retries), which the trainer catches by kind to save the
+// last completed step first. The rule for usage vs input: usage is what the user asked for (flags,
 // config files, option values, a combination the tool refuses, another run holding the folder);
 // input is the content of a file the tool reads (data, model, checkpoint).
-enum class ErrorKind { usage, input, output, training, gate, interrupted, internal };
+enum class ErrorKind { usage, input, output, source_down, training, gate, interrupted, internal };
 
 ExitCode exit_code_of(ErrorKind kind);
 
@@ -45,6 +47,12 @@ class Error : public std::exception {
   Error&& hint(std::string v) && { return std::move(hint(std::move(v))); }
 
   ErrorKind kind() const { return kind_; }
+  // The same error as another kind.
+  Error as(ErrorKind kind) const {
+    Error e = *this;
+    e.kind_ = kind;
+    return e;
+  }
   ExitCode exit_code() const { return exit_code_of(kind_); }
   const std::string& message() const { return message_; }
   const std::string& file() const & { return file_; }

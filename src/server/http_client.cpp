@@ -1,6 +1,6 @@
 // The minimal HTTP/1.1 client (see http_client.h): non-blocking sockets and poll() against one
 // deadline per request, Content-Length, chunked or read-to-close bodies.
-#include "eagle/util/http_client.h"
+#include "eagle/server/http_client.h"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -16,7 +16,7 @@
 
 #include "eagle/util/error.h"
 
-namespace eagle::util {
+namespace eagle::server {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -248,4 +248,4 @@ HttpResponse http_request(const HttpUrl& url, const std::string& method, const s
   return parse_response(rq, read_all(rq, sock.fd()));
 }
 
-}  // namespace eagle::util
+}  // namespace eagle::server

@@ -12,15 +12,15 @@
 #include <thread>
 #include <utility>
 
+#include "eagle/server/http_client.h"
 #include "eagle/util/error.h"
-#include "eagle/util/http_client.h"
 
 using namespace eagle;
 
 namespace {
 
 // A socket on 127.0.0.1 that listens and never answers (the backlog accepts connections), and its URL.
-std::pair<int, util::HttpUrl> silent_listener() {
+std::pair<int, server::HttpUrl> silent_listener() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -29,30 +29,30 @@ std::pair<int, util::HttpUrl> silent_listener() {
   REQUIRE(::listen(fd, 4) == 0);
   socklen_t len = sizeof(addr);
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  return {fd, util::parse_http_url("http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)))};
+  return {fd, server::parse_http_url("http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)))};
 }
 
 }  // namespace
 
-TEST_CASE("server URLs are parsed or refused by name", "[util]") {
-  const auto u = util::parse_http_url("http://127.0.0.1:8000/prefix/");
+TEST_CASE("server URLs are parsed or refused by name", "[server]") {
+  const auto u = server::parse_http_url("http://127.0.0.1:8000/prefix/");
   CHECK(u.host == "127.0.0.1");
   CHECK(u.port == 8000);
   CHECK(u.prefix == "/prefix");
-  CHECK(util::parse_http_url("http://[::1]:9").host == "::1");
-  CHECK(util::parse_http_url("http://h").port == 80);
-  CHECK(util::parse_http_urls("http://a:1,http://b:2").size() == 2);
-  CHECK_THROWS_WITH(util::parse_http_url("https://a"), Catch::Contains("http://"));
-  CHECK_THROWS_WITH(util::parse_http_url("http://a:99999"), Catch::Contains("1..65535"));
-  CHECK_THROWS_WITH(util::parse_http_urls("http://a:1,"), Catch::Contains("not a server URL"));
-  CHECK_THROWS_WITH(util::parse_http_url("http://:80"), Catch::Contains("no host"));
+  CHECK(server::parse_http_url("http://[::1]:9").host == "::1");
+  CHECK(server::parse_http_url("http://h").port == 80);
+  CHECK(server::parse_http_urls("http://a:1,http://b:2").size() == 2);
+  CHECK_THROWS_WITH(server::parse_http_url("https://a"), Catch::Contains("http://"));
+  CHECK_THROWS_WITH(server::parse_http_url("http://a:99999"), Catch::Contains("1..65535"));
+  CHECK_THROWS_WITH(server::parse_http_urls("http://a:1,"), Catch::Contains("not a server URL"));
+  CHECK_THROWS_WITH(server::parse_http_url("http://:80"), Catch::Contains("no host"));
 }
 
-TEST_CASE("a refused connection and a silent server end by the deadline, naming the URL", "[util]") {
+TEST_CASE("a refused connection and a silent server end by the deadline, naming the URL", "[server]") {
   const auto [fd, url] = silent_listener();
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    util::http_request(url, "GET", "/health", "", 0.3);
+    server::http_request(url, "GET", "/health", "", 0.3);
     FAIL("no error");
   } catch (const Error& e) {
     CHECK(e.exit_code() == ExitCode::output);
@@ -61,14 +61,15 @@ TEST_CASE("a refused connection and a silent server end by the deadline, naming 
   CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(5));
   ::close(fd);
   try {
-    util::http_request(url, "GET", "/health", "", 2);
+    server::http_request(url, "GET", "/health", "", 2);
     FAIL("no error");
   } catch (const Error& e) {
     CHECK_THAT(e.format(), Catch::Contains("cannot connect to the server"));
   }
 }
 
-TEST_CASE("a cancelled request ends within 100 ms as interrupted, naming the URL, long before its deadline", "[util]") {
+TEST_CASE("a cancelled request ends within 100 ms as interrupted, naming the URL, long before its deadline",
+          "[server]") {
   const auto [fd, url] = silent_listener();
   std::atomic<bool> cancel{false};
   std::chrono::steady_clock::time_point cancelled;
@@ -78,7 +79,7 @@ TEST_CASE("a cancelled request ends within 100 ms as interrupted, naming the URL
     cancel = true;
   });
   try {
-    util::http_request(url, "POST", "/v1/completions", "{}", 60, &cancel);
+    server::http_request(url, "POST", "/v1/completions", "{}", 60, &cancel);
     FAIL("no error");
   } catch (const Error& e) {
     const auto waited = std::chrono::steady_clock::now() - cancelled;
@@ -90,6 +91,6 @@ TEST_CASE("a cancelled request ends within 100 ms as interrupted, naming the URL
   canceller.join();
   // Not cancelled, the same request waits for its deadline as before.
   cancel = false;
-  CHECK_THROWS_WITH(util::http_request(url, "GET", "/health", "", 0.2, &cancel), Catch::Contains("timed out"));
+  CHECK_THROWS_WITH(server::http_request(url, "GET", "/health", "", 0.2, &cancel), Catch::Contains("timed out"));
   ::close(fd);
 }

@@ -1,7 +1,23 @@
 // The requests of --target_server (see server_client.h).
-#include "eagle/util/server_client.h"
+#include "eagle/server/server_client.h"
 
-namespace eagle::util {
+namespace eagle::server {
+
+ServerSettings ServerSettings::from(const config::Options& o, ServerPurpose purpose, std::int64_t rank) {
+  ServerSettings s;
+  s.urls = o.target_server;
+  s.timeout_s = static_cast<double>(o.target_server_timeout_s);
+  s.retries = o.target_server_retries;
+  if (purpose == ServerPurpose::features) {
+    s.inflight = o.target_server_inflight;
+    s.rank = rank;
+  } else {
+    s.inflight = o.generate_batch_size;
+    s.resume = "rerun the same command to continue where it stopped";
+    s.log_area = "generate";
+  }
+  return s;
+}
 
 nlohmann::json parse_json(const HttpUrl& url, const std::string& path, const HttpResponse& r) {
   if (r.status >= 500 || r.status == 429)
@@ -29,6 +45,18 @@ HttpResponse try_request(const HttpUrl& url, const std::string& method, const st
     if (e.kind() == ErrorKind::interrupted) throw;
     throw Transient{e};
   }
+}
+
+nlohmann::json completions(const HttpUrl& url, const std::string& model, const std::vector<std::int64_t>& prompt_ids,
+                           std::int64_t max_tokens, const nlohmann::json& extra, double timeout_s,
+                           const std::atomic<bool>* cancel) {
+  constexpr const char* kPath = "/v1/completions";
+  nlohmann::json body = extra.is_null() ? nlohmann::json::object() : extra;
+  body["model"] = model;
+  body["prompt"] = prompt_ids;
+  body["max_tokens"] = max_tokens;
+  body["return_token_ids"] = true;
+  return parse_json(url, kPath, try_request(url, "POST", kPath, body.dump(), timeout_s, cancel));
 }
 
 ServedModel check_servers(const ServerSettings& s) {
@@ -81,4 +109,4 @@ ServedModel check_servers(const ServerSettings& s) {
   return out;
 }
 
-}  // namespace eagle::util
+}  // namespace eagle::server

@@ -1,6 +1,7 @@
 // The requests of --target_server to vLLM servers, for the feature store (features/server_store.h)
 // and generate (generate/server_generate.h): the settings, the start-up checks of the servers (GET
-// /health, /v1/models), JSON answers, and retries with backoff for the failures worth another try.
+// /health, /v1/models), the one completion request, JSON answers, and retries with backoff for the
+// failures worth another try.
 #pragma once
 
 #include <algorithm>
@@ -14,11 +15,15 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "eagle/config/options.h"
+#include "eagle/server/http_client.h"
 #include "eagle/util/error.h"
-#include "eagle/util/http_client.h"
 #include "eagle/util/log.h"
 
-namespace eagle::util {
+namespace eagle::server {
+
+// Who asks the servers: the feature store of train and eval, or generate.
+enum class ServerPurpose { features, generate };
 
 struct ServerSettings {
   std::string urls;           // target_server: comma-separated
@@ -30,6 +35,11 @@ struct ServerSettings {
   // log area of its warnings.
   std::string resume = "resume with --resume_from_checkpoint auto";
   std::string log_area = "data";
+
+  // The options' --target_server settings. features: target_server_inflight requests, `rank` the
+  // process's rank under torchrun; generate: generate_batch_size requests, rank 0, and the hint and
+  // log area of generate.
+  static ServerSettings from(const config::Options& o, ServerPurpose purpose, std::int64_t rank = 0);
 };
 
 // The servers of settings.urls taken in turn, rank r starting at its r-th, so that ranks and
@@ -52,8 +62,8 @@ struct ServedModel {
   std::string id;
   std::int64_t max_model_len = 0;  // 0: not reported
 };
-// Error(output, exit 4) naming the URL when a server does not answer after the retries; Error(input)
-// when the servers serve other models.
+// Error(source_down, exit 4) naming the URL when a server does not answer after the retries;
+// Error(input) when the servers serve other models.
 ServedModel check_servers(const ServerSettings& s);
 
 // A failure worth another try (the server down, busy or slow), unlike a refused request.
@@ -69,8 +79,16 @@ nlohmann::json parse_json(const HttpUrl& url, const std::string& path, const Htt
 HttpResponse try_request(const HttpUrl& url, const std::string& method, const std::string& path,
                          const std::string& body, double timeout_s, const std::atomic<bool>* cancel = nullptr);
 
+// One POST /v1/completions: the prompt as token ids, max_tokens and return_token_ids for `model`,
+// plus the fields of `extra` (an object: sampling options); the answer as parse_json gives it, a
+// failed request as try_request's.
+nlohmann::json completions(const HttpUrl& url, const std::string& model, const std::vector<std::int64_t>& prompt_ids,
+                           std::int64_t max_tokens, const nlohmann::json& extra, double timeout_s,
+                           const std::atomic<bool>* cancel = nullptr);
+
 // Runs f with retries and backoff: a Transient failure is tried again up to s.retries times, then
-// becomes the error (exit 4: the server stays down). stop() interrupts the backoff.
+// becomes the error as ErrorKind::source_down (exit 4: the server stays down). stop() interrupts the
+// backoff.
 template <typename F, typename Stop>
 auto with_retries(const ServerSettings& s, const std::string& what, F&& f, Stop&& stop, std::int64_t* retries = nullptr)
     -> decltype(f(0)) {
@@ -79,9 +97,9 @@ auto with_retries(const ServerSettings& s, const std::string& what, F&& f, Stop&
       return f(attempt);
     } catch (const Transient& t) {
       if (attempt >= s.retries || stop(0.0))
-        throw Error(t.error).hint(
-            fmt::format("{} failed {} time(s); start the server again (or check --target_server) and {}", what,
-                        attempt + 1, s.resume));
+        throw t.error.as(ErrorKind::source_down)
+            .hint(fmt::format("{} failed {} time(s); start the server again (or check --target_server) and {}", what,
+                              attempt + 1, s.resume));
       const double backoff = std::min(30.0, static_cast<double>(1LL << std::min<std::int64_t>(attempt, 5)));
       log::warn(s.log_area, "{} (try {} of {}): {}; again in {:.0f} s", what, attempt + 1, s.retries + 1,
                 t.error.format(), backoff);
@@ -91,4 +109,4 @@ auto with_retries(const ServerSettings& s, const std::string& what, F&& f, Stop&
   }
 }
 
-}  // namespace eagle::util
+}  // namespace eagle::server

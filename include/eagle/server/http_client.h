@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace eagle::util {
+namespace eagle::server {
 
 // http://HOST[:PORT][/PREFIX]: the server; PREFIX (without a trailing slash) goes before every path.
 struct HttpUrl {
@@ -34,4 +34,4 @@ struct HttpResponse {
 HttpResponse http_request(const HttpUrl& url, const std::string& method, const std::string& path,
                           const std::string& body, double timeout_s, const std::atomic<bool>* cancel = nullptr);
 
-}  // namespace eagle::util
+}  // namespace eagle::server

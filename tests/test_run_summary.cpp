@@ -1,0 +1,74 @@
+// The run's end state (run/summary.h): CI gates (min_ar, max_final_loss) and summary.json.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+
+#include "eagle/run/summary.h"
+#include "helpers.h"
+
+using namespace eagle::run;
+using nlohmann::json;
+
+TEST_CASE("CI gates: min_ar and max_final_loss", "[run]") {
+  RunSummary s;
+  s.ar = 2.5;
+  s.final_loss = 1.25;
+  CHECK(check_gates(s, 0.0, 0.0).empty());
+  auto pass = check_gates(s, 2.5, 1.25);  // equal to the threshold passes
+  REQUIRE(pass.size() == 2);
+  CHECK(pass[0].passed);
+  CHECK(pass[1].passed);
+  CHECK_FALSE(gate_error(pass));
+
+  auto ar_missed = check_gates(s, 3.0, 0.0);
+  auto e = gate_error(ar_missed);
+  REQUIRE(e);
+  CHECK(e->kind() == eagle::ErrorKind::gate);
+  CHECK(e->exit_code() == eagle::ExitCode::gate);
+  CHECK(e->format() == "min_ar: CI gate missed: AR 2.5000 < min_ar 3.0000");
+
+  s.ar.reset();
+  s.final_loss = std::nan("");
+  auto both = gate_error(check_gates(s, 1.5, 2.0));
+  REQUIRE(both);
+  CHECK(both->format() == "min_ar, max_final_loss: CI gate missed: AR was never measured (min_ar 1.5000); "
+                          "final loss nan > max_final_loss 2.0000");
+  // A completed run that misses a gate becomes gate_missed with exit code 6.
+  CHECK(s.exit_reason == ExitReason::completed);
+  REQUIRE(apply_gates(s, 1.5, 0.0));
+  CHECK(s.exit_reason == ExitReason::gate_missed);
+  CHECK(s.exit_code == 6);
+  CHECK(s.gates.size() == 1);
+}
+
+TEST_CASE("summary.json holds the run's end state", "[run]") {
+  eagle::test::TempDir tmp;
+  RunSummary s;
+  s.exit_reason = ExitReason::interrupted;
+  s.detail = "SIGTERM";
+  s.exit_code = 130;
+  s.steps = 40;
+  s.total_steps = 100;
+  s.resumed_from_step = 20;
+  s.final_loss = 1.5;
+  s.acc = {0.75, 0.5};
+  s.tau = 2.25;
+  s.real_tokens = 40000.0;
+  s.tokens_per_s = 1000.0;
+  s.wall_time_s = 12.5;
+  CHECK_FALSE(apply_gates(s, 2.0, 0.0));  // an interrupted run records its gates but cannot miss them
+  CHECK(s.exit_reason == ExitReason::interrupted);
+  write_summary(tmp.path(), s);
+  json doc = json::parse(eagle::test::read_file(tmp / "summary.json"));
+  CHECK(doc == json::parse(R"({"exit_reason": "interrupted", "detail": "SIGTERM", "exit_code": 130, "steps": 40,
+      "total_steps": 100, "resumed_from_step": 20, "final_loss": 1.5, "ar": null, "acc": [0.75, 0.5],
+      "tau": 2.25, "eval_loss": null, "tree_ar": null, "temp_ar": null, "temp_ar_ci95": null, "alpha": [],
+      "alpha_ar": null, "best_metric": "ar", "real_tokens": 40000.0, "tokens_per_s": 1000.0, "wall_time_s": 12.5, "best_step": null,
+      "gates": {"min_ar": {"threshold": 2.0, "value": null, "passed": false}}})"));
+  // Written atomically: no temporary file is left behind.
+  std::size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator(tmp.path())) ++entries;
+  CHECK(entries == 1);
+}
