@@ -73,7 +73,7 @@ TEST_CASE("the step line has a fixed format", "[io]") {
 TEST_CASE("the eval line reads 'step N AR: x'", "[io]") {
   EvalStats e{300, 2.12345, {0.7, 0.5}, 2.4, 2.875};
   CHECK(format_eval_line(e) == "step 300 AR: 2.875 | eval loss 2.1235 | acc 0.700 0.500 | tau 2.400");
-  e.ar.reset();
+  e.acceptance.ar.reset();
   CHECK(format_eval_line(e) == "step 300 AR: n/a | eval loss 2.1235 | acc 0.700 0.500 | tau 2.400");
   e.loss = std::numeric_limits<double>::quiet_NaN();  // nothing scored: never "eval loss 0.0000"
   CHECK(format_eval_line(e) == "step 300 AR: n/a | eval loss n/a | acc 0.700 0.500 | tau 2.400");
@@ -139,7 +139,7 @@ TEST_CASE("step and eval statistics as JSON and TensorBoard scalars", "[io]") {
   EvalStats e{300, 2.5, {0.75}, 1.75, 2.5};
   CHECK(to_json(e) ==
         json::parse(R"({"step": 300, "eval_loss": 2.5, "eval_acc": [0.75], "eval_tau": 1.75, "ar": 2.5})"));
-  e.ar.reset();
+  e.acceptance.ar.reset();
   CHECK_FALSE(to_json(e).contains("ar"));
   auto tb = tensorboard_scalars(sample_stats());
   std::vector<std::string> tags;

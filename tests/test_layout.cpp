@@ -1,8 +1,10 @@
 // The source tree's layering (docs/developer.md "Layout"): areas from the bottom util, config,
-// data and server (siblings), then model (the tensor kit) and device (siblings), target, io and run (siblings), head,
-// features and generate (siblings), train, cli: the target never includes the head. A file may include its own area and
-// the areas below it, never one above or a sibling; the plain-C++ areas include no LibTorch header (they compile
-// without the precompiled header).
+// The source tree's layering (docs/developer.md "Layout"): areas from the bottom util, config,
+// data and server (siblings), then model (the tensor kit) and device (siblings), target, io and run
+// (siblings), head, features, generate and acceptance (siblings), train, cli: the target never
+// includes the head, and the acceptance measures never include the training run. A file may include
+// its own area and the areas below it, never one above or a sibling; the plain-C++ areas include no
+// LibTorch header (they compile without the precompiled header).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -20,9 +22,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::map<std::string, int> kRank{{"util", 0},     {"config", 1},   {"data", 2},  {"server", 2}, {"model", 3},
-                                       {"device", 3},   {"target", 4},   {"io", 4},    {"run", 4},    {"head", 5},
-                                       {"features", 6}, {"generate", 6}, {"train", 7}, {"cli", 8}};
+const std::map<std::string, int> kRank{{"util", 0},     {"config", 1},     {"data", 2},  {"server", 2}, {"model", 3},
+                                       {"device", 3},   {"target", 4},     {"io", 4},    {"run", 4},    {"head", 5},
+                                       {"features", 6}, {"generate", 6},   {"acceptance", 6}, {"train", 7}, {"cli", 8}};
 const std::set<std::string> kPlainCpp{"util", "config", "data", "server", "io", "run"};
 
 // The findings of a check, one a line, for the failure message.
@@ -71,6 +73,16 @@ TEST_CASE("no area includes a higher or sibling area", "[layout]") {
   INFO(one_per_line(violations));
   CHECK(checked > 200);  // the scan saw the tree
   CHECK(violations.empty());
+}
+
+TEST_CASE("the seams the ranks guard: the target below the head, the acceptance measures below training", "[layout]") {
+  CHECK(kRank.at("target") < kRank.at("head"));
+  CHECK(kRank.at("acceptance") < kRank.at("train"));
+  // Both sides of each seam hold files, so the rank check above has includes to read.
+  for (const char* area : {"target", "head", "acceptance", "train"}) {
+    INFO(area);
+    CHECK(!include_lines(area).empty());
+  }
 }
 
 TEST_CASE("the plain C++ areas include no LibTorch header", "[layout]") {

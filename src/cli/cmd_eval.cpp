@@ -92,13 +92,14 @@ void check_output_writable(const std::string& output) {
 }
 
 // The tree and temperature metrics, when measured, after the greedy line.
-std::string extra_line(const io::EvalStats& s, const train::EvalSettings& e) {
+std::string extra_line(const io::AcceptanceStats& s, const acceptance::AcceptanceSettings& e) {
   std::string out;
+  const auto& t = e.tree;
   if (s.tree_ar)
-    out += fmt::format("\ntree AR {:.3f} (steps {}, topk {}, draft tokens {})", *s.tree_ar, e.tree_steps, e.tree_topk,
-                       e.tree_draft_tokens);
+    out += fmt::format("\ntree AR {:.3f} (steps {}, topk {}, draft tokens {})", *s.tree_ar, t.steps, t.topk,
+                       t.draft_tokens);
   if (s.temp_ar)
-    out += fmt::format("\nAR at temperature {} {:.3f} +- {:.3f} (95%)", e.temperature, *s.temp_ar,
+    out += fmt::format("\nAR at temperature {} {:.3f} +- {:.3f} (95%)", e.sampling.temperature, *s.temp_ar,
                        s.temp_ar_ci95.value_or(0.0));
   if (s.alpha_ar) out += fmt::format("\nalpha {:.3f} | chain estimate {:.3f}", fmt::join(s.alpha, " "), *s.alpha_ar);
   return out;
@@ -136,13 +137,14 @@ void run_eval(const config::Options& opts, const Invocation& argv) {
   j["checkpoint"] = opts.checkpoint;
   j["format"] = head::format_name(loaded.format);
   j["heldout_samples"] = heldout.size();
-  j["draft_len"] = settings.draft_len;
+  const auto& acc = settings.acceptance;
+  j["draft_len"] = acc.draft_len;
   j["head"] = head::head_variant_json(loaded.config);
   j["head"]["parameters"] = head::count_parameters(head);
-  if (settings.tree_topk > 0) j["tree"] = {settings.tree_steps, settings.tree_topk, settings.tree_draft_tokens};
-  if (settings.temperature > 0.0) {
-    j["temperature"] = settings.temperature;
-    j["top_p"] = settings.top_p;
+  if (acc.tree.on()) j["tree"] = {acc.tree.steps, acc.tree.topk, acc.tree.draft_tokens};
+  if (acc.sampling.temperature > 0.0) {
+    j["temperature"] = acc.sampling.temperature;
+    j["top_p"] = acc.sampling.top_p;
     j["draft_sampling"] = config::name_of(opts.eval_draft_sampling);
   }
   if (opts.json)
@@ -150,8 +152,9 @@ void run_eval(const config::Options& opts, const Invocation& argv) {
   else
     std::cout << fmt::format(
         "AR {} | eval loss {} | acc {:.3f} | tau {:.3f} ({} held-out samples, {} drafted per round){}\n",
-        stats.ar ? fmt::format("{:.3f}", *stats.ar) : std::string("n/a"), io::loss_text(stats.loss),
-        fmt::join(stats.acc, " "), stats.tau, heldout.size(), settings.draft_len, extra_line(stats, settings));
+        stats.acceptance.ar ? fmt::format("{:.3f}", *stats.acceptance.ar) : std::string("n/a"),
+        io::loss_text(stats.loss), fmt::join(stats.acc, " "), stats.tau, heldout.size(), acc.draft_len,
+        extra_line(stats.acceptance, acc));
   if (!opts.output.empty()) util::write_file_atomic(opts.output, j.dump(2) + "\n");
   run::RunSummary measured;
   train::record_metrics(stats, opts.best_metric, measured);

@@ -59,7 +59,6 @@ void declare_eval_options(Table& t) {
         "seeded by seed; 0: greedy only")
       .range(0.0, 100.0)
       .check([](double v, const Options& o) {
-        if (v != 0.0 && o.parallel_drafting) return std::string("0 for a P-EAGLE head (parallel_drafting)");
         return v == 0.0 || o.eagle_version == 3 ? std::string() : std::string("0 for an EAGLE-1 head");
       });
   t.add(&Options::eval_top_p, "eval_top_p", G::eval, kTrain | kEval,

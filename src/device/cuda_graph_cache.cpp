@@ -95,6 +95,12 @@ std::vector<data::Shape> most_frequent_shapes(const std::map<data::Shape, std::i
   return out;
 }
 
+std::vector<data::Shape> length_ladder(std::int64_t rows, std::int64_t capacity, std::int64_t step) {
+  std::vector<data::Shape> out;
+  for (std::int64_t c = step; c < capacity + step; c += step) out.push_back({rows, std::min(c, capacity)});
+  return out;
+}
+
 CudaGraphCache::CudaGraphCache(torch::Device device, std::int64_t max_cuda_graphs, std::vector<data::Shape> priority,
                                const char* area)
     : device_(device), area_(area) {

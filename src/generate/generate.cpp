@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "eagle/device/cuda_graph_cache.h"
+#include "eagle/model/sampling.h"
 #include "eagle/util/error.h"
 #include "eagle/util/log.h"
 #include "eagle/util/progress.h"
@@ -54,13 +55,7 @@ TokenChooser::TokenChooser(torch::Device device, double temperature, double top_
 
 torch::Tensor TokenChooser::choose(const torch::Tensor& logits) {
   if (temperature_ <= 0) return logits.argmax(-1);
-  auto probs = torch::softmax(logits / temperature_, -1);
-  if (top_p_ < 1.0) {
-    auto [sorted, order] = probs.sort(-1, /*descending=*/true);
-    auto before = sorted.cumsum(-1) - sorted;  // probability of the tokens ranked above
-    sorted.masked_fill_(before >= top_p_, 0.0);
-    probs = torch::zeros_like(probs).scatter_(-1, order, sorted);
-  }
+  auto probs = model::top_p_filter(torch::softmax(logits / temperature_, -1), top_p_);
   // Exponential race: argmax p_i / E_i with E_i ~ Exp(1) picks token i with probability p_i / sum p.
   auto race = torch::empty_like(probs).exponential_(1.0, generator_);
   return (probs / race).argmax(-1);
@@ -90,10 +85,8 @@ class Generator {
     cache_ = target.new_cache(s.batch_size, s.limits.context + 1);
     if (const auto graphs = target.graphed_steps(s.max_cuda_graphs, target::TargetModel::Step::decoding); graphs > 0) {
       // Every reply passes the shorter key lengths first: they get the graphs when there are too few.
-      std::vector<data::Shape> by_length;
-      for (std::int64_t c = kGraphColumns; c < s.limits.context + 1 + kGraphColumns; c += kGraphColumns)
-        by_length.push_back({s.batch_size, std::min(c, s.limits.context + 1)});
-      graphs_.emplace(device, graphs, std::move(by_length), "generate");
+      graphs_.emplace(device, graphs, device::length_ladder(s.batch_size, s.limits.context + 1, kGraphColumns),
+                      "generate");
     }
     const auto iopts = torch::TensorOptions().dtype(torch::kInt64).device(device);
     ids_ = torch::zeros({s.batch_size, 1}, iopts);

@@ -259,7 +259,8 @@ torch::Tensor Eagle3Head::draft(DraftCache& cache, const torch::Tensor& features
   torch::NoGradGuard ng;
   const auto dev = fc->weight.device();
   if (inv_freq_.device() != dev) inv_freq_ = inv_freq_.to(dev);
-  if (cfg_.parallel_drafting) return draft_parallel(cache, features, next_ids, draft_len);
+  if (cfg_.parallel_drafting)
+    return draft_ids.index({parallel_forward(cache, features, next_ids, draft_len).argmax(-1)});
   const auto n = features.size(1);
   const auto start = cache.length;
   auto h = cached_layers(cache, combine(features.to(dev)), next_ids.to(dev), start, start);
@@ -290,8 +291,8 @@ torch::Tensor Eagle3Head::cached_layers(DraftCache& cache, const torch::Tensor& 
   return h;
 }
 
-torch::Tensor Eagle3Head::draft_parallel(DraftCache& cache, const torch::Tensor& features,
-                                         const torch::Tensor& next_ids, std::int64_t draft_len) {
+torch::Tensor Eagle3Head::parallel_forward(DraftCache& cache, const torch::Tensor& features,
+                                           const torch::Tensor& next_ids, std::int64_t draft_len) {
   const auto dev = fc->weight.device();
   const auto b = features.size(0), n = features.size(1), masks = draft_len - 1;
   // Slots: the n new prefix positions (token x_{t+1}, state F1(g_t), position t), then the mask
@@ -306,8 +307,7 @@ torch::Tensor Eagle3Head::draft_parallel(DraftCache& cache, const torch::Tensor&
   auto h = cached_layers(cache, states, ids, start, start);
   cache.length = start + n;  // the mask slots' keys are forgotten: the next round rewrites them
   // d_1 from the last prefix slot p, d_{i+1} from mask slot i.
-  auto logits = lm_head->forward(norm->forward(h.narrow(1, n - 1, draft_len)));
-  return draft_ids.index({logits.argmax(-1)});
+  return lm_head->forward(norm->forward(h.narrow(1, n - 1, draft_len)));
 }
 
 }  // namespace eagle::head

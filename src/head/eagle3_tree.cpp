@@ -35,13 +35,14 @@ torch::Tensor masked_cached_attention(DraftCache& cache, const HeadConfig& cfg, 
                          mask.to(q.device(), torch::kBool));
 }
 
-// P-EAGLE drafts every token of a round in one forward: there is no step to extend or tree to grow.
+// P-EAGLE drafts every token of a round in one forward: there is no step to extend or tree to grow
+// (a node's children would not depend on its token). Its chains, greedy or sampled, need no steps.
 void check_sequential(const HeadConfig& cfg) {
   EAGLE_CHECK(!cfg.parallel_drafting,
-              Error(ErrorKind::usage, "tree and sampled evaluation need a sequentially drafting head")
-                  .place("eval_tree_topk / eval_temperature")
+              Error(ErrorKind::usage, "tree evaluation needs a sequentially drafting head")
+                  .place("eval_tree_topk")
                   .found("a P-EAGLE head (parallel_drafting)")
-                  .hint("evaluate a P-EAGLE head with the greedy chain (eval_tree_topk 0, eval_temperature 0)"));
+                  .hint("evaluate a P-EAGLE head with chains (eval_tree_topk 0), greedy or at eval_temperature"));
 }
 
 }  // namespace
@@ -52,6 +53,20 @@ DraftHead::Step DraftHead::draft_nodes(DraftCache&, const torch::Tensor&, const 
   throw no_steps();
 }
 torch::Tensor DraftHead::draft_vocab_ids() const { throw no_steps(); }
+std::vector<torch::Tensor> DraftHead::ttt_logits(const HeadInputs&) { throw no_steps(); }
+torch::Tensor DraftHead::parallel_logits(DraftCache&, const torch::Tensor&, const torch::Tensor&, std::int64_t) {
+  throw Error(ErrorKind::internal, "parallel_logits needs a P-EAGLE head (parallel_drafting)");
+}
+
+torch::Tensor Eagle3Head::parallel_logits(DraftCache& cache, const torch::Tensor& features,
+                                          const torch::Tensor& next_ids, std::int64_t draft_len) {
+  torch::NoGradGuard ng;
+  EAGLE_CHECK(cfg_.parallel_drafting,
+              Error(ErrorKind::internal, "parallel_logits needs a P-EAGLE head (parallel_drafting)"));
+  const auto dev = fc->weight.device();
+  if (inv_freq_.device() != dev) inv_freq_ = inv_freq_.to(dev);
+  return parallel_forward(cache, features, next_ids, draft_len).to(torch::kFloat32);
+}
 
 DraftHead::Step Eagle3Head::draft_extend(DraftCache& cache, const torch::Tensor& features,
                                          const torch::Tensor& next_ids) {

@@ -44,7 +44,7 @@ std::string format_step_line(const StepStats& s) {
 }
 
 std::string format_eval_line(const EvalStats& e) {
-  std::string ar = e.ar ? fmt::format("{:.3f}", *e.ar) : "n/a";
+  std::string ar = e.acceptance.ar ? fmt::format("{:.3f}", *e.acceptance.ar) : "n/a";
   return fmt::format("step {} AR: {} | eval loss {} | acc {} | tau {:.3f}", e.step, ar, loss_text(e.loss),
                      join_acc(e.acc), e.tau);
 }

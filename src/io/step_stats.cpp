@@ -52,12 +52,12 @@ json to_json(const EvalStats& e) {
   out["eval_loss"] = number(e.loss);
   out["eval_acc"] = numbers(e.acc);
   out["eval_tau"] = number(e.tau);
-  if (e.ar) out["ar"] = number(*e.ar);
-  if (e.tree_ar) out["tree_ar"] = number(*e.tree_ar);
-  if (e.temp_ar) out["temp_ar"] = number(*e.temp_ar);
-  if (e.temp_ar_ci95) out["temp_ar_ci95"] = number(*e.temp_ar_ci95);
-  if (!e.alpha.empty()) out["alpha"] = numbers(e.alpha);
-  if (e.alpha_ar) out["alpha_ar"] = number(*e.alpha_ar);
+  const auto& a = e.acceptance;
+  for (const auto& [name, v] :
+       {std::pair{"ar", &a.ar}, {"tree_ar", &a.tree_ar}, {"temp_ar", &a.temp_ar}, {"temp_ar_ci95", &a.temp_ar_ci95}})
+    if (*v) out[name] = number(**v);
+  if (!a.alpha.empty()) out["alpha"] = numbers(a.alpha);
+  if (a.alpha_ar) out["alpha_ar"] = number(*a.alpha_ar);
   return out;
 }
 
@@ -79,10 +79,12 @@ std::vector<std::pair<std::string, float>> tensorboard_scalars(const EvalStats& 
   out.emplace_back("eval/loss", static_cast<float>(e.loss));
   add_acc(out, "eval/", e.acc);
   out.emplace_back("eval/tau", static_cast<float>(e.tau));
-  if (e.ar) out.emplace_back("eval/ar", static_cast<float>(*e.ar));
-  if (e.tree_ar) out.emplace_back("eval/tree_ar", static_cast<float>(*e.tree_ar));
-  if (e.temp_ar) out.emplace_back("eval/temp_ar", static_cast<float>(*e.temp_ar));
-  if (e.alpha_ar) out.emplace_back("eval/alpha_ar", static_cast<float>(*e.alpha_ar));
+  const auto& a = e.acceptance;
+  for (const auto& [tag, v] : {std::pair{"eval/ar", &a.ar},
+                               {"eval/tree_ar", &a.tree_ar},
+                               {"eval/temp_ar", &a.temp_ar},
+                               {"eval/alpha_ar", &a.alpha_ar}})
+    if (*v) out.emplace_back(tag, static_cast<float>(**v));
   return out;
 }
 

@@ -61,7 +61,7 @@ class Trainer {
   void train_step();
   void evaluate(bool with_step_line);
   void save();
-  void mark_best();
+  void mark_best();  // rank 0 (the one holding evaluations): checkpoint-best from the latest one
   void log_window();
   bool step_line_due(std::int64_t step) const { return step % o_.logging_steps == 0 || step == total_steps_; }
   // Runs side work (evaluation, checkpoint) and books its time outside the training time.
@@ -88,7 +88,7 @@ class Trainer {
   std::optional<AdamW> optimizer_;
   std::int64_t total_steps_ = 0;
   run::LrSchedule schedule_;
-  EvalSettings eval_settings_;
+  std::optional<RunEvaluations> evals_;  // rank 0: the latest evaluation, checkpoint-best, the summary's metrics
   TrainerState state_;  // step_, the sampler position, the config and the tokens seen
   std::optional<io::RunLogger> logger_;
   std::optional<run::CheckpointDir> checkpoints_;
@@ -104,8 +104,6 @@ class Trainer {
   double loop_seconds_ = 0, side_seconds_ = 0;  // training steps alone; evaluations and checkpoints
   double process_real_tokens_ = 0;              // real tokens of this process's steps
   std::int64_t nonfinite_reported_ = 0;
-  std::optional<io::EvalStats> last_eval_;  // rank 0: the latest evaluation
-  bool eval_pending_ = false;               // last_eval_ goes on the next step line
   double last_loss_ = std::numeric_limits<double>::quiet_NaN();
 };
 
@@ -177,7 +175,7 @@ void Trainer::build() {
                      AdamWConfig{o_.adam_beta1, o_.adam_beta2, o_.adam_epsilon, o_.weight_decay, o_.max_grad_norm});
   total_steps_ = data::planned_steps(o_, *sampler_);
   schedule_ = run::make_lr_schedule(o_, total_steps_);
-  eval_settings_ = EvalSettings::from(o_, K_);
+  evals_.emplace(o_, K_);
 }
 
 void Trainer::restore() {
@@ -309,22 +307,14 @@ void Trainer::side_work(F&& f) {
   window_->side_seconds += s;
 }
 
-// Rank 0 evaluates (every rank holds the same head) into last_eval_; the others wait for it. The
-// result goes on the step line that follows, or on a line of its own.
+// Rank 0 evaluates (every rank holds the same head), the others wait; then the result is logged.
 void Trainer::evaluate(bool with_step_line) {
-  if (!inputs_.heldout || inputs_.heldout->size() == 0) return;
   graphs_->synchronize();
   side_work([&] {
-    if (group_->is_main())
-      last_eval_ = train::evaluate(*features_.heldout, inputs_.target ? &*inputs_.target : nullptr, *head_,
-                                   *inputs_.heldout, eval_settings_, state_.step);
+    if (group_->is_main()) evals_->run(inputs_, features_, *head_, state_.step);
     group_->barrier();
   });
-  if (!logger_) return;
-  if (with_step_line)
-    eval_pending_ = true;
-  else
-    logger_->log_eval(*last_eval_);
+  if (logger_) evals_->log(*logger_, with_step_line);
 }
 
 void Trainer::save() {
@@ -343,15 +333,7 @@ void Trainer::save() {
   });
 }
 
-// Rank 0: the checkpoint of the latest evaluation's step becomes the best when it beats the best.
-void Trainer::mark_best() {
-  if (!group_->is_main() || !last_eval_ || last_eval_->step != state_.step) return;
-  const auto sel = selected_metric(*last_eval_, o_.best_metric);
-  if (sel.value)
-    checkpoints_->update_best(state_.step, sel.name, *sel.value);
-  else
-    log::warn("eval", "best_metric {} not measured at step {}: checkpoint-best unchanged", sel.name, state_.step);
-}
+void Trainer::mark_best() { evals_->mark_best(state_.step, *checkpoints_); }
 
 void Trainer::log_window() {
   graphs_->synchronize();
@@ -376,8 +358,7 @@ void Trainer::log_window() {
   s.grad_norm = w.grad_norm.item<double>() / steps;
   w.counts.fill(s, elapsed);
   s.nonfinite_steps = static_cast<std::int64_t>(optimizer_->nonfinite_steps().item<double>());
-  if (logger_) logger_->log_step(s, eval_pending_ ? &*last_eval_ : nullptr);
-  eval_pending_ = false;
+  if (logger_) logger_->log_step(s, evals_->take_pending());
   last_loss_ = s.loss;
   w.reset();
   if (s.nonfinite_steps > nonfinite_reported_) {
@@ -396,10 +377,7 @@ run::RunSummary Trainer::finish(ExitReason reason, std::exception_ptr failure) {
   s.exit_reason = reason;
   s.steps = state_.step;
   s.final_loss = std::isfinite(last_loss_) ? std::optional<double>(last_loss_) : std::nullopt;
-  if (last_eval_)
-    record_metrics(*last_eval_, o_.best_metric, s);
-  else
-    s.gate_metric = gate_metric(o_.best_metric);
+  evals_->record(s);
   s.real_tokens = state_.real_tokens;
   s.tokens_per_s = process_real_tokens_ / std::max(1e-9, loop_seconds_);
   s.wall_time_s = seconds_since(started_);

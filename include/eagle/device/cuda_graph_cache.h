@@ -26,6 +26,11 @@ inline constexpr data::Shape kOptimizerUpdate{0, 0};
 std::vector<data::Shape> most_frequent_shapes(const std::map<data::Shape, std::int64_t>& shape_counts,
                                               std::int64_t count);
 
+// The decoding steps of `rows` rows over a cache of `capacity` columns, as graphed steps read them:
+// key lengths step, 2 step, .. rounded up, the last capped at capacity; the shortest first (every
+// sequence passes them, so they get the graphs when there are too few).
+std::vector<data::Shape> length_ladder(std::int64_t rows, std::int64_t capacity, std::int64_t step);
+
 class CudaGraphCache {
  public:
   // priority: every shape the caller will run, the most worth a graph first; the first

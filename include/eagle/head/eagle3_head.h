@@ -25,6 +25,8 @@ class Eagle3Head : public torch::nn::Module, public DraftHead {
   Step draft_nodes(DraftCache& cache, const torch::Tensor& states, const torch::Tensor& ids,
                    const torch::Tensor& positions, std::int64_t slot, const torch::Tensor& mask) override;
   torch::Tensor draft_vocab_ids() const override { return draft_ids; }
+  torch::Tensor parallel_logits(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids,
+                                std::int64_t draft_len) override;
   bool drafts_ragged() const override { return !cfg_.parallel_drafting; }
   torch::Tensor draft_ragged(DraftCache& cache, const RaggedDraft& step, std::int64_t draft_len) override;
   void set_target_weights(const torch::Tensor& embedding, const torch::Tensor& lm_head) override;
@@ -34,8 +36,7 @@ class Eagle3Head : public torch::nn::Module, public DraftHead {
   // Copies the target LM-head rows of the draft ids into lm_head (a good start, EAGLE.md).
   void init_lm_head_from_target(const torch::Tensor& target_lm_head);
 
-  // The draft logits [B, T, V_d] of every TTT step (inspection and tests).
-  std::vector<torch::Tensor> ttt_logits(const HeadInputs& in);
+  std::vector<torch::Tensor> ttt_logits(const HeadInputs& in) override;
 
   DraftVocab vocab() const;
 
@@ -82,9 +83,10 @@ class Eagle3Head : public torch::nn::Module, public DraftHead {
   torch::Tensor ragged_layers(DraftCache& cache, const torch::Tensor& state, const torch::Tensor& ids,
                               const torch::Tensor& columns, const torch::Tensor& rows, bool all_rows,
                               std::int64_t key_len);
-  // P-EAGLE drafting: the new prefix slots and draft_len - 1 mask slots in one forward (§6).
-  torch::Tensor draft_parallel(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids,
-                               std::int64_t draft_len);
+  // P-EAGLE drafting: the new prefix slots and draft_len - 1 mask slots in one forward (§6); the
+  // LM head's output [B, draft_len, V_d] at the drafted positions (the head's dtype).
+  torch::Tensor parallel_forward(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids,
+                                 std::int64_t draft_len);
 
   HeadConfig cfg_;
   torch::Tensor embedding_;  // the target's, frozen, not registered

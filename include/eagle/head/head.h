@@ -110,8 +110,8 @@ class DraftHead {
   // Rolls the cache back to the first `length` prefix positions (after a rejection).
   void truncate(DraftCache& cache, std::int64_t length) const { cache.length = std::min(cache.length, length); }
 
-  // Drafting in explicit steps, for trees and sampled drafts (train/tree_eval.cpp, sampled_eval.cpp;
-  // EAGLE-3 heads, head/eagle3_tree.cpp; other heads throw Error(usage)). draft_extend is draft()'s
+  // Drafting in explicit steps, for trees and sampled drafts (acceptance/propose.cpp; sequentially
+  // drafting EAGLE-3 heads, head/eagle3_tree.cpp; other heads throw Error(usage)). draft_extend is draft()'s
   // prefix pass: appends features/next_ids as draft() does and returns the last position's output.
   // draft_nodes runs n drafted nodes: their tokens ids [B, n] (target ids) with the recurrent
   // states of their parents [B, n, H] at RoPE positions [B, n], their keys written at cache slots
@@ -124,8 +124,15 @@ class DraftHead {
   virtual Step draft_nodes(DraftCache& cache, const torch::Tensor& states, const torch::Tensor& ids,
                            const torch::Tensor& positions, std::int64_t slot, const torch::Tensor& mask);
   virtual torch::Tensor draft_vocab_ids() const;  // [V_d] int64 target ids of the draft vocabulary
+  // P-EAGLE's draft(): the same one forward, returning the draft logits [B, draft_len, V_d] (fp32) of
+  // the drafted positions instead of their argmax (sampled chains; other heads throw Error(usage)).
+  virtual torch::Tensor parallel_logits(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids,
+                                        std::int64_t draft_len);
+  // The draft logits [B, T, V_d] of every TTT step, teacher-forced as in training (alpha_k;
+  // EAGLE-3 heads, EAGLE-1 throws Error(usage) as draft_vocab_ids does).
+  virtual std::vector<torch::Tensor> ttt_logits(const HeadInputs& in);
 
-  // Drafting many sequences at once with per-row lengths (train/batched_acceptance.cpp; EAGLE-3
+  // Drafting many sequences at once with per-row lengths (acceptance/batched.cpp; EAGLE-3
   // heads that draft sequentially, drafts_ragged()). Row r's new positions go to the cache slots
   // columns[r, :] (= their RoPE positions, as in draft()), right-padded; padding sits at the spare
   // last slot, and a row whose `last` token sits there is idle (its drafts are meaningless). The

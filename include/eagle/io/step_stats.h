@@ -28,18 +28,24 @@ struct StepStats {
   std::int64_t nonfinite_steps = 0;   // steps skipped for a non-finite loss/gradient, whole run
 };
 
-// One acceptance evaluation on the held-out split.
+// The speculative-decoding metrics of an evaluation (acceptance::measure), each absent when not
+// measured.
+struct AcceptanceStats {
+  std::optional<double> ar;            // real acceptance rate (mean 1 + accepted per round)
+  std::optional<double> tree_ar;       // the same with SGLang's draft tree (eval_tree_*)
+  std::optional<double> temp_ar;       // speculative sampling at eval_temperature
+  std::optional<double> temp_ar_ci95;  // half-width of temp_ar's 95% confidence interval
+  std::vector<double> alpha;           // analytic acceptance per TTT step at eval_temperature
+  std::optional<double> alpha_ar;      // 1 + sum_k prod_{j <= k} alpha_j
+};
+
+// One evaluation on the held-out split: the teacher-forced numbers, then the acceptance metrics.
 struct EvalStats {
-  std::int64_t step = 0;              // optimizer steps done when evaluated
-  double loss = 0.0;                  // held-out loss
-  std::vector<double> acc;            // held-out acc_k per TTT step
-  double tau = 0.0;                   // held-out estimated acceptance length
-  std::optional<double> ar;           // real acceptance rate (mean 1 + accepted per round)
-  std::optional<double> tree_ar;      // the same with SGLang's draft tree (eval_tree_*)
-  std::optional<double> temp_ar;      // speculative sampling at eval_temperature
-  std::optional<double> temp_ar_ci95; // half-width of temp_ar's 95% confidence interval
-  std::vector<double> alpha;          // analytic acceptance per TTT step at eval_temperature
-  std::optional<double> alpha_ar;     // 1 + sum_k prod_{j <= k} alpha_j
+  std::int64_t step = 0;       // optimizer steps done when evaluated
+  double loss = 0.0;           // held-out loss
+  std::vector<double> acc;     // held-out acc_k per TTT step
+  double tau = 0.0;            // held-out estimated acceptance length
+  AcceptanceStats acceptance;  // needs the whole target (empty when training offline without one)
 };
 
 // Host-side counts of the steps in one logging window (the trainer knows them before each step,

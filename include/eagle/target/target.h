@@ -235,7 +235,7 @@ class TargetModel {
   // Incremental decoding: appends ids [B, n] at positions cache.length.. and returns their outputs.
   KvCache new_cache(std::int64_t batch, std::int64_t capacity) const;
   TargetStepOutput forward_cached(KvCache& cache, const torch::Tensor& ids) const;
-  // A draft tree's verification (train/tree_eval.cpp): ids [1, n] written at cache slots
+  // A draft tree's verification (acceptance/decode.cpp): ids [1, n] written at cache slots
   // cache.length.., token i at position cache.length + depth[i] (depth [n] int64), attending every
   // cached key and the new tokens tree_mask [n, n] (bool, i sees j) allows. A chain (depth 0..n-1,
   // causal mask) equals forward_cached bit for bit.
@@ -247,7 +247,7 @@ class TargetModel {
   // step can be captured as a CUDA graph.
   torch::Tensor forward_ragged(KvCache& cache, const RaggedStep& step) const;
   // The same step's outputs at every position (speculative decoding of many prompts at once,
-  // train/batched_acceptance.cpp): aux_hidden [R, N, n_aux * H], final_hidden [R, N, H] and fp32
+  // acceptance/batched.cpp): aux_hidden [R, N, n_aux * H], final_hidden [R, N, H] and fp32
   // logits [R, N, V]; a padding position's outputs are meaningless. `last` still marks each row's
   // last real token (longrope's length).
   TargetStepOutput forward_ragged_all(KvCache& cache, const RaggedStep& step) const;

@@ -1,6 +1,6 @@
-// Tree acceptance: SGLang's EAGLE draft tree (python/sglang/srt/speculative/: select_top_k_tokens,
-// organize_draft_results, build_tree_kernel_efficient, verify_tree_greedy), verified by one target
-// forward with a tree attention mask; docs/heads.md ("Acceptance metrics") says where it differs.
+// SGLang's EAGLE draft tree (python/sglang/srt/speculative/: select_top_k_tokens,
+// organize_draft_results, build_tree_kernel_efficient), built from the draft logits of each
+// expanded node; docs/heads.md ("Acceptance metrics") says where it differs.
 #pragma once
 
 #include <cstdint>
@@ -9,12 +9,7 @@
 
 #include <torch/torch.h>
 
-#include "eagle/data/dataset.h"
-#include "eagle/head/head.h"
-#include "eagle/target/target.h"
-#include "eagle/train/evaluate.h"
-
-namespace eagle::train {
+namespace eagle::acceptance {
 
 // SGLang's --speculative-num-steps, --speculative-eagle-topk, --speculative-num-draft-tokens.
 struct TreeShape {
@@ -31,13 +26,17 @@ struct TreeCandidate {
 };
 
 // The verified tree: node 0 the root (the target's newest token), nodes 1.. the draft_tokens - 1
-// best candidates in candidate order (a parent always before its children).
+// best candidates in candidate order (a parent always before its children). A chain of drafts is
+// the tree whose node i + 1 is the only child of node i.
 struct DraftTree {
   std::vector<TreeCandidate> candidates;           // every expanded candidate, in SGLang's order
   std::vector<std::int64_t> selected;              // candidate of node i + 1 (SGLang's top_scores_index)
   std::vector<std::int64_t> token, parent, depth;  // per node; the root's parent -1, depth 0
   torch::Tensor mask() const;                      // [n, n] bool: node i sees node j (an ancestor or itself)
 };
+
+// The chain root, drafts[0], drafts[1], ...
+DraftTree chain_tree(std::int64_t root_token, const std::vector<std::int64_t>& drafts);
 
 // The draft logits [f, V_d] (fp32) of the frontier candidates (indices into `candidates`); the
 // first call gets the root alone as the empty list.
@@ -51,14 +50,4 @@ using ExpandFn = std::function<torch::Tensor(const std::vector<std::int64_t>& fr
 DraftTree build_tree(const TreeShape& shape, std::int64_t root_token, const torch::Tensor& draft_vocab_ids,
                      const ExpandFn& expand);
 
-// Greedy verification: target_choice[i] is the target's argmax after node i; from the root, the
-// child whose token is the target's choice is accepted, until none is. Returns the accepted path
-// as node indices, the root first.
-std::vector<std::int64_t> verify_greedy(const DraftTree& tree, const std::vector<std::int64_t>& target_choice);
-
-// acceptance_rate's loop with a draft tree each round (an EAGLE-3 head; Error(usage) otherwise).
-AcceptanceResult tree_acceptance_rate(const target::TargetModel& target, head::DraftHead& head,
-                                      const data::Dataset& heldout, std::int64_t num_prompts,
-                                      std::int64_t max_new_tokens, const TreeShape& shape);
-
-}  // namespace eagle::train
+}  // namespace eagle::acceptance

@@ -1,4 +1,4 @@
-// Greedy speculative decoding of many prompts at once (see evaluate.h: batched_acceptance_rate).
+// Greedy chain speculative decoding of many prompts at once (see batched.h).
 //
 // Each of batch_size rows holds one prompt in a row of the target's KV cache and of the head's
 // draft cache, at its own length. A round verifies every busy row's drafts in one target forward
@@ -7,7 +7,7 @@
 // pending inputs are the verify step's own features (the accepted positions at the same columns;
 // the rejected ones, and idle rows, at the spare last column). A row whose prompt ends takes the
 // next one: the new prompts are prefilled together (target and head, only their rows) before the
-// next round. Per prompt this is acceptance_rate's loop; only the batching differs. A round's two
+// next round. Per prompt this is decode_prompt's chain-greedy loop; only the batching differs. A round's two
 // steps read and write fixed storage of [B, K + 1], so on a GPU each replays a CUDA graph per key
 // length (rounded up to kGraphColumns columns, shortest first); prefills run eagerly.
 #include <algorithm>
@@ -16,11 +16,11 @@
 
 #include <fmt/format.h>
 
+#include "eagle/acceptance/batched.h"
 #include "eagle/device/cuda_graph_cache.h"
-#include "eagle/train/evaluate.h"
 #include "eagle/util/error.h"
 
-namespace eagle::train {
+namespace eagle::acceptance {
 namespace {
 
 constexpr std::int64_t kGraphColumns = 256;  // graphed rounds read a multiple of this many cache columns
@@ -64,14 +64,10 @@ class BatchedDecoder {
     draft_last_ = torch::zeros({B_}, iopts_);
     drafts_ = torch::zeros({B_, K_}, iopts_);
     features_ = torch::zeros({B_, N, F}, torch::TensorOptions().dtype(target.dtype()).device(target.device()));
-    // Dynamic-NTK RoPE scales with the step's key length, which graphed steps round up: eager.
-    if (target.device().is_cuda() && max_cuda_graphs > 0 && target.config().rope.type != "dynamic" &&
-        target.graph_safe()) {
-      std::vector<data::Shape> by_length;  // the shorter key lengths first: every prompt passes them
-      for (std::int64_t c = kGraphColumns; c < capacity_ + kGraphColumns; c += kGraphColumns)
-        by_length.push_back({B_, std::min(c, capacity_)});
-      verify_graphs_.emplace(target.device(), max_cuda_graphs, by_length, "eval");
-      draft_graphs_.emplace(target.device(), max_cuda_graphs, std::move(by_length), "eval");
+    if (const auto graphs = target.graphed_steps(max_cuda_graphs, target::TargetModel::Step::decoding); graphs > 0) {
+      const auto by_length = device::length_ladder(B_, capacity_, kGraphColumns);
+      verify_graphs_.emplace(target.device(), graphs, by_length, "eval");
+      draft_graphs_.emplace(target.device(), graphs, by_length, "eval");
     }
   }
 
@@ -88,9 +84,7 @@ class BatchedDecoder {
   }
 
  private:
-  bool done(const Row& r) const {
-    return r.result.generated >= max_new_ || is_eos(target_.config(), r.x);
-  }
+  bool done(const Row& r) const { return r.result.generated >= max_new_ || is_eos(target_.config(), r.x); }
 
   void finish(std::size_t b) {
     results_[rows_[b]->prompt] = rows_[b]->result;
@@ -120,8 +114,8 @@ class BatchedDecoder {
       }
       last[i] = static_cast<std::int64_t>(p.size()) - 1;
     }
-    const auto ids_t = on_device(ids, {R, N}), columns_t = on_device(columns, {R, N}),
-               rows_t = on_device(row_ids, {R}), last_t = on_device(last, {R});
+    const auto ids_t = on_device(ids, {R, N}), columns_t = on_device(columns, {R, N}), rows_t = on_device(row_ids, {R}),
+               last_t = on_device(last, {R});
     auto out = target_.forward_ragged_all(tcache_, {ids_t, columns_t, rows_t, last_t, N});
     const auto first = out.logits.index({torch::arange(R, iopts_), last_t}).argmax(-1).cpu();
     // The head's pending inputs: every prompt position, each with the token after it (the last
@@ -183,8 +177,7 @@ class BatchedDecoder {
       std::int64_t acc = 0;
       while (acc < K_ && row.drafts[acc] == greedy[b * N + acc]) ++acc;
       const auto bonus = greedy[b * N + acc];
-      ++row.result.rounds;
-      row.result.accepted += 1 + acc;
+      row.result.add_round(acc);
       std::vector<std::int64_t> tokens(row.drafts.begin(), row.drafts.begin() + acc);
       tokens.push_back(bonus);
       const bool stop = count_new_tokens(target_.config(), tokens, max_new_, row.result.generated);
@@ -253,17 +246,14 @@ class BatchedDecoder {
 
 }  // namespace
 
-AcceptanceResult batched_acceptance_rate(const target::TargetModel& target, head::DraftHead& head,
-                                         const data::Dataset& heldout, std::int64_t num_prompts,
-                                         std::int64_t max_new_tokens, std::int64_t draft_len, std::int64_t batch_size,
-                                         std::int64_t max_cuda_graphs) {
+AcceptanceResult batched_acceptance(const target::TargetModel& target, head::DraftHead& head,
+                                    const std::vector<std::vector<std::int64_t>>& prompts, std::int64_t max_new_tokens,
+                                    std::int64_t draft_len, std::int64_t batch_size, std::int64_t max_cuda_graphs) {
   torch::NoGradGuard no_grad;
   EAGLE_CHECK(head.drafts_ragged() && draft_len > 0 && batch_size > 0,
               Error(ErrorKind::internal, "batched evaluation needs a head that drafts many sequences at once"));
-  auto prompts = eval_prompts(heldout, num_prompts);
   if (prompts.empty()) return {};
-  return BatchedDecoder(target, head, std::move(prompts), max_new_tokens, draft_len, batch_size, max_cuda_graphs)
-      .run();
+  return BatchedDecoder(target, head, prompts, max_new_tokens, draft_len, batch_size, max_cuda_graphs).run();
 }
 
-}  // namespace eagle::train
+}  // namespace eagle::acceptance

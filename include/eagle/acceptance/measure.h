@@ -1,0 +1,41 @@
+// The acceptance metrics of an evaluation, as the trainer and `eagle-train eval` measure them: the
+// greedy chain AR (batched or one prompt at a time), then the tree AR, the sampled AR and alpha_k as
+// the settings ask (docs/heads.md, "Acceptance metrics").
+#pragma once
+
+#include <cstdint>
+
+#include "eagle/acceptance/tree.h"
+#include "eagle/acceptance/verify.h"
+#include "eagle/config/options.h"
+#include "eagle/data/dataset.h"
+#include "eagle/head/head.h"
+#include "eagle/io/step_stats.h"
+#include "eagle/target/target.h"
+
+namespace eagle::acceptance {
+
+struct AcceptanceSettings {
+  std::int64_t num_prompts = 16;  // prompts decoded speculatively; 0: none
+  std::int64_t max_new_tokens = 64;
+  std::int64_t draft_len = 3;        // tokens the head drafts per round (chains)
+  std::int64_t batch_size = 16;      // prompts of the greedy chain decoded at once (1: one by one)
+  std::int64_t max_cuda_graphs = 0;  // batched rounds' shapes graphed on a GPU (max_cuda_graphs)
+  TreeShape tree;                    // topk 0: no tree
+  SamplingSettings sampling;         // temperature 0: no sampled metrics
+
+  // eval_* options; eval_draft_len 0: ttt_steps, the head's own; eval_tree_steps 0: the draft length;
+  // eval_tree_draft_tokens 0: steps + 1.
+  static AcceptanceSettings from(const config::Options& o, std::int64_t ttt_steps);
+};
+
+using AcceptanceStats = io::AcceptanceStats;
+
+// Every metric the settings ask for, over the same prompts (eval_prompts of heldout): ar; tree_ar
+// (tree.on()); at a temperature temp_ar and its ci95 (chains: ChainProposer, or ParallelProposer for
+// P-EAGLE heads), alpha and alpha_ar. The sampled decoding draws from a Uniform seeded by
+// sampling.seed.
+AcceptanceStats measure(const target::TargetModel& target, head::DraftHead& head, const data::Dataset& heldout,
+                        const AcceptanceSettings& settings);
+
+}  // namespace eagle::acceptance

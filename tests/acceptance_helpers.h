@@ -1,0 +1,59 @@
+// Shared pieces of the [acceptance] tests: the reference fixtures, the tiny target, the smoke data
+// and a head the CLI trained on it.
+#pragma once
+
+#include <torch/torch.h>
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "data_helpers.h"
+#include "eagle/head/head_io.h"
+#include "eagle/target/target.h"
+#include "helpers.h"
+
+namespace eagle::test {
+
+inline nlohmann::json read_reference(const std::string& name) {
+  std::ifstream in(std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/reference/" + name);
+  REQUIRE(in.good());
+  return nlohmann::json::parse(in);
+}
+
+inline torch::Tensor row_of(const nlohmann::json& j) { return torch::tensor(j.get<std::vector<float>>()); }
+
+inline torch::Tensor table_of(const nlohmann::json& j) {
+  std::vector<torch::Tensor> rows;
+  for (const auto& r : j) rows.push_back(row_of(r));
+  return torch::stack(rows);
+}
+
+inline target::TargetModel tiny_llama(torch::Device device = torch::kCPU) {
+  return target::TargetModel::load(std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/tiny-llama", torch::kFloat32,
+                                   device);
+}
+
+// The smoke data (tests/fixtures/data/smoke.jsonl), all of it in the training split.
+inline data::Dataset smoke_data() {
+  return data::load_dataset(std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/data/smoke.jsonl", load_options(256))
+      .train;
+}
+
+// A head trained 60 steps by `eagle-train train` on the smoke config (extra: more flags) in dir,
+// loaded with the target's embedding and LM head. Having seen the smoke data, it drafts well there,
+// so rounds accept 0..K tokens.
+inline std::shared_ptr<head::DraftHead> trained_head(const std::filesystem::path& dir, const target::TargetModel& t,
+                                                     const std::string& extra = "") {
+  auto trained = run_cli("train " + smoke_args() + " " + extra +
+                         " --max_steps 60 --eval_steps 0 --save_steps 60 --output_dir " + dir.string());
+  INFO(trained.output);
+  REQUIRE(trained.exit_code == 0);
+  auto head = head::load_head((dir / "checkpoint-60").string()).head;
+  head->set_target_weights(t.embedding_weight(), t.lm_head_weight());
+  return head;
+}
+
+}  // namespace eagle::test
