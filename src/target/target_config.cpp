@@ -255,26 +255,38 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
   c.family = fam->family;
   const auto t = c.family;
 
-  c.vocab_size = r.positive("vocab_size");
-  c.hidden_size = r.positive("hidden_size");
+  // Every size and count within model/config_limits.h's ceilings, the ones the head's reader applies
+  // to the head made from them: what train accepts, eval, export and resume read back.
+  namespace lim = model::limits;
+  c.vocab_size = r.bounded("vocab_size", 1, lim::kMaxVocab);
+  c.hidden_size = r.bounded("hidden_size", 1, lim::kMaxSize);
   // Qwen3-MoE's intermediate_size is only its dense layers' (checked below when there are any).
-  c.intermediate_size = t == Family::qwen3_moe ? r.integer_or("intermediate_size", 0) : r.positive("intermediate_size");
-  c.num_hidden_layers = r.positive("num_hidden_layers");
-  c.num_attention_heads = r.positive("num_attention_heads");
-  c.num_key_value_heads = r.has("num_key_value_heads") ? r.positive("num_key_value_heads") : c.num_attention_heads;
+  c.intermediate_size = t == Family::qwen3_moe ? r.bounded_or("intermediate_size", 0, 0, lim::kMaxSize)
+                                               : r.bounded("intermediate_size", 1, lim::kMaxSize);
+  c.num_hidden_layers = r.bounded("num_hidden_layers", 1, lim::kMaxLayers);
+  c.num_attention_heads = r.bounded("num_attention_heads", 1, lim::kMaxHeads);
+  c.num_key_value_heads = r.bounded_or("num_key_value_heads", c.num_attention_heads, 1, lim::kMaxHeads);
   EAGLE_CHECK(c.num_attention_heads % c.num_key_value_heads == 0,
               r.bad("num_key_value_heads", "must divide num_attention_heads")
                   .found(fmt::format("{} heads, {} key/value heads", c.num_attention_heads, c.num_key_value_heads)));
   if (r.has("head_dim")) {
-    c.head_dim = r.positive("head_dim");
+    c.head_dim = r.bounded("head_dim", 1, lim::kMaxHeadDim);
   } else {
     EAGLE_CHECK(c.hidden_size % c.num_attention_heads == 0,
                 r.bad("hidden_size", "not divisible by num_attention_heads and no head_dim given"));
     c.head_dim = c.hidden_size / c.num_attention_heads;
+    EAGLE_CHECK(c.head_dim <= lim::kMaxHeadDim,
+                r.bad("hidden_size", "head_dim (hidden_size / num_attention_heads) out of range")
+                    .expected(fmt::format("at most {}", lim::kMaxHeadDim))
+                    .found(std::to_string(c.head_dim)));
   }
   EAGLE_CHECK(c.head_dim % 2 == 0, r.bad("head_dim", "must be even for RoPE").found(std::to_string(c.head_dim)));
-  c.max_position_embeddings = r.integer_or("max_position_embeddings", 2048);
+  c.max_position_embeddings = r.bounded_or("max_position_embeddings", 2048, 1, lim::kMaxPositions);
   c.rms_norm_eps = r.number_or("rms_norm_eps", 1e-6);
+  EAGLE_CHECK(c.rms_norm_eps > 0 && c.rms_norm_eps < lim::kMaxNormEps,
+              r.bad("rms_norm_eps", "out of range")
+                  .expected(fmt::format("a number in (0, {})", lim::kMaxNormEps))
+                  .found(j["rms_norm_eps"].dump()));
   c.tie_word_embeddings = r.boolean_or("tie_word_embeddings", false);
   const bool gemma = t == Family::gemma2 || t == Family::gemma3_text;
   c.hidden_act = gemma ? "gelu_pytorch_tanh" : r.string_or("hidden_act", "silu");
