@@ -65,17 +65,17 @@ constexpr const char* kForeignMathFields[] = {
 void read_moe(const Reader& r, TargetConfig& c) {
   const auto t = c.family;
   const char* experts_key = t == Family::qwen3_moe && r.has("num_experts") ? "num_experts" : "num_local_experts";
-  c.num_experts = r.integer_or(experts_key, t == Family::mixtral ? 8 : 128);
+  // Bounded before anything is made per expert; the checkpoint is compared with it at load.
+  c.num_experts = r.bounded_or(experts_key, t == Family::mixtral ? 8 : 128, t == Family::qwen3_moe ? 0 : 1,
+                               model::limits::kMaxExperts);
   c.experts_per_token = r.integer_or("num_experts_per_tok", t == Family::gpt_oss ? 4 : (t == Family::mixtral ? 2 : 8));
-  EAGLE_CHECK(c.num_experts >= 0 && (t == Family::qwen3_moe || c.num_experts > 0),
-              r.bad(experts_key, "number of experts out of range").found(std::to_string(c.num_experts)));
   EAGLE_CHECK(c.num_experts == 0 || (c.experts_per_token >= 1 && c.experts_per_token <= c.num_experts),
               r.bad("num_experts_per_tok", "experts per token out of range")
                   .expected(fmt::format("1..{} (the number of experts)", c.num_experts))
                   .found(std::to_string(c.experts_per_token)));
   c.sparse_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), c.num_experts > 0);
   if (t == Family::qwen3_moe) {
-    c.moe_intermediate_size = r.positive("moe_intermediate_size");
+    c.moe_intermediate_size = r.bounded("moe_intermediate_size", 1, model::limits::kMaxSize);
     c.norm_topk_prob = r.boolean_or("norm_topk_prob", false);
     const auto step = r.integer_or("decoder_sparse_step", 1);
     EAGLE_CHECK(step >= 1, r.bad("decoder_sparse_step", "must be positive").found(std::to_string(step)));

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "eagle/util/error.h"
+#include "target_checkpoint.h"
 #include "target_impl.h"
 
 namespace eagle::target {
@@ -56,13 +57,18 @@ void add_fp8_scales(const TargetConfig& c, std::map<std::string, std::vector<std
 
 }  // namespace
 
+std::map<std::string, std::vector<std::int64_t>> end_tensors(const TargetConfig& c) {
+  std::map<std::string, std::vector<std::int64_t>> e;
+  e["model.embed_tokens.weight"] = {c.vocab_size, c.hidden_size};
+  e["model.norm.weight"] = {c.hidden_size};
+  if (!c.tie_word_embeddings) e["lm_head.weight"] = {c.vocab_size, c.hidden_size};
+  return e;
+}
+
 std::map<std::string, std::vector<std::int64_t>> expected_tensors(const TargetConfig& c) {
   const auto H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
   const auto q = c.num_attention_heads * D, kv = c.num_key_value_heads * D;
-  std::map<std::string, std::vector<std::int64_t>> e;
-  e["model.embed_tokens.weight"] = {c.vocab_size, H};
-  e["model.norm.weight"] = {H};
-  if (!c.tie_word_embeddings) e["lm_head.weight"] = {c.vocab_size, H};
+  auto e = end_tensors(c);
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const auto p = fmt::format("model.layers.{}.", l);
     e[p + "input_layernorm.weight"] = {H};
