@@ -127,15 +127,22 @@ void check_resumable(const TrainerState& saved, const nlohmann::json& options, i
                                    .expected("a step >= 0 (the optimizer steps the checkpoint has taken)")
                                    .found(std::to_string(saved.step))
                                    .hint("the file is damaged: resume another checkpoint of the run"));
-  // Empty aux ids stand for the target's default: the resolved ids are compared (the checkpoint's
-  // head records them), so the default written out is no conflict and another one is.
+  // Options whose default stands for a value resolved at start-up (empty aux ids: the target's
+  // default layers; mask_token_id -1: the target's first end id) are compared resolved: the
+  // checkpoint's head records what its run resolved, so the value written out is no conflict and
+  // another one is. A default now resolves as the checkpoint's did for the same target (the head
+  // built from it is compared with the checkpoint's config.json field by field when restored).
   nlohmann::json before = saved.config, now = options;
-  const std::string aux = "aux_hidden_state_layer_ids";
-  if (before.contains(aux) && now.contains(aux) && now.value("eagle_version", 0) == 3) {
+  const std::string aux = "aux_hidden_state_layer_ids", mask = "mask_token_id";
+  if (now.value("eagle_version", 0) == 3 && (before.contains(aux) || before.contains(mask))) {
     const head::HeadConfig head = head::read_head_folder_config(checkpoint.string());
-    if (head.eagle_version == 3) {
+    if (head.eagle_version == 3 && before.contains(aux) && now.contains(aux)) {
       before[aux] = head.aux_layer_ids;
       if (now[aux].empty()) now[aux] = target::default_aux_layer_ids(head.target_num_hidden_layers);
+    }
+    if (head.parallel_drafting && before.contains(mask) && now.contains(mask)) {
+      before[mask] = head.mask_token_id;
+      if (now[mask] == -1) now[mask] = head.mask_token_id;
     }
   }
   const auto conflicts = run::resume_conflicts(before, now);
