@@ -4,15 +4,19 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <fstream>
+#include <tuple>
 
 #include "eagle/config/resolve.h"
 #include "eagle/run/signals.h"
 #include "eagle/train/trainer.h"
 #include "eagle/util/error.h"
 #include "helpers.h"
+#include "replay_server.h"
 #include "train_helpers.h"
 
 using namespace eagle;
@@ -170,4 +174,57 @@ TEST_CASE("a signal during start-up is kept and ends the run interrupted with it
   CHECK(summary["exit_reason"] == "interrupted");
   CHECK(summary["detail"] == "SIGTERM");
   CHECK(summary["steps"] == 0);
+}
+
+TEST_CASE("a resume that switches between a target server and the target's forward says it is not bit-exact",
+          "[train]") {
+  // issue 41 item 19: allowed (target_server may change on resume), logged.
+  const std::string fixture = std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/vllm-server/tiny-llama-h32";
+  test::TempDir tmp;
+  test::ReplayServer server(fixture, tmp / "storage");
+  config::Options o = test::smoke_options();
+  o.model_name_or_path = std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/tiny-llama-h32";
+  o.data_path = fixture + "/samples.jsonl";
+  o.output_dir = (tmp / "run").string();
+  o.training_seq_len = 64;
+  o.bucket_granularity = 16;
+  o.validation_fraction = 0;
+  o.per_device_train_batch_size = 2;
+  o.max_steps = 2;
+  o.eval_steps = 0;
+  o.eval_num_prompts = 0;
+  o.aux_hidden_state_layer_ids = {1, 2, 3};  // as the recording's server was started
+  o.target_server = server.url();
+  train::train(o, {"eagle-train", "train"});
+  // The resume's log, from this process's stderr.
+  auto resumed_log = [&](config::Options r) {
+    const auto log = tmp / "log.txt";
+    const int saved = ::dup(STDERR_FILENO);
+    const int file = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(file, STDERR_FILENO);
+    ::close(file);
+    r.resume_from_checkpoint = "auto";
+    try {
+      train::train(r, {"eagle-train", "train"});
+    } catch (...) {
+      ::dup2(saved, STDERR_FILENO);
+      ::close(saved);
+      throw;
+    }
+    ::dup2(saved, STDERR_FILENO);
+    ::close(saved);
+    return test::read_file(log);
+  };
+  auto online = o;
+  online.target_server.clear();
+  online.max_steps = 3;
+  CHECK_THAT(resumed_log(online), Catch::Contains("not bit-exact") &&
+                                      Catch::Contains("--target_server " + server.url()) &&
+                                      Catch::Contains("from the target here"));
+  auto served = o;
+  served.max_steps = 4;
+  CHECK_THAT(resumed_log(served), Catch::Contains("not bit-exact"));
+  auto again = o;
+  again.max_steps = 5;
+  CHECK_THAT(resumed_log(again), !Catch::Contains("not bit-exact"));  // server to server: nothing to say
 }

@@ -1,7 +1,9 @@
 // Reading a head folder back (see head_io.h): its config.json through the one reader, every tensor
-// checked for presence and shape and every one of the file used.
+// checked for presence and shape and every one of the file used, a checkpoint's head compared with
+// the run's.
 #include <filesystem>
 #include <set>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -108,6 +110,68 @@ json read_head_config(const std::string& dir, std::string& config_path) {
                                 "--checkpoint must name a head folder with config.json and model.safetensors");
 }
 
+// A field of config.json that differs between two heads, with both values as text.
+struct HeadDifference {
+  std::string field, checkpoint, run;
+};
+
+// The fields a head's config.json records that differ between the checkpoint's head (as
+// head_config_from_json reads it, the reader eval and export use) and the run's, in a fixed order
+// (sizes, RoPE, vocabularies, aux ids, the variant, TTT); empty: the same head.
+std::vector<HeadDifference> head_config_differences(const HeadConfig& checkpoint, const HeadConfig& run) {
+  auto fields = [](const HeadConfig& c) {
+    auto n = [](double v) { return fmt::format("{}", v); };
+    auto i = [](std::int64_t v) { return std::to_string(v); };
+    auto b = [](bool v) { return std::string(v ? "true" : "false"); };
+    const auto& r = c.rope;
+    return std::vector<std::pair<const char*, std::string>>{
+        {"eagle_version", i(c.eagle_version)},
+        {"hidden_size", i(c.hidden_size)},
+        {"intermediate_size", i(c.intermediate_size)},
+        {"num_attention_heads", i(c.num_attention_heads)},
+        {"num_key_value_heads", i(c.num_key_value_heads)},
+        {"head_dim", i(c.head_dim)},
+        {"rms_norm_eps", n(c.rms_norm_eps)},
+        {"max_position_embeddings", i(c.max_position_embeddings)},
+        {"rope_theta", n(r.theta)},
+        {"rope_scaling.rope_type", r.type},
+        {"rope_scaling.factor", n(r.factor)},
+        {"rope_scaling.low_freq_factor", n(r.low_freq_factor)},
+        {"rope_scaling.high_freq_factor", n(r.high_freq_factor)},
+        {"rope_scaling.original_max_position_embeddings", i(r.original_max_position_embeddings)},
+        {"rope_scaling.beta_fast", n(r.beta_fast)},
+        {"rope_scaling.beta_slow", n(r.beta_slow)},
+        {"rope_scaling.truncate", b(r.truncate)},
+        {"rope_scaling.attention_factor", n(r.attention_factor)},
+        {"rope_scaling.mscale", n(r.mscale)},
+        {"rope_scaling.mscale_all_dim", n(r.mscale_all_dim)},
+        {"vocab_size", i(c.vocab_size)},
+        {"draft_vocab_size", i(c.draft_vocab_size)},
+        {"target_hidden_size", i(c.target_hidden_size)},
+        {"eagle_train.target_num_hidden_layers", i(c.target_num_hidden_layers)},
+        // Resolved ids (a default written out or left empty resolves to the same): the same shapes
+        // with other layers would fuse other features silently.
+        {"eagle_aux_hidden_state_layer_ids", fmt::format("[{}]", fmt::join(c.aux_layer_ids, ", "))},
+        {"num_hidden_layers", i(c.num_layers)},
+        {"model_type (the draft layer)", c.qk_norm ? "qwen3" : "llama"},
+        {"fc_norm", b(c.fc_norm)},
+        {"norm_output", b(c.norm_output)},
+        {"norm_before_fc", b(c.norm_before_fc)},
+        {"eagle_train.parallel_drafting", b(c.parallel_drafting)},
+        {"mask_token_id", i(c.mask_token_id)},
+        {"ttt_steps", i(c.ttt_steps)},
+        {"eagle_train.ttt_loss_decay", n(c.ttt_loss_decay)},
+        {"eagle_train.fc_bias", b(c.fc_bias)},
+        {"eagle_train.eagle1_feature_weight", n(c.eagle1_feature_weight)},
+        {"eagle_train.eagle1_token_weight", n(c.eagle1_token_weight)}};
+  };
+  const auto a = fields(checkpoint), b = fields(run);
+  std::vector<HeadDifference> out;
+  for (std::size_t k = 0; k < a.size(); ++k)
+    if (a[k].second != b[k].second) out.push_back({a[k].first, a[k].second, b[k].second});
+  return out;
+}
+
 }  // namespace
 
 LoadedHead load_head(const std::string& dir, torch::Device device) {
@@ -147,23 +211,19 @@ void load_head_weights(DraftHead& head, const std::string& dir) {
   std::string config_path;
   HeadFormat format;
   const HeadConfig c = head_config_from_json(read_head_config(dir, config_path), config_path, &format);
-  auto mismatch = [&](const char* field, const std::string& expected, const std::string& found) {
-    return Error(ErrorKind::input, "the checkpoint holds another head")
-        .file(config_path)
-        .place(field)
-        .expected(expected)
-        .found(found);
-  };
-  const HeadConfig& h = head.config();
-  EAGLE_CHECK(c.eagle_version == h.eagle_version,
-              mismatch("eagle_version", std::to_string(h.eagle_version), std::to_string(c.eagle_version)));
-  EAGLE_CHECK(c.draft_vocab_size == h.draft_vocab_size,
-              mismatch("draft_vocab_size", std::to_string(h.draft_vocab_size), std::to_string(c.draft_vocab_size)));
-  // Resolved ids (a default written out or left empty resolves to the same): the same shapes with
-  // other layers would fuse other features silently.
-  EAGLE_CHECK(c.aux_layer_ids == h.aux_layer_ids,
-              mismatch("aux_hidden_state_layer_ids", fmt::format("[{}]", fmt::join(h.aux_layer_ids, ", ")),
-                       fmt::format("[{}]", fmt::join(c.aux_layer_ids, ", "))));
+  // One reader, one verdict: the checkpoint's config.json as eval and export read it must describe
+  // the run's head in every field that config.json records (an edited one is refused, not ignored).
+  const auto differences = head_config_differences(c, head.config());
+  EAGLE_CHECK(differences.empty(),
+              Error(ErrorKind::input, "the checkpoint holds another head")
+                  .file(config_path)
+                  .place(differences.empty() ? "" : differences.front().field)
+                  .expected(differences.empty() ? "" : differences.front().run + " (the run's)")
+                  .found(differences.empty() ? "" : differences.front().checkpoint)
+                  .hint(differences.size() > 1 ? fmt::format("{} fields differ; resume with the checkpoint's "
+                                                             "options, or restore its config.json",
+                                                             differences.size())
+                                               : "resume with the checkpoint's options, or restore its config.json"));
   auto file = model::SafetensorsFile::open((fs::path(dir) / "model.safetensors").string());
   copy_parameters(head, file, format);
   // The draft vocabulary is part of the head: its buffers must hold the checkpoint's maps.

@@ -146,15 +146,25 @@ void check_resumable(const TrainerState& saved, const nlohmann::json& options, i
     }
   }
   const auto conflicts = run::resume_conflicts(before, now);
-  if (conflicts.empty()) return;
-  std::string list;
-  for (const auto& c : conflicts) list += "\n  " + c;
-  throw Error(ErrorKind::usage,
-              fmt::format("the checkpoint was trained with other options ({} differ):{}", conflicts.size(), list))
-      .file(checkpoint.string())
-      .hint(
-          "resume with the checkpoint's values (its trainer_state.json), or start a new run; docs/training.md "
-          "lists what may change on resume");
+  if (!conflicts.empty()) {
+    std::string list;
+    for (const auto& c : conflicts) list += "\n  " + c;
+    throw Error(ErrorKind::usage,
+                fmt::format("the checkpoint was trained with other options ({} differ):{}", conflicts.size(), list))
+        .file(checkpoint.string())
+        .hint(
+            "resume with the checkpoint's values (its trainer_state.json), or start a new run; docs/training.md "
+            "lists what may change on resume");
+  }
+  // A server's features and the target's own forward agree to rounding only (other kernels, often
+  // another dtype): the resume is allowed, its losses are not those of an uninterrupted run.
+  const auto server = [](const nlohmann::json& j) { return j.value("target_server", std::string()); };
+  if (server(before).empty() != server(now).empty())
+    log::warn("ckpt",
+              "the checkpoint's steps took the target's features {}, this resume takes them {}: the run continues, "
+              "but not bit-exact (the server's kernels round differently from this process's target forward)",
+              server(before).empty() ? "from the target here" : "from --target_server " + server(before),
+              server(now).empty() ? "from the target here" : "from --target_server " + server(now));
 }
 
 std::optional<run::RunSummary> already_completed(const config::Options& o, int world_size) {
