@@ -181,6 +181,18 @@ TEST_CASE("FP8 checkpoints: block scales named with the weights, other FP8 layou
     u[w] = t.at(w).to(torch::kFloat32);
     CHECK_THAT(load_error(u, cfg), Catch::Contains(w) && Catch::Contains("float8_e4m3fn"));
   }
+  SECTION("hostile but finite block scales: negative, zero, overflowing (issue 41 item 9)") {
+    for (const float bad : {-0.01f, 0.0f, 3e38f}) {
+      INFO(bad);
+      auto u = t;
+      auto s = t.at(w + "_scale_inv").clone();
+      s[0][1] = bad;
+      u[w + "_scale_inv"] = s;
+      const auto e = load_error(u, cfg);
+      CHECK_THAT(e, Catch::Contains(dir.path().string()) && Catch::Contains(w));
+      CHECK_THAT(e, Catch::Contains(bad > 1 ? "overflow" : "positive and finite"));
+    }
+  }
   SECTION("per-tensor FP8 and e5m2 are refused by name") {
     auto j = cfg;
     j["quantization_config"].erase("weight_block_size");

@@ -134,6 +134,19 @@ TEST_CASE("MoE configs and checkpoints: bad input is named", "[target]") {
     CHECK_THAT(load_error(dir.path(), config_of("tiny-gpt-oss-mxfp4"), t),
                Catch::Contains(name) && Catch::Contains("uint8"));
   }
+  SECTION("MXFP4 scales no checkpoint holds: E8M0's NaN code, an overflowing exponent (issue 41 item 9)") {
+    const auto name = std::string("model.layers.1.mlp.experts.gate_up_proj_scales");
+    for (const int code : {255, 254}) {
+      INFO(code);
+      auto t = tensors_of("tiny-gpt-oss-mxfp4");
+      auto s = t.at(name).clone();
+      s.view(-1).narrow(0, 0, 8).fill_(code);  // 256 values: some of them 2 or more
+      t[name] = s;
+      const auto e = load_error(dir.path(), config_of("tiny-gpt-oss-mxfp4"), t);
+      CHECK_THAT(e, Catch::Contains(dir.path().string()) && Catch::Contains(name));
+      CHECK_THAT(e, Catch::Contains(code == 255 ? "NaN" : "overflow"));
+    }
+  }
   SECTION("a dense checkpoint under an MXFP4 config") {
     CHECK_THAT(load_error(dir.path(), config_of("tiny-gpt-oss-mxfp4"), tensors_of("tiny-gpt-oss")),
                Catch::Contains("16 missing: model.layers.0.mlp.experts.down_proj_blocks") &&

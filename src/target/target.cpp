@@ -58,12 +58,19 @@ TargetModel TargetModel::load(const std::string& dir_name, torch::ScalarType dty
   check_fits(c, dtype, device, dir_name);
   // On CPU in the stored dtype, to() returns the mapping's view itself: no copy. MXFP4 blocks and
   // scales stay uint8 until assemble dequantizes them.
-  auto m = assemble(c, dtype, device, [&](const std::string& name) {
+  auto get = [&](const std::string& name) {
     auto t = raw(name);
     if (is_fp8_weight(c, name))  // dequantized on the device, block by block
       return dequantize_fp8(t.to(device), raw(name + "_scale_inv").to(device), c.fp8_block, dtype, name);
     return t.scalar_type() == torch::kUInt8 ? t.to(device) : t.to(device, dtype);
-  });
+  };
+  TargetModel m;
+  try {
+    m = assemble(c, dtype, device, get);
+  } catch (Error& e) {  // the dequantization's refusals name the tensor; the folder is named here
+    if (e.file().empty()) e.file(dir_name);
+    throw;
+  }
   log::info("model", "loaded {} ({} layers, hidden {}, vocab {}, {} parameters) as {} on {}", c.architecture,
             c.num_hidden_layers, c.hidden_size, c.vocab_size, m.parameter_count(), c10::toString(dtype), device.str());
   return m;
