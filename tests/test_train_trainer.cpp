@@ -163,6 +163,34 @@ TEST_CASE("a checkpoint with a negative step is refused by name", "[train]") {
                              Catch::Contains("found -3"));
 }
 
+TEST_CASE("a checkpoint with a step no run can plan, or of another format version, is refused by name", "[train]") {
+  // issue 41 item 16: step 2^62 and format_version 99 were accepted.
+  test::TempDir tmp;
+  auto o = smoke_options(tmp / "run");
+  o.max_steps = 2;
+  o.eval_num_prompts = 0;
+  train::train(o, {"eagle-train", "train"});
+  const auto state_file = tmp / "run" / "checkpoint-2" / "trainer_state.json";
+  const json original = read_json(state_file);
+  o.resume_from_checkpoint = (tmp / "run" / "checkpoint-2").string();
+  o.max_steps = 3;
+  for (const auto& [key, value, found] : std::vector<std::tuple<std::string, json, std::string>>{
+           {"step", std::int64_t{1} << 62, "found 4611686018427387904"},
+           {"format_version", 99, "found 99"},
+           {"format_version", nullptr, "format_version"}}) {
+    INFO(key << " " << value.dump());
+    json state = original;
+    if (value.is_null())
+      state.erase(key);
+    else
+      state[key] = value;
+    test::write_file(state_file, state.dump(2));
+    Error e = test::train_error(o);
+    CHECK(e.kind() == ErrorKind::input);
+    CHECK_THAT(e.format(), Catch::Contains("trainer_state.json") && Catch::Contains(key) && Catch::Contains(found));
+  }
+}
+
 TEST_CASE("a signal during start-up is kept and ends the run interrupted with its summary", "[train]") {
   test::TempDir tmp;
   auto o = smoke_options(tmp / "run");
