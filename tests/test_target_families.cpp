@@ -252,3 +252,38 @@ TEST_CASE("longrope in the KV-cache forward switches per call as transformers' c
   }
   CHECK(torch::equal(torch::cat(got, 1), greedy));
 }
+
+TEST_CASE("config messages name the field at fault and print numbers as written (issue 41 item 17)", "[target]") {
+  test::TempDir dir;
+  SECTION("Gemma 2: a negative attn_logit_softcapping is named as itself, not as final_logit_softcapping") {
+    auto j = config_of("tiny-gemma2");
+    j["attn_logit_softcapping"] = -1.0;
+    const auto e = config_error(dir, j);
+    CHECK_THAT(e, Catch::Contains("\"attn_logit_softcapping\"") && !Catch::Contains("final_logit_softcapping"));
+  }
+  SECTION("one rule: a soft cap of 0 or null is none in every family") {
+    auto j = config_of("tiny-gpt-oss");
+    for (const nlohmann::json value : {nlohmann::json(0), nlohmann::json(nullptr)}) {
+      j["final_logit_softcapping"] = value;
+      j["attn_logit_softcapping"] = value;
+      CHECK(parse(dir, j).final_softcap == 0.0);
+    }
+    j["final_logit_softcapping"] = 30.0;  // a cap gpt-oss does not apply: refused
+    CHECK_THAT(config_error(dir, j), Catch::Contains("\"final_logit_softcapping\"") && Catch::Contains("30"));
+    auto g = config_of("tiny-gemma2");
+    g["final_logit_softcapping"] = 0;
+    CHECK(parse(dir, g).final_softcap == 0.0);
+  }
+  SECTION("sliding layers without a window: the value found is printed as written") {
+    auto j = config_of("tiny-gpt-oss");
+    j["sliding_window"] = 0;
+    CHECK_THAT(config_error(dir, j), Catch::Contains("\"sliding_window\"") && Catch::Contains("found 0") &&
+                                         Catch::Contains("0 and null mean none"));
+  }
+  SECTION("FP8 weight_block_size near 2^63 is refused with its range") {
+    auto j = config_of("tiny-qwen3-fp8");
+    j["quantization_config"]["weight_block_size"] = {std::int64_t{1} << 62, 16};
+    CHECK_THAT(config_error(dir, j), Catch::Contains("quantization_config.weight_block_size") &&
+                                         Catch::Contains("[1, 1048576]") && !Catch::Contains("[0, 0]"));
+  }
+}

@@ -51,6 +51,11 @@ struct Fields {
   // An integer field in [lo, hi]; the bounds keep every size made from it (a head of
   // intermediate_size 1e9 is a 256 GB allocation) and every division by it (no head_dim: H / heads) sane.
   std::int64_t integer(const std::string& key, std::int64_t lo, std::int64_t hi) const {
+    // A value past 2^63-1 is out of [lo, hi] too: named with the field's own range (a mask_token_id
+    // of 2^64-1 is outside the vocabulary, not "outside int64").
+    EAGLE_CHECK(!has(key) || !j[key].is_number_unsigned() ||
+                    j[key].get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()),
+                bad(key, "out of range").expected(fmt::format("an integer in [{}, {}]", lo, hi)).found(j[key].dump()));
     const auto v = integer(key);
     EAGLE_CHECK(
         v >= lo && v <= hi,
@@ -227,7 +232,17 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
   c.target_hidden_size = top.integer_or("target_hidden_size", c.hidden_size, 1, kMaxSize);
   // P-EAGLE: the speculators peagle type, or an EAGLE-layout head of eagle-train's that says so.
   c.parallel_drafting = spec_type == "peagle" || top.object("eagle_train").boolean_or("parallel_drafting", false);
-  if (c.parallel_drafting) c.mask_token_id = top.integer("mask_token_id", 0, c.vocab_size - 1);
+  if (c.parallel_drafting) {  // a token of the vocabulary, named so whatever the number (2^64-1 too)
+    const auto& id = top.has("mask_token_id") ? top.j["mask_token_id"] : json();
+    const bool in_vocab = id.is_number_unsigned() ? id.get<std::uint64_t>() < static_cast<std::uint64_t>(c.vocab_size)
+                          : id.is_number_integer()
+                              ? id.get<std::int64_t>() >= 0 && id.get<std::int64_t>() < c.vocab_size
+                              : true;  // missing or not an integer: named below
+    EAGLE_CHECK(in_vocab, top.bad("mask_token_id", "token id outside the vocabulary")
+                              .expected(fmt::format("an id in [0, {}) (vocab_size)", c.vocab_size))
+                              .found(id.dump()));
+    c.mask_token_id = top.integer("mask_token_id", 0, c.vocab_size - 1);
+  }
   const Fields spec = top.object("speculators_config");
   c.ttt_steps = spec.first_object("proposal_methods").integer_or("speculative_tokens", c.ttt_steps, 1, 64);
   const Fields verifier = spec.object("verifier");

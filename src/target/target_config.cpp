@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <limits>
 #include <sstream>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -52,6 +53,11 @@ std::string family_list() {
     out += (i == 0 ? "" : (i + 1 == n ? " or " : ", ")) + std::string(kFamilies[i].architecture);
   return out;
 }
+
+// Numbers whose 0 means "none", as null does, in every family (docs/models.md): the soft caps (a
+// family without them accepts 0 or null, and refuses a cap). sliding_window follows the same rule
+// (read_attention_types).
+constexpr std::string_view kNoneMeansZero[] = {"attn_logit_softcapping", "final_logit_softcapping"};
 
 // Fields that other decoders use to change the math; none of them exists in the supported
 // families, so their presence means the checkpoint is something we would compute wrongly.
@@ -144,7 +150,8 @@ void read_attention_types(const Reader& r, TargetConfig& c) {
   const bool gemma = t == Family::gemma2 || t == Family::gemma3_text;
   const std::int64_t default_window = t == Family::gpt_oss ? 128 : (gemma ? 4096 : 0);
   const auto window = slides ? r.integer_or("sliding_window", qwen ? 4096 : default_window) : 0;
-  EAGLE_CHECK(window >= 0, r.bad("sliding_window", "must be positive or null").found(std::to_string(window)));
+  EAGLE_CHECK(window >= 0,
+              r.bad("sliding_window", "must be positive, or 0 or null for none").found(std::to_string(window)));
   std::vector<bool> sliding(static_cast<std::size_t>(L), false);
   if (r.has("layer_types")) {
     const auto& types = r.j["layer_types"];
@@ -175,7 +182,9 @@ void read_attention_types(const Reader& r, TargetConfig& c) {
   }
   EAGLE_CHECK(
       window > 0 || !r.has("layer_types") || std::find(sliding.begin(), sliding.end(), true) == sliding.end() || qwen,
-      r.bad("sliding_window", "sliding_attention layers need a window").found("null"));
+      r.bad("sliding_window", "sliding_attention layers need a window (0 and null mean none)")
+          .expected("a window of 1 or more tokens")
+          .found(r.has("sliding_window") ? r.j["sliding_window"].dump() : "null"));
 }
 
 // Gemma 2 and 3 (transformers' modeling_gemma2, _gemma3): norms, embedding scale, attention scale,
@@ -186,16 +195,12 @@ void read_gemma(const Reader& r, TargetConfig& c) {
   c.hidden_act = r.string_or("hidden_activation", r.string_or("hidden_act", "gelu_pytorch_tanh"));
   EAGLE_CHECK(c.hidden_act == "gelu_pytorch_tanh",
               r.bad("hidden_activation", "unsupported activation").expected("gelu_pytorch_tanh").found(c.hidden_act));
-  const double scalar = r.number_or("query_pre_attn_scalar", static_cast<double>(c.head_dim));
-  EAGLE_CHECK(scalar > 0 && std::isfinite(scalar),
-              r.bad("query_pre_attn_scalar", "must be positive").found(std::to_string(scalar)));
+  const double scalar = r.number_in("query_pre_attn_scalar", static_cast<double>(c.head_dim), 1e-6, 1e12);
   c.attention_scale = 1.0 / std::sqrt(scalar);
   // Gemma 3's attention never applies attn_logit_softcapping (transformers does not pass it on).
-  c.attn_softcap = c.family == Family::gemma2 ? r.number_or("attn_logit_softcapping", 0.0) : 0.0;
-  c.final_softcap = r.number_or("final_logit_softcapping", 0.0);
-  EAGLE_CHECK(
-      c.attn_softcap >= 0 && c.final_softcap >= 0 && std::isfinite(c.attn_softcap) && std::isfinite(c.final_softcap),
-      r.bad("final_logit_softcapping", "soft caps must be positive or null"));
+  // A soft cap of 0 or null is no cap (kNoneMeansZero); each one is named by its own field.
+  c.attn_softcap = c.family == Family::gemma2 ? r.number_in("attn_logit_softcapping", 0.0, 0.0, 1e12) : 0.0;
+  c.final_softcap = r.number_in("final_logit_softcapping", 0.0, 0.0, 1e12);
   EAGLE_CHECK(!r.boolean_or("use_bidirectional_attention", false),
               r.bad("use_bidirectional_attention", "bidirectional attention (an encoder) is not a causal target")
                   .found("true"));
@@ -220,9 +225,14 @@ void read_fp8(const Reader& r, const json& q, TargetConfig& c) {
               bad("weight_block_size", "FP8 checkpoints are read block-scaled only")
                   .expected("[rows, columns] of each weight_scale_inv block")
                   .hint("per-tensor FP8 (weight_scale) is not supported"));
+  // Bounded like a size (a block near 2^63 overflowed the grid arithmetic of the scales' shape).
   for (const auto& x : q["weight_block_size"]) {
-    EAGLE_CHECK(x.is_number_integer() && x.get<std::int64_t>() > 0,
-                bad("weight_block_size", "block sizes must be positive integers").found(x.dump()));
+    const bool in_range = x.is_number_integer() && !(x.is_number_unsigned() && x.get<std::uint64_t>() > (1u << 20)) &&
+                          x.get<std::int64_t>() >= 1 && x.get<std::int64_t>() <= model::limits::kMaxSize;
+    EAGLE_CHECK(in_range,
+                bad("weight_block_size", "block sizes out of range")
+                    .expected(fmt::format("integers in [1, {}] (rows, columns of each block)", model::limits::kMaxSize))
+                    .found(x.dump()));
     c.fp8_block.push_back(x.get<std::int64_t>());
   }
   if (q.contains("modules_to_not_convert") && q["modules_to_not_convert"].is_array())
@@ -327,7 +337,12 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
     const std::string k = key;
     if (gemma && (k == "attn_logit_softcapping" || k == "final_logit_softcapping" || k == "query_pre_attn_scalar"))
       continue;  // Gemma's own fields (read above)
+    // One rule in every family: a soft cap of 0 means none, as null does.
+    if (std::find(std::begin(kNoneMeansZero), std::end(kNoneMeansZero), k) != std::end(kNoneMeansZero) && r.has(key) &&
+        r.j[key].is_number() && r.j[key].get<double>() == 0.0)
+      continue;
     EAGLE_CHECK(!r.has(key), r.bad(key, "field changes the model's math and is not supported by this architecture")
+                                 .found(r.j[key].dump())
                                  .hint("is this really a " + c.architecture + " checkpoint?"));
   }
 

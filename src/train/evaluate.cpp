@@ -5,6 +5,7 @@
 #include <limits>
 #include <numeric>
 
+#include "eagle/config/option_table.h"
 #include "eagle/data/sampler.h"
 #include "eagle/features/batch_tensors.h"
 #include "eagle/train/loss_metrics.h"
@@ -130,6 +131,7 @@ EvalSettings EvalSettings::from(const config::Options& o, std::int64_t ttt_steps
   s.tree_topk = o.eval_tree_topk;
   s.tree_steps = o.eval_tree_steps > 0 ? o.eval_tree_steps : s.draft_len;
   s.tree_draft_tokens = o.eval_tree_draft_tokens > 0 ? o.eval_tree_draft_tokens : s.tree_steps + 1;
+  config::check_tree_draft_tokens(o, s.tree_steps);  // the head's steps: known here (issue 41 item 17)
   s.temperature = o.eval_temperature;
   s.top_p = o.eval_top_p;
   s.sampled_drafts = o.eval_draft_sampling == config::DraftSampling::sample;
