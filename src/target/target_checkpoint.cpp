@@ -13,7 +13,6 @@
 #include "eagle/model/shape_check.h"
 #include "eagle/util/error.h"
 #include "eagle/util/json_file.h"
-#include "target_checkpoint.h"
 #include "target_impl.h"
 
 #ifdef EAGLE_WITH_CUDA

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include "eagle/util/error.h"
-#include "target_checkpoint.h"
 #include "target_impl.h"
 
 namespace eagle::target {
