@@ -132,7 +132,7 @@ TEST_CASE("a head's mask_token_id out of range names the vocabulary, whatever th
           "[head]") {
   auto j = json::parse(
       test::read_file(std::filesystem::path(EAGLE_SOURCE_DIR) / "tests/fixtures/heads/peagle-ref/config.json"));
-  for (const json id : {json(64), json(-1), json(std::numeric_limits<std::uint64_t>::max())}) {
+  for (const json& id : {json(64), json(-1), json(std::numeric_limits<std::uint64_t>::max())}) {
     INFO(id.dump());
     j["mask_token_id"] = id;
     CHECK_THAT(read_error(j), Catch::Contains("mask_token_id") && Catch::Contains("outside the vocabulary") &&

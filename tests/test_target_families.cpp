@@ -263,7 +263,7 @@ TEST_CASE("config messages name the field at fault and print numbers as written 
   }
   SECTION("one rule: a soft cap of 0 or null is none in every family") {
     auto j = config_of("tiny-gpt-oss");
-    for (const nlohmann::json value : {nlohmann::json(0), nlohmann::json(nullptr)}) {
+    for (const nlohmann::json& value : {nlohmann::json(0), nlohmann::json(nullptr)}) {
       j["final_logit_softcapping"] = value;
       j["attn_logit_softcapping"] = value;
       CHECK(parse(dir, j).final_softcap == 0.0);
