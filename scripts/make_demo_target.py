@@ -6,8 +6,10 @@ No model hub is reachable and a random target makes acceptance meaningless, so t
 own target on CPU in minutes and saves it in the Hugging Face layout (config.json,
 model.safetensors, generation_config.json, tokenizer.json, tokenizer_config.json), together with
 the pretokenized dataset alpaca.jsonl ({"input_ids", "loss_mask"} per line, the same prompt
-template as the training). A DONE marker written last holds the hash of every setting, so a
-second run with the same settings exits at once.
+template as the training). Training runs a fixed number of steps (never a time budget), so the
+target is the same on every machine. A DONE stamp written last holds every setting, their hash and
+the steps trained: a second run with the same settings exits at once, a cached target whose stamp
+differs is rebuilt, and --check says whether the cache is the target these settings describe.
 
 Run with the project's venv:  ~/.cache/eagle-train/venv/bin/python scripts/make_demo_target.py
 """
@@ -23,18 +25,18 @@ import sys
 import time
 from pathlib import Path
 
-SCRIPT_VERSION = 1  # bump when the output changes for the same settings
+SCRIPT_VERSION = 2  # bump when the output changes for the same settings (2: fixed steps, no time budget)
 PAD, BOS, EOS = "<|pad|>", "<|bos|>", "<|eos|>"  # ids 0, 1, 2 (trainer order)
 
-# Full demo: sized to finish in <= 10 minutes on 2 CPU cores; --quick: a smoke test (< 1 minute).
+# Full demo: 800 steps (docs/demo.md has the times on 2 cores, idle and busy); --quick: a smoke test
+# (< 1 minute). The steps are fixed: a slow machine takes longer, never trains less.
 FULL = dict(vocab_size=4096, hidden_size=256, intermediate_size=704, num_hidden_layers=4,
             num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
             tie_word_embeddings=False, max_steps=800, batch_tokens=1024, lr=2e-3,
-            min_lr_ratio=0.1, warmup_steps=20, weight_decay=0.1, max_grad_norm=1.0,
-            max_train_seconds=470, log_every=10)
+            min_lr_ratio=0.1, warmup_steps=20, weight_decay=0.1, max_grad_norm=1.0, log_every=10)
 QUICK = dict(FULL, vocab_size=1024, hidden_size=64, intermediate_size=176, num_hidden_layers=2,
              num_attention_heads=2, num_key_value_heads=1, max_steps=40, batch_tokens=1024,
-             warmup_steps=5, max_train_seconds=20, log_every=5)
+             warmup_steps=5, log_every=5)
 
 SAMPLE_PROMPTS = [
     ("Give three tips for staying healthy.", ""),
@@ -149,7 +151,7 @@ def train_model(samples, s, tok, log):
     rng = random.Random(s["seed"])
     pad_id = tok.token_to_id(PAD)
     t0, step, epoch, queue = time.time(), 0, 0, []
-    window, history, losses, tokens_seen, stop_reason = [], [], [], 0, "max_steps"
+    window, history, losses, tokens_seen = [], [], [], 0
     model.train()
     while step < s["max_steps"]:
         if not queue:  # a new epoch: the same length groups, a new seeded order
@@ -164,14 +166,8 @@ def train_model(samples, s, tok, log):
             ids[row, :len(samples[i][0])] = torch.tensor(samples[i][0])
             attn[row, :len(samples[i][0])] = 1
         labels = ids.masked_fill(attn == 0, -100)
-        # Progress is the larger of the step and time fractions, so the cosine ends on time even
-        # when other processes slow the machine (then the step count depends on the load).
-        elapsed = time.time() - t0
-        progress = max(step / s["max_steps"], elapsed / s["max_train_seconds"])
-        if progress >= 1.0:
-            stop_reason = "time budget"
-            break
-        lr = lr_at(progress, s) * min(1.0, (step + 1) / s["warmup_steps"])
+        # The schedule follows the steps alone: the same target on an idle or a busy machine.
+        lr = lr_at(step / s["max_steps"], s) * min(1.0, (step + 1) / s["warmup_steps"])
         for g in opt.param_groups:
             g["lr"] = lr
         # bf16 matmuls (fp32 master weights and loss): ~1.5x the fp32 speed on AVX512-BF16 CPUs.
@@ -197,7 +193,7 @@ def train_model(samples, s, tok, log):
         history.append((step, sum(window) / len(window)))
     model.eval()
     return model, dict(steps=step, epochs=round(step / len(batches), 2), tokens_seen=tokens_seen,
-                       train_seconds=round(time.time() - t0, 1), stop_reason=stop_reason,
+                       train_seconds=round(time.time() - t0, 1), stop_reason="max_steps",
                        # mean of the last 50 steps: batches of different lengths differ a lot
                        final_loss=round(sum(losses[-50:]) / max(1, len(losses[-50:])), 4),
                        loss_history=[[st, round(lo, 4)] for st, lo in history],
@@ -241,6 +237,27 @@ def save_all(tmp, model, tok, samples, summary, marker):
         os.fsync(f.fileno())
 
 
+def stamp_differs(done, settings_hash, recipe):
+    """'' when the DONE stamp is of these settings and of a training that ran all its steps, else why
+    not (a target of version 1 was trained to a time budget and may have stopped early)."""
+    if not done.is_file():
+        return "no DONE stamp"
+    try:
+        stamp = json.loads(done.read_text())
+    except json.JSONDecodeError:
+        return "DONE is not JSON"
+    if stamp.get("version") != SCRIPT_VERSION:
+        return f"made by version {stamp.get('version')} of this script, this is {SCRIPT_VERSION}"
+    if stamp.get("settings_hash") != settings_hash:
+        old = stamp.get("settings", {})
+        changed = sorted(k for k in set(old) | set(recipe) if old.get(k) != recipe.get(k))
+        return "other settings: " + ", ".join(
+            f"{k} {old.get(k)!r} -> {recipe.get(k)!r}" for k in changed[:4]) if changed else "other settings"
+    if stamp.get("steps") != recipe["max_steps"]:
+        return f"trained {stamp.get('steps')} of {recipe['max_steps']} steps"
+    return ""
+
+
 def main():
     root = Path(__file__).resolve().parent.parent
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -252,21 +269,21 @@ def main():
                     help="a tiny model and few steps (< 1 minute), to test the script")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--max-steps", type=int, default=None, help="override the preset's step count")
-    ap.add_argument("--max-train-seconds", type=float, default=None,
-                    help="override the preset's training time budget (the cosine ends on it)")
+    ap.add_argument("--max-steps", type=int, default=None,
+                    help="override the preset's step count (part of the settings: another target)")
     ap.add_argument("--fp32", action="store_true",
                     help="train in fp32 (default: bf16 autocast where the CPU has native bf16)")
     ap.add_argument("--force", action="store_true",
                     help="rebuild even when DONE matches; replace a folder without DONE")
+    ap.add_argument("--check", action="store_true",
+                    help="build nothing: exit 0 when the folder holds the target these settings "
+                         "describe (its DONE stamp), else 1 naming what differs")
     args = ap.parse_args()
 
     s = dict(QUICK if args.quick else FULL, seed=args.seed, threads=args.threads)
     s["bf16_autocast"] = cpu_has_bf16() and not args.fp32
     if args.max_steps is not None:
         s["max_steps"] = args.max_steps
-    if args.max_train_seconds is not None:
-        s["max_train_seconds"] = args.max_train_seconds
     data = (args.data or root / "data" / "alpaca_5000.json.gz").resolve()
     out = (args.output or Path.home() / ".cache/eagle-train" /
            ("demo-target-quick" if args.quick else "demo-target")).expanduser().resolve()
@@ -277,23 +294,26 @@ def main():
     data_sha = hashlib.sha256(gzip.decompress(raw) if data.suffix == ".gz" else raw).hexdigest()
     settings = dict(s, script_version=SCRIPT_VERSION, data_sha256=data_sha,
                     template="### Instruction/### Input/### Response, bos + eos")
-    # The time budget is a resource limit, like the thread count, not part of the recipe: a target
-    # made with a longer budget is accepted by a default run (training_summary.json records the
-    # steps run and what stopped them).
-    recipe = {k: v for k, v in settings.items() if k not in ("max_train_seconds", "log_every")}
+    # Every setting is the recipe but the logging interval; the stamp (DONE) carries them, their
+    # hash and the steps actually trained, so a cached target is known to be the one they describe.
+    recipe = {k: v for k, v in settings.items() if k != "log_every"}
     settings_hash = hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
     marker = {"script": "make_demo_target.py", "version": SCRIPT_VERSION,
-              "settings_hash": settings_hash}
+              "settings_hash": settings_hash, "settings": recipe}
 
     done = out / "DONE"
+    why = stamp_differs(done, settings_hash, recipe)
+    if args.check:
+        if why:
+            sys.exit(f"error: {out}: not the demo target these settings describe: {why}\n"
+                     "hint: run scripts/make_demo_target.py with the same options to rebuild it")
+        print(f"demo target up to date: {out} (settings {settings_hash}, {recipe['max_steps']} steps)")
+        return
     if done.is_file() and not args.force:
-        try:
-            if json.loads(done.read_text()).get("settings_hash") == settings_hash:
-                print(f"demo target up to date: {out} (settings {settings_hash})")
-                return
-        except json.JSONDecodeError:
-            pass
-        print(f"demo target at {out} was made with other settings: rebuilding")
+        if not why:
+            print(f"demo target up to date: {out} (settings {settings_hash}, {recipe['max_steps']} steps)")
+            return
+        print(f"demo target at {out} is not the one these settings describe ({why}): rebuilding")
     elif out.exists() and not done.is_file() and not args.force:
         sys.exit(f"error: {out}: exists but holds no DONE marker of this script; not overwriting it\n"
                  "hint: remove it, choose another --output, or pass --force")
@@ -320,8 +340,8 @@ def main():
     n_resp = sum(sum(m) for _, m in samples)
     log(f"samples: {len(samples)}, {n_tok} tokens, {n_resp} response tokens, "
         f"longest {max(len(ids) for ids, _ in samples)}, truncated {len(too_long)}")
-    log(f"training: up to {s['max_steps']} steps of <= {s['batch_tokens']} padded tokens, "
-        f"time budget {s['max_train_seconds']:.0f}s, {s['threads']} threads, seed {s['seed']}, "
+    log(f"training: {s['max_steps']} steps of <= {s['batch_tokens']} padded tokens, "
+        f"{s['threads']} threads, seed {s['seed']}, "
         f"{'bf16 autocast' if s['bf16_autocast'] else 'fp32'}")
 
     model, result = train_model(samples, s, tok, log)
@@ -331,6 +351,8 @@ def main():
     gen = greedy_samples(model, tok, 32 if args.quick else 64)
     summary = dict(result, settings=settings, settings_hash=settings_hash, samples=gen,
                    total_tokens=n_tok, samples_in_dataset=len(samples))
+    marker = dict(marker, steps=result["steps"], final_loss=result["final_loss"],
+                  train_seconds=result["train_seconds"])
 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
@@ -355,10 +377,6 @@ def main():
     for g in gen:
         print(f"sample:      {g['instruction']!r} {g['input']!r}\n  -> {g['response']!r}")
     print(f"wall time:   {time.time() - t_start:.0f}s")
-    if result["stop_reason"] != "max_steps":
-        print(f"warning: the time budget ({s['max_train_seconds']:.0f}s) stopped training at step "
-              f"{result['steps']}/{s['max_steps']} (a slow or busy machine): the target is weaker "
-              "than planned; --force --max-train-seconds N gives it more time")
     print(f"target:      {out}")
     print(f"dataset:     {out / 'alpaca.jsonl'}")
 

@@ -2,7 +2,15 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "helpers.h"
 
@@ -114,4 +122,43 @@ TEST_CASE("a prepared dataset folder without train.bin says so", "[cli]") {
   auto r = run_cli("data-stats --data_path " + (dir / "ds").string());
   CHECK(r.exit_code == 3);
   CHECK_THAT(r.output, Catch::Contains("without its train.bin"));
+}
+
+TEST_CASE("a SIGTERM sent before eagle-train starts is a stop with a summary, never 143 (issue 41 item 13)", "[cli]") {
+  // The signal is pending from the first instruction: blocked in the child across exec, it is
+  // delivered the moment the process takes it. The handlers come first (before LibTorch's start-up),
+  // then the stop signals are unblocked: the run stops before its first step with exit 130 and
+  // summary.json, instead of dying with 143 (the default action) or never hearing it (blocked).
+  eagle::test::TempDir dir;
+  const auto out = dir / "run";
+  const std::string args =
+      "train " + eagle::test::smoke_args() + " --max_steps 3 --eval_steps 0 --output_dir " + out.string();
+  sigset_t term, before;
+  sigemptyset(&term);
+  sigaddset(&term, SIGTERM);
+  REQUIRE(::sigprocmask(SIG_BLOCK, &term, &before) == 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int log = ::open((dir / "log.txt").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(log, STDOUT_FILENO);
+    ::dup2(log, STDERR_FILENO);
+    std::vector<std::string> words{EAGLE_TRAIN_BIN};  // no shell between: the binary itself gets the signal
+    std::istringstream in(args);
+    for (std::string w; in >> w;) words.push_back(w);
+    std::vector<char*> argv;
+    for (auto& w : words) argv.push_back(w.data());
+    argv.push_back(nullptr);
+    ::execv(EAGLE_TRAIN_BIN, argv.data());
+    ::_exit(127);
+  }
+  ::kill(pid, SIGTERM);  // pending in the child, before or after its exec
+  REQUIRE(::sigprocmask(SIG_SETMASK, &before, nullptr) == 0);
+  const int code = eagle::test::wait_exit(pid);
+  INFO(eagle::test::read_file(dir / "log.txt"));
+  CHECK(code == 130);
+  REQUIRE(std::filesystem::exists(out / "summary.json"));
+  const auto summary = nlohmann::json::parse(eagle::test::read_file(out / "summary.json"));
+  CHECK(summary["exit_reason"] == "interrupted");
+  CHECK(summary["detail"] == "SIGTERM");
+  CHECK(summary["steps"] == 0);
 }

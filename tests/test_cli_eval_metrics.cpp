@@ -92,3 +92,29 @@ TEST_CASE("refused metric settings name the option", "[cli]") {
   r = run_cli(base + " --eval_draft_sampling maybe");
   CHECK(r.exit_code == 2);
 }
+
+TEST_CASE("eval bounds the tree's draft tokens by the head's TTT steps, not the option's default", "[cli]") {
+  // issue 41 item 17: eval takes ttt_steps from the head; the bound 1 + topk + (steps - 1) topk^2 too.
+  TempDir dir;
+  for (const int ttt : {3, 8}) {
+    INFO("ttt_steps " << ttt);
+    const auto run = dir / ("run" + std::to_string(ttt));
+    auto t = run_cli("train " + eagle::test::smoke_args() + " --ttt_steps " + std::to_string(ttt) +
+                     " --max_steps 1 --eval_steps 0 --output_dir " + run.string());
+    INFO(t.output);
+    REQUIRE(t.exit_code == 0);
+    const std::string common = "eval --checkpoint " + (run / "checkpoint-1").string() + " " +
+                               eagle::test::smoke_args() + " --eval_num_prompts 1 --eval_max_new_tokens 4" +
+                               " --eval_tree_topk 2 --eval_tree_draft_tokens ";
+    const int most = 1 + 2 + (ttt - 1) * 4;  // 11 for 3 steps, 31 for 8 (27 for the option's default 7)
+    auto over = run_cli(common + std::to_string(most + 1));
+    INFO(over.output);
+    CHECK(over.exit_code == 2);
+    CHECK_THAT(over.output, Catch::Contains("eval_tree_draft_tokens") &&
+                                Catch::Contains("2 .. " + std::to_string(most)) &&
+                                Catch::Contains("steps " + std::to_string(ttt)));
+    auto fits = run_cli(common + std::to_string(most));
+    INFO(fits.output);
+    CHECK(fits.exit_code == 0);
+  }
+}

@@ -94,6 +94,15 @@ TEST_CASE("bad values are rejected naming the flag", "[config]") {
   CHECK_THROWS_AS(parse_train({"--max_steps", "ten"}), CLI::ParseError);
 }
 
+TEST_CASE("a NaN or infinite value is refused naming it, not as null (issue 41 item 16)", "[config]") {
+  for (const char* v : {"nan", "inf", "-inf"}) {
+    INFO(v);
+    const std::string msg = error_text([&] { parse_train({"--learning_rate", v}); });
+    CHECK_THAT(msg, Catch::Contains("--learning_rate") && Catch::Contains(std::string("found ") + v) &&
+                        !Catch::Contains("null"));
+  }
+}
+
 TEST_CASE("every numeric option has a finite range, so an absurd value fails at start-up", "[config]") {
   for (const auto& e : option_table()) {
     INFO(e.name << " (" << e.type << ")");

@@ -177,3 +177,17 @@ TEST_CASE("on CUDA the graphed decode steps generate what the CPU generates", "[
             f["prompts"][i]["reply"].get<std::vector<data::TokenId>>());
   }
 }
+
+TEST_CASE("generate refuses a KV cache that cannot fit before allocating it, naming the options (issue 41 item 16)",
+          "[generate]") {
+  test::TempDir dir;
+  test::write_file(dir / "in.jsonl", R"({"input_ids": [5, 9, 7], "loss_mask": [0, 0, 1]})"
+                                     "\n");
+  auto r = test::run_cli("generate --model_name_or_path " + kModels + "tiny-llama --data_path " +
+                         (dir / "in.jsonl").string() + " --output " + (dir / "out.jsonl").string() +
+                         " --generate_batch_size 4096 --training_seq_len 1048576 --device cpu --num_threads 1");
+  INFO(r.output);
+  CHECK(r.exit_code == 2);  // was bad_alloc (exit 1)
+  CHECK_THAT(r.output, Catch::Contains("KV cache does not fit") && Catch::Contains("generate_batch_size") &&
+                           Catch::Contains("training_seq_len") && Catch::Contains("MemAvailable"));
+}

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <limits>
 
 #include "eagle/head/head_io.h"
 #include "eagle/util/error.h"
@@ -125,4 +126,16 @@ TEST_CASE("export of a head config with a wrong JSON type exits 3 naming the fie
   CHECK(r.exit_code == 3);
   CHECK_THAT(r.output, Catch::Contains("config.json") && Catch::Contains("eagle_train.ttt_steps") &&
                            Catch::Contains("expected an integer, found \"3\""));
+}
+
+TEST_CASE("a head's mask_token_id out of range names the vocabulary, whatever the number (issue 41 item 17)",
+          "[head]") {
+  auto j = json::parse(
+      test::read_file(std::filesystem::path(EAGLE_SOURCE_DIR) / "tests/fixtures/heads/peagle-ref/config.json"));
+  for (const json& id : {json(64), json(-1), json(std::numeric_limits<std::uint64_t>::max())}) {
+    INFO(id.dump());
+    j["mask_token_id"] = id;
+    CHECK_THAT(read_error(j), Catch::Contains("mask_token_id") && Catch::Contains("outside the vocabulary") &&
+                                  Catch::Contains("[0, 64)") && !Catch::Contains("2^63"));
+  }
 }

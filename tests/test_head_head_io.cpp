@@ -226,3 +226,32 @@ TEST_CASE("a SpecForge-style SGLang head imports and matches an independent PyTo
   eagle::test::check_head_against_reference(*loaded.head, loaded.config,
                                             model::load_safetensors(root + "reference/eagle3-head.safetensors"));
 }
+
+TEST_CASE("a head whose config.json leaves out some of its tensors is refused, the tensor named (issue 41 item 6)",
+          "[head]") {
+  const auto heads = std::filesystem::path(EAGLE_SOURCE_DIR) / "tests/fixtures/heads";
+  struct Case {
+    const char* fixture;
+    json patch;  // merged into config.json
+    const char* tensor;
+  };
+  const std::vector<Case> cases{{"eagle3-2layer-ref", {{"num_hidden_layers", 1}}, "layers.1."},
+                                {"eagle31-qwen3-ref", {{"fc_norm", false}}, "fc_norm.0.weight"},
+                                {"eagle31-qwen3-ref",
+                                 {{"model_type", "llama"}, {"architectures", {"LlamaForCausalLMEagle3"}}},
+                                 "midlayer.self_attn.k_norm.weight"},
+                                {"peagle-ref", {{"eagle_train", {{"parallel_drafting", false}}}}, "mask_hidden"}};
+  for (const auto& c : cases) {
+    INFO(c.fixture << " " << c.patch.dump());
+    TempDir tmp;
+    const auto dir = tmp / "head";
+    std::filesystem::copy(heads / c.fixture, dir);
+    head::load_head(dir.string());  // the fixture as it is reads
+    auto j = read_json(dir / "config.json");
+    j.merge_patch(c.patch);
+    write_file(dir / "config.json", j.dump(2));
+    CHECK_THROWS_WITH(head::load_head(dir.string()), Catch::Contains("model.safetensors") &&
+                                                         Catch::Contains("not part of the head") &&
+                                                         Catch::Contains(c.tensor));
+  }
+}

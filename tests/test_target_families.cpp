@@ -181,6 +181,18 @@ TEST_CASE("FP8 checkpoints: block scales named with the weights, other FP8 layou
     u[w] = t.at(w).to(torch::kFloat32);
     CHECK_THAT(load_error(u, cfg), Catch::Contains(w) && Catch::Contains("float8_e4m3fn"));
   }
+  SECTION("hostile but finite block scales: negative, zero, overflowing (issue 41 item 9)") {
+    for (const float bad : {-0.01f, 0.0f, 3e38f}) {
+      INFO(bad);
+      auto u = t;
+      auto s = t.at(w + "_scale_inv").clone();
+      s[0][1] = bad;
+      u[w + "_scale_inv"] = s;
+      const auto e = load_error(u, cfg);
+      CHECK_THAT(e, Catch::Contains(dir.path().string()) && Catch::Contains(w));
+      CHECK_THAT(e, Catch::Contains(bad > 1 ? "overflow" : "positive and finite"));
+    }
+  }
   SECTION("per-tensor FP8 and e5m2 are refused by name") {
     auto j = cfg;
     j["quantization_config"].erase("weight_block_size");
@@ -239,4 +251,39 @@ TEST_CASE("longrope in the KV-cache forward switches per call as transformers' c
     if (i + 1 < N) step = m.forward_cached(cache, got.back()).logits.select(1, 0);
   }
   CHECK(torch::equal(torch::cat(got, 1), greedy));
+}
+
+TEST_CASE("config messages name the field at fault and print numbers as written (issue 41 item 17)", "[target]") {
+  test::TempDir dir;
+  SECTION("Gemma 2: a negative attn_logit_softcapping is named as itself, not as final_logit_softcapping") {
+    auto j = config_of("tiny-gemma2");
+    j["attn_logit_softcapping"] = -1.0;
+    const auto e = config_error(dir, j);
+    CHECK_THAT(e, Catch::Contains("\"attn_logit_softcapping\"") && !Catch::Contains("final_logit_softcapping"));
+  }
+  SECTION("one rule: a soft cap of 0 or null is none in every family") {
+    auto j = config_of("tiny-gpt-oss");
+    for (const nlohmann::json& value : {nlohmann::json(0), nlohmann::json(nullptr)}) {
+      j["final_logit_softcapping"] = value;
+      j["attn_logit_softcapping"] = value;
+      CHECK(parse(dir, j).final_softcap == 0.0);
+    }
+    j["final_logit_softcapping"] = 30.0;  // a cap gpt-oss does not apply: refused
+    CHECK_THAT(config_error(dir, j), Catch::Contains("\"final_logit_softcapping\"") && Catch::Contains("30"));
+    auto g = config_of("tiny-gemma2");
+    g["final_logit_softcapping"] = 0;
+    CHECK(parse(dir, g).final_softcap == 0.0);
+  }
+  SECTION("sliding layers without a window: the value found is printed as written") {
+    auto j = config_of("tiny-gpt-oss");
+    j["sliding_window"] = 0;
+    CHECK_THAT(config_error(dir, j), Catch::Contains("\"sliding_window\"") && Catch::Contains("found 0") &&
+                                         Catch::Contains("0 and null mean none"));
+  }
+  SECTION("FP8 weight_block_size near 2^63 is refused with its range") {
+    auto j = config_of("tiny-qwen3-fp8");
+    j["quantization_config"]["weight_block_size"] = {std::int64_t{1} << 62, 16};
+    CHECK_THAT(config_error(dir, j), Catch::Contains("quantization_config.weight_block_size") &&
+                                         Catch::Contains("[1, 1048576]") && !Catch::Contains("[0, 0]"));
+  }
 }

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eagle/head/head_io.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/target/target.h"
 #include "eagle/util/error.h"
@@ -170,13 +171,13 @@ TEST_CASE("target checkpoint: bad tensors are named", "[target]") {
   SECTION("missing folder") { CHECK_THAT(load_error(dir / "nope"), Catch::Contains("model folder not found")); }
   SECTION("a config that claims far more layers than the files hold fails before building anything") {
     auto config = tiny_config();
-    config["num_hidden_layers"] = 10000000;
+    config["num_hidden_layers"] = 1000;  // under the ceiling (1024; 10000000 is refused by the reader)
     write_model(dir.path(), config, tensors);
     auto r = test::run_cli("inspect --model_name_or_path " + dir.path().string());
     INFO(r.output);
     CHECK(r.exit_code == 3);
     CHECK_THAT(r.output, Catch::Contains("config.json") && Catch::Contains("num_hidden_layers") &&
-                             Catch::Contains("at most 4") && Catch::Contains("10000000"));
+                             Catch::Contains("at most 4") && Catch::Contains("1000"));
     CHECK(r.max_rss_kb < (1L << 20));  // well under 1 GiB: no per-layer list was built
   }
   SECTION("FIFOs are refused by name, never opened (opening one blocks)") {
@@ -317,4 +318,66 @@ TEST_CASE("graphed_steps: eager on the CPU whatever the options ask", "[target]"
   CHECK(m.graph_safe());
   CHECK(m.graphed_steps(8, TargetModel::Step::training) == 0);
   CHECK(m.graphed_steps(8, TargetModel::Step::decoding) == 0);
+}
+
+TEST_CASE("target config: every size and RoPE number is bounded, the field named (issue 41 item 12)", "[target]") {
+  test::TempDir dir;
+  const std::vector<std::pair<std::string, nlohmann::json>> hostile{{"max_position_embeddings", std::int64_t{1} << 62},
+                                                                    {"rms_norm_eps", 0},
+                                                                    {"rms_norm_eps", -1e-6},
+                                                                    {"rms_norm_eps", 1e300},
+                                                                    {"vocab_size", std::int64_t{1} << 40},
+                                                                    {"num_attention_heads", 1 << 20},
+                                                                    {"intermediate_size", std::int64_t{1} << 40}};
+  for (const auto& [key, value] : hostile) {
+    INFO(key << " " << value.dump());
+    auto c = tiny_config();
+    c[key] = value;
+    CHECK_THAT(config_error(dir, c), Catch::Contains("config.json") && Catch::Contains("\"" + key + "\"") &&
+                                         Catch::Contains("out of range") && Catch::Contains(value.dump()));
+  }
+  const std::vector<std::pair<nlohmann::json, std::string>> rope{
+      {{{"rope_type", "default"}, {"rope_theta", 1e300}}, "rope_parameters.rope_theta"},
+      {{{"rope_type", "yarn"}, {"rope_theta", 1e4}, {"factor", 1e13}, {"original_max_position_embeddings", 64}},
+       "rope_parameters.factor"},
+      {{{"rope_type", "yarn"},
+        {"rope_theta", 1e4},
+        {"factor", 4.0},
+        {"original_max_position_embeddings", 64},
+        {"mscale", -1e300}},
+       "rope_parameters.mscale"},
+      {{{"rope_type", "linear"}, {"rope_theta", 1e4}, {"factor", 1e-300}}, "rope_parameters.factor"}};
+  for (const auto& [params, field] : rope) {
+    INFO(params.dump());
+    auto c = tiny_config();
+    c["rope_parameters"] = params;
+    const auto e = config_error(dir, c);
+    CHECK_THAT(e, Catch::Contains(field) && Catch::Contains("out of range"));
+    CHECK_THAT(e, !Catch::Contains("0.000000"));  // 1e-300 is printed as itself
+  }
+}
+
+TEST_CASE("target config: a target at every ceiling makes a head whose config.json reads back", "[target]") {
+  // One set of limits for the target's reader and the head's: what train accepts, eval, export and
+  // resume read back (the head's reader refused what the target's accepted before issue 41).
+  test::TempDir dir;
+  auto c = tiny_config();
+  c["max_position_embeddings"] = std::int64_t{1} << 24;
+  c["rms_norm_eps"] = 0.999;
+  c["rope_parameters"] = {{"rope_type", "yarn"},      {"rope_theta", 1e12},
+                          {"factor", 1e12},           {"original_max_position_embeddings", std::int64_t{1} << 24},
+                          {"beta_fast", 1e12},        {"beta_slow", 1e-6},
+                          {"attention_factor", 1e12}, {"mscale", -1e12},
+                          {"mscale_all_dim", 1e12}};
+  const auto t = test::parse_config(dir, c);
+  const auto h = head::HeadConfig::from_target(t, 3, {}, 32);
+  for (auto format : {head::HeadFormat::sglang, head::HeadFormat::speculators}) {
+    const auto back = head::head_config_from_json(head::head_config_json(h, format), "config.json");
+    CHECK(back.max_position_embeddings == t.max_position_embeddings);
+    CHECK(back.rms_norm_eps == t.rms_norm_eps);
+    CHECK(back.rope.theta == 1e12);
+    CHECK(back.rope.factor == 1e12);
+    CHECK(back.rope.mscale == -1e12);
+    CHECK(back.target_num_hidden_layers == t.num_hidden_layers);
+  }
 }

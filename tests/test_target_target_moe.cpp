@@ -134,6 +134,19 @@ TEST_CASE("MoE configs and checkpoints: bad input is named", "[target]") {
     CHECK_THAT(load_error(dir.path(), config_of("tiny-gpt-oss-mxfp4"), t),
                Catch::Contains(name) && Catch::Contains("uint8"));
   }
+  SECTION("MXFP4 scales no checkpoint holds: E8M0's NaN code, an overflowing exponent (issue 41 item 9)") {
+    const auto name = std::string("model.layers.1.mlp.experts.gate_up_proj_scales");
+    for (const int code : {255, 254}) {
+      INFO(code);
+      auto t = tensors_of("tiny-gpt-oss-mxfp4");
+      auto s = t.at(name).clone();
+      s.view(-1).narrow(0, 0, 8).fill_(code);  // 256 values: some of them 2 or more
+      t[name] = s;
+      const auto e = load_error(dir.path(), config_of("tiny-gpt-oss-mxfp4"), t);
+      CHECK_THAT(e, Catch::Contains(dir.path().string()) && Catch::Contains(name));
+      CHECK_THAT(e, Catch::Contains(code == 255 ? "NaN" : "overflow"));
+    }
+  }
   SECTION("a dense checkpoint under an MXFP4 config") {
     CHECK_THAT(load_error(dir.path(), config_of("tiny-gpt-oss-mxfp4"), tensors_of("tiny-gpt-oss")),
                Catch::Contains("16 missing: model.layers.0.mlp.experts.down_proj_blocks") &&
@@ -253,4 +266,46 @@ TEST_CASE("inspect reports experts, active parameters and layer types", "[target
   INFO(dense.output);
   CHECK_THAT(dense.output, Catch::Contains("experts:") && Catch::Contains("8 per sparse layer, 2 per token") &&
                                Catch::Contains("dense MLP layers [2]"));
+}
+
+TEST_CASE("counts from config.json are bounded before anything is made per item (issue 41 item 5)", "[target]") {
+  test::TempDir dir;
+  SECTION("more experts than the checkpoint holds: refused before a name is listed per expert") {
+    auto j = config_of("tiny-mixtral");
+    j["num_local_experts"] = 4000;  // under the ceiling, far over the files' 4
+    fs::copy_file(fixture("tiny-mixtral") / "model.safetensors", dir / "model.safetensors");
+    test::write_file(dir / "config.json", j.dump());
+    auto r = test::run_cli("inspect --model_name_or_path " + dir.path().string());
+    INFO(r.output);
+    CHECK(r.exit_code == 3);
+    CHECK_THAT(r.output, Catch::Contains("config.json") && Catch::Contains("num_local_experts") &&
+                             Catch::Contains("at most 4 (the checkpoint's)") && Catch::Contains("4000"));
+  }
+  SECTION("experts past the documented ceiling: refused by the reader") {
+    auto j = config_of("tiny-mixtral");
+    j["num_local_experts"] = 1000000000;
+    CHECK_THAT(config_error(dir, j), Catch::Contains("num_local_experts") && Catch::Contains("[1, 4096]"));
+  }
+  SECTION("layers past the ceiling: train --dry_run refuses at once (2^62 was bad_alloc, 2^31 minutes)") {
+    for (const auto layers : {std::int64_t{1} << 62, std::int64_t{1} << 31, std::int64_t{5000}}) {
+      INFO(layers);
+      auto j = test::fixture_config("tiny-llama");
+      j["num_hidden_layers"] = layers;
+      test::write_file(dir / "config.json", j.dump());
+      auto r = test::run_cli("train --dry_run --model_name_or_path " + dir.path().string() + " --data_path " +
+                             std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/data/smoke.jsonl --output_dir " +
+                             (dir / "out").string());
+      INFO(r.output);
+      CHECK(r.exit_code == 3);
+      CHECK_THAT(r.output, Catch::Contains("num_hidden_layers") && Catch::Contains("[1, 1024]"));
+    }
+  }
+  SECTION("the ends alone (training from stored features) list nothing per layer") {
+    auto j = test::fixture_config("tiny-llama");
+    j["num_hidden_layers"] = 1024;
+    fs::copy_file(test::model_fixture("tiny-llama") / "model.safetensors", dir / "model.safetensors");
+    test::write_file(dir / "config.json", j.dump());
+    const auto ends = TargetModel::load_ends(dir.path().string(), torch::kFloat32, torch::kCPU);
+    CHECK(ends.config.num_hidden_layers == 1024);
+  }
 }

@@ -87,3 +87,56 @@ TEST_CASE("a P-EAGLE head trains, exports as speculators peagle, is evaluated fr
   CHECK(resumed.exit_code == 2);
   CHECK_THAT(resumed.output, Catch::Contains("parallel_drafting"));
 }
+
+TEST_CASE("a P-EAGLE resume naming the mask id its default resolved to resumes; another one is refused", "[train]") {
+  // issue 41 item 15: mask_token_id -1 resolves to the target's first end id (2 for tiny-llama); the
+  // checkpoint's head records 2, so --mask_token_id 2 is the same run, as the aux ids are (round 2).
+  TempDir dir;
+  auto out = dir / "run";
+  auto r =
+      run_cli("train " + kSmoke + " --parallel_drafting --max_steps 2 --eval_steps 0 --output_dir " + out.string());
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  REQUIRE(json::parse(eagle::test::read_file(out / "checkpoint-2" / "config.json"))["mask_token_id"] == 2);
+  auto other = run_cli("train " + kSmoke + " --parallel_drafting --mask_token_id 3 --max_steps 3 --eval_steps 0" +
+                       " --resume_from_checkpoint auto --output_dir " + out.string());
+  INFO(other.output);
+  CHECK(other.exit_code == 2);
+  CHECK_THAT(other.output, Catch::Contains("mask_token_id: checkpoint 2, now 3"));
+  auto same = run_cli("train " + kSmoke + " --parallel_drafting --mask_token_id 2 --max_steps 3 --eval_steps 0" +
+                      " --resume_from_checkpoint auto --output_dir " + out.string());
+  INFO(same.output);
+  CHECK(same.exit_code == 0);
+  CHECK_THAT(same.output, Catch::Contains("resumed from"));
+}
+
+TEST_CASE("a resume reads the checkpoint's config.json as eval and export do: an edited one is refused", "[train]") {
+  // issue 41 item 19: one reader, one verdict. The run's head must be the head the checkpoint's
+  // config.json describes, field by field, or the resume is refused naming the field.
+  TempDir dir;
+  auto out = dir / "run";
+  auto r = run_cli("train " + kSmoke + " --max_steps 2 --eval_steps 0 --output_dir " + out.string());
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  const auto config = out / "checkpoint-2" / "config.json";
+  const auto original = eagle::test::read_file(config);
+  const std::vector<std::pair<std::string, json>> edits{
+      {"rope_theta", 500000.0}, {"num_hidden_layers", 2}, {"fc_norm", true}, {"rms_norm_eps", 0.001}};
+  for (const auto& [field, value] : edits) {
+    INFO(field);
+    auto j = json::parse(original);
+    j[field] = value;
+    eagle::test::write_file(config, j.dump(2));
+    auto resumed = run_cli("train " + kSmoke + " --max_steps 3 --eval_steps 0 --resume_from_checkpoint auto" +
+                           " --output_dir " + out.string());
+    INFO(resumed.output);
+    CHECK(resumed.exit_code == 3);
+    CHECK_THAT(resumed.output, Catch::Contains("checkpoint-2/config.json") &&
+                                   Catch::Contains("the checkpoint holds another head") && Catch::Contains(field));
+  }
+  eagle::test::write_file(config, original);
+  auto resumed = run_cli("train " + kSmoke + " --max_steps 3 --eval_steps 0 --resume_from_checkpoint auto" +
+                         " --output_dir " + out.string());
+  INFO(resumed.output);
+  CHECK(resumed.exit_code == 0);
+}

@@ -4,15 +4,19 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <fstream>
+#include <tuple>
 
 #include "eagle/config/resolve.h"
 #include "eagle/run/signals.h"
 #include "eagle/train/trainer.h"
 #include "eagle/util/error.h"
 #include "helpers.h"
+#include "replay_server.h"
 #include "train_helpers.h"
 
 using namespace eagle;
@@ -159,6 +163,34 @@ TEST_CASE("a checkpoint with a negative step is refused by name", "[train]") {
                              Catch::Contains("found -3"));
 }
 
+TEST_CASE("a checkpoint with a step no run can plan, or of another format version, is refused by name", "[train]") {
+  // issue 41 item 16: step 2^62 and format_version 99 were accepted.
+  test::TempDir tmp;
+  auto o = smoke_options(tmp / "run");
+  o.max_steps = 2;
+  o.eval_num_prompts = 0;
+  train::train(o, {"eagle-train", "train"});
+  const auto state_file = tmp / "run" / "checkpoint-2" / "trainer_state.json";
+  const json original = read_json(state_file);
+  o.resume_from_checkpoint = (tmp / "run" / "checkpoint-2").string();
+  o.max_steps = 3;
+  for (const auto& [key, value, found] : std::vector<std::tuple<std::string, json, std::string>>{
+           {"step", std::int64_t{1} << 62, "found 4611686018427387904"},
+           {"format_version", 99, "found 99"},
+           {"format_version", nullptr, "format_version"}}) {
+    INFO(key << " " << value.dump());
+    json state = original;
+    if (value.is_null())
+      state.erase(key);
+    else
+      state[key] = value;
+    test::write_file(state_file, state.dump(2));
+    Error e = test::train_error(o);
+    CHECK(e.kind() == ErrorKind::input);
+    CHECK_THAT(e.format(), Catch::Contains("trainer_state.json") && Catch::Contains(key) && Catch::Contains(found));
+  }
+}
+
 TEST_CASE("a signal during start-up is kept and ends the run interrupted with its summary", "[train]") {
   test::TempDir tmp;
   auto o = smoke_options(tmp / "run");
@@ -170,4 +202,57 @@ TEST_CASE("a signal during start-up is kept and ends the run interrupted with it
   CHECK(summary["exit_reason"] == "interrupted");
   CHECK(summary["detail"] == "SIGTERM");
   CHECK(summary["steps"] == 0);
+}
+
+TEST_CASE("a resume that switches between a target server and the target's forward says it is not bit-exact",
+          "[train]") {
+  // issue 41 item 19: allowed (target_server may change on resume), logged.
+  const std::string fixture = std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/vllm-server/tiny-llama-h32";
+  test::TempDir tmp;
+  test::ReplayServer server(fixture, tmp / "storage");
+  config::Options o = test::smoke_options();
+  o.model_name_or_path = std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/tiny-llama-h32";
+  o.data_path = fixture + "/samples.jsonl";
+  o.output_dir = (tmp / "run").string();
+  o.training_seq_len = 64;
+  o.bucket_granularity = 16;
+  o.validation_fraction = 0;
+  o.per_device_train_batch_size = 2;
+  o.max_steps = 2;
+  o.eval_steps = 0;
+  o.eval_num_prompts = 0;
+  o.aux_hidden_state_layer_ids = {1, 2, 3};  // as the recording's server was started
+  o.target_server = server.url();
+  train::train(o, {"eagle-train", "train"});
+  // The resume's log, from this process's stderr.
+  auto resumed_log = [&](config::Options r) {
+    const auto log = tmp / "log.txt";
+    const int saved = ::dup(STDERR_FILENO);
+    const int file = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    ::dup2(file, STDERR_FILENO);
+    ::close(file);
+    r.resume_from_checkpoint = "auto";
+    try {
+      train::train(r, {"eagle-train", "train"});
+    } catch (...) {
+      ::dup2(saved, STDERR_FILENO);
+      ::close(saved);
+      throw;
+    }
+    ::dup2(saved, STDERR_FILENO);
+    ::close(saved);
+    return test::read_file(log);
+  };
+  auto online = o;
+  online.target_server.clear();
+  online.max_steps = 3;
+  CHECK_THAT(resumed_log(online), Catch::Contains("not bit-exact") &&
+                                      Catch::Contains("--target_server " + server.url()) &&
+                                      Catch::Contains("from the target here"));
+  auto served = o;
+  served.max_steps = 4;
+  CHECK_THAT(resumed_log(served), Catch::Contains("not bit-exact"));
+  auto again = o;
+  again.max_steps = 5;
+  CHECK_THAT(resumed_log(again), !Catch::Contains("not bit-exact"));  // server to server: nothing to say
 }

@@ -8,6 +8,7 @@
 #include "eagle/acceptance/batched.h"
 #include "eagle/acceptance/decode.h"
 #include "eagle/acceptance/propose.h"
+#include "eagle/config/option_table.h"
 #include "eagle/util/log.h"
 
 namespace eagle::acceptance {
@@ -22,6 +23,7 @@ AcceptanceSettings AcceptanceSettings::from(const config::Options& o, std::int64
   s.tree.topk = o.eval_tree_topk;
   s.tree.steps = o.eval_tree_steps > 0 ? o.eval_tree_steps : s.draft_len;
   s.tree.draft_tokens = o.eval_tree_draft_tokens > 0 ? o.eval_tree_draft_tokens : s.tree.steps + 1;
+  config::check_tree_draft_tokens(o, s.tree.steps);  // the head's steps are known here (issue 41 item 17)
   s.sampling = {o.eval_temperature, o.eval_top_p, o.eval_draft_sampling == config::DraftSampling::sample,
                 static_cast<std::uint64_t>(o.seed)};
   return s;

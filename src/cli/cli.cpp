@@ -77,11 +77,16 @@ std::string version_text() {
                      EAGLE_TORCH_VERSION, compiled, torch::cuda::is_available() ? "yes" : "no");
 }
 
-int main(int argc, char** argv) {
-  // First: a SIGINT/SIGTERM while the options, data or target are read is kept for the run's own
-  // stop path (a summary, exit 130) instead of ending the process with 143.
-  if (argc > 1 && (std::string_view(argv[1]) == "train" || std::string_view(argv[1]) == "generate"))
+void install_start_up_signals(int argc, char** argv) {
+  // A SIGINT/SIGTERM while the libraries start or the options, data or target are read is kept for
+  // the run's own stop path (a summary, exit 130) instead of ending the process with 143.
+  if (argc > 1 && argv != nullptr && argv[1] != nullptr &&
+      (std::string_view(argv[1]) == "train" || std::string_view(argv[1]) == "generate"))
     run::install_stop_signals();
+}
+
+int main(int argc, char** argv) {
+  install_start_up_signals(argc, argv);  // done already from .preinit_array in eagle-train
   // Started by torchrun (RANK or WORLD_SIZE set, device::launch_info's rule): a launcher killed with
   // SIGKILL cannot forward a signal, so the kernel's parent-death signal stops the rank instead.
   if (std::getenv("RANK") != nullptr || std::getenv("WORLD_SIZE") != nullptr) run::stop_when_parent_dies();

@@ -4,7 +4,34 @@
 
 #include <fmt/format.h>
 
+#include "eagle/util/error.h"
 #include "option_builder.h"
+
+namespace eagle::config {
+namespace {
+
+// "" when eval_tree_draft_tokens fits the tree of `steps`, else what was expected.
+std::string tree_draft_tokens_expected(const Options& o, std::int64_t steps) {
+  const auto v = o.eval_tree_draft_tokens;
+  if (o.eval_tree_topk == 0 || v == 0) return std::string();
+  const auto most = 1 + o.eval_tree_topk + (steps - 1) * o.eval_tree_topk * o.eval_tree_topk;
+  return v >= 2 && v <= most ? std::string()
+                             : fmt::format("2 .. {} (1 + topk + (steps - 1) * topk^2 for steps {})", most, steps);
+}
+
+}  // namespace
+
+void check_tree_draft_tokens(const Options& o, std::int64_t steps) {
+  const auto expected = tree_draft_tokens_expected(o, steps);
+  EAGLE_CHECK(expected.empty(), Error(ErrorKind::usage, "invalid option value")
+                                    .place("--eval_tree_draft_tokens")
+                                    .expected(expected)
+                                    .found(std::to_string(o.eval_tree_draft_tokens))
+                                    .hint("the steps are the head's TTT steps unless eval_tree_steps or "
+                                          "eval_draft_len name them"));
+}
+
+}  // namespace eagle::config
 
 namespace eagle::config::detail {
 
@@ -47,12 +74,10 @@ void declare_eval_options(Table& t) {
       .check([](std::int64_t v, const Options& o) {
         if (o.eval_tree_topk == 0) return std::string();
         if (v == 0) return o.eval_tree_topk == 1 ? std::string() : std::string("a count >= 2 when eval_tree_topk > 1");
-        // eval reads ttt_steps from the head; the option's value (train's) is the best guess here.
-        const auto steps = o.eval_tree_steps > 0 ? o.eval_tree_steps
-                                                 : (o.eval_draft_len > 0 ? o.eval_draft_len : o.ttt_steps);
-        const auto most = 1 + o.eval_tree_topk + (steps - 1) * o.eval_tree_topk * o.eval_tree_topk;
-        return v >= 2 && v <= most ? std::string()
-                                   : fmt::format("2 .. {} (1 + topk + (steps - 1) * topk^2 for steps {})", most, steps);
+        // Steps from the head's TTT steps are known once it is built or read (eval's head is not
+        // train's options): checked then, by EvalSettings::from.
+        if (o.eval_tree_steps == 0 && o.eval_draft_len == 0) return v >= 2 ? std::string() : std::string("2 or more");
+        return tree_draft_tokens_expected(o, o.eval_tree_steps > 0 ? o.eval_tree_steps : o.eval_draft_len);
       });
   t.add(&Options::eval_temperature, "eval_temperature", G::eval, kTrain | kEval,
         "Sampled acceptance (speculative sampling, rejection rule) and the analytic alpha_k at this temperature, "

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <set>
@@ -122,6 +123,20 @@ Options resolve(const BoundFlags& bound, std::set<std::string>* from_config) {
   return out;
 }
 
+namespace {
+
+// An option's value as the user gave it: its JSON, except a non-finite number (a flag's nan or
+// inf, which JSON cannot hold and nlohmann writes as null) is named as what it is.
+std::string value_text(const json& v) {
+  if (v.is_number_float() && !std::isfinite(v.get<double>())) return fmt::format("{}", v.get<double>());
+  if (!v.is_array()) return v.dump();
+  std::string out;
+  for (const auto& x : v) out += (out.empty() ? "" : ",") + value_text(x);
+  return "[" + out + "]";
+}
+
+}  // namespace
+
 void validate(const Options& opts, Command command, const std::set<std::string>& from_config) {
   std::vector<std::string> failures;
   for (const auto& e : option_table()) {
@@ -129,7 +144,8 @@ void validate(const Options& opts, Command command, const std::set<std::string>&
     std::string expected = e.check(opts);
     if (expected.empty()) continue;
     std::string where = from_config.count(e.name) ? fmt::format(" (from {})", opts.config) : "";
-    failures.push_back(fmt::format("--{}: expected {}, found {}{}", e.name, expected, e.to_json(opts).dump(), where));
+    failures.push_back(
+        fmt::format("--{}: expected {}, found {}{}", e.name, expected, value_text(e.to_json(opts)), where));
   }
   if (failures.empty()) return;
   // One line, every failure on it.

@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "eagle/device/cuda_graph_cache.h"
+#include "eagle/device/memory.h"
 #include "eagle/model/sampling.h"
 #include "eagle/util/error.h"
 #include "eagle/util/log.h"
@@ -67,6 +68,27 @@ constexpr std::int64_t kPrefillTokens = 4096;  // padded tokens per prefill forw
 constexpr std::int64_t kGraphColumns = 256;    // graphed decode steps read a multiple of this many columns
 constexpr std::int64_t kRefillFraction = 8;    // free rows are refilled once batch_size / 8 of them are free
 
+// The KV cache of batch_size rows of context + 1 columns and the rows' logits, against the memory
+// the device has left, before any of it is allocated: generate_batch_size 4096 at training_seq_len
+// 1048576 asked for terabytes and ended in bad_alloc. Unknown memory (no /proc/meminfo): not checked.
+void check_cache_fits(const target::TargetModel& target, const GenerateSettings& s) {
+  const auto& c = target.config();
+  const double columns = static_cast<double>(s.limits.context + 1), rows = static_cast<double>(s.batch_size);
+  const double cache = 2.0 * static_cast<double>(c.num_hidden_layers * c.num_key_value_heads * c.head_dim) * rows *
+                       columns * static_cast<double>(c10::elementSize(target.dtype()));
+  const double bytes = cache + rows * static_cast<double>(c.vocab_size) * 4.0;
+  const auto available = device::available_memory(target.device());
+  if (!available || bytes <= static_cast<double>(available->bytes)) return;
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  throw Error(ErrorKind::usage, "generate's KV cache does not fit in the memory available")
+      .place("generate_batch_size, training_seq_len")
+      .expected(fmt::format("at most {:.2f} GiB ({} on {})", static_cast<double>(available->bytes) / kGiB,
+                            available->source, target.device().str()))
+      .found(fmt::format("{:.2f} GiB: {} rows of {} tokens, {} layers of {} key/value heads x {}", bytes / kGiB,
+                         s.batch_size, s.limits.context + 1, c.num_hidden_layers, c.num_key_value_heads, c.head_dim))
+      .hint("lower --generate_batch_size or --training_seq_len");
+}
+
 class Generator {
  public:
   Generator(const target::TargetModel& target, const data::Dataset& dataset, std::size_t first,
@@ -82,6 +104,7 @@ class Generator {
         chooser_(target.device(), s.temperature, s.top_p, s.seed ^ (0x9E3779B97F4A7C15ull * first)) {
     const auto device = target.device();
     // Real tokens use columns [0, context); the last column takes the writes of padding and idle rows.
+    check_cache_fits(target, s);
     cache_ = target.new_cache(s.batch_size, s.limits.context + 1);
     if (const auto graphs = target.graphed_steps(s.max_cuda_graphs, target::TargetModel::Step::decoding); graphs > 0) {
       // Every reply passes the shorter key lengths first: they get the graphs when there are too few.

@@ -8,12 +8,15 @@
 #include <fmt/ranges.h>
 
 #include "eagle/head/head_io.h"
+#include "eagle/model/config_limits.h"
 #include "eagle/util/error.h"
 
 using nlohmann::json;
 
 namespace eagle::head {
 namespace {
+
+namespace lim = model::limits;  // the ceilings the target's reader applies too
 
 constexpr std::int64_t kMaxDraftLayers = 16;  // as --draft_num_layers
 
@@ -48,6 +51,11 @@ struct Fields {
   // An integer field in [lo, hi]; the bounds keep every size made from it (a head of
   // intermediate_size 1e9 is a 256 GB allocation) and every division by it (no head_dim: H / heads) sane.
   std::int64_t integer(const std::string& key, std::int64_t lo, std::int64_t hi) const {
+    // A value past 2^63-1 is out of [lo, hi] too: named with the field's own range (a mask_token_id
+    // of 2^64-1 is outside the vocabulary, not "outside int64").
+    EAGLE_CHECK(!has(key) || !j[key].is_number_unsigned() ||
+                    j[key].get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()),
+                bad(key, "out of range").expected(fmt::format("an integer in [{}, {}]", lo, hi)).found(j[key].dump()));
     const auto v = integer(key);
     EAGLE_CHECK(
         v >= lo && v <= hi,
@@ -116,13 +124,13 @@ model::RopeConfig rope_from_json(const Fields& layer, std::int64_t head_dim, std
   const Fields p = layer.has("rope_parameters") ? layer.object("rope_parameters")
                    : layer.has("rope_scaling")  ? layer.object("rope_scaling")
                                                 : layer.object("rope_parameters");
-  constexpr double kHuge = 1e12;
-  r.theta = p.number_or("rope_theta", layer.number_or("rope_theta", 10000.0, 1e-6, kHuge), 1e-6, kHuge);
+  constexpr double kHuge = lim::kMaxRope, kTiny = lim::kMinRope;
+  r.theta = p.number_or("rope_theta", layer.number_or("rope_theta", 10000.0, kTiny, kHuge), kTiny, kHuge);
   r.type = p.string_or("rope_type", p.string_or("type", "default"));
-  r.factor = p.number_or("factor", 1.0, 1e-6, kHuge);
-  r.low_freq_factor = p.number_or("low_freq_factor", 1.0, 1e-6, kHuge);
-  r.high_freq_factor = p.number_or("high_freq_factor", 4.0, 1e-6, kHuge);
-  r.original_max_position_embeddings = p.integer_or("original_max_position_embeddings", 0, 0, 1 << 24);
+  r.factor = p.number_or("factor", 1.0, kTiny, kHuge);
+  r.low_freq_factor = p.number_or("low_freq_factor", 1.0, kTiny, kHuge);
+  r.high_freq_factor = p.number_or("high_freq_factor", 4.0, kTiny, kHuge);
+  r.original_max_position_embeddings = p.integer_or("original_max_position_embeddings", 0, 0, lim::kMaxPositions);
   r.beta_fast = p.number_or("beta_fast", 32.0, 0, kHuge);
   r.beta_slow = p.number_or("beta_slow", 1.0, 0, kHuge);
   r.truncate = p.boolean_or("truncate", true);
@@ -136,7 +144,7 @@ model::RopeConfig rope_from_json(const Fields& layer, std::int64_t head_dim, std
 // layer count is recorded). Others would select features the head was never trained on, or past
 // the target's last hidden state.
 void check_aux_layer_ids(const HeadConfig& c, const std::string& file) {
-  const std::int64_t top = c.target_num_hidden_layers > 0 ? c.target_num_hidden_layers : std::int64_t{1} << 20;
+  const std::int64_t top = c.target_num_hidden_layers > 0 ? c.target_num_hidden_layers : lim::kMaxLayers;
   bool ok = !c.aux_layer_ids.empty();
   for (std::size_t i = 0; i < c.aux_layer_ids.size(); ++i)
     ok = ok && c.aux_layer_ids[i] >= 0 && c.aux_layer_ids[i] <= top &&
@@ -173,16 +181,16 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
   const Fields layer = format == HeadFormat::speculators ? top.object("transformer_layer_config") : top;
   HeadConfig c;
   c.eagle_version = format == HeadFormat::vllm_eagle1 ? 1 : 3;
-  constexpr std::int64_t kMaxSize = std::int64_t{1} << 20, kMaxVocab = std::int64_t{1} << 24;
+  constexpr std::int64_t kMaxSize = lim::kMaxSize, kMaxVocab = lim::kMaxVocab;
   c.hidden_size = layer.integer("hidden_size", 1, kMaxSize);
   c.intermediate_size = layer.integer("intermediate_size", 1, kMaxSize);
-  c.num_attention_heads = layer.integer("num_attention_heads", 1, 4096);
+  c.num_attention_heads = layer.integer("num_attention_heads", 1, lim::kMaxHeads);
   c.num_key_value_heads = layer.integer_or("num_key_value_heads", c.num_attention_heads, 1, c.num_attention_heads);
   EAGLE_CHECK(c.num_attention_heads % c.num_key_value_heads == 0,
               layer.bad("num_key_value_heads", "must divide num_attention_heads")
                   .found(fmt::format("{} heads, {} key/value heads", c.num_attention_heads, c.num_key_value_heads)));
   if (layer.has("head_dim")) {
-    c.head_dim = layer.integer("head_dim", 2, 4096);
+    c.head_dim = layer.integer("head_dim", 2, lim::kMaxHeadDim);
   } else {
     EAGLE_CHECK(
         c.hidden_size % c.num_attention_heads == 0,
@@ -191,11 +199,13 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
   EAGLE_CHECK(c.head_dim % 2 == 0, layer.bad("head_dim", "must be even for RoPE").found(std::to_string(c.head_dim)));
-  c.rms_norm_eps = layer.number_or("rms_norm_eps", 1e-6, 0, 1);
-  EAGLE_CHECK(c.rms_norm_eps > 0 && c.rms_norm_eps < 1,
-              layer.bad("rms_norm_eps", "out of range").expected("in (0, 1)").found(std::to_string(c.rms_norm_eps)));
+  c.rms_norm_eps = layer.number_or("rms_norm_eps", 1e-6, 0, lim::kMaxNormEps);
+  EAGLE_CHECK(c.rms_norm_eps > 0 && c.rms_norm_eps < lim::kMaxNormEps,
+              layer.bad("rms_norm_eps", "out of range")
+                  .expected(fmt::format("a number in (0, {})", lim::kMaxNormEps))
+                  .found(fmt::format("{}", c.rms_norm_eps)));
   c.hidden_act = layer.string_or("hidden_act", "silu");
-  c.max_position_embeddings = layer.integer_or("max_position_embeddings", 2048, 1, 1 << 24);
+  c.max_position_embeddings = layer.integer_or("max_position_embeddings", 2048, 1, lim::kMaxPositions);
   c.rope = rope_from_json(layer, c.head_dim, c.max_position_embeddings);
   if (c.eagle_version == 3) {  // EAGLE 3.1 switches at the top level (norm_before_fc also in eagle_config)
     const Fields eagle = top.object("eagle_config");
@@ -222,7 +232,17 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
   c.target_hidden_size = top.integer_or("target_hidden_size", c.hidden_size, 1, kMaxSize);
   // P-EAGLE: the speculators peagle type, or an EAGLE-layout head of eagle-train's that says so.
   c.parallel_drafting = spec_type == "peagle" || top.object("eagle_train").boolean_or("parallel_drafting", false);
-  if (c.parallel_drafting) c.mask_token_id = top.integer("mask_token_id", 0, c.vocab_size - 1);
+  if (c.parallel_drafting) {  // a token of the vocabulary, named so whatever the number (2^64-1 too)
+    const auto& id = top.has("mask_token_id") ? top.j["mask_token_id"] : json();
+    const bool in_vocab = id.is_number_unsigned() ? id.get<std::uint64_t>() < static_cast<std::uint64_t>(c.vocab_size)
+                          : id.is_number_integer()
+                              ? id.get<std::int64_t>() >= 0 && id.get<std::int64_t>() < c.vocab_size
+                              : true;  // missing or not an integer: named below
+    EAGLE_CHECK(in_vocab, top.bad("mask_token_id", "token id outside the vocabulary")
+                              .expected(fmt::format("an id in [0, {}) (vocab_size)", c.vocab_size))
+                              .found(id.dump()));
+    c.mask_token_id = top.integer("mask_token_id", 0, c.vocab_size - 1);
+  }
   const Fields spec = top.object("speculators_config");
   c.ttt_steps = spec.first_object("proposal_methods").integer_or("speculative_tokens", c.ttt_steps, 1, 64);
   const Fields verifier = spec.object("verifier");
@@ -232,7 +252,7 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
   c.target_name_or_path = e.string_or("target_name_or_path", c.target_name_or_path);
   c.target_architecture = e.string_or("target_architecture", c.target_architecture);
   c.target_dtype = e.string_or("target_dtype", c.target_dtype);
-  c.target_num_hidden_layers = e.integer_or("target_num_hidden_layers", c.target_num_hidden_layers, 0, 1 << 20);
+  c.target_num_hidden_layers = e.integer_or("target_num_hidden_layers", c.target_num_hidden_layers, 0, lim::kMaxLayers);
   c.ttt_steps = e.integer_or("ttt_steps", c.ttt_steps, 1, 64);
   c.ttt_loss_decay = e.number_or("ttt_loss_decay", c.ttt_loss_decay, 0, 1);
   c.fc_bias = e.boolean_or("fc_bias", c.fc_bias);

@@ -1,6 +1,8 @@
-// Head checkpoints, export and import (see head_io.h and docs/export.md).
+// Head checkpoints and export: config.json per format, tensor names (see head_io.h and docs/export.md);
+// reading a head back is head_load.cpp.
 #include "eagle/head/head_io.h"
 #include "eagle/util/fs_sync.h"
+#include "head_names.h"
 
 #include <filesystem>
 
@@ -12,7 +14,6 @@
 #include "eagle/model/safetensors.h"
 #include "eagle/model/shape_check.h"
 #include "eagle/util/error.h"
-#include "eagle/util/json_file.h"
 #include "eagle/util/log.h"
 
 namespace fs = std::filesystem;
@@ -23,20 +24,6 @@ namespace eagle::head {
 namespace {
 
 constexpr const char* kSpeculatorsVersion = "0.3.0";
-
-// The head's own parameter name under a format: EAGLE-3 modules are registered as SGLang names
-// (midlayer.*), EAGLE-1 as vLLM names (layers.0.*); speculators says layers.0. for midlayer. A
-// multi-layer head's layers 1..n-1 (extra_layers.{l-1}.*) are layers.{l}.* in every format.
-std::string format_tensor_name(const std::string& name, HeadFormat format) {
-  if (format == HeadFormat::speculators && name.rfind("midlayer.", 0) == 0) return "layers.0." + name.substr(9);
-  const std::string extra = "extra_layers.";
-  if (name.rfind(extra, 0) == 0) {
-    const auto dot = name.find('.', extra.size());
-    const auto index = std::stoll(name.substr(extra.size(), dot - extra.size()));
-    return fmt::format("layers.{}{}", index + 1, name.substr(dot));
-  }
-  return name;
-}
 
 json rope_scaling_json(const model::RopeConfig& r) {
   if (r.type == "default") return nullptr;
@@ -111,68 +98,18 @@ json eagle_train_fields(const HeadConfig& c) {
           {"parallel_drafting", c.parallel_drafting}};
 }
 
-std::string file_tensor_name(const model::SafetensorsFile& file, const std::string& key, HeadFormat format) {
-  const auto name = format_tensor_name(key, format);
-  // An SGLang head may use the vLLM spelling layers.0.
-  const bool vllm = format == HeadFormat::sglang && name.rfind("midlayer.", 0) == 0 && !file.contains(name);
-  return vllm && file.contains("layers.0." + name.substr(9)) ? "layers.0." + name.substr(9) : name;
-}
-
-// The config's sizes against the file's shapes before the head is built (intermediate_size 1e9 tried 256 GB).
-void check_head_sizes(const HeadConfig& c, const model::SafetensorsFile& file, HeadFormat format) {
-  const std::string layer = c.eagle_version == 3 ? "midlayer." : "layers.0.";
-  const std::int64_t in = c.eagle_version == 3 ? 2 * c.hidden_size : c.hidden_size;
-  std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected = {
-      {layer + "mlp.gate_proj.weight", {c.intermediate_size, c.hidden_size}},
-      {layer + "mlp.down_proj.weight", {c.hidden_size, c.intermediate_size}},
-      {layer + "self_attn.q_proj.weight", {c.num_attention_heads * c.head_dim, in}},
-      {layer + "self_attn.k_proj.weight", {c.num_key_value_heads * c.head_dim, in}},
-  };
-  if (c.eagle_version == 3)
-    expected.insert(expected.end(),
-                    {{"lm_head.weight", {c.draft_vocab_size, c.hidden_size}},
-                     {"fc.weight", {c.hidden_size, std::ssize(c.aux_layer_ids) * c.target_hidden_size}}});
-  for (const auto& [key, shape] : expected) {
-    const auto name = file_tensor_name(file, key, format);
-    EAGLE_CHECK(file.contains(name), Error(ErrorKind::input, "a tensor of the head is missing")
-                                         .file(file.path())
-                                         .place(fmt::format("tensor {}", name)));
-    model::check_shape(file.shape(name), shape,
-                       Error(ErrorKind::input, "the head's config.json does not match its weights")
-                           .file(file.path())
-                           .place(fmt::format("tensor {}", name))
-                           .hint("config.json and model.safetensors are of different heads"));
-  }
-}
-
-// Copies every parameter of head from the file, where the format names it; checks presence and shape.
-void copy_parameters(DraftHead& head, const model::SafetensorsFile& file, HeadFormat format) {
-  torch::NoGradGuard ng;
-  const std::string& weights_path = file.path();
-  for (auto& p : head.module().named_parameters()) {
-    const auto name = file_tensor_name(file, p.key(), format);
-    EAGLE_CHECK(file.contains(name), Error(ErrorKind::input, "a tensor of the head is missing")
-                                         .file(weights_path)
-                                         .place(fmt::format("tensor {}", name)));
-    auto stored = file.get(name);
-    // mask_hidden: any shape of A * H_t numbers (vLLM reshapes it; speculators saves [1, 1, A * H_t]).
-    if (p.key() == "mask_hidden" && stored.numel() == p.value().numel()) stored = stored.reshape(p.value().sizes());
-    model::check_shape(stored.sizes().vec(), p.value().sizes(),
-                       Error(ErrorKind::input, "a tensor of the head has the wrong shape")
-                           .file(weights_path)
-                           .place(fmt::format("tensor {}", name)));
-    p.value().copy_(stored.to(p.value().device(), torch::kFloat32));
-  }
-}
-
-// The config.json of a head folder.
-json read_head_config(const std::string& dir, std::string& config_path) {
-  config_path = (fs::path(dir) / "config.json").string();
-  return util::read_json_object(config_path, "head's config.json",
-                                "--checkpoint must name a head folder with config.json and model.safetensors");
-}
-
 }  // namespace
+
+std::string format_tensor_name(const std::string& name, HeadFormat format) {
+  if (format == HeadFormat::speculators && name.rfind("midlayer.", 0) == 0) return "layers.0." + name.substr(9);
+  const std::string extra = "extra_layers.";
+  if (name.rfind(extra, 0) == 0) {
+    const auto dot = name.find('.', extra.size());
+    const auto index = std::stoll(name.substr(extra.size(), dot - extra.size()));
+    return fmt::format("layers.{}{}", index + 1, name.substr(dot));
+  }
+  return name;
+}
 
 std::string format_name(HeadFormat f) {
   switch (f) {
@@ -347,81 +284,4 @@ void export_head(DraftHead& head, HeadFormat format, const std::string& dir, con
   }
   log::info("export", "wrote {} head to {}", format_name(format), dir);
 }
-
-LoadedHead load_head(const std::string& dir, torch::Device device) {
-  std::string config_path;
-  const json j = read_head_config(dir, config_path);
-  LoadedHead out;
-  out.config = head_config_from_json(j, config_path, &out.format);
-  const auto weights_path = (fs::path(dir) / "model.safetensors").string();
-  auto file = model::SafetensorsFile::open(weights_path);
-  auto& c = out.config;
-  check_head_sizes(c, file, out.format);
-  DraftVocab vocab = DraftVocab::identity(c.vocab_size);
-  if (c.eagle_version == 3) {
-    vocab =
-        file.contains("d2t") ? DraftVocab::from_d2t(file.get("d2t"), c.vocab_size) : DraftVocab::identity(c.vocab_size);
-    EAGLE_CHECK(vocab.size() == c.draft_vocab_size, Error(ErrorKind::input, "d2t does not match draft_vocab_size")
-                                                        .file(weights_path)
-                                                        .place("tensor d2t")
-                                                        .expected(fmt::format("{} entries", c.draft_vocab_size))
-                                                        .found(fmt::format("{}", vocab.size())));
-  } else if (file.contains("fc.bias")) {
-    c.fc_bias = true;
-  }
-  out.head = make_head(c, vocab);
-  copy_parameters(*out.head, file, out.format);
-  out.head->module().to(device);
-  return out;
-}
-
-HeadConfig read_head_folder_config(const std::string& dir) {
-  std::string config_path;
-  const json j = read_head_config(dir, config_path);
-  return head_config_from_json(j, config_path);
-}
-
-void load_head_weights(DraftHead& head, const std::string& dir) {
-  std::string config_path;
-  HeadFormat format;
-  const HeadConfig c = head_config_from_json(read_head_config(dir, config_path), config_path, &format);
-  auto mismatch = [&](const char* field, const std::string& expected, const std::string& found) {
-    return Error(ErrorKind::input, "the checkpoint holds another head")
-        .file(config_path)
-        .place(field)
-        .expected(expected)
-        .found(found);
-  };
-  const HeadConfig& h = head.config();
-  EAGLE_CHECK(c.eagle_version == h.eagle_version,
-              mismatch("eagle_version", std::to_string(h.eagle_version), std::to_string(c.eagle_version)));
-  EAGLE_CHECK(c.draft_vocab_size == h.draft_vocab_size,
-              mismatch("draft_vocab_size", std::to_string(h.draft_vocab_size), std::to_string(c.draft_vocab_size)));
-  // Resolved ids (a default written out or left empty resolves to the same): the same shapes with
-  // other layers would fuse other features silently.
-  EAGLE_CHECK(c.aux_layer_ids == h.aux_layer_ids,
-              mismatch("aux_hidden_state_layer_ids", fmt::format("[{}]", fmt::join(h.aux_layer_ids, ", ")),
-                       fmt::format("[{}]", fmt::join(c.aux_layer_ids, ", "))));
-  auto file = model::SafetensorsFile::open((fs::path(dir) / "model.safetensors").string());
-  copy_parameters(head, file, format);
-  // The draft vocabulary is part of the head: its buffers must hold the checkpoint's maps.
-  torch::NoGradGuard ng;
-  for (auto& b : head.module().named_buffers()) {
-    if (b.key() != "d2t" && b.key() != "t2d") continue;
-    EAGLE_CHECK(file.contains(b.key()), Error(ErrorKind::input, "a tensor of the head is missing")
-                                            .file(file.path())
-                                            .place(fmt::format("tensor {}", b.key())));
-    auto stored = file.get(b.key()).to(b.value().device(), b.value().scalar_type());
-    model::check_shape(stored.sizes().vec(), b.value().sizes(),
-                       Error(ErrorKind::input, "a tensor of the head has the wrong shape")
-                           .file(file.path())
-                           .place(fmt::format("tensor {}", b.key())));
-    EAGLE_CHECK(torch::equal(stored, b.value()),
-                Error(ErrorKind::input, "the checkpoint's draft vocabulary differs from the one built from the data")
-                    .file(file.path())
-                    .place(fmt::format("tensor {}", b.key()))
-                    .hint("resume with the data the run started with"));
-  }
-}
-
 }  // namespace eagle::head

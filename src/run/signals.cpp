@@ -1,6 +1,7 @@
 // Signal handlers that set a stop flag on the first SIGINT/SIGTERM and _exit(130) on the second.
 #include "eagle/run/signals.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 #ifdef __linux__
@@ -53,6 +54,13 @@ void install_handlers() {
   sa.sa_flags = SA_RESTART;  // interrupted reads/writes of the step continue
   ::sigaction(SIGINT, &sa, &g_old_int);
   ::sigaction(SIGTERM, &sa, &g_old_term);
+  // A launcher that blocked them (the mask survives exec) would leave the run deaf to a stop; one
+  // pending since before the handlers existed is delivered to them now.
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGINT);
+  sigaddset(&stop, SIGTERM);
+  ::pthread_sigmask(SIG_UNBLOCK, &stop, nullptr);
 }
 
 }  // namespace

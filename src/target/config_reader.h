@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "eagle/model/config_limits.h"
 #include "eagle/target/target.h"
 #include "eagle/util/error.h"
 
@@ -41,10 +42,30 @@ struct Reader {
     return v;
   }
   std::int64_t integer_or(const std::string& key, std::int64_t def) const { return has(key) ? integer(key) : def; }
+  // An integer in [lo, hi] (model/config_limits.h holds the ceilings): counts and sizes are bounded
+  // here, before anything loops over them or allocates by them.
+  std::int64_t bounded(const std::string& key, std::int64_t lo, std::int64_t hi) const {
+    const auto v = integer(key);
+    EAGLE_CHECK(
+        v >= lo && v <= hi,
+        bad(key, "out of range").expected(fmt::format("an integer in [{}, {}]", lo, hi)).found(std::to_string(v)));
+    return v;
+  }
+  std::int64_t bounded_or(const std::string& key, std::int64_t def, std::int64_t lo, std::int64_t hi) const {
+    return has(key) ? bounded(key, lo, hi) : def;
+  }
   double number_or(const std::string& key, double def) const {
     if (!has(key)) return def;
     EAGLE_CHECK(j[key].is_number(), bad(key, "not a number").found(j[key].dump()));
     return j[key].get<double>();
+  }
+  // A number in [lo, hi] (JSON has no NaN or Inf; 1e300 is refused by the bound), else def.
+  double number_in(const std::string& key, double def, double lo, double hi) const {
+    const double v = number_or(key, def);
+    EAGLE_CHECK(v >= lo && v <= hi, bad(key, "out of range")
+                                        .expected(fmt::format("a number in [{}, {}]", lo, hi))
+                                        .found(has(key) ? j[key].dump() : fmt::format("{}", v)));
+    return v;
   }
   bool boolean_or(const std::string& key, bool def) const {
     if (!has(key)) return def;

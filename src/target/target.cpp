@@ -1,8 +1,7 @@
 // TargetModel loading: config.json plus model.safetensors or the shards of
-// model.safetensors.index.json, every tensor checked for presence and shape before any use.
-#include <charconv>
+// model.safetensors.index.json, every tensor checked for presence and shape before any use
+// (target_checkpoint.cpp), then assembled into the forward's layout.
 #include <filesystem>
-#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -36,191 +35,6 @@ std::vector<std::int64_t> default_aux_layer_ids(std::int64_t L) {
   return {clamp(1), clamp(L / 2), clamp(L - 1)};
 }
 
-CheckpointFiles open_checkpoint(const fs::path& dir) {
-  CheckpointFiles ck;
-  const auto single = dir / "model.safetensors";
-  const auto index = dir / "model.safetensors.index.json";
-  if (fs::exists(single)) {
-    ck.files.push_back(model::SafetensorsFile::open(single.string()));
-    for (const auto& n : ck.files[0].names()) ck.where[n] = 0;
-    return ck;
-  }
-  if (!fs::exists(index)) {
-    const bool pickle = fs::exists(dir / "pytorch_model.bin") || fs::exists(dir / "pytorch_model.bin.index.json");
-    throw Error(ErrorKind::input, "no safetensors weights in the model folder")
-        .file(dir.string())
-        .expected("model.safetensors or model.safetensors.index.json")
-        .found(pickle ? "pickle weights (pytorch_model.bin), which are never read" : "neither")
-        .hint(pickle ? "convert the checkpoint to safetensors (save_pretrained(..., safe_serialization=True))"
-                     : "point --model_name_or_path at a Hugging Face model folder");
-  }
-  nlohmann::json j = util::read_json_object(index, "safetensors index");
-  EAGLE_CHECK(j.contains("weight_map") && j["weight_map"].is_object(),
-              Error(ErrorKind::input, "index has no weight_map object").file(index.string()).place("weight_map"));
-  std::map<std::string, std::size_t> shard_of_file;
-  for (auto it = j["weight_map"].begin(); it != j["weight_map"].end(); ++it) {
-    EAGLE_CHECK(it.value().is_string(), Error(ErrorKind::input, "weight_map value is not a file name")
-                                            .file(index.string())
-                                            .place(fmt::format("weight_map \"{}\"", it.key())));
-    const auto shard = it.value().get<std::string>();
-    EAGLE_CHECK(shard.find('/') == std::string::npos && shard.find("..") == std::string::npos,
-                Error(ErrorKind::input, "shard name must be a plain file name in the model folder")
-                    .file(index.string())
-                    .place(fmt::format("weight_map \"{}\"", it.key()))
-                    .found(shard));
-    auto [pos, fresh] = shard_of_file.emplace(shard, ck.files.size());
-    if (fresh) ck.files.push_back(model::SafetensorsFile::open((dir / shard).string()));
-    const auto& f = ck.files[pos->second];
-    EAGLE_CHECK(f.contains(it.key()), Error(ErrorKind::input, "the index names a tensor its shard lacks")
-                                          .file(f.path())
-                                          .place(fmt::format("tensor \"{}\"", it.key()))
-                                          .hint("the shard may be from another checkpoint or truncated"));
-    ck.where[it.key()] = pos->second;
-  }
-  // Tensors present in a shard but absent from the map count as unexpected, caught by the caller.
-  for (std::size_t i = 0; i < ck.files.size(); ++i)
-    for (const auto& n : ck.files[i].names()) ck.where.emplace(n, i);
-  return ck;
-}
-
-namespace {
-
-// The config may not claim more decoder layers than the checkpoint holds (1 + the largest N of
-// "model.layers.N."; extra ones are reported with the other unexpected tensors), and the embedding
-// must have its vocabulary and hidden size.
-void check_layer_count(const fs::path& dir, const CheckpointFiles& ck, const TargetConfig& c) {
-  constexpr std::string_view kLayers = "model.layers.";
-  std::int64_t stored = 0;
-  for (const auto& [name, file] : ck.where) {
-    if (name.rfind(kLayers, 0) != 0) continue;
-    std::int64_t n = 0;
-    const char* begin = name.data() + kLayers.size();
-    auto [end, ec] = std::from_chars(begin, name.data() + name.size(), n);
-    if (ec == std::errc() && end != begin && *end == '.') stored = std::max(stored, n + 1);
-  }
-  const auto config_file = (dir / "config.json").string();
-  EAGLE_CHECK(c.num_hidden_layers <= stored,
-              Error(ErrorKind::input, "config.json and the checkpoint disagree on the number of layers")
-                  .file(config_file)
-                  .place("num_hidden_layers")
-                  .expected(fmt::format("at most {} (the checkpoint's)", stored))
-                  .found(std::to_string(c.num_hidden_layers)));
-  auto it = ck.where.find("model.embed_tokens.weight");
-  if (it == ck.where.end()) return;  // reported with every other missing tensor
-  const auto shape = ck.files[it->second].shape("model.embed_tokens.weight");
-  model::check_shape({c.vocab_size, c.hidden_size}, shape,
-                     Error(ErrorKind::input,
-                           "config.json and the checkpoint's model.embed_tokens.weight disagree on the "
-                           "embedding size")
-                         .file(config_file)
-                         .place("vocab_size, hidden_size"));
-}
-
-// Refuses, before anything is read, a model whose weights cannot fit in the device's free memory.
-void check_fits(const TargetConfig& c, torch::ScalarType dtype, torch::Device device, const std::string& dir) {
-  if (!device.is_cuda()) return;  // CPU: memory-mapped, paged in as used
-#ifdef EAGLE_WITH_CUDA
-  const auto bytes = static_cast<double>(parameter_counts(c).first) * static_cast<double>(c10::elementSize(dtype));
-  std::size_t free = 0, total = 0;
-  {
-    c10::cuda::CUDAGuard guard(device.has_index() ? device.index() : c10::cuda::current_device());
-    C10_CUDA_CHECK(cudaMemGetInfo(&free, &total));
-  }
-  // 5% of the free memory is left for activations, the head and the allocator's rounding.
-  EAGLE_CHECK(
-      bytes <= 0.95 * static_cast<double>(free),
-      Error(ErrorKind::input, "the target's weights do not fit in the GPU's free memory")
-          .file(dir)
-          .expected(fmt::format("at most {:.1f} GiB of weights (95% of {:.1f} GiB free)",
-                                0.95 * static_cast<double>(free) / (1 << 30), static_cast<double>(free) / (1 << 30)))
-          .found(fmt::format("{:.1f} GiB ({} parameters in {})", bytes / (1 << 30), parameter_counts(c).first,
-                             c10::toString(dtype)))
-          .hint("use a smaller --target_dtype, a larger GPU, or train from stored features (dump-features)"));
-#else
-  (void)c, (void)dtype, (void)dir;
-#endif
-}
-
-std::string list_some(const std::vector<std::string>& v) {
-  constexpr std::size_t kShown = 8;
-  std::string s;
-  for (std::size_t i = 0; i < v.size() && i < kShown; ++i) s += (i ? ", " : "") + v[i];
-  if (v.size() > kShown) s += fmt::format(" and {} more", v.size() - kShown);
-  return s;
-}
-
-// Checks names and shapes against the config and throws one error naming every problem; tensors
-// beyond `expected` are problems too unless extras_allowed.
-void check_tensors(const fs::path& dir, const CheckpointFiles& ck,
-                   const std::map<std::string, std::vector<std::int64_t>>& expected, const TargetConfig& c,
-                   bool extras_allowed = false) {
-  std::vector<std::string> missing, unexpected, wrong;
-  for (const auto& [name, shape] : expected) {
-    auto it = ck.where.find(name);
-    if (it == ck.where.end()) {
-      missing.push_back(name);
-      continue;
-    }
-    auto got = ck.files[it->second].shape(name);
-    if (got != shape) wrong.push_back(fmt::format("{} {} (expected {})", name, got, shape));
-  }
-  for (const auto& [name, file] : ck.where) {
-    if (expected.count(name) || extras_allowed) continue;
-    // Harmless extras: a tied checkpoint that still stores lm_head, and the RoPE buffers of old exports.
-    if (c.tie_word_embeddings && name == "lm_head.weight") continue;
-    if (name.size() > 20 && name.ends_with("rotary_emb.inv_freq")) continue;
-    unexpected.push_back(name);
-  }
-  if (missing.empty() && unexpected.empty() && wrong.empty()) return;
-  std::vector<std::string> parts;
-  if (!missing.empty()) parts.push_back(fmt::format("{} missing: {}", missing.size(), list_some(missing)));
-  if (!wrong.empty()) parts.push_back(fmt::format("{} with a wrong shape: {}", wrong.size(), list_some(wrong)));
-  if (!unexpected.empty()) parts.push_back(fmt::format("{} unexpected: {}", unexpected.size(), list_some(unexpected)));
-  throw Error(ErrorKind::input, "checkpoint tensors do not match config.json")
-      .file(dir.string())
-      .found(fmt::format("{}", fmt::join(parts, "; ")))
-      .hint(fmt::format("the checkpoint must be a complete {} with the sizes of its config.json", c.architecture));
-}
-
-bool is_float(torch::ScalarType t) { return t == torch::kFloat32 || t == torch::kBFloat16 || t == torch::kFloat16; }
-
-// The dtype the target runs in: `dtype`, or for Undefined the checkpoint's (its embedding's, else
-// config.json's); every expected tensor must be floating point.
-torch::ScalarType resolve_dtype(torch::ScalarType dtype, const CheckpointFiles& ck,
-                                const std::map<std::string, std::vector<std::int64_t>>& expected,
-                                const TargetConfig& c) {
-  const auto stored = ck.files[ck.where.at("model.embed_tokens.weight")].dtype("model.embed_tokens.weight");
-  if (dtype == torch::ScalarType::Undefined)
-    dtype = is_float(stored) ? stored : model::dtype_of_name(c.dtype).value_or(torch::kFloat32);
-  EAGLE_CHECK(is_float(dtype), Error(ErrorKind::usage, "the target dtype must be float32, bfloat16 or float16")
-                                   .found(std::string(c10::toString(dtype))));
-  for (const auto& [name, shape] : expected) {
-    const auto t = ck.files[ck.where.at(name)].dtype(name);
-    if (is_fp8_weight(c, name)) {
-      EAGLE_CHECK(t == torch::kFloat8_e4m3fn, Error(ErrorKind::input, "FP8 weights must be float8_e4m3fn (F8_E4M3)")
-                                                  .file(ck.files[ck.where.at(name)].path())
-                                                  .place(fmt::format("tensor \"{}\"", name))
-                                                  .found(std::string(c10::toString(t))));
-      continue;
-    }
-    if (is_packed_fp4(name)) {
-      EAGLE_CHECK(t == torch::kUInt8, Error(ErrorKind::input, "MXFP4 blocks and scales must be uint8 (U8)")
-                                          .file(ck.files[ck.where.at(name)].path())
-                                          .place(fmt::format("tensor \"{}\"", name))
-                                          .found(std::string(c10::toString(t))));
-      continue;
-    }
-    EAGLE_CHECK(is_float(t),
-                Error(ErrorKind::input, "weights must be floating point (quantized checkpoints are not read)")
-                    .file(ck.files[ck.where.at(name)].path())
-                    .place(fmt::format("tensor \"{}\"", name))
-                    .found(std::string(c10::toString(t))));
-  }
-  return dtype;
-}
-
-}  // namespace
-
 TargetConfig TargetConfig::from_model_dir(const std::string& dir) {
   EAGLE_CHECK(fs::is_directory(dir), Error(ErrorKind::input, "model folder not found")
                                          .file(dir)
@@ -234,7 +48,7 @@ TargetModel TargetModel::load(const std::string& dir_name, torch::ScalarType dty
   const auto ck = open_checkpoint(dir);
   // The config's sizes are checked against what the files hold before anything is built from them
   // (a config claiming ten million layers must fail at once, not after listing their tensors).
-  check_layer_count(dir, ck, c);
+  check_counts(dir, ck, c);
   const auto expected = expected_tensors(c);
   check_tensors(dir, ck, expected, c);
 
@@ -243,12 +57,19 @@ TargetModel TargetModel::load(const std::string& dir_name, torch::ScalarType dty
   check_fits(c, dtype, device, dir_name);
   // On CPU in the stored dtype, to() returns the mapping's view itself: no copy. MXFP4 blocks and
   // scales stay uint8 until assemble dequantizes them.
-  auto m = assemble(c, dtype, device, [&](const std::string& name) {
+  auto get = [&](const std::string& name) {
     auto t = raw(name);
     if (is_fp8_weight(c, name))  // dequantized on the device, block by block
       return dequantize_fp8(t.to(device), raw(name + "_scale_inv").to(device), c.fp8_block, dtype, name);
     return t.scalar_type() == torch::kUInt8 ? t.to(device) : t.to(device, dtype);
-  });
+  };
+  TargetModel m;
+  try {
+    m = assemble(c, dtype, device, get);
+  } catch (Error& e) {  // the dequantization's refusals name the tensor; the folder is named here
+    if (e.file().empty()) e.file(dir_name);
+    throw;
+  }
   log::info("model", "loaded {} ({} layers, hidden {}, vocab {}, {} parameters) as {} on {}", c.architecture,
             c.num_hidden_layers, c.hidden_size, c.vocab_size, m.parameter_count(), c10::toString(dtype), device.str());
   return m;
@@ -331,8 +152,7 @@ TargetEnds TargetModel::load_ends(const std::string& dir_name, torch::ScalarType
   e.config = TargetConfig::from_model_dir(dir_name);
   const auto& c = e.config;
   const auto ck = open_checkpoint(fs::path(dir_name));
-  auto expected = expected_tensors(c);
-  std::erase_if(expected, [](const auto& kv) { return kv.first.rfind("model.layers.", 0) == 0; });
+  const auto expected = end_tensors(c);  // nothing per layer: the layer count is not compared here
   check_tensors(fs::path(dir_name), ck, expected, c, /*extras_allowed=*/true);
   e.dtype = resolve_dtype(dtype, ck, expected, c);
   auto get = [&](const std::string& name) { return ck.files[ck.where.at(name)].get(name).to(device, e.dtype); };

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <limits>
 #include <sstream>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -53,6 +54,11 @@ std::string family_list() {
   return out;
 }
 
+// Numbers whose 0 means "none", as null does, in every family (docs/models.md): the soft caps (a
+// family without them accepts 0 or null, and refuses a cap). sliding_window follows the same rule
+// (read_attention_types).
+constexpr std::string_view kNoneMeansZero[] = {"attn_logit_softcapping", "final_logit_softcapping"};
+
 // Fields that other decoders use to change the math; none of them exists in the supported
 // families, so their presence means the checkpoint is something we would compute wrongly.
 constexpr const char* kForeignMathFields[] = {
@@ -65,17 +71,17 @@ constexpr const char* kForeignMathFields[] = {
 void read_moe(const Reader& r, TargetConfig& c) {
   const auto t = c.family;
   const char* experts_key = t == Family::qwen3_moe && r.has("num_experts") ? "num_experts" : "num_local_experts";
-  c.num_experts = r.integer_or(experts_key, t == Family::mixtral ? 8 : 128);
+  // Bounded before anything is made per expert; the checkpoint is compared with it at load.
+  c.num_experts = r.bounded_or(experts_key, t == Family::mixtral ? 8 : 128, t == Family::qwen3_moe ? 0 : 1,
+                               model::limits::kMaxExperts);
   c.experts_per_token = r.integer_or("num_experts_per_tok", t == Family::gpt_oss ? 4 : (t == Family::mixtral ? 2 : 8));
-  EAGLE_CHECK(c.num_experts >= 0 && (t == Family::qwen3_moe || c.num_experts > 0),
-              r.bad(experts_key, "number of experts out of range").found(std::to_string(c.num_experts)));
   EAGLE_CHECK(c.num_experts == 0 || (c.experts_per_token >= 1 && c.experts_per_token <= c.num_experts),
               r.bad("num_experts_per_tok", "experts per token out of range")
                   .expected(fmt::format("1..{} (the number of experts)", c.num_experts))
                   .found(std::to_string(c.experts_per_token)));
   c.sparse_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), c.num_experts > 0);
   if (t == Family::qwen3_moe) {
-    c.moe_intermediate_size = r.positive("moe_intermediate_size");
+    c.moe_intermediate_size = r.bounded("moe_intermediate_size", 1, model::limits::kMaxSize);
     c.norm_topk_prob = r.boolean_or("norm_topk_prob", false);
     const auto step = r.integer_or("decoder_sparse_step", 1);
     EAGLE_CHECK(step >= 1, r.bad("decoder_sparse_step", "must be positive").found(std::to_string(step)));
@@ -144,7 +150,8 @@ void read_attention_types(const Reader& r, TargetConfig& c) {
   const bool gemma = t == Family::gemma2 || t == Family::gemma3_text;
   const std::int64_t default_window = t == Family::gpt_oss ? 128 : (gemma ? 4096 : 0);
   const auto window = slides ? r.integer_or("sliding_window", qwen ? 4096 : default_window) : 0;
-  EAGLE_CHECK(window >= 0, r.bad("sliding_window", "must be positive or null").found(std::to_string(window)));
+  EAGLE_CHECK(window >= 0,
+              r.bad("sliding_window", "must be positive, or 0 or null for none").found(std::to_string(window)));
   std::vector<bool> sliding(static_cast<std::size_t>(L), false);
   if (r.has("layer_types")) {
     const auto& types = r.j["layer_types"];
@@ -175,7 +182,9 @@ void read_attention_types(const Reader& r, TargetConfig& c) {
   }
   EAGLE_CHECK(
       window > 0 || !r.has("layer_types") || std::find(sliding.begin(), sliding.end(), true) == sliding.end() || qwen,
-      r.bad("sliding_window", "sliding_attention layers need a window").found("null"));
+      r.bad("sliding_window", "sliding_attention layers need a window (0 and null mean none)")
+          .expected("a window of 1 or more tokens")
+          .found(r.has("sliding_window") ? r.j["sliding_window"].dump() : "null"));
 }
 
 // Gemma 2 and 3 (transformers' modeling_gemma2, _gemma3): norms, embedding scale, attention scale,
@@ -186,16 +195,12 @@ void read_gemma(const Reader& r, TargetConfig& c) {
   c.hidden_act = r.string_or("hidden_activation", r.string_or("hidden_act", "gelu_pytorch_tanh"));
   EAGLE_CHECK(c.hidden_act == "gelu_pytorch_tanh",
               r.bad("hidden_activation", "unsupported activation").expected("gelu_pytorch_tanh").found(c.hidden_act));
-  const double scalar = r.number_or("query_pre_attn_scalar", static_cast<double>(c.head_dim));
-  EAGLE_CHECK(scalar > 0 && std::isfinite(scalar),
-              r.bad("query_pre_attn_scalar", "must be positive").found(std::to_string(scalar)));
+  const double scalar = r.number_in("query_pre_attn_scalar", static_cast<double>(c.head_dim), 1e-6, 1e12);
   c.attention_scale = 1.0 / std::sqrt(scalar);
   // Gemma 3's attention never applies attn_logit_softcapping (transformers does not pass it on).
-  c.attn_softcap = c.family == Family::gemma2 ? r.number_or("attn_logit_softcapping", 0.0) : 0.0;
-  c.final_softcap = r.number_or("final_logit_softcapping", 0.0);
-  EAGLE_CHECK(
-      c.attn_softcap >= 0 && c.final_softcap >= 0 && std::isfinite(c.attn_softcap) && std::isfinite(c.final_softcap),
-      r.bad("final_logit_softcapping", "soft caps must be positive or null"));
+  // A soft cap of 0 or null is no cap (kNoneMeansZero); each one is named by its own field.
+  c.attn_softcap = c.family == Family::gemma2 ? r.number_in("attn_logit_softcapping", 0.0, 0.0, 1e12) : 0.0;
+  c.final_softcap = r.number_in("final_logit_softcapping", 0.0, 0.0, 1e12);
   EAGLE_CHECK(!r.boolean_or("use_bidirectional_attention", false),
               r.bad("use_bidirectional_attention", "bidirectional attention (an encoder) is not a causal target")
                   .found("true"));
@@ -220,9 +225,14 @@ void read_fp8(const Reader& r, const json& q, TargetConfig& c) {
               bad("weight_block_size", "FP8 checkpoints are read block-scaled only")
                   .expected("[rows, columns] of each weight_scale_inv block")
                   .hint("per-tensor FP8 (weight_scale) is not supported"));
+  // Bounded like a size (a block near 2^63 overflowed the grid arithmetic of the scales' shape).
   for (const auto& x : q["weight_block_size"]) {
-    EAGLE_CHECK(x.is_number_integer() && x.get<std::int64_t>() > 0,
-                bad("weight_block_size", "block sizes must be positive integers").found(x.dump()));
+    const bool in_range = x.is_number_integer() && !(x.is_number_unsigned() && x.get<std::uint64_t>() > (1u << 20)) &&
+                          x.get<std::int64_t>() >= 1 && x.get<std::int64_t>() <= model::limits::kMaxSize;
+    EAGLE_CHECK(in_range,
+                bad("weight_block_size", "block sizes out of range")
+                    .expected(fmt::format("integers in [1, {}] (rows, columns of each block)", model::limits::kMaxSize))
+                    .found(x.dump()));
     c.fp8_block.push_back(x.get<std::int64_t>());
   }
   if (q.contains("modules_to_not_convert") && q["modules_to_not_convert"].is_array())
@@ -255,26 +265,38 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
   c.family = fam->family;
   const auto t = c.family;
 
-  c.vocab_size = r.positive("vocab_size");
-  c.hidden_size = r.positive("hidden_size");
+  // Every size and count within model/config_limits.h's ceilings, the ones the head's reader applies
+  // to the head made from them: what train accepts, eval, export and resume read back.
+  namespace lim = model::limits;
+  c.vocab_size = r.bounded("vocab_size", 1, lim::kMaxVocab);
+  c.hidden_size = r.bounded("hidden_size", 1, lim::kMaxSize);
   // Qwen3-MoE's intermediate_size is only its dense layers' (checked below when there are any).
-  c.intermediate_size = t == Family::qwen3_moe ? r.integer_or("intermediate_size", 0) : r.positive("intermediate_size");
-  c.num_hidden_layers = r.positive("num_hidden_layers");
-  c.num_attention_heads = r.positive("num_attention_heads");
-  c.num_key_value_heads = r.has("num_key_value_heads") ? r.positive("num_key_value_heads") : c.num_attention_heads;
+  c.intermediate_size = t == Family::qwen3_moe ? r.bounded_or("intermediate_size", 0, 0, lim::kMaxSize)
+                                               : r.bounded("intermediate_size", 1, lim::kMaxSize);
+  c.num_hidden_layers = r.bounded("num_hidden_layers", 1, lim::kMaxLayers);
+  c.num_attention_heads = r.bounded("num_attention_heads", 1, lim::kMaxHeads);
+  c.num_key_value_heads = r.bounded_or("num_key_value_heads", c.num_attention_heads, 1, lim::kMaxHeads);
   EAGLE_CHECK(c.num_attention_heads % c.num_key_value_heads == 0,
               r.bad("num_key_value_heads", "must divide num_attention_heads")
                   .found(fmt::format("{} heads, {} key/value heads", c.num_attention_heads, c.num_key_value_heads)));
   if (r.has("head_dim")) {
-    c.head_dim = r.positive("head_dim");
+    c.head_dim = r.bounded("head_dim", 1, lim::kMaxHeadDim);
   } else {
     EAGLE_CHECK(c.hidden_size % c.num_attention_heads == 0,
                 r.bad("hidden_size", "not divisible by num_attention_heads and no head_dim given"));
     c.head_dim = c.hidden_size / c.num_attention_heads;
+    EAGLE_CHECK(c.head_dim <= lim::kMaxHeadDim,
+                r.bad("hidden_size", "head_dim (hidden_size / num_attention_heads) out of range")
+                    .expected(fmt::format("at most {}", lim::kMaxHeadDim))
+                    .found(std::to_string(c.head_dim)));
   }
   EAGLE_CHECK(c.head_dim % 2 == 0, r.bad("head_dim", "must be even for RoPE").found(std::to_string(c.head_dim)));
-  c.max_position_embeddings = r.integer_or("max_position_embeddings", 2048);
+  c.max_position_embeddings = r.bounded_or("max_position_embeddings", 2048, 1, lim::kMaxPositions);
   c.rms_norm_eps = r.number_or("rms_norm_eps", 1e-6);
+  EAGLE_CHECK(c.rms_norm_eps > 0 && c.rms_norm_eps < lim::kMaxNormEps,
+              r.bad("rms_norm_eps", "out of range")
+                  .expected(fmt::format("a number in (0, {})", lim::kMaxNormEps))
+                  .found(j["rms_norm_eps"].dump()));
   c.tie_word_embeddings = r.boolean_or("tie_word_embeddings", false);
   const bool gemma = t == Family::gemma2 || t == Family::gemma3_text;
   c.hidden_act = gemma ? "gelu_pytorch_tanh" : r.string_or("hidden_act", "silu");
@@ -315,7 +337,12 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
     const std::string k = key;
     if (gemma && (k == "attn_logit_softcapping" || k == "final_logit_softcapping" || k == "query_pre_attn_scalar"))
       continue;  // Gemma's own fields (read above)
+    // One rule in every family: a soft cap of 0 means none, as null does.
+    if (std::find(std::begin(kNoneMeansZero), std::end(kNoneMeansZero), k) != std::end(kNoneMeansZero) && r.has(key) &&
+        r.j[key].is_number() && r.j[key].get<double>() == 0.0)
+      continue;
     EAGLE_CHECK(!r.has(key), r.bad(key, "field changes the model's math and is not supported by this architecture")
+                                 .found(r.j[key].dump())
                                  .hint("is this really a " + c.architecture + " checkpoint?"));
   }
 

@@ -24,6 +24,23 @@ struct CheckpointFiles {
 };
 CheckpointFiles open_checkpoint(const std::filesystem::path& dir);
 
+// The checks of a folder's files against its config.json before anything is built from them
+// (target_checkpoint.cpp), each an Error(input) naming the file and the field or tensors.
+// check_counts: no more layers, nor experts (families with per-expert tensors), than the files
+// hold, and the embedding's vocabulary and hidden size, compared before any name is listed per
+// layer or expert; check_tensors: every expected name present with its shape (one error naming
+// every problem), extras refused unless extras_allowed; resolve_dtype: the dtype the target runs in
+// (Undefined: the checkpoint's), every expected tensor floating point (FP8 and MXFP4 ones in their
+// formats); check_fits: the weights in the GPU's free memory (nothing checked on CPU).
+void check_counts(const std::filesystem::path& dir, const CheckpointFiles& ck, const TargetConfig& c);
+void check_tensors(const std::filesystem::path& dir, const CheckpointFiles& ck,
+                   const std::map<std::string, std::vector<std::int64_t>>& expected, const TargetConfig& c,
+                   bool extras_allowed = false);
+torch::ScalarType resolve_dtype(torch::ScalarType dtype, const CheckpointFiles& ck,
+                                const std::map<std::string, std::vector<std::int64_t>>& expected,
+                                const TargetConfig& c);
+void check_fits(const TargetConfig& c, torch::ScalarType dtype, torch::Device device, const std::string& dir);
+
 struct TargetLayerWeights {
   torch::Tensor input_norm, post_norm;      // [H]; Gemma: post_norm is the attention output's norm
   torch::Tensor pre_ff_norm, post_ff_norm;  // [H] Gemma's norms before and after the MLP, or undefined
@@ -45,8 +62,10 @@ torch::Tensor document_lengths(const torch::Tensor& position_ids, const torch::T
 // The attention's score scale: query_pre_attn_scalar^-1/2 (Gemma) or head_dim^-1/2.
 double target_attention_scale(const TargetConfig& config);
 
-// Every tensor a checkpoint of this config holds, with its shape (target_tensors.cpp).
+// Every tensor a checkpoint of this config holds, with its shape (target_tensors.cpp); end_tensors:
+// only the embedding, the final norm and the LM head (nothing listed per layer).
 std::map<std::string, std::vector<std::int64_t>> expected_tensors(const TargetConfig& c);
+std::map<std::string, std::vector<std::int64_t>> end_tensors(const TargetConfig& c);
 // Parameters of the model as a float checkpoint holds them (MXFP4 blocks count their values), and
 // those one token runs through (the top-k experts of each sparse layer).
 std::pair<std::int64_t, std::int64_t> parameter_counts(TargetConfig c);

@@ -102,6 +102,13 @@ torch::Tensor dequantize_mxfp4(const torch::Tensor& blocks, const torch::Tensor&
   // transformers' FP4_VALUES: e2m1, the sign in the nibble's top bit.
   static const float kFp4[16] = {+0.0f, +0.5f, +1.0f, +1.5f, +2.0f, +3.0f, +4.0f, +6.0f,
                                  -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+  // E8M0 scales: 2^(s - 127); 255 is the format's NaN, and a block that overflows the dtype holds no
+  // real weights either: both are refused, naming the tensor.
+  const auto nan_codes = scales.eq(255).sum().item<std::int64_t>();
+  EAGLE_CHECK(nan_codes == 0, bad(name + "_scales", "MXFP4 scale 255 is E8M0's NaN")
+                                  .expected("exponents 0..254")
+                                  .found(fmt::format("{} scales of 255", nan_codes))
+                                  .hint("no real checkpoint holds these: the file is damaged"));
   const auto lut = torch::from_blob(const_cast<float*>(kFp4), {16}, torch::kFloat32).to(blocks.device(), dtype);
   const auto E = blocks.size(0), rows = blocks.size(1), G = blocks.size(2);
   auto out = torch::empty({E, rows, G * 32}, blocks.options().dtype(dtype));
@@ -113,6 +120,11 @@ torch::Tensor dequantize_mxfp4(const torch::Tensor& blocks, const torch::Tensor&
     const auto exponent = (scales[e].to(torch::kInt32) - 127).unsqueeze(-1);
     out[e].copy_(torch::ldexp(values, exponent).view({rows, G * 32}));
   }
+  EAGLE_CHECK(
+      torch::isfinite(out).all().item<bool>(),
+      bad(name + "_scales", "MXFP4 blocks times their scales overflow the target's dtype")
+          .found(fmt::format("largest scale {} (2^{})", scales.max().item<int>(), scales.max().item<int>() - 127))
+          .hint("no real checkpoint holds these: the file is damaged"));
   return out;
 }
 

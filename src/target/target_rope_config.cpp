@@ -35,9 +35,17 @@ model::RopeConfig parse_rope(const Reader& r, const json& params, const std::str
   auto bad = [&](const std::string& key, const std::string& what) {
     return Error(ErrorKind::input, what).file(r.path).place(fmt::format("field \"{}.{}\"", where, key));
   };
-  rope.theta = p.number_or("rope_theta", 10000.0);
-  EAGLE_CHECK(rope.theta > 0 && std::isfinite(rope.theta),
-              bad("rope_theta", "must be positive").found(std::to_string(rope.theta)));
+  // Every number within model/config_limits.h's RoPE bounds, as the head's reader reads them back;
+  // a bad() of the object's spelling names the field.
+  namespace lim = model::limits;
+  auto in = [&](const std::string& key, double def, double lo, double hi) {
+    const double v = p.number_or(key, def);
+    EAGLE_CHECK(v >= lo && v <= hi, bad(key, "out of range")
+                                        .expected(fmt::format("a number in [{}, {}]", lo, hi))
+                                        .found(p.has(key) ? params[key].dump() : fmt::format("{}", v)));
+    return v;
+  };
+  rope.theta = in("rope_theta", 10000.0, lim::kMinRope, lim::kMaxRope);
   rope.type = p.has("rope_type") ? p.string_or("rope_type", "default") : p.string_or("type", "default");
   // Phi-3's old spellings of longrope (Phi3Config does the same).
   if (c.family == Family::phi3 && (rope.type == "su" || rope.type == "yarn")) rope.type = "longrope";
@@ -59,51 +67,58 @@ model::RopeConfig parse_rope(const Reader& r, const json& params, const std::str
   auto original = [&]() {
     const auto v = r.has("original_max_position_embeddings") ? r.integer("original_max_position_embeddings")
                                                              : p.integer("original_max_position_embeddings");
-    EAGLE_CHECK(v > 0, bad("original_max_position_embeddings", "must be positive").found(std::to_string(v)));
+    EAGLE_CHECK(v > 0 && v <= lim::kMaxPositions,
+                bad("original_max_position_embeddings", "out of range")
+                    .expected(fmt::format("an integer in [1, {}]", lim::kMaxPositions))
+                    .found(std::to_string(v)));
     return v;
   };
   if (rope.type == "yarn" || rope.type == "longrope") {
     rope.original_max_position_embeddings = original();
     // transformers: a missing factor is the ratio of the two context lengths.
-    rope.factor = p.number_or("factor", static_cast<double>(c.max_position_embeddings) /
-                                            static_cast<double>(rope.original_max_position_embeddings));
-    rope.attention_factor = p.number_or("attention_factor", 0.0);
-    EAGLE_CHECK(rope.attention_factor >= 0 && std::isfinite(rope.attention_factor),
-                bad("attention_factor", "must be positive").found(std::to_string(rope.attention_factor)));
+    rope.factor =
+        in("factor",
+           static_cast<double>(c.max_position_embeddings) / static_cast<double>(rope.original_max_position_embeddings),
+           lim::kMinRope, lim::kMaxRope);
+    rope.attention_factor = in("attention_factor", 0.0, 0.0, lim::kMaxRope);
   }
   if (rope.type == "yarn") {
-    rope.beta_fast = p.number_or("beta_fast", 32.0);
-    rope.beta_slow = p.number_or("beta_slow", 1.0);
+    rope.beta_fast = in("beta_fast", 32.0, lim::kMinRope, lim::kMaxRope);
+    rope.beta_slow = in("beta_slow", 1.0, lim::kMinRope, lim::kMaxRope);
     rope.truncate = p.boolean_or("truncate", true);
-    rope.mscale = p.number_or("mscale", 0.0);
-    rope.mscale_all_dim = p.number_or("mscale_all_dim", 0.0);
-    EAGLE_CHECK(
-        rope.beta_fast > 0 && rope.beta_slow > 0 && std::isfinite(rope.beta_fast) && std::isfinite(rope.beta_slow),
-        bad("beta_fast", "yarn's beta_fast and beta_slow must be positive")
-            .found(fmt::format("{} and {}", rope.beta_fast, rope.beta_slow)));
+    rope.mscale = in("mscale", 0.0, -lim::kMaxRope, lim::kMaxRope);
+    rope.mscale_all_dim = in("mscale_all_dim", 0.0, -lim::kMaxRope, lim::kMaxRope);
   }
   if (rope.type == "longrope") {
     const auto n = static_cast<std::size_t>(rotary / 2);
     rope.short_factor = factor_list(p, "short_factor", n, bad);
     rope.long_factor = factor_list(p, "long_factor", n, bad);
-    // transformers compares the factor with 1 (attention factor 1 below it) instead of requiring >= 1.
-    EAGLE_CHECK(rope.factor > 0 && std::isfinite(rope.factor),
-                bad("factor", "must be positive").found(std::to_string(rope.factor)));
+    // transformers compares the factor with 1 (attention factor 1 below it) instead of requiring >= 1
+    // (bounded above, with the attention factor).
     return rope;
   }
   if (rope.type == "linear" || rope.type == "dynamic" || rope.type == "llama3")
     rope.factor = p.number_or("factor", 0.0);
   if (rope.type == "llama3") {
-    rope.low_freq_factor = p.number_or("low_freq_factor", 1.0);
-    rope.high_freq_factor = p.number_or("high_freq_factor", 4.0);
+    rope.low_freq_factor = in("low_freq_factor", 1.0, lim::kMinRope, lim::kMaxRope);
+    rope.high_freq_factor = in("high_freq_factor", 4.0, lim::kMinRope, lim::kMaxRope);
     rope.original_max_position_embeddings = p.integer("original_max_position_embeddings");
+    EAGLE_CHECK(
+        rope.original_max_position_embeddings > 0 && rope.original_max_position_embeddings <= lim::kMaxPositions,
+        bad("original_max_position_embeddings", "out of range")
+            .expected(fmt::format("an integer in [1, {}]", lim::kMaxPositions))
+            .found(std::to_string(rope.original_max_position_embeddings)));
     EAGLE_CHECK(rope.high_freq_factor > rope.low_freq_factor,
-                bad("high_freq_factor", "must exceed low_freq_factor").found(std::to_string(rope.high_freq_factor)));
+                bad("high_freq_factor", "must exceed low_freq_factor")
+                    .expected(fmt::format("more than {} (low_freq_factor)", rope.low_freq_factor))
+                    .found(fmt::format("{}", rope.high_freq_factor)));
   }
   // dynamic: transformers scales against max_position_embeddings (original_max_position_embeddings
   // is not used by its formula), so rope.original_max_position_embeddings stays 0.
-  EAGLE_CHECK(rope.factor >= 1.0 && std::isfinite(rope.factor),
-              bad("factor", "RoPE scaling factor must be >= 1").found(std::to_string(rope.factor)));
+  EAGLE_CHECK(rope.factor >= 1.0 && rope.factor <= lim::kMaxRope,
+              bad("factor", "RoPE scaling factor out of range")
+                  .expected(fmt::format("a number in [1, {}]", lim::kMaxRope))
+                  .found(fmt::format("{}", rope.factor)));
   return rope;
 }
 

@@ -56,13 +56,18 @@ void add_fp8_scales(const TargetConfig& c, std::map<std::string, std::vector<std
 
 }  // namespace
 
+std::map<std::string, std::vector<std::int64_t>> end_tensors(const TargetConfig& c) {
+  std::map<std::string, std::vector<std::int64_t>> e;
+  e["model.embed_tokens.weight"] = {c.vocab_size, c.hidden_size};
+  e["model.norm.weight"] = {c.hidden_size};
+  if (!c.tie_word_embeddings) e["lm_head.weight"] = {c.vocab_size, c.hidden_size};
+  return e;
+}
+
 std::map<std::string, std::vector<std::int64_t>> expected_tensors(const TargetConfig& c) {
   const auto H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
   const auto q = c.num_attention_heads * D, kv = c.num_key_value_heads * D;
-  std::map<std::string, std::vector<std::int64_t>> e;
-  e["model.embed_tokens.weight"] = {c.vocab_size, H};
-  e["model.norm.weight"] = {H};
-  if (!c.tie_word_embeddings) e["lm_head.weight"] = {c.vocab_size, H};
+  auto e = end_tensors(c);
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const auto p = fmt::format("model.layers.{}.", l);
     e[p + "input_layernorm.weight"] = {H};
@@ -132,13 +137,27 @@ torch::Tensor dequantize_fp8(const torch::Tensor& weight, const torch::Tensor& s
                   .place(fmt::format("tensor \"{}\"", name))
                   .found(std::string(c10::toString(weight.scalar_type()))));
   const auto rows = weight.size(0), cols = weight.size(1);
+  // A block scale is a positive finite number in every real checkpoint: a negative one flips the
+  // block's signs, zero erases it, and both are finite, so no later check would see them.
+  const auto scales = scale_inv.to(torch::kFloat32);
+  const auto bad_scales =
+      torch::logical_not(torch::isfinite(scales).logical_and(scales > 0)).sum().item<std::int64_t>();
+  EAGLE_CHECK(bad_scales == 0, Error(ErrorKind::input, "FP8 block scales must be positive and finite")
+                                   .place(fmt::format("tensor \"{}_scale_inv\"", name))
+                                   .expected("weight_scale_inv > 0 in every block")
+                                   .found(fmt::format("{} of {} blocks not (smallest {})", bad_scales, scales.numel(),
+                                                      scales.min().item<float>()))
+                                   .hint("no real checkpoint holds these: the file is damaged or not FP8 scales"));
   // Each scale covers a block of rows x columns (the last blocks may be partial).
-  const auto s = scale_inv.to(torch::kFloat32)
-                     .repeat_interleave(block[0], 0)
-                     .narrow(0, 0, rows)
-                     .repeat_interleave(block[1], 1)
-                     .narrow(1, 0, cols);
-  return (weight.to(torch::kFloat32) * s).to(dtype);
+  const auto s =
+      scales.repeat_interleave(block[0], 0).narrow(0, 0, rows).repeat_interleave(block[1], 1).narrow(1, 0, cols);
+  auto out = (weight.to(torch::kFloat32) * s).to(dtype);
+  EAGLE_CHECK(torch::isfinite(out).all().item<bool>(),
+              Error(ErrorKind::input, "FP8 weights times their block scales overflow the target's dtype")
+                  .place(fmt::format("tensor \"{}\"", name))
+                  .found(fmt::format("largest scale {}", scales.max().item<float>()))
+                  .hint("no real checkpoint holds these: the file is damaged"));
+  return out;
 }
 
 // Parameters of the checkpoint as a float model has them (MXFP4 blocks count their values), and

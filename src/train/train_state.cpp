@@ -6,6 +6,7 @@
 
 #include <fstream>
 
+#include "eagle/config/option_table.h"
 #include "eagle/config/resolve.h"
 #include "eagle/head/head_io.h"
 #include "eagle/model/safetensors.h"
@@ -78,7 +79,7 @@ void write_checkpoint_files(const std::filesystem::path& dir, head::DraftHead& h
   j["config"] = state.config;
   j["real_tokens"] = state.real_tokens;
   j["world_size"] = state.world_size;
-  j["format_version"] = 1;
+  j["format_version"] = kTrainerStateVersion;
   std::ofstream out(dir / kTrainerStateFile);
   out << j.dump(2) << "\n";
   EAGLE_CHECK(out.good(),
@@ -96,6 +97,15 @@ TrainerState read_trainer_state(const std::filesystem::path& dir) {
   s.config = util::json_field<nlohmann::json>(j, "config", file);
   s.real_tokens = util::json_field_or(j, "real_tokens", 0.0, file);
   s.world_size = util::json_field_or(j, "world_size", std::int64_t{1}, file);
+  // The layout this reader knows; another version's fields may mean something else.
+  const auto version = util::json_field<std::int64_t>(j, "format_version", file);
+  EAGLE_CHECK(version == kTrainerStateVersion,
+              Error(ErrorKind::input, "unsupported trainer state version")
+                  .file(file)
+                  .place("format_version")
+                  .expected(std::to_string(kTrainerStateVersion))
+                  .found(std::to_string(version))
+                  .hint("only checkpoints written by this eagle-train can be resumed"));
   return s;
 }
 
@@ -120,34 +130,56 @@ void check_resumable(const TrainerState& saved, const nlohmann::json& options, i
                   .hint("resume with as many processes (torchrun --nproc-per-node and --nnodes); the data "
                         "order is planned per rank"));
   // A negative step is a damaged file: the schedule would run before step 0 (a negative learning
-  // rate). A step past this run's plan is resumed on purpose: it evaluates and saves once more.
-  EAGLE_CHECK(saved.step >= 0, Error(ErrorKind::input, "the checkpoint's step is negative")
-                                   .file((checkpoint / kTrainerStateFile).string())
-                                   .place("step")
-                                   .expected("a step >= 0 (the optimizer steps the checkpoint has taken)")
-                                   .found(std::to_string(saved.step))
-                                   .hint("the file is damaged: resume another checkpoint of the run"));
-  // Empty aux ids stand for the target's default: the resolved ids are compared (the checkpoint's
-  // head records them), so the default written out is no conflict and another one is.
+  // rate), and so is one past the most steps a run can plan (max_steps' range). A step past this
+  // run's plan is resumed on purpose: it evaluates and saves once more.
+  const auto most = static_cast<std::int64_t>(config::find_option("max_steps")->range_hi);
+  EAGLE_CHECK(saved.step >= 0 && saved.step <= most,
+              Error(ErrorKind::input, "the checkpoint's step is out of range")
+                  .file((checkpoint / kTrainerStateFile).string())
+                  .place("step")
+                  .expected(fmt::format("a step in [0, {}] (the optimizer steps the checkpoint has taken; at most "
+                                        "max_steps' ceiling)",
+                                        most))
+                  .found(std::to_string(saved.step))
+                  .hint("the file is damaged: resume another checkpoint of the run"));
+  // Options whose default stands for a value resolved at start-up (empty aux ids: the target's
+  // default layers; mask_token_id -1: the target's first end id) are compared resolved: the
+  // checkpoint's head records what its run resolved, so the value written out is no conflict and
+  // another one is. A default now resolves as the checkpoint's did for the same target (the head
+  // built from it is compared with the checkpoint's config.json field by field when restored).
   nlohmann::json before = saved.config, now = options;
-  const std::string aux = "aux_hidden_state_layer_ids";
-  if (before.contains(aux) && now.contains(aux) && now.value("eagle_version", 0) == 3) {
+  const std::string aux = "aux_hidden_state_layer_ids", mask = "mask_token_id";
+  if (now.value("eagle_version", 0) == 3 && (before.contains(aux) || before.contains(mask))) {
     const head::HeadConfig head = head::read_head_folder_config(checkpoint.string());
-    if (head.eagle_version == 3) {
+    if (head.eagle_version == 3 && before.contains(aux) && now.contains(aux)) {
       before[aux] = head.aux_layer_ids;
       if (now[aux].empty()) now[aux] = target::default_aux_layer_ids(head.target_num_hidden_layers);
     }
+    if (head.parallel_drafting && before.contains(mask) && now.contains(mask)) {
+      before[mask] = head.mask_token_id;
+      if (now[mask] == -1) now[mask] = head.mask_token_id;
+    }
   }
   const auto conflicts = run::resume_conflicts(before, now);
-  if (conflicts.empty()) return;
-  std::string list;
-  for (const auto& c : conflicts) list += "\n  " + c;
-  throw Error(ErrorKind::usage,
-              fmt::format("the checkpoint was trained with other options ({} differ):{}", conflicts.size(), list))
-      .file(checkpoint.string())
-      .hint(
-          "resume with the checkpoint's values (its trainer_state.json), or start a new run; docs/training.md "
-          "lists what may change on resume");
+  if (!conflicts.empty()) {
+    std::string list;
+    for (const auto& c : conflicts) list += "\n  " + c;
+    throw Error(ErrorKind::usage,
+                fmt::format("the checkpoint was trained with other options ({} differ):{}", conflicts.size(), list))
+        .file(checkpoint.string())
+        .hint(
+            "resume with the checkpoint's values (its trainer_state.json), or start a new run; docs/training.md "
+            "lists what may change on resume");
+  }
+  // A server's features and the target's own forward agree to rounding only (other kernels, often
+  // another dtype): the resume is allowed, its losses are not those of an uninterrupted run.
+  const auto server = [](const nlohmann::json& j) { return j.value("target_server", std::string()); };
+  if (server(before).empty() != server(now).empty())
+    log::warn("ckpt",
+              "the checkpoint's steps took the target's features {}, this resume takes them {}: the run continues, "
+              "but not bit-exact (the server's kernels round differently from this process's target forward)",
+              server(before).empty() ? "from the target here" : "from --target_server " + server(before),
+              server(now).empty() ? "from the target here" : "from --target_server " + server(now));
 }
 
 std::optional<run::RunSummary> already_completed(const config::Options& o, int world_size) {

@@ -20,6 +20,7 @@ namespace eagle::train {
 inline constexpr const char* kTrainerStateFile = "trainer_state.json";
 inline constexpr const char* kOptimizerFile = "optimizer.safetensors";
 inline constexpr const char* kRngFile = "rng_state.safetensors";
+inline constexpr std::int64_t kTrainerStateVersion = 1;  // trainer_state.json's format_version (required)
 
 struct TrainerState {
   std::int64_t step = 0;        // optimizer steps completed
@@ -38,9 +39,9 @@ TrainerState read_trainer_state(const std::filesystem::path& dir);
 TrainerState restore_checkpoint(const std::filesystem::path& dir, head::DraftHead& head, AdamW& optimizer,
                                 data::Sampler& sampler);
 
-// A checkpoint resumes only this run: a step >= 0 (Error(input)), as many ranks (world_size), and the
-// options that shape the head, its loss or the data order unchanged, aux ids compared as resolved
-// (Error(usage) naming each that differs).
+// A checkpoint resumes only this run: a step in [0, max_steps' ceiling] (Error(input)), as many ranks (world_size), and
+// the options that shape the head, its loss or the data order unchanged, aux ids compared as resolved (Error(usage)
+// naming each that differs).
 void check_resumable(const TrainerState& saved, const nlohmann::json& options, int world_size,
                      const std::filesystem::path& checkpoint);
 // A resumed run whose checkpoint is the last step of a completed run with these options: nothing to

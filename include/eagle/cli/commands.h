@@ -12,6 +12,11 @@ namespace eagle::cli {
 // Entry point used by apps/eagle_train.cpp: parses, resolves, dispatches, maps errors to exit codes.
 int main(int argc, char** argv);
 
+// The stop-signal handlers of train and generate (run::install_stop_signals), for the argv of a
+// process: apps/eagle_train.cpp runs it from .preinit_array, before any shared library's
+// initialiser (LibTorch's take most of a second), and main again (idempotent).
+void install_start_up_signals(int argc, char** argv);
+
 // The command line of this process as main received it (argv[0] first), for command_line.txt.
 using Invocation = std::vector<std::string>;
 

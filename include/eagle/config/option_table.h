@@ -70,6 +70,12 @@ struct OptionEntry {
 const std::vector<OptionEntry>& option_table();
 const OptionEntry* find_option(std::string_view name);
 
+// SGLang's draft tree verifies at most 1 + topk + (steps - 1) * topk^2 tokens a round, the root
+// included: eval_tree_draft_tokens against the tree of `steps` drafting steps (eval_tree_steps, else
+// eval_draft_len, else the head's TTT steps). The option table checks it where the options give the
+// steps; EvalSettings::from, where the head's steps are known: Error(usage) naming the option.
+void check_tree_draft_tokens(const Options& o, std::int64_t steps);
+
 // The names of enum values as flags and JSON write them ("truncate", "bfloat16", ...).
 std::string name_of(LrScheduler v);
 std::string name_of(BadSamplePolicy v);

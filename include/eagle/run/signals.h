@@ -7,7 +7,9 @@ namespace eagle::run {
 
 // Installs the handlers now, for a process whose work will create a StopSignals later (main calls it
 // first thing for train and generate): a signal during start-up is then kept and acted on when the
-// work starts, instead of killing the process with 143 and no summary. Idempotent.
+// work starts, instead of killing the process with 143 and no summary. SIGINT and SIGTERM are
+// unblocked in the calling thread (a blocked mask survives exec; a signal pending since before the
+// handlers is delivered to them). Idempotent; async-signal-safe, so it may run before main.
 void install_stop_signals();
 
 // For a process started by a launcher (torchrun): its launcher's death is a stop request. On Linux
