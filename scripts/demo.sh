@@ -55,4 +55,5 @@ for line in open(sys.argv[1]):
 PYEOF
 echo
 echo "summary: $OUT/summary.json"
+echo "run report (loss, acc, AR and throughput curves; open in a browser): $OUT/report.html"
 echo "exported EAGLE-3 head (SGLang / vLLM layout): $OUT/export-sglang"
