@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Checks that two builds of eagle-train train the same: runs the demo's training
 # (configs/alpaca-demo.json on the demo target, seed 42, 2 threads) with each binary and compares
-# every logged number of metrics.jsonl but the timings (tokens/s, ms per step). For refactors that
+# every logged number of metrics.jsonl but the timings and memory (tokens/s, ms per step, peak memory). For refactors that
 # must not change behaviour: the losses, accuracies, tau and AR must be bit-identical on CPU.
 # Usage: scripts/check_same_losses.sh OLD_BIN NEW_BIN [extra train flags, e.g. --max_steps 100]
 set -euo pipefail
@@ -25,7 +25,7 @@ for which in old new; do
 done
 "$EAGLE_PYTHON" - "$WORK/old/metrics.jsonl" "$WORK/new/metrics.jsonl" <<'PYEOF'
 import json, sys
-TIMING = ("tokens_per_s", "ms_per_step")
+TIMING = ("tokens_per_s", "ms_per_step", "peak_memory_mib")  # measurements, not results
 def numbers(path):
     rows = []
     for line in open(path):

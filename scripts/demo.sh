@@ -74,4 +74,5 @@ else:
 PYEOF
 echo
 echo "summary: $OUT/summary.json"
+echo "run report (loss, acc, AR and throughput curves; open in a browser): $OUT/report.html"
 echo "exported EAGLE-3 head (SGLang / vLLM layout): $OUT/export-sglang"

@@ -162,3 +162,27 @@ TEST_CASE("a SIGTERM sent before eagle-train starts is a stop with a summary, ne
   CHECK(summary["detail"] == "SIGTERM");
   CHECK(summary["steps"] == 0);
 }
+
+TEST_CASE("report RUN_DIR writes the run's report.html and prints its path", "[cli]") {
+  eagle::test::TempDir dir;
+  auto run = dir / "run";
+  std::filesystem::create_directories(run);
+  eagle::test::write_file(run / "metrics.jsonl", "{\"step\": 1, \"loss\": 2.0, \"acc\": [0.5]}\n");
+  auto r = run_cli("report " + run.string());
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains((run / "report.html").string()));
+  CHECK_THAT(eagle::test::read_file(run / "report.html"), Catch::Contains("<svg"));
+  CHECK(run_cli("report --output_dir " + run.string()).exit_code == 0);  // the flag form
+  // Both forms at once, a folder that is not there, and one without metrics are refused.
+  CHECK(run_cli("report " + run.string() + " --output_dir " + run.string()).exit_code == 2);
+  auto missing = run_cli("report " + (dir / "nope").string());
+  CHECK(missing.exit_code == 2);
+  CHECK_THAT(missing.output, Catch::Contains((dir / "nope").string()));
+  std::filesystem::create_directories(dir / "empty");
+  auto empty = run_cli("report " + (dir / "empty").string());
+  CHECK(empty.exit_code == 3);
+  CHECK_THAT(empty.output, Catch::Contains("metrics.jsonl"));
+  // report takes only the options that name the run folder: a training option is refused.
+  CHECK(run_cli("report " + run.string() + " --seed 3").exit_code == 2);
+}

@@ -49,7 +49,9 @@ TEST_CASE("the smoke run trains, evaluates and writes every run file", "[train]"
 
   auto lines = read_jsonl(out / "metrics.jsonl");
   REQUIRE(lines.size() >= 8);
-  for (const char* key : {"step", "loss", "lr", "grad_norm", "tokens_per_s", "acc"}) CHECK(lines.front().contains(key));
+  for (const char* key : {"step", "loss", "lr", "grad_norm", "tokens_per_s", "acc", "peak_memory_mib"})
+    CHECK(lines.front().contains(key));
+  CHECK(lines.front()["peak_memory_mib"].get<double>() > 1.0);  // the process's peak RSS on CPU
   CHECK(lines.front()["acc"].size() == 3);
   auto l = logged_losses(out);
   REQUIRE(l.size() == 8);
@@ -67,8 +69,9 @@ TEST_CASE("the smoke run trains, evaluates and writes every run file", "[train]"
   for (const char* f :
        {"config.json", "command_line.txt", "checkpoint-40/COMPLETE", "checkpoint-80/COMPLETE",
         "checkpoint-80/model.safetensors", "checkpoint-80/config.json", "checkpoint-80/optimizer.safetensors",
-        "checkpoint-80/trainer_state.json", "checkpoint-best/best.json"})
+        "checkpoint-80/trainer_state.json", "checkpoint-best/best.json", "report.html"})
     CHECK(fs::exists(out / f));
+  CHECK_THAT(r.output, Catch::Contains("report: " + (out / "report.html").string()));
   bool events = false;
   for (const auto& e : fs::directory_iterator(out))
     events |= e.path().filename().string().rfind("events.out.tfevents.", 0) == 0;

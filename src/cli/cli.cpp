@@ -40,6 +40,8 @@ const CommandInfo kCommands[] = {
      run_generate},
     {Command::dump_features, "Run the target once over a dataset and store its features for training without it",
      run_dump_features},
+    {Command::report, "Draw a run folder's loss, accuracy, acceptance, throughput and options as one HTML file",
+     run_report},
 };
 
 int run_parsed(CLI::App& app, std::vector<config::BoundFlags>& bound, const std::map<CLI::App*, std::size_t>& index,
@@ -63,6 +65,20 @@ int run_parsed(CLI::App& app, std::vector<config::BoundFlags>& bound, const std:
   }
   std::cerr << app.help();
   return static_cast<int>(ExitCode::usage);
+}
+
+// `eagle-train report RUN_DIR`: the positional is --output_dir given without its name (one value,
+// bound to the same option, so precedence and --dump-config treat it as the flag).
+void add_run_dir_argument(CLI::App& sub, config::BoundFlags& bound) {
+  for (std::size_t i = 0; i < bound.flags.size(); ++i) {
+    const auto [entry, flag] = bound.flags[i];  // copies: the vector grows below
+    if (entry->name != "output_dir") continue;
+    CLI::Option* positional =
+        sub.add_option("run_dir", bound.parsed.output_dir, "The run folder (the same as --output_dir)");
+    positional->excludes(flag);
+    bound.flags.emplace_back(entry, positional);
+    return;
+  }
 }
 
 }  // namespace
@@ -103,6 +119,7 @@ int main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand(std::string(config::command_name(c.command)), c.description);
     bound.push_back(config::BoundFlags{c.command, {}, {}});
     config::add_flags(*sub, bound.back());
+    if (c.command == Command::report) add_run_dir_argument(*sub, bound.back());
     sub->add_flag("--dump-config", dump_config, "Print the resolved options as JSON and exit");
     index[sub] = bound.size() - 1;
   }

@@ -343,6 +343,8 @@ inline constexpr CommandMask kExport = mask(Command::export_);
 inline constexpr CommandMask kEval = mask(Command::eval);
 inline constexpr CommandMask kGenerate = mask(Command::generate);
 inline constexpr CommandMask kDump = mask(Command::dump_features);
+inline constexpr CommandMask kReport = mask(Command::report);
+// Every command that reads data, models or runs (report only reads a run folder: its few options name it).
 inline constexpr CommandMask kAll = kTrain | kPrepare | kStats | kInspect | kExport | kEval | kGenerate | kDump;
 
 // Upper bounds: far above any real run, low enough that nothing derived from them (KV caches, batch

@@ -268,15 +268,16 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::logging_steps, "logging_steps", G::log, kTrain,
         "Log a step line and metrics every this many optimizer steps")
       .range(1, kMaxSteps);
-  t.add(&Options::log_level, "log_level", G::log, kAll, "Console log level: trace|debug|info|warn|error|off")
+  t.add(&Options::log_level, "log_level", G::log, kAll | kReport, "Console log level: trace|debug|info|warn|error|off")
       .check([](const std::string& v, const Options&) {
         for (const char* l : {"trace", "debug", "info", "warn", "error", "off"})
           if (v == l) return std::string();
         return std::string("one of trace|debug|info|warn|error|off");
       });
   // checkpoint
-  t.add(&Options::output_dir, "output_dir", G::checkpoint, kTrain,
-        "Run folder: checkpoints, metrics.jsonl, TensorBoard events, summary.json, resolved config");
+  t.add(&Options::output_dir, "output_dir", G::checkpoint, kTrain | kReport,
+        "Run folder: checkpoints, metrics.jsonl, TensorBoard events, summary.json, resolved config, "
+        "report.html (report: the run folder to draw; also given as its positional argument)");
   t.add(&Options::overwrite_output_dir, "overwrite_output_dir", G::checkpoint, kTrain,
         "Allow training into an output_dir that holds another run's files (checkpoints, logs, "
         "summary); they are deleted at the start");
@@ -318,7 +319,7 @@ std::vector<OptionEntry> declare_options() {
         "CPU threads for tensor math; fixed so a resumed run computes the same; 0: the machine's "
         "cores")
       .range(0, 1024);
-  t.add(&Options::config, "config", G::runtime, kAll,
+  t.add(&Options::config, "config", G::runtime, kAll | kReport,
         "A JSON config file (flat, keys = flag names); flags given on the command line override it")
       .not_in_config();
   return t.take();
@@ -344,13 +345,16 @@ std::string_view command_name(Command c) {
       return "generate";
     case Command::dump_features:
       return "dump-features";
+    case Command::report:
+      return "report";
   }
   return "?";
 }
 
 const std::vector<Command>& all_commands() {
   static const std::vector<Command> v{Command::train,   Command::prepare, Command::data_stats, Command::inspect,
-                                      Command::export_, Command::eval,    Command::generate,   Command::dump_features};
+                                      Command::export_, Command::eval,    Command::generate,   Command::dump_features,
+                                      Command::report};
   return v;
 }
 

@@ -1,10 +1,13 @@
-// Free device memory (see memory.h).
+// Free and peak device memory.
 #include "eagle/device/memory.h"
+
+#include <sys/resource.h>
 
 #include <fstream>
 #include <sstream>
 
 #ifdef EAGLE_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -33,6 +36,22 @@ std::optional<AvailableMemory> available_memory(torch::Device device) {
     if (in >> kib) return AvailableMemory{kib * 1024, "MemAvailable (/proc/meminfo)"};
   }
   return std::nullopt;
+}
+
+std::optional<std::uint64_t> peak_memory_bytes(torch::Device device) {
+  if (device.is_cuda()) {
+#ifdef EAGLE_WITH_CUDA
+    auto index = device.has_index() ? device.index() : c10::cuda::current_device();
+    auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(index);
+    return static_cast<std::uint64_t>(
+        stats.allocated_bytes[static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak);
+#else
+    return std::nullopt;
+#endif
+  }
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return std::nullopt;
+  return static_cast<std::uint64_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
 }
 
 }  // namespace eagle::device

@@ -43,6 +43,7 @@ json to_json(const StepStats& s) {
   out["padding_efficiency"] = number(s.padding_efficiency);
   out["ms_per_step"] = number(s.ms_per_step);
   out["nonfinite_steps"] = s.nonfinite_steps;
+  if (s.peak_memory_mib) out["peak_memory_mib"] = number(*s.peak_memory_mib);
   return out;
 }
 
@@ -71,6 +72,7 @@ std::vector<std::pair<std::string, float>> tensorboard_scalars(const StepStats& 
   out.emplace_back("train/tokens_per_s", static_cast<float>(s.tokens_per_s));
   out.emplace_back("train/padding_efficiency", static_cast<float>(s.padding_efficiency));
   out.emplace_back("train/ms_per_step", static_cast<float>(s.ms_per_step));
+  if (s.peak_memory_mib) out.emplace_back("train/peak_memory_mib", static_cast<float>(*s.peak_memory_mib));
   return out;
 }
 

@@ -14,10 +14,12 @@
 #include "eagle/data/sampler.h"
 #include "eagle/device/cuda_graph_cache.h"
 #include "eagle/device/distributed.h"
+#include "eagle/device/memory.h"
 #include "eagle/device/runtime.h"
 #include "eagle/device/torch_error.h"
 #include "eagle/features/batch_tensors.h"
 #include "eagle/features/inputs.h"
+#include "eagle/io/report.h"
 #include "eagle/io/run_logger.h"
 #include "eagle/run/checkpoint_dir.h"
 #include "eagle/run/dir_lock.h"
@@ -358,6 +360,7 @@ void Trainer::log_window() {
   s.grad_norm = w.grad_norm.item<double>() / steps;
   w.counts.fill(s, elapsed);
   s.nonfinite_steps = static_cast<std::int64_t>(optimizer_->nonfinite_steps().item<double>());
+  if (auto peak = device::peak_memory_bytes(device_)) s.peak_memory_mib = static_cast<double>(*peak) / (1 << 20);
   if (logger_) logger_->log_step(s, evals_->take_pending());
   last_loss_ = s.loss;
   w.reset();
@@ -398,6 +401,7 @@ run::RunSummary Trainer::finish(ExitReason reason, std::exception_ptr failure) {
   if (group_->is_main()) {
     run::write_summary(o_.output_dir, s);
     logger_->finish();
+    io::write_report_after_run(o_.output_dir);
   }
   if (failure) std::rethrow_exception(failure);
   agree_on_exit_code(s.exit_code);

@@ -27,6 +27,7 @@ enum class Command : unsigned {
   eval = 1u << 5,
   generate = 1u << 6,
   dump_features = 1u << 7,
+  report = 1u << 8,
 };
 using CommandMask = unsigned;
 constexpr CommandMask mask(Command c) { return static_cast<CommandMask>(c); }

@@ -26,6 +26,7 @@ struct StepStats {
   double padding_efficiency = 0.0;    // real tokens / padded tokens processed, in (0, 1]
   double ms_per_step = 0.0;           // wall milliseconds per optimizer step
   std::int64_t nonfinite_steps = 0;   // steps skipped for a non-finite loss/gradient, whole run
+  std::optional<double> peak_memory_mib;  // device::peak_memory_bytes so far, MiB (rank 0's)
 };
 
 // The speculative-decoding metrics of an evaluation (acceptance::measure), each absent when not
@@ -66,14 +67,14 @@ struct ThroughputWindow {
 };
 
 // metrics.jsonl fields: step, loss, acc, tau, lr, grad_norm, tokens_per_s, padding_efficiency,
-// ms_per_step, nonfinite_steps. Non-finite numbers become null (JSON has no NaN).
+// ms_per_step, nonfinite_steps, peak_memory_mib (when known). Non-finite numbers become null (JSON has no NaN).
 nlohmann::json to_json(const StepStats& s);
 // step, eval_loss, eval_acc, eval_tau, ar, tree_ar, temp_ar, temp_ar_ci95, alpha, alpha_ar (each absent
 // when not measured).
 nlohmann::json to_json(const EvalStats& e);
 
 // TensorBoard tags: train/loss, train/acc_<k>, train/tau, train/lr, train/grad_norm,
-// train/tokens_per_s, train/padding_efficiency, train/ms_per_step.
+// train/tokens_per_s, train/padding_efficiency, train/ms_per_step, train/peak_memory_mib.
 std::vector<std::pair<std::string, float>> tensorboard_scalars(const StepStats& s);
 // eval/loss, eval/acc_<k>, eval/tau, eval/ar, eval/tree_ar, eval/temp_ar, eval/alpha_ar.
 std::vector<std::pair<std::string, float>> tensorboard_scalars(const EvalStats& e);
