@@ -1,5 +1,6 @@
 // Head checkpoints, export and import (see head_io.h and docs/export.md).
 #include "eagle/head/head_io.h"
+#include "eagle/head/head_quant.h"
 #include "eagle/util/fs_sync.h"
 
 #include <filesystem>
@@ -146,7 +147,7 @@ void check_head_sizes(const HeadConfig& c, const model::SafetensorsFile& file, H
 }
 
 // Copies every parameter of head from the file, where the format names it; checks presence and shape.
-void copy_parameters(DraftHead& head, const model::SafetensorsFile& file, HeadFormat format) {
+void copy_parameters(DraftHead& head, const model::SafetensorsFile& file, HeadFormat format, bool quantized) {
   torch::NoGradGuard ng;
   const std::string& weights_path = file.path();
   for (auto& p : head.module().named_parameters()) {
@@ -154,7 +155,7 @@ void copy_parameters(DraftHead& head, const model::SafetensorsFile& file, HeadFo
     EAGLE_CHECK(file.contains(name), Error(ErrorKind::input, "a tensor of the head is missing")
                                          .file(weights_path)
                                          .place(fmt::format("tensor {}", name)));
-    auto stored = file.get(name);
+    auto stored = read_head_weight(file, name, quantized);
     // mask_hidden: any shape of A * H_t numbers (vLLM reshapes it; speculators saves [1, 1, A * H_t]).
     if (p.key() == "mask_hidden" && stored.numel() == p.value().numel()) stored = stored.reshape(p.value().sizes());
     model::check_shape(stored.sizes().vec(), p.value().sizes(),
@@ -309,8 +310,10 @@ std::map<std::string, torch::Tensor> head_tensors(DraftHead& head, HeadFormat fo
 }
 
 void write_head_files(DraftHead& head, HeadFormat format, const std::string& dir,
-                      const torch::Tensor& target_embedding) {
+                      const torch::Tensor& target_embedding, const Fp8Settings* fp8) {
   auto tensors = head_tensors(head, format);
+  json config = head_config_json(head.config(), format);
+  if (fp8) config["quantization_config"] = quantize_head_tensors(tensors, *fp8);
   if (target_embedding.defined()) {
     const auto& c = head.config();
     model::check_shape(
@@ -318,16 +321,23 @@ void write_head_files(DraftHead& head, HeadFormat format, const std::string& dir
         Error(ErrorKind::input, "the target's embedding does not fit the head").place("embed_tokens.weight"));
     tensors["embed_tokens.weight"] = target_embedding.detach().to(torch::kCPU).contiguous();
   }
-  util::write_file_atomic(fs::path(dir) / "config.json", head_config_json(head.config(), format).dump(2) + "\n");
+  util::write_file_atomic(fs::path(dir) / "config.json", config.dump(2) + "\n");
   model::save_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
 }
 
-void export_head(DraftHead& head, HeadFormat format, const std::string& dir, const torch::Tensor& target_embedding) {
+void export_head(DraftHead& head, HeadFormat format, const std::string& dir, const torch::Tensor& target_embedding,
+                 const Fp8Settings* fp8) {
   const fs::path target(dir);
   EAGLE_CHECK(!fs::exists(target), Error(ErrorKind::output, "the output folder exists; nothing is overwritten")
                                        .file(dir)
                                        .hint("choose a new --output folder"));
   head_config_json(head.config(), format);  // refuse before creating anything
+  EAGLE_CHECK(!fp8 || format == HeadFormat::sglang,
+              Error(ErrorKind::usage, "FP8 exports are written in the sglang layout (LlamaForCausalLMEagle3, which vLLM "
+                                      "loads with its compressed-tensors FP8 path); other layouts are not checked")
+                  .place("--quantize")
+                  .found(format_name(format))
+                  .hint("pass --format sglang"));
   EAGLE_CHECK(format != HeadFormat::speculators || target_embedding.defined(),
               Error(ErrorKind::usage, "a speculators export carries the target's embedding (embed_tokens.weight)")
                   .place("--model_name_or_path")
@@ -345,7 +355,7 @@ void export_head(DraftHead& head, HeadFormat format, const std::string& dir, con
     fs::remove_all(tmp, ec);
     throw;
   }
-  log::info("export", "wrote {} head to {}", format_name(format), dir);
+  log::info("export", "wrote {} head{} to {}", format_name(format), fp8 ? " (FP8 linear weights)" : "", dir);
 }
 
 LoadedHead load_head(const std::string& dir, torch::Device device) {
@@ -353,6 +363,7 @@ LoadedHead load_head(const std::string& dir, torch::Device device) {
   const json j = read_head_config(dir, config_path);
   LoadedHead out;
   out.config = head_config_from_json(j, config_path, &out.format);
+  const bool quantized = check_quantization_config(j, config_path);
   const auto weights_path = (fs::path(dir) / "model.safetensors").string();
   auto file = model::SafetensorsFile::open(weights_path);
   auto& c = out.config;
@@ -370,7 +381,7 @@ LoadedHead load_head(const std::string& dir, torch::Device device) {
     c.fc_bias = true;
   }
   out.head = make_head(c, vocab);
-  copy_parameters(*out.head, file, out.format);
+  copy_parameters(*out.head, file, out.format, quantized);
   out.head->module().to(device);
   return out;
 }
@@ -384,7 +395,9 @@ HeadConfig read_head_folder_config(const std::string& dir) {
 void load_head_weights(DraftHead& head, const std::string& dir) {
   std::string config_path;
   HeadFormat format;
-  const HeadConfig c = head_config_from_json(read_head_config(dir, config_path), config_path, &format);
+  const json j = read_head_config(dir, config_path);
+  const HeadConfig c = head_config_from_json(j, config_path, &format);
+  const bool quantized = check_quantization_config(j, config_path);
   auto mismatch = [&](const char* field, const std::string& expected, const std::string& found) {
     return Error(ErrorKind::input, "the checkpoint holds another head")
         .file(config_path)
@@ -403,7 +416,7 @@ void load_head_weights(DraftHead& head, const std::string& dir) {
               mismatch("aux_hidden_state_layer_ids", fmt::format("[{}]", fmt::join(h.aux_layer_ids, ", ")),
                        fmt::format("[{}]", fmt::join(c.aux_layer_ids, ", "))));
   auto file = model::SafetensorsFile::open((fs::path(dir) / "model.safetensors").string());
-  copy_parameters(head, file, format);
+  copy_parameters(head, file, format, quantized);
   // The draft vocabulary is part of the head: its buffers must hold the checkpoint's maps.
   torch::NoGradGuard ng;
   for (auto& b : head.module().named_buffers()) {
