@@ -42,7 +42,15 @@ void run_export(const config::Options& opts, const Invocation& argv) {
                                      .place("--model_name_or_path").hint("name the target model folder"));
     embedding = target::TargetModel::load(target, torch::ScalarType::Undefined, torch::kCPU).embedding_weight();
   }
-  head::export_head(*loaded.head, format, opts.output, embedding);
+  head::Fp8Settings fp8{opts.quantize_scale == config::QuantScale::mse ? head::Fp8Scale::mse : head::Fp8Scale::amax,
+                        opts.quantize_fc};
+  EAGLE_CHECK(opts.quantize == config::Quantize::fp8 || (opts.quantize_scale == config::QuantScale::amax && !opts.quantize_fc),
+              Error(ErrorKind::usage, "--quantize_scale and --quantize_fc choose how --quantize fp8 quantizes")
+                  .place("--quantize")
+                  .expected("fp8")
+                  .found("none"));
+  head::export_head(*loaded.head, format, opts.output, embedding,
+                    opts.quantize == config::Quantize::fp8 ? &fp8 : nullptr);
 }
 
 }  // namespace eagle::cli

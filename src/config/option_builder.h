@@ -63,6 +63,15 @@ struct EnumNames<ExportFormat> {
 };
 
 template <>
+struct EnumNames<Quantize> {
+  static constexpr std::array<std::pair<const char*, Quantize>, 2> v{{{"none", Quantize::none}, {"fp8", Quantize::fp8}}};
+};
+template <>
+struct EnumNames<QuantScale> {
+  static constexpr std::array<std::pair<const char*, QuantScale>, 2> v{
+      {{"amax", QuantScale::amax}, {"mse", QuantScale::mse}}};
+};
+template <>
 struct EnumNames<DdpBackend> {
   static constexpr std::array<std::pair<const char*, DdpBackend>, 3> v{
       {{"auto", DdpBackend::auto_}, {"gloo", DdpBackend::gloo}, {"nccl", DdpBackend::nccl}}};

@@ -295,6 +295,15 @@ std::vector<OptionEntry> declare_options() {
       .required(kExport | kEval);
   t.add(&Options::format, "format", G::checkpoint, kExport,
         "Export layout: sglang (also loaded by vLLM), speculators, vllm-eagle1");
+  t.add(&Options::quantize, "quantize", G::checkpoint, kExport,
+        "none, or fp8: the head's linear weights as FP8 e4m3 with one float32 scale per output channel and "
+        "dynamic per-token activations (compressed-tensors, as vLLM loads EAGLE-3 drafts; sglang layout only)");
+  t.add(&Options::quantize_scale, "quantize_scale", G::checkpoint, kExport,
+        "The per-channel FP8 scale: amax (the row's largest magnitude maps to 448, no clipping) or mse (the "
+        "clipped range with the least squared error per row)");
+  t.add(&Options::quantize_fc, "quantize_fc", G::checkpoint, kExport,
+        "With --quantize fp8, quantize the fc fusion layer too (vLLM serves it; SGLang loads an FP8 fc wrong, "
+        "so it stays unquantized by default)");
   // distributed
   t.add(&Options::ddp_backend, "ddp_backend", G::distributed, kTrain,
         "Collectives of device tensors under torchrun: auto (nccl on CUDA, gloo on CPU), gloo or nccl; host "
@@ -403,6 +412,8 @@ std::string name_of(OverlongPolicy v) { return enum_name(v); }
 std::string name_of(NanPolicy v) { return enum_name(v); }
 std::string name_of(TargetDtype v) { return enum_name(v); }
 std::string name_of(ExportFormat v) { return enum_name(v); }
+std::string name_of(Quantize v) { return enum_name(v); }
+std::string name_of(QuantScale v) { return enum_name(v); }
 std::string name_of(DdpBackend v) { return enum_name(v); }
 std::string name_of(DraftSampling v) { return enum_name(v); }
 std::string name_of(BestMetric v) { return enum_name(v); }

@@ -1,6 +1,7 @@
 // Head checkpoints and export: config.json per format, tensor names (see head_io.h and docs/export.md);
 // reading a head back is head_load.cpp.
 #include "eagle/head/head_io.h"
+#include "eagle/head/head_quant.h"
 #include "eagle/util/fs_sync.h"
 #include "head_names.h"
 
@@ -246,8 +247,10 @@ std::map<std::string, torch::Tensor> head_tensors(DraftHead& head, HeadFormat fo
 }
 
 void write_head_files(DraftHead& head, HeadFormat format, const std::string& dir,
-                      const torch::Tensor& target_embedding) {
+                      const torch::Tensor& target_embedding, const Fp8Settings* fp8) {
   auto tensors = head_tensors(head, format);
+  json config = head_config_json(head.config(), format);
+  if (fp8) config["quantization_config"] = quantize_head_tensors(tensors, *fp8);
   if (target_embedding.defined()) {
     const auto& c = head.config();
     model::check_shape(
@@ -255,16 +258,23 @@ void write_head_files(DraftHead& head, HeadFormat format, const std::string& dir
         Error(ErrorKind::input, "the target's embedding does not fit the head").place("embed_tokens.weight"));
     tensors["embed_tokens.weight"] = target_embedding.detach().to(torch::kCPU).contiguous();
   }
-  util::write_file_atomic(fs::path(dir) / "config.json", head_config_json(head.config(), format).dump(2) + "\n");
+  util::write_file_atomic(fs::path(dir) / "config.json", config.dump(2) + "\n");
   model::save_safetensors((fs::path(dir) / "model.safetensors").string(), tensors, {{"format", "pt"}});
 }
 
-void export_head(DraftHead& head, HeadFormat format, const std::string& dir, const torch::Tensor& target_embedding) {
+void export_head(DraftHead& head, HeadFormat format, const std::string& dir, const torch::Tensor& target_embedding,
+                 const Fp8Settings* fp8) {
   const fs::path target(dir);
   EAGLE_CHECK(!fs::exists(target), Error(ErrorKind::output, "the output folder exists; nothing is overwritten")
                                        .file(dir)
                                        .hint("choose a new --output folder"));
   head_config_json(head.config(), format);  // refuse before creating anything
+  EAGLE_CHECK(!fp8 || format == HeadFormat::sglang,
+              Error(ErrorKind::usage, "FP8 exports are written in the sglang layout (LlamaForCausalLMEagle3, which vLLM "
+                                      "loads with its compressed-tensors FP8 path); other layouts are not checked")
+                  .place("--quantize")
+                  .found(format_name(format))
+                  .hint("pass --format sglang"));
   EAGLE_CHECK(format != HeadFormat::speculators || target_embedding.defined(),
               Error(ErrorKind::usage, "a speculators export carries the target's embedding (embed_tokens.weight)")
                   .place("--model_name_or_path")
@@ -282,6 +292,6 @@ void export_head(DraftHead& head, HeadFormat format, const std::string& dir, con
     fs::remove_all(tmp, ec);
     throw;
   }
-  log::info("export", "wrote {} head to {}", format_name(format), dir);
+  log::info("export", "wrote {} head{} to {}", format_name(format), fp8 ? " (FP8 linear weights)" : "", dir);
 }
 }  // namespace eagle::head

@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "eagle/head/head_io.h"
+#include "eagle/head/head_quant.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/model/shape_check.h"
 #include "eagle/util/error.h"
@@ -71,7 +72,7 @@ bool carried_tensor(const std::string& name, const HeadConfig& c) {
 // Copies every parameter of head from the file, where the format names it; checks presence and
 // shape, and that every tensor of the file is read: one the config's modules leave out (an extra
 // layer, fc_norm, q/k norms, mask_hidden) would be evaluated without it and exported without it.
-void copy_parameters(DraftHead& head, const model::SafetensorsFile& file, HeadFormat format) {
+void copy_parameters(DraftHead& head, const model::SafetensorsFile& file, HeadFormat format, bool quantized) {
   torch::NoGradGuard ng;
   const std::string& weights_path = file.path();
   std::set<std::string> read;
@@ -81,7 +82,8 @@ void copy_parameters(DraftHead& head, const model::SafetensorsFile& file, HeadFo
     EAGLE_CHECK(file.contains(name), Error(ErrorKind::input, "a tensor of the head is missing")
                                          .file(weights_path)
                                          .place(fmt::format("tensor {}", name)));
-    auto stored = file.get(name);
+    auto stored = read_head_weight(file, name, quantized);
+    if (stored.scalar_type() != file.dtype(name)) read.insert(name + "_scale");  // an FP8 weight's scale
     // mask_hidden: any shape of A * H_t numbers (vLLM reshapes it; speculators saves [1, 1, A * H_t]).
     if (p.key() == "mask_hidden" && stored.numel() == p.value().numel()) stored = stored.reshape(p.value().sizes());
     model::check_shape(stored.sizes().vec(), p.value().sizes(),
@@ -179,6 +181,7 @@ LoadedHead load_head(const std::string& dir, torch::Device device) {
   const json j = read_head_config(dir, config_path);
   LoadedHead out;
   out.config = head_config_from_json(j, config_path, &out.format);
+  const bool quantized = check_quantization_config(j, config_path);
   const auto weights_path = (fs::path(dir) / "model.safetensors").string();
   auto file = model::SafetensorsFile::open(weights_path);
   auto& c = out.config;
@@ -196,7 +199,7 @@ LoadedHead load_head(const std::string& dir, torch::Device device) {
     c.fc_bias = true;
   }
   out.head = make_head(c, vocab);
-  copy_parameters(*out.head, file, out.format);
+  copy_parameters(*out.head, file, out.format, quantized);
   out.head->module().to(device);
   return out;
 }
@@ -210,7 +213,9 @@ HeadConfig read_head_folder_config(const std::string& dir) {
 void load_head_weights(DraftHead& head, const std::string& dir) {
   std::string config_path;
   HeadFormat format;
-  const HeadConfig c = head_config_from_json(read_head_config(dir, config_path), config_path, &format);
+  const json j = read_head_config(dir, config_path);
+  const HeadConfig c = head_config_from_json(j, config_path, &format);
+  const bool quantized = check_quantization_config(j, config_path);
   // One reader, one verdict: the checkpoint's config.json as eval and export read it must describe
   // the run's head in every field that config.json records (an edited one is refused, not ignored).
   const auto differences = head_config_differences(c, head.config());
@@ -225,7 +230,7 @@ void load_head_weights(DraftHead& head, const std::string& dir) {
                                                              differences.size())
                                                : "resume with the checkpoint's options, or restore its config.json"));
   auto file = model::SafetensorsFile::open((fs::path(dir) / "model.safetensors").string());
-  copy_parameters(head, file, format);
+  copy_parameters(head, file, format, quantized);
   // The draft vocabulary is part of the head: its buffers must hold the checkpoint's maps.
   torch::NoGradGuard ng;
   for (auto& b : head.module().named_buffers()) {

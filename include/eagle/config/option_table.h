@@ -84,6 +84,8 @@ std::string name_of(OverlongPolicy v);
 std::string name_of(NanPolicy v);
 std::string name_of(TargetDtype v);
 std::string name_of(ExportFormat v);
+std::string name_of(Quantize v);
+std::string name_of(QuantScale v);
 std::string name_of(DdpBackend v);
 std::string name_of(DraftSampling v);
 std::string name_of(BestMetric v);

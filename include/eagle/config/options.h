@@ -14,6 +14,8 @@ enum class OverlongPolicy { truncate, drop };
 enum class NanPolicy { error, skip };
 enum class TargetDtype { auto_, float32, bfloat16, float16 };
 enum class ExportFormat { sglang, speculators, vllm_eagle1 };
+enum class Quantize { none, fp8 };
+enum class QuantScale { amax, mse };
 enum class DdpBackend { auto_, gloo, nccl };
 enum class DraftSampling { greedy, sample };
 enum class BestMetric { ar, tree_ar, temp_ar, alpha_ar, loss };
@@ -121,6 +123,9 @@ struct Options {
   std::string resume_from_checkpoint;  // "auto", a path, or empty
   std::string checkpoint;              // export/eval: a checkpoint or head folder
   ExportFormat format = ExportFormat::sglang;
+  Quantize quantize = Quantize::none;    // export: linear weights as FP8 e4m3 with per-channel scales
+  QuantScale quantize_scale = QuantScale::amax;  // per-channel scale: row max, or the MSE-best clip
+  bool quantize_fc = false;              // export --quantize fp8: the fc fusion layer too
 
   // distributed (torchrun sets the ranks through the environment, docs/distributed.md)
   DdpBackend ddp_backend = DdpBackend::auto_;  // tensors: auto = nccl on CUDA, gloo on CPU

@@ -13,6 +13,7 @@
 
 #include "eagle/head/draft_vocab.h"
 #include "eagle/head/head.h"
+#include "eagle/head/head_quant.h"
 
 namespace eagle::head {
 
@@ -37,13 +38,14 @@ std::map<std::string, torch::Tensor> head_tensors(DraftHead& head, HeadFormat fo
 // Writes config.json and model.safetensors into the existing folder dir, each to a temporary name
 // then renamed (the trainer writes its checkpoint folder this way and adds its own state file).
 // target_embedding [V, H], when given, is written as embed_tokens.weight in its own dtype.
+// fp8, when given, quantizes the linear weights (head_quant.h) and adds the quantization_config.
 void write_head_files(DraftHead& head, HeadFormat format, const std::string& dir,
-                      const torch::Tensor& target_embedding = {});
+                      const torch::Tensor& target_embedding = {}, const Fp8Settings* fp8 = nullptr);
 // Exports into a new folder: written under a temporary name beside it, then renamed. Refuses an
 // existing dir. The speculators format needs target_embedding: speculators' from_pretrained leaves
 // a missing embed_tokens at zero, silently (docs/export.md).
 void export_head(DraftHead& head, HeadFormat format, const std::string& dir,
-                 const torch::Tensor& target_embedding = {});
+                 const torch::Tensor& target_embedding = {}, const Fp8Settings* fp8 = nullptr);
 
 struct LoadedHead {
   HeadFormat format = HeadFormat::sglang;
@@ -52,7 +54,8 @@ struct LoadedHead {
 };
 
 // Reads a head folder in any of the three formats (found from config.json), checking every tensor's
-// presence and shape; the head still needs set_target_weights before use.
+// presence and shape; FP8 weights (an export --quantize fp8) are dequantized. The head still needs
+// set_target_weights before use.
 LoadedHead load_head(const std::string& dir, torch::Device device = torch::kCPU);
 // Copies a head folder's weights (any format) into an existing head of the same shape, checking
 // every tensor's presence and shape, and that its draft vocabulary (d2t, t2d) is the head's.

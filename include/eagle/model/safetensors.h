@@ -37,7 +37,7 @@ class SafetensorsFile {
 };
 
 // Writes tensors (any device; contiguous copies are made on CPU) with optional __metadata__.
-// Supported dtypes: F32, BF16, F16, I64, I32, BOOL, U8.
+// Supported dtypes: those the reader knows (F32, BF16, F16, F64, integers, BOOL, F8_E4M3, F8_E5M2).
 void save_safetensors(const std::string& path, const std::map<std::string, torch::Tensor>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
