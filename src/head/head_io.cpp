@@ -286,7 +286,7 @@ void export_head(DraftHead& head, HeadFormat format, const std::string& dir, con
   fs::create_directories(tmp, ec);
   EAGLE_CHECK(!ec, Error(ErrorKind::output, "could not create the folder").file(tmp.string()).found(ec.message()));
   try {
-    write_head_files(head, format, tmp.string(), target_embedding);
+    write_head_files(head, format, tmp.string(), target_embedding, fp8);
     fs::rename(tmp, target);
   } catch (...) {
     fs::remove_all(tmp, ec);
