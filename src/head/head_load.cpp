@@ -83,7 +83,7 @@ void copy_parameters(DraftHead& head, const model::SafetensorsFile& file, HeadFo
                                          .file(weights_path)
                                          .place(fmt::format("tensor {}", name)));
     auto stored = read_head_weight(file, name, quantized);
-    if (stored.scalar_type() != file.dtype(name)) read.insert(name + "_scale");  // an FP8 weight's scale
+    if (file.dtype(name) == torch::kFloat8_e4m3fn) read.insert(name + "_scale");  // read with its weight
     // mask_hidden: any shape of A * H_t numbers (vLLM reshapes it; speculators saves [1, 1, A * H_t]).
     if (p.key() == "mask_hidden" && stored.numel() == p.value().numel()) stored = stored.reshape(p.value().sizes());
     model::check_shape(stored.sizes().vec(), p.value().sizes(),
