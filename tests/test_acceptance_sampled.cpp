@@ -1,6 +1,7 @@
 // Acceptance at a temperature (acceptance/verify.h, alpha.h, propose.h): alpha's overlap against
 // scripts/make_alpha_reference.py, the rejection rule's acceptance against alpha's chain estimate,
-// and P-EAGLE chains at a temperature (ParallelProposer) against the greedy chain.
+// SGLang's tree speculative sampling against scripts/make_tree_sampling_reference.py, and P-EAGLE
+// chains at a temperature (ParallelProposer) against the greedy chain.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -76,6 +77,54 @@ TEST_CASE("the rejection rule: mean acceptance within its CI of alpha's chain es
     for (std::int64_t x = 0; x < v; ++x)
       CHECK(first_counts[static_cast<std::size_t>(x)] / rounds == Approx(p[0][x].item<double>()).margin(0.015));
   }
+}
+
+TEST_CASE("tree speculative sampling equals SGLang's kernel in the PyTorch reference", "[acceptance]") {
+  const auto cases = read_reference("tree_sampling.json");
+  REQUIRE(cases.size() >= 40);
+  std::int64_t rejected = 0, deep = 0;
+  for (const auto& c : cases) {
+    INFO(c["name"].get<std::string>() << " temperature " << c["temperature"].get<double>() << " coins "
+                                      << c["coins"].dump());
+    acceptance::DraftTree tree;
+    tree.token = c["token"].get<std::vector<std::int64_t>>();
+    tree.parent = c["parent"].get<std::vector<std::int64_t>>();
+    tree.depth = c["depth"].get<std::vector<std::int64_t>>();
+    auto p = model::sampling_probs(table_of(c["logits"]), c["temperature"].get<double>(), c["top_p"].get<double>());
+    auto got =
+        acceptance::verify_tree_sampled(tree, p, c["coins"].get<std::vector<double>>(), c["final_coin"].get<double>());
+    CHECK(got.path == c["expected"]["path"].get<std::vector<std::int64_t>>());
+    CHECK(got.next == c["expected"]["next"].get<std::int64_t>());
+    rejected += got.path.size() == 1;
+    deep += got.path.size() >= 3;
+  }
+  CHECK(rejected > 0);
+  CHECK(deep > 0);
+}
+
+TEST_CASE("tree speculative sampling emits the target's distribution", "[acceptance]") {
+  // A root with three children (one of them deeper): the first token emitted follows p_0 exactly,
+  // whichever children the tree holds.
+  torch::manual_seed(4);
+  const std::int64_t v = 6;
+  acceptance::DraftTree tree;
+  tree.token = {0, 2, 4, 1, 3};
+  tree.parent = {-1, 0, 0, 0, 1};
+  tree.depth = {0, 1, 1, 1, 2};
+  auto p = torch::softmax(torch::randn({5, v}, torch::kFloat64) * 1.5, -1);
+  std::mt19937_64 rng(3);
+  auto u = [&rng] { return static_cast<double>(rng() >> 11) * 0x1.0p-53; };
+  const int rounds = 20000;
+  std::vector<double> first(static_cast<std::size_t>(v), 0.0);
+  for (int r = 0; r < rounds; ++r) {
+    std::vector<double> coins(5);
+    for (auto& x : coins) x = u();
+    auto out = acceptance::verify_tree_sampled(tree, p, coins, u());
+    const auto emitted = out.path.size() > 1 ? tree.token[static_cast<std::size_t>(out.path[1])] : out.next;
+    first[static_cast<std::size_t>(emitted)] += 1.0;
+  }
+  for (std::int64_t x = 0; x < v; ++x)
+    CHECK(first[static_cast<std::size_t>(x)] / rounds == Approx(p[0][x].item<double>()).margin(0.015));
 }
 
 TEST_CASE("a P-EAGLE head's chains at a temperature: ParallelProposer; temperature -> 0 is the greedy chain; no trees",

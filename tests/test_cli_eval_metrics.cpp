@@ -1,6 +1,7 @@
 // The tree and temperature metrics end to end: eval's JSON (a chain tree and temperature -> 0 equal
-// the greedy AR, a seeded sampled run is reproducible), a run selecting checkpoint-best by tree_ar
-// and recording every metric, and the refused combinations.
+// the greedy AR, for chains and for the tree at a temperature; a seeded sampled run is
+// reproducible), a run selecting checkpoint-best by tree_ar and recording every metric, and the
+// refused combinations.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -38,6 +39,7 @@ TEST_CASE("eval: a chain tree and temperature -> 0 equal the greedy AR; seeded s
   CHECK(chain["ar"].get<double>() >= 1.0);
   CHECK(chain["tree_ar"] == chain["ar"]);
   CHECK(chain["temp_ar"] == chain["ar"]);
+  CHECK(chain["tree_temp_ar"] == chain["ar"]);  // the chain tree verified by SGLang's tree sampling
   CHECK(chain["alpha"].size() == 3);
   CHECK(chain["tree"] == json::array({3, 1, 4}));
   const std::string sampled = common + " --eval_tree_topk 4 --eval_tree_steps 5 --eval_tree_draft_tokens 8" +
@@ -46,6 +48,8 @@ TEST_CASE("eval: a chain tree and temperature -> 0 equal the greedy AR; seeded s
   CHECK(a == b);
   CHECK(a["tree_ar"].get<double>() >= 1.0);
   CHECK(a["temp_ar_ci95"].get<double>() > 0.0);
+  CHECK(a["tree_temp_ar"].get<double>() >= 1.0);
+  CHECK(a["tree_temp_ar_ci95"].get<double>() > 0.0);
   for (const auto& x : a["alpha"]) CHECK((x.get<double>() > 0.0 && x.get<double>() <= 1.0));
   CHECK(a["alpha_ar"].get<double>() >= 1.0);
   CHECK(a["alpha_ar"].get<double>() <= 4.0);
@@ -68,12 +72,14 @@ TEST_CASE("a run selects checkpoint-best by tree_ar and records every evaluated 
   CHECK(best["metric"] == "tree_ar");
   auto summary = json::parse(eagle::test::read_file(run / "summary.json"));
   CHECK(summary["best_metric"] == "tree_ar");
-  for (const char* key : {"ar", "tree_ar", "temp_ar", "temp_ar_ci95", "alpha_ar", "eval_loss"})
+  for (const char* key : {"ar", "tree_ar", "temp_ar", "temp_ar_ci95", "tree_temp_ar", "tree_temp_ar_ci95", "alpha_ar",
+                          "eval_loss"})
     CHECK(summary[key].is_number());
   CHECK(summary["alpha"].size() == 3);
   bool logged = false;
   for (const auto& line : read_jsonl(run / "metrics.jsonl"))
-    if (line.contains("tree_ar")) logged = line.contains("temp_ar") && line.contains("alpha");
+    if (line.contains("tree_ar"))
+      logged = line.contains("temp_ar") && line.contains("tree_temp_ar") && line.contains("alpha");
   CHECK(logged);
 }
 

@@ -112,7 +112,8 @@ TEST_CASE("training from dumped float32 features equals training with the target
   // The head names the target the features came from.
   auto cfg = json::parse(test::read_file(tmp / "offline" / "checkpoint-5" / "config.json"));
   CHECK_THAT(cfg.dump(), Catch::Contains("tiny-llama"));
-  CHECK_FALSE(off.ar.has_value());  // AR needs the target
+  REQUIRE(off.eval);
+  CHECK_FALSE(off.eval->acceptance.ar.has_value());  // AR needs the target
 
   SECTION("with the target given, the AR is measured; another target is refused") {
     auto with_target = options(tmp / "with-target");
@@ -121,7 +122,8 @@ TEST_CASE("training from dumped float32 features equals training with the target
     with_target.max_steps = 2;
     with_target.eval_num_prompts = 2;
     with_target.eval_max_new_tokens = 8;
-    CHECK(train::train(with_target, {"eagle-train", "train"}).ar.has_value());
+    const auto measured = train::train(with_target, {"eagle-train", "train"});
+    CHECK((measured.eval && measured.eval->acceptance.ar));
 
     auto other = options(tmp / "other");
     other.features_path = dump.output;

@@ -1,6 +1,5 @@
 // The source tree's layering (docs/developer.md "Layout"): areas from the bottom util, config,
-// The source tree's layering (docs/developer.md "Layout"): areas from the bottom util, config,
-// data and server (siblings), then model (the tensor kit) and device (siblings), target, io and run
+// data and server (siblings), then model (the tensor kit), device and io (siblings), target and run
 // (siblings), head, features, generate and acceptance (siblings), train, cli: the target never
 // includes the head, and the acceptance measures never include the training run. A file may include
 // its own area and the areas below it, never one above or a sibling; the plain-C++ areas include no
@@ -23,7 +22,7 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::map<std::string, int> kRank{{"util", 0},     {"config", 1},     {"data", 2},  {"server", 2}, {"model", 3},
-                                       {"device", 3},   {"target", 4},     {"io", 4},    {"run", 4},    {"head", 5},
+                                       {"device", 3},   {"target", 4},     {"io", 3},    {"run", 4},    {"head", 5},
                                        {"features", 6}, {"generate", 6},   {"acceptance", 6}, {"train", 7}, {"cli", 8}};
 const std::set<std::string> kPlainCpp{"util", "config", "data", "server", "io", "run"};
 

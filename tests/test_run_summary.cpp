@@ -13,7 +13,7 @@ using nlohmann::json;
 
 TEST_CASE("CI gates: min_ar and max_final_loss", "[run]") {
   RunSummary s;
-  s.ar = 2.5;
+  s.eval.emplace().acceptance.ar = 2.5;
   s.final_loss = 1.25;
   CHECK(check_gates(s, 0.0, 0.0).empty());
   auto pass = check_gates(s, 2.5, 1.25);  // equal to the threshold passes
@@ -29,7 +29,7 @@ TEST_CASE("CI gates: min_ar and max_final_loss", "[run]") {
   CHECK(e->exit_code() == eagle::ExitCode::gate);
   CHECK(e->format() == "min_ar: CI gate missed: AR 2.5000 < min_ar 3.0000");
 
-  s.ar.reset();
+  s.eval->acceptance.ar.reset();
   s.final_loss = std::nan("");
   auto both = gate_error(check_gates(s, 1.5, 2.0));
   REQUIRE(both);
@@ -53,8 +53,10 @@ TEST_CASE("summary.json holds the run's end state", "[run]") {
   s.total_steps = 100;
   s.resumed_from_step = 20;
   s.final_loss = 1.5;
-  s.acc = {0.75, 0.5};
-  s.tau = 2.25;
+  s.eval.emplace();
+  s.eval->loss = std::nan("");  // nothing scored: null
+  s.eval->acc = {0.75, 0.5};
+  s.eval->tau = 2.25;
   s.real_tokens = 40000.0;
   s.tokens_per_s = 1000.0;
   s.wall_time_s = 12.5;
@@ -64,7 +66,7 @@ TEST_CASE("summary.json holds the run's end state", "[run]") {
   json doc = json::parse(eagle::test::read_file(tmp / "summary.json"));
   CHECK(doc == json::parse(R"({"exit_reason": "interrupted", "detail": "SIGTERM", "exit_code": 130, "steps": 40,
       "total_steps": 100, "resumed_from_step": 20, "final_loss": 1.5, "ar": null, "acc": [0.75, 0.5],
-      "tau": 2.25, "eval_loss": null, "tree_ar": null, "temp_ar": null, "temp_ar_ci95": null, "alpha": [],
+      "tau": 2.25, "eval_loss": null, "tree_ar": null, "temp_ar": null, "temp_ar_ci95": null, "tree_temp_ar": null, "tree_temp_ar_ci95": null, "alpha": [],
       "alpha_ar": null, "best_metric": "ar", "real_tokens": 40000.0, "tokens_per_s": 1000.0, "wall_time_s": 12.5, "best_step": null,
       "gates": {"min_ar": {"threshold": 2.0, "value": null, "passed": false}}})"));
   // Written atomically: no temporary file is left behind.

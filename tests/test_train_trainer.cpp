@@ -144,7 +144,7 @@ TEST_CASE("a final evaluation that fails leaves the last step's checkpoint; resu
   run::RunSummary s = train::train(o, {"eagle-train", "train"});
   CHECK(s.exit_reason == run::ExitReason::completed);
   CHECK(s.resumed_from_step == 6);
-  CHECK(s.ar.has_value());
+  CHECK((s.eval && s.eval->acceptance.ar));
 }
 
 TEST_CASE("a checkpoint with a negative step is refused by name", "[train]") {

@@ -65,6 +65,16 @@ AcceptanceStats measure(const target::TargetModel& target, head::DraftHead& head
       out.temp_ar = sampled.ar;
       out.temp_ar_ci95 = sampled.ci95;
     }
+    if (s.tree.on()) {
+      Uniform tree_u(s.sampling.seed);
+      TreeProposer tree_proposer(s.tree);
+      SampledVerifier tree_verifier(s.sampling, tree_u);
+      const auto tree = decode_prompts(target, head, prompts, tree_proposer, tree_verifier, s.max_new_tokens);
+      if (tree.rounds > 0) {
+        out.tree_temp_ar = tree.ar;
+        out.tree_temp_ar_ci95 = tree.ci95;
+      }
+    }
     auto alpha = analytic_alpha(target, head, heldout, s.num_prompts, s.sampling);
     if (alpha.positions > 0) {
       out.alpha = alpha.alpha;

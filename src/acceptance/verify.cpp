@@ -4,7 +4,6 @@
 #include <algorithm>
 
 #include "eagle/model/sampling.h"
-#include "eagle/util/error.h"
 
 namespace eagle::acceptance {
 
@@ -58,6 +57,36 @@ RoundOutcome verify_sampled(const torch::Tensor& p, const torch::Tensor& q, cons
   return out;
 }
 
+TreeOutcome verify_tree_sampled(const DraftTree& tree, const torch::Tensor& p, const std::vector<double>& coins,
+                                double final_coin) {
+  TreeOutcome out{{0}, 0};
+  const auto n = tree.token.size();
+  const auto probs = p.contiguous();
+  std::vector<std::int64_t> rejected;  // tokens of the current node's children rejected so far
+  for (bool accepted = true; accepted;) {
+    accepted = false;
+    rejected.clear();
+    const auto at = static_cast<std::size_t>(out.path.back());
+    const double coin = coins[at];
+    double mass = 0.0;
+    for (std::size_t c = at + 1; c < n; ++c) {
+      if (tree.parent[c] != static_cast<std::int64_t>(at)) continue;
+      mass += probs[static_cast<std::int64_t>(at)][tree.token[c]].item<double>();
+      if (coin <= mass) {
+        out.path.push_back(static_cast<std::int64_t>(c));
+        accepted = true;
+        break;
+      }
+      rejected.push_back(tree.token[c]);
+    }
+  }
+  auto row = probs[out.path.back()].clone();
+  for (auto t : rejected) row[t] = 0.0;
+  // The rejected children cannot hold all of p's mass (the coin is below 1); rounding aside (then p).
+  out.next = sample_from(row.sum().item<double>() > 0.0 ? row : probs[out.path.back()], final_coin);
+  return out;
+}
+
 std::int64_t GreedyVerifier::first_token(const torch::Tensor& last_logits) {
   return last_logits.argmax(-1).item<std::int64_t>();
 }
@@ -85,8 +114,10 @@ Verdict SampledVerifier::verify(const DraftTree& tree, const torch::Tensor& q, c
     v.next = outcome.next;
     return v;
   }
-  throw Error(ErrorKind::usage, "sampled verification of a draft tree is not implemented")
-      .place("eval_tree_topk / eval_temperature");
+  std::vector<double> coins(tree.token.size());
+  for (auto& c : coins) c = u_();
+  auto outcome = verify_tree_sampled(tree, p, coins, u_());
+  return {std::move(outcome.path), outcome.next};
 }
 
 }  // namespace eagle::acceptance

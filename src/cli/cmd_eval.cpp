@@ -101,6 +101,9 @@ std::string extra_line(const io::AcceptanceStats& s, const acceptance::Acceptanc
   if (s.temp_ar)
     out += fmt::format("\nAR at temperature {} {:.3f} +- {:.3f} (95%)", e.sampling.temperature, *s.temp_ar,
                        s.temp_ar_ci95.value_or(0.0));
+  if (s.tree_temp_ar)
+    out += fmt::format("\ntree AR at temperature {} {:.3f} +- {:.3f} (95%)", e.sampling.temperature, *s.tree_temp_ar,
+                       s.tree_temp_ar_ci95.value_or(0.0));
   if (s.alpha_ar) out += fmt::format("\nalpha {:.3f} | chain estimate {:.3f}", fmt::join(s.alpha, " "), *s.alpha_ar);
   return out;
 }

@@ -81,7 +81,8 @@ void declare_eval_options(Table& t) {
       });
   t.add(&Options::eval_temperature, "eval_temperature", G::eval, kTrain | kEval,
         "Sampled acceptance (speculative sampling, rejection rule) and the analytic alpha_k at this temperature, "
-        "seeded by seed; 0: greedy only")
+        "seeded by seed; with eval_tree_topk > 0 also SGLang's tree speculative sampling (tree_temp_ar); "
+        "0: greedy only")
       .range(0.0, 100.0)
       .check([](double v, const Options& o) {
         return v == 0.0 || o.eagle_version == 3 ? std::string() : std::string("0 for an EAGLE-1 head");

@@ -54,8 +54,12 @@ json to_json(const EvalStats& e) {
   out["eval_acc"] = numbers(e.acc);
   out["eval_tau"] = number(e.tau);
   const auto& a = e.acceptance;
-  for (const auto& [name, v] :
-       {std::pair{"ar", &a.ar}, {"tree_ar", &a.tree_ar}, {"temp_ar", &a.temp_ar}, {"temp_ar_ci95", &a.temp_ar_ci95}})
+  for (const auto& [name, v] : {std::pair{"ar", &a.ar},
+                                {"tree_ar", &a.tree_ar},
+                                {"temp_ar", &a.temp_ar},
+                                {"temp_ar_ci95", &a.temp_ar_ci95},
+                                {"tree_temp_ar", &a.tree_temp_ar},
+                                {"tree_temp_ar_ci95", &a.tree_temp_ar_ci95}})
     if (*v) out[name] = number(**v);
   if (!a.alpha.empty()) out["alpha"] = numbers(a.alpha);
   if (a.alpha_ar) out["alpha_ar"] = number(*a.alpha_ar);
@@ -85,6 +89,7 @@ std::vector<std::pair<std::string, float>> tensorboard_scalars(const EvalStats& 
   for (const auto& [tag, v] : {std::pair{"eval/ar", &a.ar},
                                {"eval/tree_ar", &a.tree_ar},
                                {"eval/temp_ar", &a.temp_ar},
+                               {"eval/tree_temp_ar", &a.tree_temp_ar},
                                {"eval/alpha_ar", &a.alpha_ar}})
     if (*v) out.emplace_back(tag, static_cast<float>(**v));
   return out;

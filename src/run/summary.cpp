@@ -16,11 +16,19 @@ json opt_number(const std::optional<double>& v) {
   return v && std::isfinite(*v) ? json(*v) : json(nullptr);
 }
 
-const std::optional<double>& gated_ar(const RunSummary& s) {
-  if (s.gate_metric == "tree_ar") return s.tree_ar;
-  if (s.gate_metric == "temp_ar") return s.temp_ar;
-  if (s.gate_metric == "alpha_ar") return s.alpha_ar;
-  return s.ar;
+json numbers(const std::vector<double>& v) {
+  json out = json::array();
+  for (double a : v) out.push_back(std::isfinite(a) ? json(a) : json(nullptr));
+  return out;
+}
+
+std::optional<double> gated_ar(const RunSummary& s) {
+  if (!s.eval) return std::nullopt;
+  const auto& a = s.eval->acceptance;
+  if (s.gate_metric == "tree_ar") return a.tree_ar;
+  if (s.gate_metric == "temp_ar") return a.temp_ar;
+  if (s.gate_metric == "alpha_ar") return a.alpha_ar;
+  return a.ar;
 }
 
 }  // namespace
@@ -38,7 +46,7 @@ std::string_view to_string(ExitReason r) {
 std::vector<GateCheck> check_gates(const RunSummary& s, double min_ar, double max_final_loss) {
   std::vector<GateCheck> out;
   if (min_ar > 0) {
-    const auto& v = gated_ar(s);
+    const auto v = gated_ar(s);
     bool ok = v && std::isfinite(*v) && *v >= min_ar;
     out.push_back(GateCheck{"min_ar", min_ar, v, ok});
   }
@@ -83,10 +91,9 @@ json to_json(const RunSummary& s) {
   json gates = json::object();
   for (const auto& g : s.gates)
     gates[g.name] = {{"threshold", g.threshold}, {"value", opt_number(g.value)}, {"passed", g.passed}};
-  json acc = json::array();
-  for (double a : s.acc) acc.push_back(std::isfinite(a) ? json(a) : json(nullptr));
-  json alpha = json::array();
-  for (double a : s.alpha) alpha.push_back(std::isfinite(a) ? json(a) : json(nullptr));
+  const io::EvalStats none;
+  const io::EvalStats& e = s.eval ? *s.eval : none;
+  const io::AcceptanceStats& a = e.acceptance;
   return json{
       {"exit_reason", to_string(s.exit_reason)},
       {"detail", s.detail},
@@ -95,15 +102,17 @@ json to_json(const RunSummary& s) {
       {"total_steps", s.total_steps},
       {"resumed_from_step", s.resumed_from_step ? json(*s.resumed_from_step) : json(nullptr)},
       {"final_loss", opt_number(s.final_loss)},
-      {"ar", opt_number(s.ar)},
-      {"acc", acc},
-      {"tau", opt_number(s.tau)},
-      {"eval_loss", opt_number(s.eval_loss)},
-      {"tree_ar", opt_number(s.tree_ar)},
-      {"temp_ar", opt_number(s.temp_ar)},
-      {"temp_ar_ci95", opt_number(s.temp_ar_ci95)},
-      {"alpha", alpha},
-      {"alpha_ar", opt_number(s.alpha_ar)},
+      {"ar", opt_number(a.ar)},
+      {"acc", numbers(e.acc)},
+      {"tau", s.eval ? opt_number(e.tau) : json(nullptr)},
+      {"eval_loss", s.eval ? opt_number(e.loss) : json(nullptr)},
+      {"tree_ar", opt_number(a.tree_ar)},
+      {"temp_ar", opt_number(a.temp_ar)},
+      {"temp_ar_ci95", opt_number(a.temp_ar_ci95)},
+      {"tree_temp_ar", opt_number(a.tree_temp_ar)},
+      {"tree_temp_ar_ci95", opt_number(a.tree_temp_ar_ci95)},
+      {"alpha", numbers(a.alpha)},
+      {"alpha_ar", opt_number(a.alpha_ar)},
       {"best_metric", s.best_metric},
       {"real_tokens", opt_number(s.real_tokens)},
       {"tokens_per_s", opt_number(s.tokens_per_s)},

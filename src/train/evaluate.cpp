@@ -82,16 +82,7 @@ std::string gate_metric(config::BestMetric metric) {
 }
 
 void record_metrics(const io::EvalStats& stats, config::BestMetric metric, run::RunSummary& s) {
-  const auto& a = stats.acceptance;
-  s.ar = a.ar;
-  s.acc = stats.acc;
-  s.tau = stats.tau;
-  s.eval_loss = std::isfinite(stats.loss) ? std::optional<double>(stats.loss) : std::nullopt;
-  s.tree_ar = a.tree_ar;
-  s.temp_ar = a.temp_ar;
-  s.temp_ar_ci95 = a.temp_ar_ci95;
-  s.alpha = a.alpha;
-  s.alpha_ar = a.alpha_ar;
+  s.eval = stats;
   s.best_metric = config::name_of(metric);
   s.gate_metric = gate_metric(metric);
 }

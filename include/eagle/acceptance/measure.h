@@ -1,6 +1,6 @@
 // The acceptance metrics of an evaluation, as the trainer and `eagle-train eval` measure them: the
-// greedy chain AR (batched or one prompt at a time), then the tree AR, the sampled AR and alpha_k as
-// the settings ask (docs/heads.md, "Acceptance metrics").
+// greedy chain AR (batched or one prompt at a time), then the tree AR, the sampled AR of chains and
+// of trees and alpha_k as the settings ask (docs/heads.md, "Acceptance metrics").
 #pragma once
 
 #include <cstdint>
@@ -33,8 +33,8 @@ using AcceptanceStats = io::AcceptanceStats;
 
 // Every metric the settings ask for, over the same prompts (eval_prompts of heldout): ar; tree_ar
 // (tree.on()); at a temperature temp_ar and its ci95 (chains: ChainProposer, or ParallelProposer for
-// P-EAGLE heads), alpha and alpha_ar. The sampled decoding draws from a Uniform seeded by
-// sampling.seed.
+// P-EAGLE heads), tree_temp_ar and its ci95 with a tree, alpha and alpha_ar. Each sampled decoding
+// draws from its own Uniform seeded by sampling.seed.
 AcceptanceStats measure(const target::TargetModel& target, head::DraftHead& head, const data::Dataset& heldout,
                         const AcceptanceSettings& settings);
 

@@ -1,7 +1,7 @@
 // The target's side of a round: which drafts it accepts and the token it adds. Greedy (the longest
 // path of the target's argmax) and sampled at a temperature: a chain with its draft distributions q
 // by the rejection rule (accepted with probability min(1, p(x) / q(x)), else a sample of the
-// normalised max(0, p - q)).
+// normalised max(0, p - q)), a tree by SGLang's tree speculative sampling (target only).
 #pragma once
 
 #include <cstdint>
@@ -52,6 +52,21 @@ struct RoundOutcome {
 RoundOutcome verify_sampled(const torch::Tensor& p, const torch::Tensor& q, const std::vector<std::int64_t>& drafted,
                             const std::function<double()>& u);
 
+// SGLang's tree_speculative_sampling_target_only (sgl-kernel speculative_sampling.cuh, thresholds 1):
+// p [n, V] fp64 the target's distribution after each node. From the root, with the coin of the node
+// (coins [n]), its children in node order add their tokens' mass under p to a running sum; the
+// first child whose sum reaches the coin is accepted, and the walk goes on from it with its own
+// coin. Where no child is accepted, the next token is sampled with final_coin from p at the last
+// accepted node without the tokens of its rejected children (SGLang's relu(p - draft_probs); a leaf:
+// p itself). The emitted tokens follow p exactly. Returns the accepted path (node indices, the root
+// first) and the next token.
+struct TreeOutcome {
+  std::vector<std::int64_t> path;
+  std::int64_t next = 0;
+};
+TreeOutcome verify_tree_sampled(const DraftTree& tree, const torch::Tensor& p, const std::vector<double>& coins,
+                                double final_coin);
+
 // A round's verdict: the accepted path (node indices, the root first) and the target's own token.
 struct Verdict {
   std::vector<std::int64_t> path;
@@ -75,8 +90,8 @@ class GreedyVerifier : public Verifier {
   Verdict verify(const DraftTree& tree, const torch::Tensor& q, const torch::Tensor& logits) override;
 };
 
-// At a temperature: p = sampling_probs of the target's logits; a chain with q by verify_sampled
-// (Error(usage) for a round without q: a tree).
+// At a temperature: p = sampling_probs of the target's logits; a chain with q by verify_sampled, a
+// tree (no q) by verify_tree_sampled (coins for every node and a final one, drawn in that order).
 class SampledVerifier : public Verifier {
  public:
   SampledVerifier(const SamplingSettings& s, Uniform& u) : s_(s), u_(u) {}

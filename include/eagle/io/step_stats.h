@@ -32,12 +32,14 @@ struct StepStats {
 // The speculative-decoding metrics of an evaluation (acceptance::measure), each absent when not
 // measured.
 struct AcceptanceStats {
-  std::optional<double> ar;            // real acceptance rate (mean 1 + accepted per round)
-  std::optional<double> tree_ar;       // the same with SGLang's draft tree (eval_tree_*)
-  std::optional<double> temp_ar;       // speculative sampling at eval_temperature
-  std::optional<double> temp_ar_ci95;  // half-width of temp_ar's 95% confidence interval
-  std::vector<double> alpha;           // analytic acceptance per TTT step at eval_temperature
-  std::optional<double> alpha_ar;      // 1 + sum_k prod_{j <= k} alpha_j
+  std::optional<double> ar;                 // real acceptance rate (mean 1 + accepted per round)
+  std::optional<double> tree_ar;            // the same with SGLang's draft tree (eval_tree_*)
+  std::optional<double> temp_ar;            // speculative sampling at eval_temperature
+  std::optional<double> temp_ar_ci95;       // half-width of temp_ar's 95% confidence interval
+  std::optional<double> tree_temp_ar;       // SGLang's tree speculative sampling at eval_temperature
+  std::optional<double> tree_temp_ar_ci95;  // half-width of tree_temp_ar's 95% confidence interval
+  std::vector<double> alpha;                // analytic acceptance per TTT step at eval_temperature
+  std::optional<double> alpha_ar;           // 1 + sum_k prod_{j <= k} alpha_j
 };
 
 // One evaluation on the held-out split: the teacher-forced numbers, then the acceptance metrics.
@@ -69,14 +71,14 @@ struct ThroughputWindow {
 // metrics.jsonl fields: step, loss, acc, tau, lr, grad_norm, tokens_per_s, padding_efficiency,
 // ms_per_step, nonfinite_steps, peak_memory_mib (when known). Non-finite numbers become null (JSON has no NaN).
 nlohmann::json to_json(const StepStats& s);
-// step, eval_loss, eval_acc, eval_tau, ar, tree_ar, temp_ar, temp_ar_ci95, alpha, alpha_ar (each absent
-// when not measured).
+// step, eval_loss, eval_acc, eval_tau, ar, tree_ar, temp_ar, temp_ar_ci95, tree_temp_ar,
+// tree_temp_ar_ci95, alpha, alpha_ar (each absent when not measured).
 nlohmann::json to_json(const EvalStats& e);
 
 // TensorBoard tags: train/loss, train/acc_<k>, train/tau, train/lr, train/grad_norm,
 // train/tokens_per_s, train/padding_efficiency, train/ms_per_step, train/peak_memory_mib.
 std::vector<std::pair<std::string, float>> tensorboard_scalars(const StepStats& s);
-// eval/loss, eval/acc_<k>, eval/tau, eval/ar, eval/tree_ar, eval/temp_ar, eval/alpha_ar.
+// eval/loss, eval/acc_<k>, eval/tau, eval/ar, eval/tree_ar, eval/temp_ar, eval/tree_temp_ar, eval/alpha_ar.
 std::vector<std::pair<std::string, float>> tensorboard_scalars(const EvalStats& e);
 
 }  // namespace eagle::io

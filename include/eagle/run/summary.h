@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eagle/io/step_stats.h"
 #include "eagle/util/error.h"
 
 namespace eagle::run {
@@ -33,13 +34,8 @@ struct RunSummary {
   std::int64_t steps = 0;                 // optimizer steps done (including resumed ones)
   std::int64_t total_steps = 0;           // optimizer steps planned
   std::optional<std::int64_t> resumed_from_step;
-  std::optional<double> final_loss;  // training loss of the last logging window
-  std::optional<double> ar;          // real acceptance rate of the last evaluation
-  std::vector<double> acc;           // acc_k per TTT step of the last evaluation
-  std::optional<double> tau;         // estimated acceptance length of the last evaluation
-  // The last evaluation's other acceptance metrics (EvalStats), each null when not measured.
-  std::optional<double> eval_loss, tree_ar, temp_ar, temp_ar_ci95, alpha_ar;
-  std::vector<double> alpha;
+  std::optional<double> final_loss;       // training loss of the last logging window
+  std::optional<io::EvalStats> eval;      // the last evaluation (its metrics null in summary.json when none)
   std::string best_metric = "ar";         // what checkpoint-best uses (--best_metric)
   std::string gate_metric = "ar";         // the AR min_ar gates: ar, tree_ar, temp_ar or alpha_ar
   double real_tokens = 0.0;               // real (non-pad) tokens trained on, resumed steps included
@@ -49,8 +45,8 @@ struct RunSummary {
   std::vector<GateCheck> gates;           // the gates checked (empty: none configured)
 };
 
-// The gates that are set (threshold > 0): min_ar passes when the gate_metric's AR >= min_ar, max_final_loss when
-// final_loss <= max_final_loss; a value never measured or not finite misses its gate.
+// The gates that are set (threshold > 0): min_ar passes when the gate_metric's AR (of eval) >= min_ar, max_final_loss
+// when final_loss <= max_final_loss; a value never measured or not finite misses its gate.
 std::vector<GateCheck> check_gates(const RunSummary& s, double min_ar, double max_final_loss);
 // Error(gate) naming every missed gate on one line, e.g. "CI gate missed: AR 1.850 < min_ar
 // 2.000"; empty when all passed.

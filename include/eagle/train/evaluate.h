@@ -47,7 +47,7 @@ struct SelectedMetric {
 SelectedMetric selected_metric(const io::EvalStats& stats, config::BestMetric metric);
 // The AR metric min_ar gates for a best_metric: itself, and the chain AR for loss.
 std::string gate_metric(config::BestMetric metric);
-// The evaluation into a run summary (its metrics, the best and gate metrics' names).
+// The evaluation into a run summary (summary.eval, the best and gate metrics' names).
 void record_metrics(const io::EvalStats& stats, config::BestMetric metric, run::RunSummary& summary);
 
 // Held-out losses/acc/tau plus the acceptance metrics, as logged (step is the optimizer step
