@@ -56,4 +56,15 @@ inline std::shared_ptr<head::DraftHead> trained_head(const std::filesystem::path
   return head;
 }
 
+// The tiny target and a head trained on the smoke data (extra: more train flags) in a folder that
+// lives as long as the fixture: the common start of the decoding tests.
+struct TrainedSmoke {
+  explicit TrainedSmoke(const std::string& extra = "")
+      : target(tiny_llama()), trained(trained_head(dir / "run", target, extra)), head(*trained) {}
+  TempDir dir;
+  target::TargetModel target;
+  std::shared_ptr<head::DraftHead> trained;
+  head::DraftHead& head;
+};
+
 }  // namespace eagle::test

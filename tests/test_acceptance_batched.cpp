@@ -31,10 +31,9 @@ AcceptanceResult batched(const target::TargetModel& target, head::DraftHead& hea
 }  // namespace
 
 TEST_CASE("batched speculative decoding equals one by one, prompt by prompt", "[acceptance]") {
-  test::TempDir dir;
-  auto target = test::tiny_llama();
-  auto trained = test::trained_head(dir / "run", target);
-  auto& head = *trained;
+  test::TrainedSmoke smoke();
+  auto& target = smoke.target;
+  auto& head = smoke.head;
   REQUIRE(head.drafts_ragged());
   const auto prompts = test::smoke_data();
   std::int64_t drafts_accepted = 0;

@@ -56,10 +56,9 @@ PromptAcceptance reference_chain(const target::TargetModel& target, head::DraftH
 }  // namespace
 
 TEST_CASE("decode_prompt with a greedy chain equals the reference loop, prompt by prompt", "[acceptance]") {
-  test::TempDir dir;
-  auto target = test::tiny_llama();
-  auto trained = test::trained_head(dir / "run", target);
-  auto& head = *trained;
+  test::TrainedSmoke smoke();
+  auto& target = smoke.target;
+  auto& head = smoke.head;
   const auto prompts = acceptance::eval_prompts(test::smoke_data(), 10);
   REQUIRE(prompts.size() == 10);
   std::int64_t drafts_accepted = 0;

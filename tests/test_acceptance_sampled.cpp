@@ -129,10 +129,9 @@ TEST_CASE("tree speculative sampling emits the target's distribution", "[accepta
 
 TEST_CASE("a P-EAGLE head's chains at a temperature: ParallelProposer; temperature -> 0 is the greedy chain; no trees",
           "[acceptance]") {
-  test::TempDir dir;
-  auto target = test::tiny_llama();
-  auto trained = test::trained_head(dir / "run", target, "--parallel_drafting --mask_token_id 3");
-  auto& head = *trained;
+  test::TrainedSmoke smoke("--parallel_drafting --mask_token_id 3");
+  auto& target = smoke.target;
+  auto& head = smoke.head;
   REQUIRE(head.config().parallel_drafting);
   const auto prompts = acceptance::eval_prompts(test::smoke_data(), 8);
   acceptance::ChainProposer chain(3);  // head.draft(): P-EAGLE's one parallel forward

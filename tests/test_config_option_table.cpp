@@ -221,3 +221,46 @@ TEST_CASE("docs/options.md is generated from the table and current", "[config]")
   INFO("regenerate with: build/eagle-train --options-markdown > docs/options.md");
   CHECK(committed == options_markdown());
 }
+
+TEST_CASE("an option that would be silently ignored is refused by name (issue 41 item 10)", "[config]") {
+  // Every acts_only() of the table: set away from its default where its condition does not hold.
+  Options o;
+  o.eval_top_p = 0.5;
+  o.eval_draft_sampling = DraftSampling::sample;
+  o.eval_tree_steps = 3;
+  o.target_server_retries = 1;
+  o.target_server_inflight = 2;
+  o.target_server_timeout_s = 5;
+  o.mask_token_id = 3;
+  std::string msg = error_text([&] { check_ignored(o, Command::train); });
+  CHECK(msg.rfind("7 options would be ignored: ", 0) == 0);
+  for (const char* part : {"--eval_top_p 0.5 acts only with --eval_temperature > 0",
+                           "--eval_draft_sampling \"sample\" acts only with --eval_temperature > 0",
+                           "--eval_tree_steps 3 acts only with --eval_tree_topk > 0",
+                           "--target_server_retries 1 acts only with --target_server",
+                           "--mask_token_id 3 acts only with --parallel_drafting"})
+    CHECK_THAT(msg, Catch::Contains(part));
+  // Each condition, once it holds, lets its options act.
+  o.eval_temperature = 1.0;
+  o.eval_tree_topk = 2;
+  o.target_server = "http://localhost:8000";
+  o.parallel_drafting = true;
+  CHECK_NOTHROW(check_ignored(o, Command::train));
+
+  Options e;
+  e.quantize_scale = QuantScale::mse;
+  e.quantize_fc = true;
+  CHECK_THAT(error_text([&] { check_ignored(e, Command::export_); }),
+             Catch::Contains("2 options would be ignored") && Catch::Contains("--quantize_scale \"mse\" acts only with --quantize fp8"));
+  e.quantize = Quantize::fp8;
+  CHECK_NOTHROW(check_ignored(e, Command::export_));
+  CHECK_NOTHROW(check_ignored(e, Command::eval));  // not an export: the export options are not eval's
+
+  Options g;
+  g.top_p = 0.9;
+  CHECK_THAT(error_text([&] { check_ignored(g, Command::generate); }), Catch::Contains("--top_p 0.9 acts only with --temperature > 0"));
+  g.temperature = 0.7;
+  CHECK_NOTHROW(check_ignored(g, Command::generate));
+  // The defaults (what --dump-config writes for them) act with nothing and pass everywhere.
+  for (Command c : all_commands()) CHECK_NOTHROW(check_ignored(Options{}, c));
+}

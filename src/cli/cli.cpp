@@ -59,6 +59,7 @@ int run_parsed(CLI::App& app, std::vector<config::BoundFlags>& bound, const std:
       return 0;
     }
     config::check_required(opts, b.command);
+    config::check_ignored(opts, b.command);
     for (const auto& c : kCommands)
       if (c.command == b.command) c.run(opts, argv);
     return 0;

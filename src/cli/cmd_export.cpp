@@ -44,11 +44,7 @@ void run_export(const config::Options& opts, const Invocation& argv) {
   }
   head::Fp8Settings fp8{opts.quantize_scale == config::QuantScale::mse ? head::Fp8Scale::mse : head::Fp8Scale::amax,
                         opts.quantize_fc};
-  EAGLE_CHECK(opts.quantize == config::Quantize::fp8 || (opts.quantize_scale == config::QuantScale::amax && !opts.quantize_fc),
-              Error(ErrorKind::usage, "--quantize_scale and --quantize_fc choose how --quantize fp8 quantizes")
-                  .place("--quantize")
-                  .expected("fp8")
-                  .found("none"));
+  // --quantize_scale and --quantize_fc without --quantize fp8 are refused by the option table (acts_only).
   head::export_head(*loaded.head, format, opts.output, embedding,
                     opts.quantize == config::Quantize::fp8 ? &fp8 : nullptr);
 }

@@ -284,6 +284,11 @@ class Entry {
     e_.required.push_back({commands, std::move(alternatives)});
     return *this;
   }
+  // The option acts only where holds(options) is true (`when` says what, for the message).
+  Entry& acts_only(CommandMask commands, std::string when, std::function<bool(const Options&)> holds) {
+    e_.acts_only.push_back({commands, std::move(when), std::move(holds)});
+    return *this;
+  }
   Entry& not_in_config() {
     e_.in_config = false;
     return *this;

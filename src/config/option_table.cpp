@@ -91,15 +91,18 @@ std::vector<OptionEntry> declare_options() {
       });
   t.add(&Options::target_server_inflight, "target_server_inflight", G::data, kTrain | kEval,
         "target_server: requests in flight at once, also the samples fetched ahead of the step")
-      .range(1, 1024);
+      .range(1, 1024)
+      .acts_only(kTrain | kEval, "--target_server", [](const Options& o) { return !o.target_server.empty(); });
   t.add(&Options::target_server_timeout_s, "target_server_timeout_s", G::data, kTrain | kEval | kGenerate,
         "target_server: seconds one request may take, the wait for its file included (generate: one whole "
         "reply), before it is tried again")
-      .range(1, kMaxTimeoutS);
+      .range(1, kMaxTimeoutS)
+      .acts_only(kTrain | kEval | kGenerate, "--target_server", [](const Options& o) { return !o.target_server.empty(); });
   t.add(&Options::target_server_retries, "target_server_retries", G::data, kTrain | kEval | kGenerate,
         "target_server: tries after a failed request (backoff 1, 2, 4, ... 30 s); then the run ends with a "
         "checkpoint (generate: the samples written so far) and exit 4")
-      .range(0, 1000);
+      .range(0, 1000)
+      .acts_only(kTrain | kEval | kGenerate, "--target_server", [](const Options& o) { return !o.target_server.empty(); });
   t.add(&Options::features_dtype, "features_dtype", G::data, kDump,
         "dump-features: dtype of the stored hidden states; auto: the dtype the target runs in (the teacher is then "
         "the online one exactly)");
@@ -170,7 +173,8 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::mask_token_id, "mask_token_id", G::draft, kTrain,
         "P-EAGLE's mask token (its target embedding row is the mask slots' input); -1: the target's first "
         "end-of-sequence id")
-      .range(-1, kMaxVocab);
+      .range(-1, kMaxVocab)
+      .acts_only(kTrain, "--parallel_drafting", [](const Options& o) { return o.parallel_drafting; });
   t.add(&Options::ttt_loss_decay, "ttt_loss_decay", G::draft, kTrain, "Weight of TTT step k's loss is ttt_loss_decay^k")
       .range(0.0, 1.0);
   t.add(&Options::loss, "loss", G::draft, kTrain,
@@ -258,7 +262,8 @@ std::vector<OptionEntry> declare_options() {
         "Sample from the smallest set of tokens whose probability reaches top_p (with temperature > 0); "
         "1: the whole vocabulary")
       .range(0.0, 1.0)
-      .check([](double v, const Options&) { return v > 0.0 && v <= 1.0 ? "" : "a number in (0, 1]"; });
+      .check([](double v, const Options&) { return v > 0.0 && v <= 1.0 ? "" : "a number in (0, 1]"; })
+      .acts_only(kGenerate, "--temperature > 0 (greedy decoding samples nothing)", [](const Options& o) { return o.temperature > 0.0; });
   t.add(&Options::generate_batch_size, "generate_batch_size", G::generate, kGenerate,
         "Sequences generated together (rows of the KV cache); a finished row takes the next sample. With "
         "target_server: the completion requests in flight at once (keep it at or above the servers' "
@@ -300,10 +305,12 @@ std::vector<OptionEntry> declare_options() {
         "dynamic per-token activations (compressed-tensors, as vLLM loads EAGLE-3 drafts; sglang layout only)");
   t.add(&Options::quantize_scale, "quantize_scale", G::checkpoint, kExport,
         "The per-channel FP8 scale: amax (the row's largest magnitude maps to 448, no clipping) or mse (the "
-        "clipped range with the least squared error per row)");
+        "clipped range with the least squared error per row)")
+      .acts_only(kExport, "--quantize fp8", [](const Options& o) { return o.quantize == Quantize::fp8; });
   t.add(&Options::quantize_fc, "quantize_fc", G::checkpoint, kExport,
         "With --quantize fp8, quantize the fc fusion layer too (vLLM serves it; SGLang loads an FP8 fc wrong, "
-        "so it stays unquantized by default)");
+        "so it stays unquantized by default)")
+      .acts_only(kExport, "--quantize fp8", [](const Options& o) { return o.quantize == Quantize::fp8; });
   // distributed
   t.add(&Options::ddp_backend, "ddp_backend", G::distributed, kTrain,
         "Collectives of device tensors under torchrun: auto (nccl on CUDA, gloo on CPU), gloo or nccl; host "

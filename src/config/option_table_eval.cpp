@@ -58,7 +58,8 @@ void declare_eval_options(Table& t) {
   t.add(&Options::eval_tree_steps, "eval_tree_steps", G::eval, kTrain | kEval,
         "Tree acceptance (with eval_tree_topk > 0): drafting steps per round, SGLang's --speculative-num-steps; "
         "0: eval_draft_len's value")
-      .range(0, 32);
+      .range(0, 32)
+      .acts_only(kTrain | kEval, "--eval_tree_topk > 0", [](const Options& o) { return o.eval_tree_topk > 0; });
   t.add(&Options::eval_tree_topk, "eval_tree_topk", G::eval, kTrain | kEval,
         "Tree acceptance: tokens each frontier node is expanded by, SGLang's --speculative-eagle-topk; 0: no tree "
         "evaluation")
@@ -78,7 +79,8 @@ void declare_eval_options(Table& t) {
         // train's options): checked then, by EvalSettings::from.
         if (o.eval_tree_steps == 0 && o.eval_draft_len == 0) return v >= 2 ? std::string() : std::string("2 or more");
         return tree_draft_tokens_expected(o, o.eval_tree_steps > 0 ? o.eval_tree_steps : o.eval_draft_len);
-      });
+      })
+      .acts_only(kTrain | kEval, "--eval_tree_topk > 0", [](const Options& o) { return o.eval_tree_topk > 0; });
   t.add(&Options::eval_temperature, "eval_temperature", G::eval, kTrain | kEval,
         "Sampled acceptance (speculative sampling, rejection rule) and the analytic alpha_k at this temperature, "
         "seeded by seed; with eval_tree_topk > 0 also SGLang's tree speculative sampling (tree_temp_ar); "
@@ -90,10 +92,12 @@ void declare_eval_options(Table& t) {
   t.add(&Options::eval_top_p, "eval_top_p", G::eval, kTrain | kEval,
         "Nucleus mass of the target's and the draft's distributions at eval_temperature; 1: the whole vocabulary")
       .range(0.0, 1.0)
-      .check([](double v, const Options&) { return v > 0.0 && v <= 1.0 ? "" : "a number in (0, 1]"; });
+      .check([](double v, const Options&) { return v > 0.0 && v <= 1.0 ? "" : "a number in (0, 1]"; })
+      .acts_only(kTrain | kEval, "--eval_temperature > 0", [](const Options& o) { return o.eval_temperature > 0.0; });
   t.add(&Options::eval_draft_sampling, "eval_draft_sampling", G::eval, kTrain | kEval,
         "Drafts at eval_temperature: greedy (the head's argmax, q one-hot: vLLM's default) or sample (from the "
-        "head's distribution)");
+        "head's distribution)")
+      .acts_only(kTrain | kEval, "--eval_temperature > 0", [](const Options& o) { return o.eval_temperature > 0.0; });
   t.add(&Options::best_metric, "best_metric", G::eval, kTrain | kEval,
         "What checkpoint-best and min_ar use: ar (greedy chain AR; tau without a target), tree_ar, temp_ar "
         "(sampled AR at eval_temperature), alpha_ar (alpha_k's chain estimate), loss (held-out loss, lower "

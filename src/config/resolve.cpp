@@ -180,6 +180,26 @@ void check_required(const Options& opts, Command command) {
   }
 }
 
+void check_ignored(const Options& opts, Command command) {
+  const Options defaults;
+  std::vector<std::string> ignored;
+  for (const auto& e : option_table()) {
+    if (!(e.commands & mask(command))) continue;
+    for (const auto& a : e.acts_only) {
+      if (!(a.commands & mask(command)) || a.holds(opts)) continue;
+      const json value = e.to_json(opts);
+      if (value == e.to_json(defaults)) continue;
+      ignored.push_back(fmt::format("--{} {} acts only with {}", e.name, value_text(value), a.when));
+    }
+  }
+  if (ignored.empty()) return;
+  std::string list;
+  for (const auto& i : ignored) list += (list.empty() ? "" : "; ") + i;
+  const std::string what = ignored.size() == 1 ? std::string("an option") : fmt::format("{} options", ignored.size());
+  throw Error(ErrorKind::usage, fmt::format("{} would be ignored: {}", what, list))
+      .hint("drop it, or set what it acts with");
+}
+
 json to_json(const Options& opts, Command command) {
   json out = json::object();
   for (const auto& e : option_table())
@@ -209,7 +229,9 @@ std::string options_markdown() {
       std::string def = e->in_config ? "`" + e->default_text + "`" : "(not in config files)";
       std::string type = e->type;
       std::replace(type.begin(), type.end(), '|', '/');
-      out += fmt::format("| `{}` | {} | {} | {} | {} |\n", e->name, type, def, cmds, e->help);
+      std::string meaning = e->help;
+      for (const auto& a : e->acts_only) meaning += fmt::format(". Acts only with {}; otherwise refused", a.when);
+      out += fmt::format("| `{}` | {} | {} | {} | {} |\n", e->name, type, def, cmds, meaning);
     }
   }
   return out;

@@ -117,8 +117,6 @@ void regenerate(const config::Options& opts) {
   if (end_ids.empty())
     log::warn("generate", "the target names no eos_token_id: every reply runs to max_new_tokens ({})",
               opts.max_new_tokens);
-  if (opts.temperature == 0.0 && opts.top_p < 1.0)
-    log::warn("generate", "top_p {} has no effect at temperature 0 (greedy)", opts.top_p);
 
   if (finished) {
     const auto counts = data::RegenerationCounts::from_json(

@@ -66,6 +66,14 @@ struct OptionEntry {
     std::vector<std::string> alternatives;
   };
   std::vector<Requirement> required;
+  // Where the option acts only when another setting holds (`when`, for the message): a value other
+  // than the default, given where `holds` is false, would be ignored, so it is refused by name.
+  struct ActsOnly {
+    CommandMask commands = 0;
+    std::string when;
+    std::function<bool(const Options&)> holds;
+  };
+  std::vector<ActsOnly> acts_only;
 };
 
 const std::vector<OptionEntry>& option_table();

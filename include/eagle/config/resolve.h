@@ -39,6 +39,11 @@ void validate(const Options& opts, Command command, const std::set<std::string>&
 // missing one. Not needed for --dump-config.
 void check_required(const Options& opts, Command command);
 
+// Options that would be silently ignored: a value other than the default where the setting it acts
+// with does not hold (the table's acts_only(), e.g. --quantize_scale without --quantize fp8); one
+// error listing every one. A config written by --dump-config holds defaults there and passes.
+void check_ignored(const Options& opts, Command command);
+
 // The options a command takes, as a flat JSON object that --config accepts back unchanged.
 nlohmann::json to_json(const Options& opts, Command command);
 
