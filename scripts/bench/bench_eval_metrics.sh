@@ -17,14 +17,7 @@ MAX_NEW="${BENCH_MAX_NEW:-64}"
 THREADS="${BENCH_THREADS:-2}"
 mkdir -p "$OUT"
 echo "host: $(nproc) cores; $(uptime)"
-HEAD="${BENCH_HEAD:-}"
-if [ -z "$HEAD" ]; then
-  "$BIN" train --config "$ROOT/configs/alpaca-demo.json" --model_name_or_path "$TARGET" \
-    --data_path "$TARGET/alpaca.jsonl" --output_dir "$OUT/run" --overwrite_output_dir --device cpu \
-    --num_threads "$THREADS" --eval_num_prompts 4 >"$OUT/train.log" 2>&1
-  HEAD="$(ls -d "$OUT"/run/checkpoint-[0-9]* | sort -t- -k2 -n | tail -1)"
-fi
-echo "head: $HEAD"
+demo_head "$OUT" "$THREADS"
 COMMON=(--checkpoint "$HEAD" --model_name_or_path "$TARGET" --data_path "$TARGET/alpaca.jsonl"
   --training_seq_len 512 --validation_fraction 0.02 --eval_num_prompts "$PROMPTS"
   --eval_max_new_tokens "$MAX_NEW" --num_threads "$THREADS" --device cpu --json)

@@ -15,14 +15,7 @@ MAX_NEW="${BENCH_MAX_NEW:-64}"
 THREADS="${BENCH_THREADS:-2}"
 mkdir -p "$OUT"
 echo "host: $(nproc) cores; $(uptime)"
-HEAD="${BENCH_HEAD:-}"
-if [ -z "$HEAD" ]; then
-  "$BIN" train --config "$ROOT/configs/alpaca-demo.json" --model_name_or_path "$TARGET" \
-    --data_path "$TARGET/alpaca.jsonl" --output_dir "$OUT/run" --overwrite_output_dir --device cpu \
-    --num_threads "$THREADS" --eval_num_prompts 4 >"$OUT/train.log" 2>&1
-  HEAD="$(ls -d "$OUT"/run/checkpoint-[0-9]* | sort -t- -k2 -n | tail -1)"
-fi
-echo "head: $HEAD"
+demo_head "$OUT" "$THREADS"
 rm -rf "$OUT"/export-*
 "$BIN" export --checkpoint "$HEAD" --output "$OUT/export-none" >/dev/null
 "$BIN" export --checkpoint "$HEAD" --quantize fp8 --output "$OUT/export-fp8-amax" >/dev/null
