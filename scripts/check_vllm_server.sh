@@ -20,7 +20,7 @@ THREADS="${EAGLE_CHECK_THREADS:-2}"
 }
 DEPS_DIR="${EAGLE_DEPS_DIR:-$HOME/.cache/eagle-train}"
 VENV="${EAGLE_VLLM_VENV:-$DEPS_DIR/vllm-venv}"
-OUT="${EAGLE_CHECK_OUTPUT:-$ROOT/output/check-vllm-server}"
+OUT="$(realpath -m "${EAGLE_CHECK_OUTPUT:-$ROOT/output/check-vllm-server}")"  # absolute: --target_server_storage
 BIN="${EAGLE_BUILD_DIR:-$ROOT/build}/eagle-train"
 TARGET="${EAGLE_DEMO_TARGET:-$DEPS_DIR/demo-target}"
 source "$DEPS_DIR/env.sh"

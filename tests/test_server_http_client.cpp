@@ -78,7 +78,8 @@ bool send_text(int fd, const std::string& s) {
 
 }  // namespace
 
-TEST_CASE("hostile answers end fast as refusals: chunk sizes near 2^64, endless bodies, bad Content-Length", "[server]") {
+TEST_CASE("hostile answers end fast as refusals: chunk sizes near 2^64, endless bodies, bad Content-Length",
+          "[server]") {
   const auto t0 = std::chrono::steady_clock::now();
   SECTION("a chunk size that wraps the bounds check") {
     OneAnswer peer([](int fd, const std::atomic<bool>&) {

@@ -172,8 +172,9 @@ void regenerate(const config::Options& opts) {
   auto stop = [&] { return signals.requested(); };
   GenerateResult result;
   try {
-    result = server ? generate_from_server(generate_server_settings(opts), *served, dataset, first, settings, emit, stop)
-                    : generate(*target, dataset, first, settings, emit, stop);
+    result = server
+                 ? generate_from_server(generate_server_settings(opts), *served, dataset, first, settings, emit, stop)
+                 : generate(*target, dataset, first, settings, emit, stop);
   } catch (const Error&) {
     writer.commit(counts.to_json());  // the samples emitted before the failure stay done
     throw;

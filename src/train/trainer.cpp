@@ -243,8 +243,8 @@ ExitReason Trainer::loop() {
       // An orderly end before the step's update: a feature source that stays down (exit 4), refuses an answer
       // (exit 3) or a stop signal while waiting for it (130). The last completed step is saved first (one
       // process: ranks would wait in the step's collectives).
-      const bool source_end = e.kind() == ErrorKind::source_down || e.kind() == ErrorKind::input ||
-                              e.kind() == ErrorKind::interrupted;
+      const bool source_end =
+          e.kind() == ErrorKind::source_down || e.kind() == ErrorKind::input || e.kind() == ErrorKind::interrupted;
       if (!source_end || group_->size() > 1 || updating_) throw;
       --state_.step;
       sampler_->restore(sampler_at);

@@ -19,8 +19,7 @@ class SafetensorsFile {
   // Maps and validates path (header length, JSON, dtypes, offsets inside the file, shape x dtype =
   // byte length, no overlaps); throws eagle::Error naming the file and tensor.
   // links: util::MappedFile::Links (refuse: a file a server names, never read through a link or blocking).
-  static SafetensorsFile open(const std::string& path,
-                              util::MappedFile::Links links = util::MappedFile::Links::follow);
+  static SafetensorsFile open(const std::string& path, util::MappedFile::Links links = util::MappedFile::Links::follow);
 
   const std::string& path() const { return path_; }
   std::vector<std::string> names() const;
