@@ -7,13 +7,20 @@
 #   4. kills the server mid-run: the run must end with exit 4 and a checkpoint; a new server and
 #      --resume_from_checkpoint auto must finish the run, with the losses of the uninterrupted one.
 # Prints the timings (features/s from the server, the trainer's tokens/s) for docs/benchmarks.md.
-# Usage: scripts/check_vllm_server.sh [STEPS]   (default 30; output in output/check-vllm-server)
+# Usage: scripts/check_vllm_server.sh [STEPS]   (default 30, at least 25: the server is killed after
+#   step 15 and a whole logging window of 5 resumed steps must follow; output in output/check-vllm-server;
+#   EAGLE_CHECK_THREADS: the trainer's threads, default 2)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STEPS="${1:-30}"
+THREADS="${EAGLE_CHECK_THREADS:-2}"
+[[ "$STEPS" =~ ^[0-9]+$ ]] && (( STEPS >= 25 )) || {
+  echo "usage: $0 [STEPS]: STEPS must be at least 25 (the kill after step 15, then 5 resumed steps compared)" >&2
+  exit 2
+}
 DEPS_DIR="${EAGLE_DEPS_DIR:-$HOME/.cache/eagle-train}"
 VENV="${EAGLE_VLLM_VENV:-$DEPS_DIR/vllm-venv}"
-OUT="${EAGLE_CHECK_OUTPUT:-$ROOT/output/check-vllm-server}"
+OUT="$(realpath -m "${EAGLE_CHECK_OUTPUT:-$ROOT/output/check-vllm-server}")"  # absolute: --target_server_storage
 BIN="${EAGLE_BUILD_DIR:-$ROOT/build}/eagle-train"
 TARGET="${EAGLE_DEMO_TARGET:-$DEPS_DIR/demo-target}"
 source "$DEPS_DIR/env.sh"
@@ -51,10 +58,11 @@ trap stop_server EXIT
 
 COMMON=(--config "$ROOT/configs/alpaca-demo.json" --model_name_or_path "$TARGET" --data_path "$TARGET/alpaca.jsonl"
   --max_steps "$STEPS" --logging_steps 5 --eval_steps 0 --eval_num_prompts 0 --validation_fraction 0
-  --save_steps 10 --device cpu --num_threads 2)
+  --save_steps 10 --device cpu --num_threads "$THREADS")
+SERVER=(--target_server "$URL" --target_server_storage "$OUT/storage")
 start_server
 t0=$SECONDS
-"$BIN" train "${COMMON[@]}" --target_server "$URL" --output_dir "$OUT/server" 2>&1 | tee "$OUT/server-run.log"
+"$BIN" train "${COMMON[@]}" "${SERVER[@]}" --output_dir "$OUT/server" 2>&1 | tee "$OUT/server-run.log"
 echo "server run: $(( SECONDS - t0 )) s"
 t0=$SECONDS
 "$BIN" train "${COMMON[@]}" --output_dir "$OUT/online" 2>&1 | tee "$OUT/online-run.log"
@@ -62,7 +70,7 @@ echo "online run: $(( SECONDS - t0 )) s"
 
 # The kill test: the server dies after the trainer logged step 15; exit 4 with a checkpoint, then resume.
 set +e
-"$BIN" train "${COMMON[@]}" --target_server "$URL" --target_server_retries 2 --output_dir "$OUT/killed" \
+"$BIN" train "${COMMON[@]}" "${SERVER[@]}" --target_server_retries 2 --output_dir "$OUT/killed" \
   > "$OUT/killed-run.log" 2>&1 &
 TRAIN_PID=$!
 until grep -q "step 15/" "$OUT/killed-run.log" 2> /dev/null || ! kill -0 "$TRAIN_PID" 2> /dev/null; do sleep 0.2; done
@@ -73,7 +81,7 @@ set -e
 echo "killed run: exit $KILLED_RC; checkpoints: $(ls -d "$OUT/killed"/checkpoint-* 2> /dev/null | xargs -n1 basename | tr '\n' ' ')"
 [[ $KILLED_RC == 4 ]] || { echo "FAIL: expected exit 4"; tail -5 "$OUT/killed-run.log"; exit 1; }
 start_server
-"$BIN" train "${COMMON[@]}" --target_server "$URL" --output_dir "$OUT/killed" --resume_from_checkpoint auto \
+"$BIN" train "${COMMON[@]}" "${SERVER[@]}" --output_dir "$OUT/killed" --resume_from_checkpoint auto \
   2>&1 | tee "$OUT/resumed-run.log"
 stop_server
 
@@ -99,8 +107,11 @@ for run in ("server", "online", "killed"):
 # averages only the resumed steps, so it is compared from the next window on.
 resumed = summary("killed").get("resumed_from_step") or 0
 same = [s for s in server if s in killed and not (s - 5 < resumed < s)]
-resume_same = all(abs(killed[s] - server[s]) <= 1e-6 * max(1.0, abs(server[s])) for s in same)
-print(f"killed at step {resumed}; steps compared with the uninterrupted run: {same}")
+after = [s for s in same if s > resumed]
+resume_same = bool(after) and all(abs(killed[s] - server[s]) <= 1e-6 * max(1.0, abs(server[s])) for s in same)
+print(f"killed at step {resumed}; steps compared with the uninterrupted run: {same} ({len(after)} after the resume)")
+if not after:
+    print("FAIL: no logged step after the resume to compare: run more steps (scripts/check_vllm_server.sh 30)")
 print(f"largest relative loss difference server vs online: {worst:.2e} (limit 1e-2)")
 print(f"resumed run equals the uninterrupted server run: {resume_same}")
 sys.exit(0 if worst <= 1e-2 and resume_same and len(killed) == len(server) else 1)

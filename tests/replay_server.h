@@ -2,11 +2,11 @@
 // (scripts/record_vllm_server.py, tests/fixtures/vllm-server/): GET /health, GET /v1/models and
 // POST /v1/completions answered with the recorded bodies; each completion copies the recorded
 // hidden-states file into the server's storage folder under a fresh name beside its .lock, as
-// vLLM's ExampleHiddenStatesConnector does, and answers that path. A fixture without hidden_states/
-// is a recorded generation server (record_vllm_server.py --generate): each completion is answered
-// with the response recorded for exactly its request body (any other body: HTTP 400 "no recorded
-// answer", so a changed request format fails). A thread with a socket on 127.0.0.1, stopped
-// (connections refused) by stop() or the destructor.
+// vLLM's ExampleHiddenStatesConnector does (cmpl-X-REQUEST-ID-0-SUFFIX.safetensors), and answers that path. A fixture
+// without hidden_states/ is a recorded generation server (record_vllm_server.py --generate): each completion is
+// answered with the response recorded for exactly its request body (any other body: HTTP 400 "no recorded answer", so a
+// changed request format fails). A thread with a socket on 127.0.0.1, stopped (connections refused) by stop() or the
+// destructor.
 #pragma once
 
 #include <arpa/inet.h>
@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -73,6 +74,13 @@ class ReplayServer {
   void edit_answers(std::function<void(nlohmann::json&)> f) {
     std::lock_guard lock(mu_);
     edit_ = std::move(f);
+  }
+  // Edits the /v1/models answer (e.g. a max_model_len of another JSON type).
+  void edit_models(const std::function<void(nlohmann::json&)>& f) {
+    std::lock_guard lock(mu_);
+    auto j = nlohmann::json::parse(models_);
+    f(j);
+    models_ = j.dump();
   }
   // Closes the listening socket: connections are refused until start() (same port).
   void stop() {
@@ -136,7 +144,10 @@ class ReplayServer {
     }
     const auto body = req.substr(req.find("\r\n\r\n") + 4);
     if (req.rfind("GET /health ", 0) == 0) return reply(fd, 200, "");
-    if (req.rfind("GET /v1/models ", 0) == 0) return reply(fd, 200, models_);
+    if (req.rfind("GET /v1/models ", 0) == 0) {
+      std::lock_guard lock(mu_);
+      return reply(fd, 200, models_);
+    }
     if (req.rfind("POST /v1/completions ", 0) != 0) return reply(fd, 404, R"({"error": "no such route"})");
     ++requests_;
     if (fail_status_ != 0) return reply(fd, fail_status_, R"({"error": "replayed failure"})");
@@ -149,7 +160,11 @@ class ReplayServer {
     const auto it = records_.find(j["prompt"].get<std::vector<std::int64_t>>());
     if (it == records_.end()) return reply(fd, 400, R"({"error": "no recorded answer for this prompt"})");
     auto answer = it->second.first;
-    const auto file = storage_ / ("req-" + std::to_string(++completions_) + ".safetensors");
+    // vLLM's name: the engine request id (cmpl-, the X-Request-Id header or a random id, -0 for the first
+    // prompt) and a random suffix.
+    const int n = ++completions_;
+    const auto file = storage_ / ("cmpl-" + header(req, "x-request-id", "random" + std::to_string(n)) + "-0-" +
+                                  std::to_string(10000000 + n) + ".safetensors");
     std::filesystem::copy_file(
         fixture_ / "hidden_states" / ("hs_" + std::to_string(it->second.second) + ".safetensors"), file);
     std::ofstream(file.string() + ".lock").put('\0');
@@ -171,6 +186,18 @@ class ReplayServer {
       if (edit_) edit_(answer);
     }
     reply(fd, it->second.first, answer.dump());
+  }
+
+  // The value of a request header (name in lower case), or `otherwise`.
+  static std::string header(const std::string& req, const std::string& name, const std::string& otherwise) {
+    std::string head = req.substr(0, req.find("\r\n\r\n"));
+    std::string lower = head;
+    for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    const auto at = lower.find("\r\n" + name + ":");
+    if (at == std::string::npos) return otherwise;
+    auto begin = at + 3 + name.size();
+    while (begin < head.size() && head[begin] == ' ') ++begin;
+    return head.substr(begin, head.find("\r\n", begin) - begin);
   }
 
   static void reply(int fd, int status, const std::string& body) {

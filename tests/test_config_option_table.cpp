@@ -103,6 +103,20 @@ TEST_CASE("a NaN or infinite value is refused naming it, not as null (issue 41 i
   }
 }
 
+TEST_CASE("target_server needs an absolute target_server_storage for train and eval, not for generate (issue 41 item 1)",
+          "[config]") {
+  std::string msg = error_text([] { parse_train({"--target_server", "http://127.0.0.1:8000"}); });
+  CHECK_THAT(msg, Catch::Contains("--target_server_storage") && Catch::Contains("shared_storage_path"));
+  msg = error_text(
+      [] { parse_train({"--target_server", "http://127.0.0.1:8000", "--target_server_storage", "storage/hs"}); });
+  CHECK_THAT(msg, Catch::Contains("--target_server_storage") && Catch::Contains("an absolute path") &&
+                      Catch::Contains("storage/hs"));
+  CHECK_NOTHROW(parse_train({"--target_server", "http://127.0.0.1:8000", "--target_server_storage", "/tmp/hs"}));
+  Options o;
+  o.target_server = "http://127.0.0.1:8000";
+  CHECK_NOTHROW(validate(o, Command::generate));  // generate's servers write no files
+}
+
 TEST_CASE("every numeric option has a finite range, so an absurd value fails at start-up", "[config]") {
   for (const auto& e : option_table()) {
     INFO(e.name << " (" << e.type << ")");

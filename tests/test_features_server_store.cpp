@@ -14,42 +14,16 @@
 #include "eagle/util/error.h"
 #include "helpers.h"
 #include "replay_server.h"
+#include "server_helpers.h"
 #include "train_helpers.h"
 
 using namespace eagle;
 namespace fs = std::filesystem;
 
+using test::files_in;
+using test::server_options;
 namespace {
-
-const std::string kFixture = std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/vllm-server/tiny-llama-h32";
-
-config::Options server_options(const fs::path& out, const std::string& url) {
-  config::Options o = test::smoke_options();
-  o.model_name_or_path = std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/tiny-llama-h32";
-  o.data_path = kFixture + "/samples.jsonl";
-  o.output_dir = out.string();
-  o.training_seq_len = 64;
-  o.bucket_granularity = 16;
-  o.validation_fraction = 0;
-  o.per_device_train_batch_size = 2;
-  o.max_steps = 5;
-  o.logging_steps = 1;
-  o.eval_steps = 0;
-  o.save_steps = 0;
-  o.eval_num_prompts = 0;
-  o.aux_hidden_state_layer_ids = {1, 2, 3};  // as the recording's server was started (then the last layer, 4)
-  o.target_server = url;
-  o.target_server_retries = 1;
-  o.target_server_timeout_s = 10;
-  return o;
-}
-
-std::size_t files_in(const fs::path& dir) {
-  std::size_t n = 0;
-  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir)) ++n;
-  return n;
-}
-
+const std::string& kFixture = test::kServerFixture;
 }  // namespace
 
 TEST_CASE("training against a recorded vLLM server equals training from its features as a speculators folder",
@@ -80,7 +54,7 @@ TEST_CASE("two ranks under torchrun against two servers train what one rank trai
   const auto torchrun = fs::path(test::venv_python()).parent_path() / "torchrun";
   REQUIRE(fs::exists(torchrun));
   test::TempDir tmp;
-  test::ReplayServer a(kFixture, tmp / "storage-a"), b(kFixture, tmp / "storage-b");
+  test::ReplayServer a(kFixture, tmp / "storage"), b(kFixture, tmp / "storage");  // one shared_storage_path
   auto stored = server_options(tmp / "folder", "");
   stored.data_path.clear();
   stored.features_path = kFixture;
@@ -95,8 +69,9 @@ TEST_CASE("two ranks under torchrun against two servers train what one rank trai
       kFixture + "/samples.jsonl --output_dir " + (tmp / "ranks").string() +
       " --training_seq_len 64 --bucket_granularity 16 --validation_fraction 0 --per_device_train_batch_size 1"
       " --max_steps 5 --logging_steps 1 --eval_steps 0 --save_steps 0 --eval_num_prompts 0"
-      " --aux_hidden_state_layer_ids 1,2,3 --target_server_retries 1 --target_server_timeout_s 10 --target_server " +
-      a.url() + "," + b.url() + " 2>&1");
+      " --aux_hidden_state_layer_ids 1,2,3 --target_server_retries 1 --target_server_timeout_s 10"
+      " --target_server_storage " +
+      (tmp / "storage").string() + " --target_server " + a.url() + "," + b.url() + " 2>&1");
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
   const auto one = test::logged_losses(tmp / "folder"), two = test::logged_losses(tmp / "ranks");
@@ -107,7 +82,7 @@ TEST_CASE("two ranks under torchrun against two servers train what one rank trai
   CHECK(a.completions() + b.completions() == 12);
   CHECK(a.completions() > 0);
   CHECK(b.completions() > 0);
-  CHECK(files_in(tmp / "storage-a") + files_in(tmp / "storage-b") == 0);
+  CHECK(files_in(tmp / "storage") == 0);
 }
 
 TEST_CASE("a server that goes down mid-run ends it with a checkpoint and exit 4; the resumed run is exact",
@@ -133,6 +108,11 @@ TEST_CASE("a server that goes down mid-run ends it with a checkpoint and exit 4;
   CHECK(fs::exists(tmp / "cut" / "checkpoint-2"));
   CHECK_FALSE(fs::exists(tmp / "cut" / "checkpoint-3"));
 
+  // summary.json's rate counts the two steps over their time (the counter was unset on this exit: ~1e13).
+  const auto summary = nlohmann::json::parse(test::read_file(tmp / "cut" / "summary.json"));
+  CHECK(summary["tokens_per_s"].get<double>() > 0);
+  CHECK(summary["tokens_per_s"].get<double>() < 1e8);
+
   server.fail_with(0);
   auto resumed = cut;
   resumed.resume_from_checkpoint = "auto";
@@ -141,6 +121,22 @@ TEST_CASE("a server that goes down mid-run ends it with a checkpoint and exit 4;
   REQUIRE(b.size() == a.size());
   for (const auto& [step, loss] : a) CHECK(std::abs(loss - b.at(step)) <= 1e-6);
   CHECK(files_in(tmp / "storage") == 0);
+}
+
+TEST_CASE("a refused answer mid-run ends it with exit 3 after saving the last completed step", "[features]") {
+  test::TempDir tmp;
+  test::ReplayServer server(kFixture, tmp / "storage");
+  auto o = server_options(tmp / "run", server.url());
+  o.target_server_inflight = 1;
+  train::TrainHooks hooks;
+  hooks.after_step = [&](std::int64_t step) {
+    if (step == 2) server.fail_with(400);  // refused, never retried
+  };
+  const auto e = test::train_error(o, hooks);
+  CHECK(e.exit_code() == ExitCode::input);
+  CHECK_THAT(e.format(), Catch::Contains("the server refused the request") && Catch::Contains("HTTP 400"));
+  CHECK(fs::exists(tmp / "run" / "checkpoint-2"));
+  CHECK_FALSE(fs::exists(tmp / "run" / "checkpoint-3"));
 }
 
 TEST_CASE("no server, another feature shape, a refused request and an answer without a file are refused by name",

@@ -4,8 +4,9 @@
 // equals in-process generate on the same target and data (and the recorded run); sampled, the
 // recorded run; a server going down mid-run ends it with exit 4 and the rerun finishes the file of an
 // uninterrupted run; Ctrl-C does not wait for the answers in flight; two servers give the output of
-// one; a short context, answers without token ids,
-// tokens past an end id and a reply stopped early are refused by name.
+// one, also when one of them fails every request (a retry moves to the next URL); a short context, a
+// max_model_len that is not an integer, answers without token ids, token ids outside the
+// vocabulary, tokens past an end id and a reply stopped early are refused by name.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -171,6 +172,23 @@ TEST_CASE("two servers give the output of one", "[generate]") {
   CHECK(a.completions() - one + b.completions() == one);
 }
 
+TEST_CASE("a request failing on one replica is retried on the next one before its retries are spent", "[generate]") {
+  TempDir dir;
+  const auto target = end_id_target(dir);
+  eagle::test::ReplayServer a(kFixture, dir / "a"), b(kFixture, dir / "b");
+  REQUIRE(run_cli(args(target, dir / "one.jsonl", "greedy", a.url())).exit_code == 0);
+  const int one = a.completions();
+  b.fail_with(503);  // healthy by /health, failing every completion
+  // One retry each: a request that began on b must take its retry to a, whatever the other requests do.
+  auto r = run_cli(args(target, dir / "two.jsonl", "greedy", b.url() + "," + a.url(),
+                        "--generate_batch_size 4 --target_server_retries 1"));
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK(read_file(dir / "two.jsonl") == read_file(dir / "one.jsonl"));
+  CHECK(b.requests() > 0);
+  CHECK(a.completions() - one == one);
+}
+
 TEST_CASE("a short server context, answers without token ids, tokens past an end id and early stops are refused",
           "[generate]") {
   TempDir dir;
@@ -185,6 +203,24 @@ TEST_CASE("a short server context, answers without token ids, tokens past an end
     CHECK_THAT(r.output, Catch::Contains("shorter than training_seq_len") && Catch::Contains("max_model_len") &&
                              Catch::Contains(std::to_string(max_len)));
     CHECK(server.completions() == 0);
+  }
+  SECTION("max_model_len of another JSON type") {
+    server.edit_models([](json& j) { j["data"][0]["max_model_len"] = "4096"; });
+    auto r = run_cli(args(target, dir / "o.jsonl", "greedy", server.url()));
+    CHECK(r.exit_code == 3);
+    CHECK_THAT(r.output, Catch::Contains("data[0].max_model_len") && Catch::Contains("\"4096\"") &&
+                             Catch::Contains("a positive integer"));
+    CHECK(server.completions() == 0);
+  }
+  SECTION("a token id outside the target's vocabulary") {
+    const auto vocab = json::parse(read_file(kModel / "config.json"))["vocab_size"].get<int>();
+    server.edit_answers([&](json& j) { j["choices"][0]["token_ids"][0] = vocab; });
+    auto r = run_cli(args(target, dir / "o.jsonl", "greedy", server.url()));
+    CHECK(r.exit_code == 3);
+    CHECK_THAT(r.output, Catch::Contains("outside the target's vocabulary") &&
+                             Catch::Contains("[0, " + std::to_string(vocab) + ") (vocab_size)") &&
+                             Catch::Contains(std::to_string(vocab)));
+    CHECK_FALSE(fs::exists(dir / "o.jsonl"));
   }
   SECTION("an answer without token_ids") {
     server.edit_answers([](json& j) { j["choices"][0].erase("token_ids"); });

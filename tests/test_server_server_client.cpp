@@ -1,6 +1,7 @@
 // The servers' settings and retries: ServerSettings::from for the feature store and for generate; a
-// failure worth another try is retried with backoff, then thrown as ErrorKind::source_down (exit 4,
-// what the trainer catches to save its last step) with the fix; a refused request is not retried.
+// request's retries go to the next URL; a failure worth another try is retried with backoff, then
+// thrown as ErrorKind::source_down (exit 4, what the trainer catches to save its last step) with the
+// fix; a refused request is not retried.
 #include <catch2/catch.hpp>
 
 #include <vector>
@@ -18,6 +19,7 @@ TEST_CASE("ServerSettings::from gives the feature store's and generate's setting
   o.target_server_timeout_s = 7;
   o.target_server_retries = 2;
   o.generate_batch_size = 11;
+  o.target_server_storage = "/shared/hs";
   const auto f = server::ServerSettings::from(o, server::ServerPurpose::features, /*rank=*/1);
   CHECK(f.urls == o.target_server);
   CHECK(f.inflight == 3);
@@ -26,6 +28,8 @@ TEST_CASE("ServerSettings::from gives the feature store's and generate's setting
   CHECK(f.rank == 1);
   CHECK(f.resume == "resume with --resume_from_checkpoint auto");
   CHECK(f.log_area == "data");
+  CHECK(f.storage == "/shared/hs");  // the only folder whose files the store reads and deletes
+  CHECK(f.cancel == nullptr);        // the caller sets the stop flag (server/ sits below run/)
   const auto g = server::ServerSettings::from(o, server::ServerPurpose::generate, /*rank=*/1);
   CHECK(g.urls == o.target_server);
   CHECK(g.inflight == 11);
@@ -34,6 +38,21 @@ TEST_CASE("ServerSettings::from gives the feature store's and generate's setting
   CHECK(g.rank == 0);  // generate runs as one process
   CHECK(g.resume == "rerun the same command to continue where it stopped");
   CHECK(g.log_area == "generate");
+  CHECK(g.storage.empty());  // generate reads no files
+}
+
+TEST_CASE("a request's tries go round the replicas from its own first URL, whatever other requests take", "[server]") {
+  server::ServerSettings s;
+  s.urls = "http://a:1,http://b:2,http://c:3";
+  s.rank = 1;
+  server::UrlRotation urls(s);
+  const auto first = urls.start();  // rank 1 starts at b
+  CHECK(urls.at(first, 0).host == "b");
+  CHECK(urls.next().host == "c");  // another request meanwhile
+  CHECK(urls.next().host == "a");
+  CHECK(urls.at(first, 1).host == "c");  // the retry goes to the URL after the one that failed
+  CHECK(urls.at(first, 2).host == "a");
+  CHECK(urls.at(first, 3).host == "b");
 }
 
 TEST_CASE("a server that stays down after the retries is a source_down error naming the fix", "[server]") {

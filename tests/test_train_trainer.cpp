@@ -223,6 +223,7 @@ TEST_CASE("a resume that switches between a target server and the target's forwa
   o.eval_num_prompts = 0;
   o.aux_hidden_state_layer_ids = {1, 2, 3};  // as the recording's server was started
   o.target_server = server.url();
+  o.target_server_storage = (tmp / "storage").string();
   train::train(o, {"eagle-train", "train"});
   // The resume's log, from this process's stderr.
   auto resumed_log = [&](config::Options r) {

@@ -103,6 +103,15 @@ std::vector<OptionEntry> declare_options() {
         "checkpoint (generate: the samples written so far) and exit 4")
       .range(0, 1000)
       .acts_only(kTrain | kEval | kGenerate, "--target_server", [](const Options& o) { return !o.target_server.empty(); });
+  t.add(&Options::target_server_storage, "target_server_storage", G::data, kTrain | kEval,
+        "target_server: the servers' storage folder (the connector's shared_storage_path, an absolute path seen "
+        "here under the same name): a file the server names elsewhere is refused, and only this run's files in it "
+        "are read and deleted")
+      .check([](const std::string& v, const Options& o) {
+        if (o.target_server.empty() || (!v.empty() && v.front() == '/')) return std::string();
+        return std::string(v.empty() ? "the servers' shared_storage_path with target_server" : "an absolute path");
+      })
+      .acts_only(kTrain | kEval, "--target_server", [](const Options& o) { return !o.target_server.empty(); });
   t.add(&Options::features_dtype, "features_dtype", G::data, kDump,
         "dump-features: dtype of the stored hidden states; auto: the dtype the target runs in (the teacher is then "
         "the online one exactly)");

@@ -14,9 +14,11 @@
 #include "eagle/data/loader.h"
 #include "eagle/data/speculators_folder.h"
 #include "eagle/device/distributed.h"
+#include "eagle/features/server_files.h"
 #include "eagle/features/server_store.h"
 #include "eagle/features/target_identity.h"
 #include "eagle/model/dtype.h"
+#include "eagle/run/signals.h"
 #include "eagle/util/error.h"
 #include "eagle/util/log.h"
 
@@ -233,8 +235,10 @@ data::Dataset load_eval_data(const config::Options& opts, std::int64_t vocab_siz
 // data as online, its samples numbered train first, then held-out.
 RunInputs open_server(const config::Options& o, const HeadReads& head, torch::Device device, bool eval) {
   const auto config = target::TargetConfig::from_model_dir(o.model_name_or_path);
-  const auto settings =
-      server::ServerSettings::from(o, server::ServerPurpose::features, device::launch_from_env().rank);
+  auto settings = server::ServerSettings::from(o, server::ServerPurpose::features, device::launch_from_env().rank);
+  // This run's request ids (eval: a random tag): only their files in target_server_storage are read and deleted.
+  settings.request_prefix = server_request_prefix(eval ? "" : o.output_dir, settings.rank);
+  settings.cancel = run::stop_flag();  // a stop signal ends every wait for the servers
   const auto served = server::check_servers(settings);
   config::Options lo = o;
   // The server computes the prompt and generates one token: prompt + 1 <= max_model_len.

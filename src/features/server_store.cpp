@@ -4,16 +4,14 @@
 // were read.
 #include "eagle/features/server_store.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
-#include <filesystem>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -21,6 +19,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "eagle/features/server_files.h"
 #include "eagle/model/dtype.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/model/shape_check.h"
@@ -62,24 +61,42 @@ struct ServerFeatures::Impl {
   mutable std::vector<std::thread> threads;
   mutable bool stop = false, planning = false;
   mutable Counters counters;
+  mutable std::atomic<std::int64_t> next_request{0};  // this process's request ids: request_prefix + number
 
   std::int64_t length(std::int64_t s) const { return offsets[s + 1] - offsets[s]; }
 
-  // Sleeps wait_s seconds or until the store stops; true when it stopped.
+  // Sleeps wait_s seconds or until the store stops; true when it stopped. A stop signal
+  // (settings.cancel) ends the sleep with Error(interrupted).
   bool stopped(double wait_s) const {
+    const auto end = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(wait_s));
     std::unique_lock lock(mu);
-    if (wait_s > 0) cv.wait_for(lock, std::chrono::duration<double>(wait_s), [&] { return stop; });
+    for (;;) {
+      check_cancel("the backoff before the next try");
+      if (stop || Clock::now() >= end) return stop;
+      cv.wait_until(lock, std::min(end, Clock::now() + std::chrono::milliseconds(50)));
+    }
+  }
+  // The planner's check: never throws (a stop signal ends the workers' waits, and the store stops).
+  bool stopping() const {
+    std::lock_guard lock(mu);
     return stop;
+  }
+  void check_cancel(const std::string& what) const {
+    if (settings.cancel && settings.cancel->load())
+      throw Error(ErrorKind::interrupted, "stopped while waiting for the target server")
+          .file(settings.urls)
+          .place(what);
   }
 
   // The sample's completion request, the lock wait and the file: hidden states and tokens.
   void fetch(Entry& e) const {
     const std::string what = fmt::format("the hidden states of sample {}", e.sample);
     std::int64_t retries = 0;
+    const auto first = urls->start();
     server::with_retries(
         settings, what,
-        [&](std::int64_t) {
-          fetch_once(urls->next(), e);
+        [&](std::int64_t attempt) {
+          fetch_once(urls->at(first, attempt), e);
           return 0;
         },
         [&](double w) { return stopped(w); }, &retries);
@@ -91,8 +108,10 @@ struct ServerFeatures::Impl {
 
   void fetch_once(const server::HttpUrl& url, Entry& e) const {
     const auto t0 = Clock::now();
+    const std::string id = settings.request_prefix + std::to_string(next_request++);
     const std::vector<std::int64_t> prompt(ids.begin() + offsets[e.sample], ids.begin() + offsets[e.sample + 1]);
-    const auto j = server::completions(url, model.id, prompt, /*max_tokens=*/1, {}, settings.timeout_s);
+    const auto j =
+        server::completions(url, model.id, prompt, /*max_tokens=*/1, {}, settings.timeout_s, settings.cancel, id);
     const auto* kv =
         j.contains("kv_transfer_params") && j["kv_transfer_params"].is_object() ? &j["kv_transfer_params"] : nullptr;
     EAGLE_CHECK(kv && kv->contains("hidden_states_path") && (*kv)["hidden_states_path"].is_string(),
@@ -102,39 +121,25 @@ struct ServerFeatures::Impl {
                     .found(j.dump().substr(0, 300))
                     .hint("start vLLM with --speculative-config method extract_hidden_states and --kv-transfer-config "
                           "kv_connector ExampleHiddenStatesConnector (docs/offline.md)"));
-    const std::string path = (*kv)["hidden_states_path"];
+    const std::string path = own_file(url, settings.storage, (*kv)["hidden_states_path"].get<std::string>(), id);
+    // Deleted however the read ends (unlink removes a planted link, never what it points to).
+    struct Remove {
+      const std::string& path;
+      ~Remove() {
+        ::unlink(path.c_str());
+        ::unlink((path + ".lock").c_str());
+      }
+    } remove{path};
     wait_for_file(url, path, t0);
     read_file(path, e);
-    std::error_code ec;
-    std::filesystem::remove(path, ec);
-    std::filesystem::remove(path + ".lock", ec);
   }
 
-  // The connector holds an exclusive lock on PATH.lock until PATH is written: wait for a shared one.
   void wait_for_file(const server::HttpUrl& url, const std::string& path, Clock::time_point t0) const {
-    for (;;) {
-      const int fd = ::open((path + ".lock").c_str(), O_RDONLY | O_CLOEXEC);
-      if (fd >= 0) {
-        const bool locked = ::flock(fd, LOCK_SH | LOCK_NB) == 0;
-        ::close(fd);
-        if (locked) return;
-      } else if (std::filesystem::exists(path)) {
-        return;  // written without a lock (use_synchronization_lock false)
-      }
-      if (seconds_since(t0) > settings.timeout_s)
-        throw Error(ErrorKind::input, "the server's hidden-states file is not readable here")
-            .file(path)
-            .place(url.text)
-            .expected(fmt::format("the file and its .lock within {} s", settings.timeout_s))
-            .hint(
-                "the trainer reads the files the server writes: run it on the server's machine or share "
-                "shared_storage_path between them (the same path on both, e.g. an NFS mount; docs/offline.md)");
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
+    wait_for_lock(url, path, settings.timeout_s, t0, [&] { check_cancel("the lock of " + path); });
   }
 
   void read_file(const std::string& path, Entry& e) const {
-    const auto f = model::SafetensorsFile::open(path);
+    const auto f = model::SafetensorsFile::open(path, util::MappedFile::Links::refuse);
     EAGLE_CHECK(f.contains("hidden_states") && f.contains("token_ids"),
                 Error(ErrorKind::input, "a hidden-state file lacks hidden_states or token_ids").file(path));
     const auto shape = f.shape("hidden_states");
@@ -155,13 +160,31 @@ struct ServerFeatures::Impl {
             .file(path)
             .place(fmt::format("hidden_states of sample {}", e.sample))
             .expected(fmt::format("{} [{}, {}, {}]", model::dtype_name(layout.dtype), T, slots, layout.hidden_size))
-            .found(model::tensor_text(f.dtype("hidden_states"), shape)));
+            .found(model::tensor_text(f.dtype("hidden_states"), shape))
+            .hint(fmt::format("the head reads {} aux layers plus the last: start vLLM with "
+                              "eagle_aux_hidden_state_layer_ids = the aux ids, then num_hidden_layers ({} "
+                              "values), for a target of hidden size {} (docs/offline.md)",
+                              n_aux, slots, layout.hidden_size)));
+    // The connector writes torch.tensor(prompt_token_ids): int64 [T]. Another dtype or shape is not
+    // converted (a float rounds ids above 2^24): refused by name.
+    const auto tdtype = f.dtype("token_ids");
+    const auto tshape = f.shape("token_ids");
+    EAGLE_CHECK((tdtype == torch::kInt64 || tdtype == torch::kInt32) && tshape.size() == 1 && tshape[0] == T,
+                Error(ErrorKind::input, "the server's token_ids are of another dtype or shape")
+                    .file(path)
+                    .place(fmt::format("token_ids of sample {}", e.sample))
+                    .expected(fmt::format("int64 or int32 [{}]", T))
+                    .found(model::tensor_text(tdtype, tshape)));
     const auto tokens = f.get("token_ids").to(torch::kInt64).contiguous();
-    EAGLE_CHECK(tokens.numel() == T, Error(ErrorKind::input, "token_ids does not match hidden_states")
-                                         .file(path)
-                                         .expected(fmt::format("[{}]", T))
-                                         .found(model::shape_text(f.shape("token_ids"))));
     e.tokens.assign(tokens.data_ptr<std::int64_t>(), tokens.data_ptr<std::int64_t>() + T);
+    // The features are the prompt's: every token id equal to the sample's (the probe too).
+    for (std::int64_t k = 0; k < T; ++k)
+      EAGLE_CHECK(e.tokens[static_cast<std::size_t>(k)] == ids[static_cast<std::size_t>(offsets[e.sample] + k)],
+                  Error(ErrorKind::input, "the server computed hidden states for other tokens than the sample's")
+                      .file(path)
+                      .place(fmt::format("sample {}, token_ids[{}]", e.sample, k))
+                      .expected(std::to_string(ids[static_cast<std::size_t>(offsets[e.sample] + k)]))
+                      .found(std::to_string(e.tokens[static_cast<std::size_t>(k)])));
     const auto hs = f.get("hidden_states").contiguous();
     const auto* p = static_cast<const std::uint8_t*>(hs.data_ptr());
     e.hidden.assign(p, p + hs.numel() * static_cast<std::int64_t>(c10::elementSize(layout.dtype)));
@@ -222,6 +245,10 @@ ServerFeatures::ServerFeatures(server::ServerSettings settings, server::ServedMo
       m.offsets.push_back(static_cast<std::int64_t>(m.ids.size()));
     }
   source_ = m.settings.urls;
+  // What earlier requests of this run (this output_dir and rank) left in the storage folder: a killed
+  // run's in-flight files and locks.
+  if (const auto n = remove_own_files(m.settings.storage, m.settings.request_prefix))
+    log::info("data", "removed {} file(s) that earlier requests of this run left in {}", n, m.settings.storage);
   // The probe: the first sample's features define the dtype; their shape is checked against the target.
   Impl::Entry probe;
   probe.sample = 0;
@@ -229,18 +256,12 @@ ServerFeatures::ServerFeatures(server::ServerSettings settings, server::ServedMo
   m.layout.aux_width = n_aux * hidden_size;
   m.layout.pre_norm = true;
   m.layout.has_argmax = false;
-  try {
-    m.fetch(probe);
-  } catch (const Error& e) {
-    throw Error(e).hint(
-        fmt::format("the head reads {} aux layers plus the last: start vLLM with "
-                    "eagle_aux_hidden_state_layer_ids = the aux ids, then num_hidden_layers ({} "
-                    "values), for a target of hidden size {} (docs/offline.md)",
-                    n_aux, n_aux + 1, hidden_size));
-  }
+  m.fetch(probe);  // its errors keep their own hints (the retry hint of a server down, the layers of a shape)
   layout_ = m.layout;
   log::info("data", "target server {} serves \"{}\" (max_model_len {}): hidden states {} [T, {}, {}] per request",
             m.settings.urls, m.model.id, m.model.max_model_len, model::dtype_name(layout_.dtype), m.slots, hidden_size);
+  log::info("data", "request ids {}N: their files in {} are read and deleted, nothing else there",
+            m.settings.request_prefix, m.settings.storage);
 }
 
 ServerFeatures::~ServerFeatures() {
@@ -253,6 +274,8 @@ ServerFeatures::~ServerFeatures() {
     impl_->cv.notify_all();
   }
   for (auto& t : impl_->threads) t.join();
+  // Files of requests stopped in flight that the server wrote meanwhile (a later run removes those it writes after).
+  remove_own_files(impl_->settings.storage, impl_->settings.request_prefix);
 }
 
 void ServerFeatures::prefetch(const data::Sampler& sampler, std::int64_t batches,
@@ -263,7 +286,7 @@ void ServerFeatures::prefetch(const data::Sampler& sampler, std::int64_t batches
   for (std::int64_t w = 0; w < workers; ++w) m.threads.emplace_back([&m] { m.work(); });
   // The planner: the sampler's next batches, samples in the order the trainer reads them.
   m.threads.emplace_back([&m, plan = sampler, samples, batches, workers]() mutable {
-    for (std::int64_t b = 0; b < batches && !m.stopped(0); ++b) {
+    for (std::int64_t b = 0; b < batches && !m.stopping(); ++b) {
       const auto next = plan.next();
       for (const auto& row : next.row_samples)
         for (const auto s : row) {
@@ -282,7 +305,7 @@ void ServerFeatures::prefetch(const data::Sampler& sampler, std::int64_t batches
   });
 }
 
-void ServerFeatures::read(std::int64_t sample, std::int64_t pos, std::int64_t n, const std::int32_t* ids, void* aux,
+void ServerFeatures::read(std::int64_t sample, std::int64_t pos, std::int64_t n, const std::int32_t*, void* aux,
                           void* last, std::int64_t*) const {
   auto& m = *impl_;
   const auto t0 = Clock::now();
@@ -315,13 +338,6 @@ void ServerFeatures::read(std::int64_t sample, std::int64_t pos, std::int64_t n,
   if (e->error) throw *e->error;
   const auto H = m.layout.hidden_size;
   const auto elem = static_cast<std::int64_t>(c10::elementSize(m.layout.dtype));
-  for (std::int64_t k = 0; k < n; ++k)
-    EAGLE_CHECK(e->tokens[static_cast<std::size_t>(pos + k)] == ids[k],
-                Error(ErrorKind::input, "the server computed hidden states for other tokens than the sample's")
-                    .file(m.settings.urls)
-                    .place(fmt::format("sample {}, token_ids[{}]", sample, pos + k))
-                    .expected(std::to_string(ids[k]))
-                    .found(std::to_string(e->tokens[static_cast<std::size_t>(pos + k)])));
   const std::int64_t row_bytes = m.slots * H * elem;
   const auto* base = e->hidden.data();
   const auto bad = first_non_finite(base + pos * row_bytes, n * m.slots * H, m.layout.dtype);

@@ -53,10 +53,17 @@ nlohmann::json output_settings(const config::Options& o, const data::Dataset& ds
   return j;
 }
 
+// generate's server settings; a stop signal ends every wait of the start-up checks too.
+server::ServerSettings generate_server_settings(const config::Options& o) {
+  auto s = server::ServerSettings::from(o, server::ServerPurpose::generate);
+  s.cancel = run::stop_flag();
+  return s;
+}
+
 // The servers answer and serve a context of at least training_seq_len (else replies would be cut
 // elsewhere than in-process, or refused).
 server::ServedModel check_generate_servers(const config::Options& o) {
-  const auto served = server::check_servers(server::ServerSettings::from(o, server::ServerPurpose::generate));
+  const auto served = server::check_servers(generate_server_settings(o));
   EAGLE_CHECK(served.max_model_len == 0 || served.max_model_len >= o.training_seq_len,
               Error(ErrorKind::input, "the server's context is shorter than training_seq_len")
                   .file(o.target_server)
@@ -133,7 +140,8 @@ void regenerate(const config::Options& opts) {
   const auto first = writer.samples_done();
   std::optional<target::TargetModel> target;
   if (!server) target.emplace(target::load_target(opts, device::resolve_device(opts.device)));
-  const auto settings = GenerateSettings::from(opts, end_ids);
+  auto settings = GenerateSettings::from(opts, end_ids);
+  settings.vocab_size = config.vocab_size;  // a server's token ids are checked against it
   log::info("generate",
             "{} samples from {} ({} done before), {}, context {}, up to {} tokens per reply, {}, "
             "end ids [{}]",
@@ -162,9 +170,9 @@ void regenerate(const config::Options& opts) {
   auto stop = [&] { return signals.requested(); };
   GenerateResult result;
   try {
-    result = server ? generate_from_server(server::ServerSettings::from(opts, server::ServerPurpose::generate), *served,
-                                           dataset, first, settings, emit, stop)
-                    : generate(*target, dataset, first, settings, emit, stop);
+    result = server
+                 ? generate_from_server(generate_server_settings(opts), *served, dataset, first, settings, emit, stop)
+                 : generate(*target, dataset, first, settings, emit, stop);
   } catch (const Error&) {
     writer.commit(counts.to_json());  // the samples emitted before the failure stay done
     throw;

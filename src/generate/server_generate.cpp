@@ -43,8 +43,9 @@ Error refused(const server::HttpUrl& url, std::size_t index, const std::string& 
 }
 
 // The answer's token ids; refused by name when there are none (an older server, or one without
-// return_token_ids) or they are not token ids.
-std::vector<data::TokenId> answer_tokens(const server::HttpUrl& url, std::size_t index, const nlohmann::json& j) {
+// return_token_ids) or they are not token ids of the target's vocabulary (vocab_size 0: any).
+std::vector<data::TokenId> answer_tokens(const server::HttpUrl& url, std::size_t index, const nlohmann::json& j,
+                                         std::int64_t vocab_size) {
   const bool has = j.contains("choices") && j["choices"].is_array() && !j["choices"].empty() &&
                    j["choices"][0].is_object() && j["choices"][0].contains("token_ids") &&
                    j["choices"][0]["token_ids"].is_array();
@@ -53,10 +54,12 @@ std::vector<data::TokenId> answer_tokens(const server::HttpUrl& url, std::size_t
                        .found(j.dump().substr(0, 300)));
   std::vector<data::TokenId> out;
   for (const auto& t : j["choices"][0]["token_ids"]) {
-    EAGLE_CHECK(t.is_number_integer() && t.get<std::int64_t>() >= 0 && t.get<std::int64_t>() <= INT32_MAX,
-                refused(url, index, "the server's answer has a token id that is not one")
-                    .expected("non-negative integers")
-                    .found(t.dump()));
+    const std::int64_t end = vocab_size > 0 ? vocab_size : std::int64_t{INT32_MAX} + 1;
+    EAGLE_CHECK(t.is_number_integer() && t.get<std::int64_t>() >= 0 && t.get<std::int64_t>() < end,
+                refused(url, index, "the server's answer has a token id outside the target's vocabulary")
+                    .expected(fmt::format("integers in [0, {}){}", end, vocab_size > 0 ? " (vocab_size)" : ""))
+                    .found(t.dump())
+                    .hint("the server must serve the target of --model_name_or_path"));
     out.push_back(static_cast<data::TokenId>(t.get<std::int64_t>()));
   }
   return out;
@@ -199,14 +202,16 @@ class ServerGenerator {
     const auto fields = sampling_fields(gs_, index, turn);
     const std::vector<std::int64_t> prompt(r.output().input_ids.begin(), r.output().input_ids.end());
     const server::HttpUrl* url = nullptr;
+    // A request's tries go round the replicas from its first URL (not the rotation's next one).
+    const auto first = urls_.start();
     const auto answer = server::with_retries(
         settings_, fmt::format("reply {} of sample {}", turn + 1, index),
-        [&](std::int64_t) {
-          url = &urls_.next();
+        [&](std::int64_t attempt) {
+          url = &urls_.at(first, attempt);
           return server::completions(*url, model_.id, prompt, r.reply_budget(), fields, settings_.timeout_s, &cancel_);
         },
         [&](double wait_s) { return stopped(wait_s); });
-    const auto tokens = answer_tokens(*url, index, answer);
+    const auto tokens = answer_tokens(*url, index, answer, gs_.vocab_size);
     const auto budget = r.reply_budget();
     const auto replies = r.stopped_by_end() + r.stopped_by_length();
     for (std::size_t k = 0; k < tokens.size(); ++k) {

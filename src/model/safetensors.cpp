@@ -79,12 +79,13 @@ struct SafetensorsFile::Impl {
   }
 };
 
-SafetensorsFile SafetensorsFile::open(const std::string& path) {
+SafetensorsFile SafetensorsFile::open(const std::string& path, util::MappedFile::Links links) {
   auto impl = std::make_shared<Impl>();
   impl->path = path;
   // Private and writable: an accidental in-place op on a loaded tensor copies the page instead of
   // crashing on a read-only page or writing through to the file (the descriptor is read-only).
-  impl->map = std::make_unique<util::MappedFile>(path, "the safetensors file", util::MappedFile::Access::copy_on_write);
+  impl->map = std::make_unique<util::MappedFile>(path, "the safetensors file", util::MappedFile::Access::copy_on_write,
+                                                 ErrorKind::input, links);
   impl->base = impl->map->writable_data();
   impl->size = impl->map->size();
   EAGLE_CHECK(impl->size >= 8, impl->bad("file shorter than the 8-byte header length")

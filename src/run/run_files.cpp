@@ -60,6 +60,7 @@ bool may_change_on_resume(std::string_view option) {
       "device", "num_threads", "max_cuda_graphs", "config", "ddp_backend", "ddp_timeout_s",
       // where the target's features come from: servers of the same target may move or restart
       "target_server", "target_server_inflight", "target_server_timeout_s", "target_server_retries",
+      "target_server_storage",
       // memory layout of the loss and the TTT unroll (the same values and gradients up to fp32 rounding),
       // the memory estimate's report and check
       "loss_chunk_size", "recompute_activations", "dry_run", "check_memory"};

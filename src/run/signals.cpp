@@ -18,11 +18,13 @@ namespace {
 
 std::atomic<int> g_signal{0};   // first signal received; 0: none
 std::atomic<int> g_count{0};    // signals received
+std::atomic<bool> g_stop{false};       // g_signal != 0, as the flag waits poll
 std::atomic<bool> g_installed{false};  // a StopSignals is alive
 std::atomic<bool> g_handlers{false};   // on_signal is installed
 struct sigaction g_old_int, g_old_term;
 
-static_assert(std::atomic<int>::is_always_lock_free, "signal handlers need lock-free atomics");
+static_assert(std::atomic<int>::is_always_lock_free && std::atomic<bool>::is_always_lock_free,
+              "signal handlers need lock-free atomics");
 
 // Async-signal-safe: atomics, write(2) and _exit(2) only.
 void write_stderr(const char* text) {
@@ -34,6 +36,7 @@ void on_signal(int sig) {
   int n = g_count.fetch_add(1) + 1;
   if (n == 1) {
     g_signal.store(sig);
+    g_stop.store(true);
     write_stderr(sig == SIGINT ? "\nSIGINT received: finishing the step, saving a checkpoint, then exiting "
                                  "(send it again to exit at once)\n"
                                : "\nSIGTERM received: finishing the step, saving a checkpoint, then exiting "
@@ -69,6 +72,7 @@ void install_stop_signals() {
   if (g_handlers.load()) return;
   g_signal.store(0);
   g_count.store(0);
+  g_stop.store(false);
   install_handlers();
 }
 
@@ -88,6 +92,7 @@ StopSignals::StopSignals() {
   if (!g_handlers.load()) {
     g_signal.store(0);
     g_count.store(0);
+    g_stop.store(false);
   }
   install_handlers();
 }
@@ -98,6 +103,8 @@ StopSignals::~StopSignals() {
   g_handlers.store(false);
   g_installed.store(false);
 }
+
+const std::atomic<bool>* stop_flag() { return &g_stop; }
 
 bool StopSignals::requested() const { return g_signal.load(std::memory_order_relaxed) != 0; }
 int StopSignals::signal_number() const { return g_signal.load(); }

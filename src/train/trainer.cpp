@@ -104,7 +104,10 @@ class Trainer {
   torch::Tensor step_loss_;     // comm_'s last element, 0-dim
   std::optional<MicroBatchRunner> micro_batches_;  // the step's micro-batches on buffers per batch shape
   double loop_seconds_ = 0, side_seconds_ = 0;  // training steps alone; evaluations and checkpoints
-  double process_real_tokens_ = 0;              // real tokens of this process's steps
+  std::optional<Clock::time_point> loop_started_;  // set when the loop begins (summary.json's rate on any exit)
+  bool updating_ = false;                          // the step's optimizer update has begun (no longer the last step)
+  std::int64_t saved_step_ = 0;                    // the newest step with a checkpoint (written or resumed)
+  double process_real_tokens_ = 0;                 // real tokens of this process's steps
   std::int64_t nonfinite_reported_ = 0;
   double last_loss_ = std::numeric_limits<double>::quiet_NaN();
 };
@@ -185,6 +188,7 @@ void Trainer::restore() {
     state_ = restore_checkpoint(resume_->path, *head_, *optimizer_, *sampler_);
     log::info("ckpt", "resumed from {} at step {}", resume_->path.string(), state_.step);
     summary_.resumed_from_step = state_.step;
+    saved_step_ = state_.step;
   }
   // Every rank resumes rank 0's checkpoint: an output_dir that is not one shared folder would not.
   if (group_->size() > 1 && group_->any(group_->broadcast_from_main(state_.step) != state_.step))
@@ -221,12 +225,14 @@ run::RunSummary Trainer::run() {
     reason = loop();
   } catch (...) {
     failure = std::current_exception();
+    if (loop_started_) loop_seconds_ = seconds_since(*loop_started_) - side_seconds_;  // summary.json's rate
   }
   return finish(reason, failure);
 }
 
 ExitReason Trainer::loop() {
-  const auto loop_started = Clock::now();
+  loop_started_ = Clock::now();
+  const auto loop_started = *loop_started_;
   // A signal during set-up (handlers are installed first): stop before any step, nothing to save.
   if (group_->any(signals_.requested())) return ExitReason::interrupted;
   while (state_.step < total_steps_) {
@@ -234,13 +240,18 @@ ExitReason Trainer::loop() {
     try {
       train_step();
     } catch (const Error& e) {
-      // A feature source that stays down: the last completed step is saved (one process; ranks would wait in
-      // the step's collectives), then the error ends the run (exit 4).
-      if (e.kind() != ErrorKind::source_down || group_->size() > 1) throw;
+      // An orderly end before the step's update: a feature source that stays down (exit 4), refuses an answer
+      // (exit 3) or a stop signal while waiting for it (130). The last completed step is saved first (one
+      // process: ranks would wait in the step's collectives).
+      const bool source_end =
+          e.kind() == ErrorKind::source_down || e.kind() == ErrorKind::input || e.kind() == ErrorKind::interrupted;
+      if (!source_end || group_->size() > 1 || updating_) throw;
       --state_.step;
       sampler_->restore(sampler_at);
-      save();
-      throw;
+      if (state_.step > saved_step_) save();
+      if (e.kind() != ErrorKind::interrupted) throw;
+      loop_seconds_ = seconds_since(loop_started) - side_seconds_;
+      return ExitReason::interrupted;
     }
     const std::int64_t step = state_.step;
     const bool last = step == total_steps_;
@@ -274,6 +285,7 @@ ExitReason Trainer::loop() {
 
 void Trainer::train_step() {
   const std::int64_t step = ++state_.step;
+  updating_ = false;
   // (a) forward + backward of each micro-batch; the loss denominators of the whole step first.
   std::vector<data::Batch> micro;
   for (std::int64_t m = 0; m < o_.gradient_accumulation_steps; ++m)
@@ -289,6 +301,7 @@ void Trainer::train_step() {
   // The gradients and the loss of every rank, summed (between the graphs on GPU; nothing on one rank).
   group_->sum(comm_.buffer);
   // (b) clip + update, independent of the batch shape.
+  updating_ = true;
   graphs_->run(device::kOptimizerUpdate, [&] {
     optimizer_->step(step_loss_);
     window_->loss.add_(step_loss_);
@@ -324,6 +337,7 @@ void Trainer::save() {
   side_work([&] {
     const std::int64_t step = state_.step;
     graphs_->synchronize();
+    saved_step_ = step;
     if (group_->is_main()) {
       state_.sampler = sampler_->state();
       checkpoints_->save(

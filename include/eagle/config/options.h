@@ -41,6 +41,7 @@ struct Options {
   std::int64_t target_server_inflight = 8;     // requests in flight at most (samples held ahead)
   std::int64_t target_server_timeout_s = 120;  // seconds per request, its file's lock wait included
   std::int64_t target_server_retries = 5;      // tries after the first, backoff 1, 2, 4, ... 30 s
+  std::string target_server_storage;           // the servers' shared_storage_path: the only folder read
   TargetDtype features_dtype = TargetDtype::bfloat16;  // dump-features: stored dtype; auto: the target's
   std::int64_t features_shard_mb = 2048;               // dump-features: MiB per shard file (bound)
   bool json = false;                                   // data-stats/inspect/eval: print JSON

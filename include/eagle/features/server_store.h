@@ -4,6 +4,10 @@
 // which writes the sample's hidden states [T, n_aux + 1, H] and token_ids [T] to a safetensors file,
 // holds its .lock until the write is complete and returns its path. The store waits on the lock,
 // reads the file, deletes it and its lock, and serves the rows as a speculators folder's would be.
+// Every request carries an X-Request-Id of this run (settings.request_prefix + a number), which vLLM
+// puts in the file's name (STORAGE/cmpl-ID-0-SUFFIX.safetensors): a path outside settings.storage,
+// relative, with a "." or ".." component or not named after its request is refused (exit 3), and
+// only such files of this run are ever opened (never through a link, never blocking) or deleted.
 #pragma once
 
 #include <cstdint>

@@ -25,6 +25,7 @@ struct GenerateSettings {
   double top_p = 1.0;                // nucleus mass when sampling
   std::uint64_t seed = 42;           // sampling generator (mixed with the first sample's index)
   std::int64_t max_cuda_graphs = 8;  // decode shapes captured on GPU; 0: none
+  std::int64_t vocab_size = 0;       // --target_server: answered token ids must be below it (0: unchecked)
 
   static GenerateSettings from(const config::Options& o, const std::vector<std::int64_t>& end_ids);
 };

@@ -10,13 +10,16 @@
 
 #include <torch/torch.h>
 
+#include "eagle/util/mapped_file.h"
+
 namespace eagle::model {
 
 class SafetensorsFile {
  public:
   // Maps and validates path (header length, JSON, dtypes, offsets inside the file, shape x dtype =
   // byte length, no overlaps); throws eagle::Error naming the file and tensor.
-  static SafetensorsFile open(const std::string& path);
+  // links: util::MappedFile::Links (refuse: a file a server names, never read through a link or blocking).
+  static SafetensorsFile open(const std::string& path, util::MappedFile::Links links = util::MappedFile::Links::follow);
 
   const std::string& path() const { return path_; }
   std::vector<std::string> names() const;

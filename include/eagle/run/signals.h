@@ -3,6 +3,8 @@
 // at once with _exit(130), for a run that is stuck or that the user really wants gone.
 #pragma once
 
+#include <atomic>
+
 namespace eagle::run {
 
 // Installs the handlers now, for a process whose work will create a StopSignals later (main calls it
@@ -18,6 +20,11 @@ void install_stop_signals();
 // parent already gone when this runs gets the same SIGTERM at once. Call it after
 // install_stop_signals. Not for a process started by hand: a run under nohup outlives its shell.
 void stop_when_parent_dies();
+
+// Set by the first SIGINT/SIGTERM while the handlers are installed (cleared with the stop request):
+// for waits that poll an atomic flag (util::http_request's cancel, the feature server's file waits),
+// so that a stop request interrupts them instead of waiting for their deadline.
+const std::atomic<bool>* stop_flag();
 
 // Installs the handlers for its lifetime (or adopts those of install_stop_signals, with any signal
 // they caught) and restores the previous ones when destroyed. One at a

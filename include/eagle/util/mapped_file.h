@@ -18,11 +18,16 @@ class MappedFile {
   // an in-place op on memory handed out (a zero-copy tensor) copies the page instead of crashing or
   // writing to the file (the file is opened read-only either way).
   enum class Access { read_only, copy_on_write };
+  // follow: a symbolic link is read through (model folders are links into a cache). refuse: `path`
+  // itself must not be a link and is opened non-blocking (O_NOFOLLOW | O_NONBLOCK, then fstat): for
+  // files a server names, where a planted link or FIFO must neither redirect nor block the read.
+  enum class Links { follow, refuse };
 
   // Maps all of `path` (an empty file maps to no bytes); `what` names it in the errors ("the
   // dataset file"), which are Error(kind): not a regular file, cannot open, cannot stat, cannot map.
   explicit MappedFile(const std::filesystem::path& path, std::string_view what = "the file",
-                      Access access = Access::read_only, ErrorKind kind = ErrorKind::input);
+                      Access access = Access::read_only, ErrorKind kind = ErrorKind::input,
+                      Links links = Links::follow);
   ~MappedFile();
   MappedFile(const MappedFile&) = delete;
   MappedFile& operator=(const MappedFile&) = delete;
