@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 
 #include "eagle/acceptance/alpha.h"
 #include "eagle/acceptance/batched.h"
@@ -24,10 +25,30 @@ AcceptanceSettings AcceptanceSettings::from(const config::Options& o, std::int64
   s.tree.steps = o.eval_tree_steps > 0 ? o.eval_tree_steps : s.draft_len;
   s.tree.draft_tokens = o.eval_tree_draft_tokens > 0 ? o.eval_tree_draft_tokens : s.tree.steps + 1;
   config::check_tree_draft_tokens(o, s.tree.steps);  // the head's steps are known here (issue 41 item 17)
+  config::check_best_metric_depth(o, s.draft_len);
   s.sampling = {o.eval_temperature, o.eval_top_p, o.eval_draft_sampling == config::DraftSampling::sample,
                 static_cast<std::uint64_t>(o.seed)};
   return s;
 }
+
+namespace {
+
+// The greedy chain over the prompts drafting draft_len tokens a round: batched where the head can.
+AcceptanceResult greedy_chain(const target::TargetModel& target, head::DraftHead& head,
+                              const std::vector<std::vector<std::int64_t>>& prompts, const AcceptanceSettings& s,
+                              std::int64_t draft_len, bool batched) {
+  if (batched)
+    return batched_acceptance(target, head, prompts, s.max_new_tokens, draft_len, s.batch_size, s.max_cuda_graphs);
+  ChainProposer proposer(draft_len);
+  GreedyVerifier verifier;
+  return decode_prompts(target, head, prompts, proposer, verifier, s.max_new_tokens);
+}
+
+double ar_or_nan(const AcceptanceResult& r) {
+  return r.rounds > 0 ? r.ar : std::numeric_limits<double>::quiet_NaN();
+}
+
+}  // namespace
 
 AcceptanceStats measure(const target::TargetModel& target, head::DraftHead& head, const data::Dataset& heldout,
                         const AcceptanceSettings& s) {
@@ -36,18 +57,20 @@ AcceptanceStats measure(const target::TargetModel& target, head::DraftHead& head
   const auto prompts = eval_prompts(heldout, s.num_prompts);
   const auto start = std::chrono::steady_clock::now();
   const bool batched = s.batch_size > 1 && head.drafts_ragged();
-  AcceptanceResult chain;
-  if (batched) {
-    chain = batched_acceptance(target, head, prompts, s.max_new_tokens, s.draft_len, s.batch_size, s.max_cuda_graphs);
-  } else {
-    ChainProposer proposer(s.draft_len);
-    GreedyVerifier verifier;
-    chain = decode_prompts(target, head, prompts, proposer, verifier, s.max_new_tokens);
+  // One pass per depth k = 1..K over the same prompts; the last is the chain AR at the draft length.
+  std::vector<AcceptanceResult> by_depth;
+  for (std::int64_t k = 1; k <= s.draft_len; ++k)
+    by_depth.push_back(greedy_chain(target, head, prompts, s, k, batched));
+  const AcceptanceResult& chain = by_depth.back();
+  if (chain.rounds > 0) {
+    out.ar = chain.ar;
+    out.ar_ci95 = chain.ci95;
+    for (const auto& r : by_depth) out.ar_by_depth.push_back(ar_or_nan(r));
   }
-  if (chain.rounds > 0) out.ar = chain.ar;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  log::info("eval", "AR over {} prompts ({} at a time): {} rounds, {} tokens in {:.2f} s", chain.prompts,
-            batched ? std::min(s.batch_size, chain.prompts) : 1, chain.rounds, chain.generated, seconds);
+  log::info("eval", "AR over {} prompts ({} at a time) at depths 1..{}: {} rounds, {} tokens at depth {} in {:.2f} s",
+            chain.prompts, batched ? std::min(s.batch_size, chain.prompts) : 1, s.draft_len, chain.rounds,
+            chain.generated, s.draft_len, seconds);
   if (s.tree.on()) {
     TreeProposer proposer(s.tree);
     GreedyVerifier verifier;
