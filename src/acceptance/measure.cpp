@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <limits>
+#include <map>
 
 #include "eagle/acceptance/alpha.h"
 #include "eagle/acceptance/batched.h"
@@ -48,13 +49,39 @@ double ar_or_nan(const AcceptanceResult& r) {
   return r.rounds > 0 ? r.ar : std::numeric_limits<double>::quiet_NaN();
 }
 
+// The chain AR (at each depth) of each category's prompts; none when no prompt has a category.
+std::map<std::string, io::CategoryAcceptance> by_category(const data::Dataset& heldout,
+                                                          const std::vector<std::size_t>& samples,
+                                                          const std::vector<AcceptanceResult>& by_depth) {
+  std::map<std::string, std::vector<std::size_t>> prompts_of;
+  bool any = false;
+  for (std::size_t j = 0; j < samples.size(); ++j) {
+    const auto& name = heldout.category(samples[j]);
+    any = any || !name.empty();
+    prompts_of[name.empty() ? std::string(kNoCategory) : name].push_back(j);
+  }
+  std::map<std::string, io::CategoryAcceptance> out;
+  if (!any) return out;
+  for (const auto& [name, prompts] : prompts_of) {
+    auto& c = out[name];
+    c.count = static_cast<std::int64_t>(prompts.size());
+    for (const auto& depth : by_depth) c.ar_by_depth.push_back(ar_or_nan(depth.subset(prompts)));
+    const auto chain = by_depth.back().subset(prompts);
+    c.ar = ar_or_nan(chain);
+    c.ar_ci95 = chain.ci95;
+  }
+  return out;
+}
+
 }  // namespace
 
 AcceptanceStats measure(const target::TargetModel& target, head::DraftHead& head, const data::Dataset& heldout,
                         const AcceptanceSettings& s) {
   torch::NoGradGuard no_grad;
   AcceptanceStats out;
-  const auto prompts = eval_prompts(heldout, s.num_prompts);
+  const auto samples = eval_prompt_samples(heldout, s.num_prompts);
+  std::vector<std::vector<std::int64_t>> prompts;
+  for (auto i : samples) prompts.push_back(*eval_prompt(heldout, i));
   const auto start = std::chrono::steady_clock::now();
   const bool batched = s.batch_size > 1 && head.drafts_ragged();
   // One pass per depth k = 1..K over the same prompts; the last is the chain AR at the draft length.
@@ -66,6 +93,7 @@ AcceptanceStats measure(const target::TargetModel& target, head::DraftHead& head
     out.ar = chain.ar;
     out.ar_ci95 = chain.ci95;
     for (const auto& r : by_depth) out.ar_by_depth.push_back(ar_or_nan(r));
+    out.ar_by_category = by_category(heldout, samples, by_depth);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   log::info("eval", "AR over {} prompts ({} at a time) at depths 1..{}: {} rounds, {} tokens at depth {} in {:.2f} s",

@@ -31,9 +31,14 @@ struct AcceptanceSettings {
 
 using AcceptanceStats = io::AcceptanceStats;
 
+// The ar_by_category entry of the prompts without a category, when others have one.
+inline constexpr const char* kNoCategory = "(none)";
+
 // Every metric the settings ask for, over the same prompts (eval_prompts of heldout): ar and ar_ci95 (the
 // greedy chain at draft_len); ar_by_depth (one greedy chain pass per depth k = 1..draft_len, batched as ar:
-// its last entry is ar, entry k-1 equals ar measured with draft_len k); tree_ar (tree.on()); at a
+// its last entry is ar, entry k-1 equals ar measured with draft_len k); ar_by_category when a prompt's
+// sample has a category (the same passes, each category's prompts alone: their count, ar, ar_ci95 and
+// ar_by_depth; the counts add up to the prompts decoded); tree_ar (tree.on()); at a
 // temperature temp_ar and its ci95 (chains: ChainProposer, or ParallelProposer for P-EAGLE heads),
 // tree_temp_ar and its ci95 with a tree, alpha and alpha_ar. Each sampled decoding draws from its own
 // Uniform seeded by sampling.seed.
