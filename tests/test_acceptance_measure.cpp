@@ -91,7 +91,7 @@ TEST_CASE("per category: counts add up to the prompts, each AR is its prompts' o
 TEST_CASE("no prompt, no AR by depth", "[acceptance]") {
   auto target = test::tiny_llama();
   torch::manual_seed(1);
-  auto cfg = head::HeadConfig::from_target(target.config(), 2, target.aux_layer_ids(), 256);
+  auto cfg = head::HeadConfig::from_target(target.config(), 3, target.aux_layer_ids(), 256);
   head::DraftVocab vocab;
   vocab.target_vocab_size = target.config().vocab_size;
   for (std::int64_t i = 0; i < 256; ++i) vocab.draft_ids.push_back(i);

@@ -11,6 +11,7 @@
 #include "eagle/acceptance/decode.h"
 #include "eagle/acceptance/propose.h"
 #include "eagle/config/option_table.h"
+#include "eagle/util/error.h"
 #include "eagle/util/log.h"
 
 namespace eagle::acceptance {
@@ -85,6 +86,8 @@ AcceptanceStats measure(const target::TargetModel& target, head::DraftHead& head
   const auto start = std::chrono::steady_clock::now();
   const bool batched = s.batch_size > 1 && head.drafts_ragged();
   // One pass per depth k = 1..K over the same prompts; the last is the chain AR at the draft length.
+  EAGLE_CHECK(s.draft_len >= 1, Error(ErrorKind::internal, "the acceptance evaluation drafts no token")
+                                    .found(std::to_string(s.draft_len)));
   std::vector<AcceptanceResult> by_depth;
   for (std::int64_t k = 1; k <= s.draft_len; ++k)
     by_depth.push_back(greedy_chain(target, head, prompts, s, k, batched));

@@ -19,7 +19,7 @@ using TokenId = std::uint32_t;
 struct Sample {
   std::vector<TokenId> input_ids;
   std::vector<std::uint8_t> loss_mask;  // 1: the head is trained to predict this token
-  std::string category;                 // the sample's `category` field; "": none
+  std::string category{};               // the sample's `category` field; "": none
 };
 
 // Counts per token id, bounded by what was seen: ids below kDenseIds in a flat array that grows to
