@@ -5,6 +5,13 @@ Input records (a JSON array, JSON Lines, optionally .gz), detected per record:
   ShareGPT  {"conversations": [{"from": "human"|"gpt"|"system", "value": "..."}, ...]}
   OpenAI    {"messages": [{"role": "user"|"assistant"|"system", "content": "..."}, ...]}
   Alpaca    {"instruction": "...", "input": "...", "output": "..."}
+  Prompts   {"turns": ["...", ...]} (MT-Bench/SPEED-Bench: user turns, no replies; the first is used)
+A record's "category" (a string, e.g. SPEED-Bench's "coding") is written to its sample, so that
+`eagle-train eval` reports the acceptance per category.
+
+--prompts writes evaluation prompts instead of training samples: each record's turns before its first
+reply, rendered with the generation prompt ("Assistant: " or the chat template's), then one trained
+end-of-sequence token that marks where the reply starts (eval decodes the target's own reply from there).
 
 Tokenizers (loss_mask is 1 on assistant/output tokens and their end-of-turn token):
   --tokenizer DIR_OR_FILE  a Hugging Face tokenizer folder (tokenizer.json [+ tokenizer_config.json]),
@@ -71,6 +78,11 @@ def to_messages(rec, where):
         turns, role_key, text_key = rec["conversations"], "from", "value"
     elif "messages" in rec:
         turns, role_key, text_key = rec["messages"], "role", "content"
+    elif "turns" in rec:
+        turns = rec["turns"]
+        if not isinstance(turns, list) or not turns or not isinstance(turns[0], str):
+            raise ValueError(f"{where}: turns is not a list of strings")
+        return [{"role": "user", "content": turns[0]}]
     elif "instruction" in rec and "output" in rec:
         prompt = rec["instruction"]
         if rec.get("input"):
@@ -156,6 +168,32 @@ def simple_template(tok, messages):
     return ids, mask
 
 
+def category_of(rec, where):
+    """The record's category ("": none); a category that is not a string is refused."""
+    c = rec.get("category") if isinstance(rec, dict) else None
+    if c is None:
+        return ""
+    if not isinstance(c, str) or len(c.encode("utf-8")) > 256:
+        raise ValueError(f"{where}: category is not a string of at most 256 bytes: {c!r}")
+    return c
+
+
+def prompt_sample(tok, messages, use_chat):
+    """The turns before the first reply with the generation prompt, then one trained eos token."""
+    k = next((i for i, m in enumerate(messages) if m["role"] == "assistant"), len(messages))
+    prompt = messages[:k]
+    if tok.eos_id is None:
+        sys.exit("--prompts needs an end-of-sequence token to mark where the reply starts")
+    if use_chat:
+        t = tok.template_tok
+        text = t.apply_chat_template(prompt, tokenize=False, add_generation_prompt=True)
+        ids = list(t(text, add_special_tokens=False)["input_ids"])
+    else:
+        ids, _ = simple_template(tok, prompt)
+        ids += tok.encode("Assistant: ")
+    return ids + [tok.eos_id], [0] * len(ids) + [1]
+
+
 def chat_template(tok, messages):
     """Renders with the tokenizer's chat template; assistant spans are found from rendered prefixes."""
     t = tok.template_tok
@@ -190,6 +228,8 @@ def main(argv=None):
     g.add_argument("--byte-level", action="store_true", help="UTF-8 bytes + 3; no tokenizer needed")
     ap.add_argument("--no-chat-template", action="store_true", help="use the simple template even if a chat template exists")
     ap.add_argument("--max-samples", type=int, default=0, help="stop after this many samples; 0: all")
+    ap.add_argument("--prompts", action="store_true",
+                    help="write evaluation prompts (the turns before the first reply, then one trained eos)")
     args = ap.parse_args(argv)
 
     tok = ByteLevel() if args.byte_level else HFTokenizer(args.tokenizer)
@@ -200,14 +240,21 @@ def main(argv=None):
         for path in args.inputs:
             for where, rec in read_records(path):
                 messages = to_messages(rec, where)
-                if not any(m["role"] == "assistant" and m["content"] for m in messages):
-                    skipped += 1
-                    continue
-                ids, mask = chat_template(tok, messages) if use_chat else simple_template(tok, messages)
+                category = category_of(rec, where)
+                if args.prompts:
+                    ids, mask = prompt_sample(tok, messages, use_chat)
+                else:
+                    if not any(m["role"] == "assistant" and m["content"] for m in messages):
+                        skipped += 1
+                        continue
+                    ids, mask = chat_template(tok, messages) if use_chat else simple_template(tok, messages)
                 if not ids or not any(mask):
                     skipped += 1
                     continue
-                out.write(json.dumps({"input_ids": ids, "loss_mask": mask}, separators=(",", ":")) + "\n")
+                sample = {"input_ids": ids, "loss_mask": mask}
+                if category:
+                    sample["category"] = category
+                out.write(json.dumps(sample, separators=(",", ":")) + "\n")
                 written += 1
                 tokens += len(ids)
                 trained += sum(mask)

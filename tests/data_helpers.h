@@ -17,11 +17,12 @@ inline std::vector<data::Sample> all_samples(const data::Dataset& ds) {
   return out;
 }
 
-// Equal ids and masks, sample by sample.
+// Equal ids, masks and categories, sample by sample.
 inline bool same(const std::vector<data::Sample>& a, const std::vector<data::Sample>& b) {
   if (a.size() != b.size()) return false;
   for (std::size_t i = 0; i < a.size(); ++i)
-    if (a[i].input_ids != b[i].input_ids || a[i].loss_mask != b[i].loss_mask) return false;
+    if (a[i].input_ids != b[i].input_ids || a[i].loss_mask != b[i].loss_mask || a[i].category != b[i].category)
+      return false;
   return true;
 }
 

@@ -91,6 +91,35 @@ def main():
     rec = read_jsonl(out4)[0]
     trained = [i for i, m in zip(rec["input_ids"], rec["loss_mask"]) if m]
     check(trained == tok.encode("Yo", add_special_tokens=False).ids + [tok.token_to_id("</s>")], "simple template mask")
+
+    # A SPEED-Bench-style file (one prompt per record, its category): --prompts writes eval prompts,
+    # the category kept; the prompt ends with the generation prompt, then one trained eos.
+    speed = [{"question_id": "q1", "category": "coding", "turns": ["Hi", "And then?"]},
+             {"question_id": "q2", "category": "math", "turns": ["Say"]},
+             {"question_id": "q3", "turns": ["Yo"]}]
+    with open(os.path.join(tmp, "speed.jsonl"), "w") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in speed))
+    out5 = os.path.join(tmp, "prompts.jsonl")
+    log = run(os.path.join(tmp, "speed.jsonl"), "-o", out5, "--byte-level", "--prompts")
+    check("3 samples" in log, "prompt counts: " + log)
+    s = read_jsonl(out5)
+    check(s[0]["input_ids"] == prompt + [2], "a prompt: the first turn, the generation prompt, eos")
+    check(s[0]["loss_mask"] == [0] * len(prompt) + [1], "only the eos after the prompt is trained")
+    check([r.get("category") for r in s] == ["coding", "math", None], "categories kept: " + repr(s))
+    # Training samples keep their category too.
+    with open(os.path.join(tmp, "cat.jsonl"), "w") as f:
+        f.write(json.dumps(dict(share, category="chat")) + "\n")
+    out6 = os.path.join(tmp, "cat_out.jsonl")
+    run(os.path.join(tmp, "cat.jsonl"), "-o", out6, "--byte-level")
+    check(read_jsonl(out6)[0] == dict(read_jsonl(out)[0], category="chat"), "a training sample's category")
+    # With a chat template: the rendered generation prompt, then eos.
+    out7 = os.path.join(tmp, "prompts_bpe.jsonl")
+    run(os.path.join(tmp, "speed.jsonl"), "-o", out7, "--tokenizer", folder, "--prompts")
+    rec = read_jsonl(out7)[1]
+    check(rec["category"] == "math" and rec["loss_mask"][-1] == 1 and sum(rec["loss_mask"]) == 1, "bpe prompt mask")
+    check(rec["input_ids"][-1] == tok.token_to_id("</s>"), "bpe prompt ends with eos")
+    check(tok.decode(rec["input_ids"][:-1], skip_special_tokens=False).endswith("<|assistant|> "),
+          "bpe prompt ends with the generation prompt: " + tok.decode(rec["input_ids"], skip_special_tokens=False))
     print("pretokenize tests passed")
 
 

@@ -261,6 +261,7 @@ TEST_CASE("fuzzed prepared-file headers are read or refused, never read outside 
   TempDir dir;
   const std::string good_path = (dir / "good.bin").string(), path = (dir / "fuzz.bin").string();
   auto samples = make_samples(40, 27);
+  for (std::size_t i = 0; i < samples.size(); i += 2) samples[i].category = i % 4 ? "math" : "coding";
   auto ds = eagle::data::Dataset::from_samples(samples);
   std::vector<std::size_t> all(samples.size());
   for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
@@ -276,7 +277,7 @@ TEST_CASE("fuzzed prepared-file headers are read or refused, never read outside 
   // file's own size and a section's neighbours, with a matching checksum.
   std::vector<std::uint64_t> values = eagle::test::adversarial_values();
   for (std::uint64_t v : {good.size(), good.size() - 64, good.size() + 64, std::uint64_t{256}}) values.push_back(v);
-  for (std::size_t p = 8; p < 160; p += p < 24 ? 4 : 8)
+  for (std::size_t p = 8; p < 184; p += p < 24 ? 4 : 8)  // through the categories fields
     for (std::uint64_t v : values) {
       std::string s = good;
       eagle::test::put_le(s, p, v, p < 24 ? 4 : 8);
@@ -286,7 +287,7 @@ TEST_CASE("fuzzed prepared-file headers are read or refused, never read outside 
   std::mt19937_64 rng(27);
   for (int i = 0; i < 1500; ++i) {
     std::string s = good;
-    for (int k = 0; k < 2; ++k) eagle::test::put_le(s, 24 + 8 * (rng() % 17), values[rng() % values.size()], 8);
+    for (int k = 0; k < 2; ++k) eagle::test::put_le(s, 24 + 8 * (rng() % 20), values[rng() % values.size()], 8);
     run(s, true, "pair case " + std::to_string(i));
   }
   for (int i = 0; i < 1000; ++i) {

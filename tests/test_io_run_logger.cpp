@@ -21,6 +21,13 @@ using nlohmann::json;
 
 namespace {
 
+// Acceptance metrics with only the chain AR measured.
+AcceptanceStats ar_of(double ar) {
+  AcceptanceStats a;
+  a.ar = ar;
+  return a;
+}
+
 StepStats sample_stats() {
   StepStats s;
   s.step = 120;
@@ -71,7 +78,7 @@ TEST_CASE("the step line has a fixed format", "[io]") {
 }
 
 TEST_CASE("the eval line reads 'step N AR: x'", "[io]") {
-  EvalStats e{300, 2.12345, {0.7, 0.5}, 2.4, 2.875};
+  EvalStats e{300, 2.12345, {0.7, 0.5}, 2.4, ar_of(2.875)};
   CHECK(format_eval_line(e) == "step 300 AR: 2.875 | eval loss 2.1235 | acc 0.700 0.500 | tau 2.400");
   e.acceptance.ar.reset();
   CHECK(format_eval_line(e) == "step 300 AR: n/a | eval loss 2.1235 | acc 0.700 0.500 | tau 2.400");
@@ -136,7 +143,7 @@ TEST_CASE("step and eval statistics as JSON and TensorBoard scalars", "[io]") {
   CHECK(j == json::parse(R"({"step": 120, "loss": 2.345649, "acc": [0.6124, 0.48, 0.3906], "tau": 2.31,
       "lr": 9.87e-05, "grad_norm": null, "tokens_per_s": 12345.4, "padding_efficiency": 0.875,
       "ms_per_step": 411.6, "nonfinite_steps": 0})"));
-  EvalStats e{300, 2.5, {0.75}, 1.75, 2.5};
+  EvalStats e{300, 2.5, {0.75}, 1.75, ar_of(2.5)};
   CHECK(to_json(e) ==
         json::parse(R"({"step": 300, "eval_loss": 2.5, "eval_acc": [0.75], "eval_tau": 1.75, "ar": 2.5})"));
   e.acceptance.ar.reset();
@@ -148,7 +155,7 @@ TEST_CASE("step and eval statistics as JSON and TensorBoard scalars", "[io]") {
                                          "train/lr", "train/grad_norm", "train/tokens_per_s",
                                          "train/padding_efficiency", "train/ms_per_step"});
   CHECK(tb[1].second == 0.6124f);
-  auto etb = tensorboard_scalars(EvalStats{300, 2.5, {0.75}, 1.75, 2.5});
+  auto etb = tensorboard_scalars(EvalStats{300, 2.5, {0.75}, 1.75, ar_of(2.5)});
   CHECK(etb == std::vector<std::pair<std::string, float>>{
                    {"eval/loss", 2.5f}, {"eval/acc_0", 0.75f}, {"eval/tau", 1.75f}, {"eval/ar", 2.5f}});
 }

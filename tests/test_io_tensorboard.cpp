@@ -18,6 +18,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Acceptance metrics with only the chain AR measured.
+AcceptanceStats ar_of(double ar) {
+  AcceptanceStats a;
+  a.ar = ar;
+  return a;
+}
+
 std::uint64_t read_le(const std::string& s, std::size_t pos, int bytes) {
   std::uint64_t v = 0;
   for (int i = 0; i < bytes; ++i) v |= static_cast<std::uint64_t>(static_cast<unsigned char>(s[pos + i])) << (8 * i);
@@ -194,7 +201,7 @@ TEST_CASE("the run logger feeds metrics.jsonl and TensorBoard the same numbers, 
     for (std::int64_t step = 1; step <= 4; ++step) {
       log.on_step(step);
       if (step == 2) {
-        EvalStats e{2, 3.5, {0.75, 0.5}, 2.0, 2.5};
+        EvalStats e{2, 3.5, {0.75, 0.5}, 2.0, ar_of(2.5)};
         log.log_step(stats(step, 5.0 - step), &e);
       } else {
         log.log_step(stats(step, 5.0 - step));
@@ -205,7 +212,7 @@ TEST_CASE("the run logger feeds metrics.jsonl and TensorBoard the same numbers, 
     // Resumed from checkpoint-3: step 4 is done again, then 5 and 6 and a final evaluation.
     RunLogger log(out, 6, 3, ProgressMode::off);
     for (std::int64_t step = 4; step <= 6; ++step) log.log_step(stats(step, 10.0 * step));
-    log.log_eval(EvalStats{6, 1.0, {0.875, 0.75}, 2.5, std::nullopt});
+    log.log_eval(EvalStats{6, 1.0, {0.875, 0.75}, 2.5, AcceptanceStats()});
   }
   std::vector<nlohmann::json> lines;
   std::istringstream in(eagle::test::read_file(out / "metrics.jsonl"));

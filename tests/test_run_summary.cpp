@@ -43,6 +43,41 @@ TEST_CASE("CI gates: min_ar and max_final_loss", "[run]") {
   CHECK(s.gates.size() == 1);
 }
 
+TEST_CASE("min_ar gates the chain AR at a depth (best_metric_depth)", "[run]") {
+  RunSummary s;
+  auto& a = s.eval.emplace().acceptance;
+  a.ar = 2.5;
+  a.ar_by_depth = {1.5, 2.0, 2.5};
+  s.gate_metric = "ar@2";
+  s.gate_depth = 2;
+  auto at2 = check_gates(s, 2.0, 0.0);
+  REQUIRE(at2.size() == 1);
+  CHECK(at2[0].value == 2.0);
+  CHECK(at2[0].passed);
+  REQUIRE(apply_gates(s, 2.25, 0.0));
+  CHECK(s.detail == "CI gate missed: ar@2 2.0000 < min_ar 2.2500");
+  // A depth beyond the evaluation's draft length was never measured.
+  s.exit_reason = ExitReason::completed;
+  s.gate_depth = 4;
+  auto beyond = check_gates(s, 1.0, 0.0);
+  CHECK_FALSE(beyond[0].value);
+  CHECK_FALSE(beyond[0].passed);
+}
+
+TEST_CASE("summary.json records ar_by_depth and ar_by_category as the report reads them", "[run]") {
+  RunSummary s;
+  auto& a = s.eval.emplace().acceptance;
+  a.ar = 1.8;
+  a.ar_ci95 = 0.2;
+  a.ar_by_depth = {1.5, 1.8};
+  a.ar_by_category["coding"] = eagle::io::CategoryAcceptance{3, 2.5, 0.5, {1.75, 2.5}};
+  const json doc = to_json(s);
+  CHECK(doc["ar_ci95"] == 0.2);
+  CHECK(doc["ar_by_depth"] == json::array({1.5, 1.8}));
+  CHECK(doc["ar_by_category"] ==
+        json::parse(R"({"coding": {"count": 3, "ar": 2.5, "ar_ci95": 0.5, "ar_by_depth": [1.75, 2.5]}})"));
+}
+
 TEST_CASE("summary.json holds the run's end state", "[run]") {
   eagle::test::TempDir tmp;
   RunSummary s;
@@ -65,7 +100,8 @@ TEST_CASE("summary.json holds the run's end state", "[run]") {
   write_summary(tmp.path(), s);
   json doc = json::parse(eagle::test::read_file(tmp / "summary.json"));
   CHECK(doc == json::parse(R"({"exit_reason": "interrupted", "detail": "SIGTERM", "exit_code": 130, "steps": 40,
-      "total_steps": 100, "resumed_from_step": 20, "final_loss": 1.5, "ar": null, "acc": [0.75, 0.5],
+      "total_steps": 100, "resumed_from_step": 20, "final_loss": 1.5, "ar": null, "ar_ci95": null,
+      "ar_by_depth": [], "ar_by_category": {}, "acc": [0.75, 0.5],
       "tau": 2.25, "eval_loss": null, "tree_ar": null, "temp_ar": null, "temp_ar_ci95": null, "tree_temp_ar": null, "tree_temp_ar_ci95": null, "alpha": [],
       "alpha_ar": null, "best_metric": "ar", "real_tokens": 40000.0, "tokens_per_s": 1000.0, "wall_time_s": 12.5, "best_step": null,
       "gates": {"min_ar": {"threshold": 2.0, "value": null, "passed": false}}})"));

@@ -16,10 +16,16 @@ std::optional<std::vector<std::int64_t>> eval_prompt(const data::Dataset& ds, st
   return std::nullopt;
 }
 
+std::vector<std::size_t> eval_prompt_samples(const data::Dataset& ds, std::int64_t num_prompts) {
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < ds.size() && static_cast<std::int64_t>(out.size()) < num_prompts; ++i)
+    if (eval_prompt(ds, i)) out.push_back(i);
+  return out;
+}
+
 std::vector<std::vector<std::int64_t>> eval_prompts(const data::Dataset& ds, std::int64_t num_prompts) {
   std::vector<std::vector<std::int64_t>> out;
-  for (std::size_t i = 0; i < ds.size() && static_cast<std::int64_t>(out.size()) < num_prompts; ++i)
-    if (auto p = eval_prompt(ds, i)) out.push_back(std::move(*p));
+  for (auto i : eval_prompt_samples(ds, num_prompts)) out.push_back(*eval_prompt(ds, i));
   return out;
 }
 
@@ -51,6 +57,13 @@ void AcceptanceResult::finish() {
   for (const auto& p : per_prompt)
     for (auto l : p.lengths) sq += (static_cast<double>(l) - ar) * (static_cast<double>(l) - ar);
   ci95 = rounds > 1 ? 1.96 * std::sqrt(sq / (m - 1.0)) / std::sqrt(m) : 0.0;
+}
+
+AcceptanceResult AcceptanceResult::subset(const std::vector<std::size_t>& indices) const {
+  AcceptanceResult r;
+  for (auto i : indices) r.add(per_prompt.at(i));
+  r.finish();
+  return r;
 }
 
 PromptPrefill prefill_prompt(const target::TargetModel& target, target::KvCache& cache,

@@ -3,12 +3,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
+#include <map>
 
 #include "eagle/acceptance/alpha.h"
 #include "eagle/acceptance/batched.h"
 #include "eagle/acceptance/decode.h"
 #include "eagle/acceptance/propose.h"
 #include "eagle/config/option_table.h"
+#include "eagle/util/error.h"
 #include "eagle/util/log.h"
 
 namespace eagle::acceptance {
@@ -24,30 +27,81 @@ AcceptanceSettings AcceptanceSettings::from(const config::Options& o, std::int64
   s.tree.steps = o.eval_tree_steps > 0 ? o.eval_tree_steps : s.draft_len;
   s.tree.draft_tokens = o.eval_tree_draft_tokens > 0 ? o.eval_tree_draft_tokens : s.tree.steps + 1;
   config::check_tree_draft_tokens(o, s.tree.steps);  // the head's steps are known here (issue 41 item 17)
+  config::check_best_metric_depth(o, s.draft_len);
   s.sampling = {o.eval_temperature, o.eval_top_p, o.eval_draft_sampling == config::DraftSampling::sample,
                 static_cast<std::uint64_t>(o.seed)};
   return s;
 }
 
+namespace {
+
+// The greedy chain over the prompts drafting draft_len tokens a round: batched where the head can.
+AcceptanceResult greedy_chain(const target::TargetModel& target, head::DraftHead& head,
+                              const std::vector<std::vector<std::int64_t>>& prompts, const AcceptanceSettings& s,
+                              std::int64_t draft_len, bool batched) {
+  if (batched)
+    return batched_acceptance(target, head, prompts, s.max_new_tokens, draft_len, s.batch_size, s.max_cuda_graphs);
+  ChainProposer proposer(draft_len);
+  GreedyVerifier verifier;
+  return decode_prompts(target, head, prompts, proposer, verifier, s.max_new_tokens);
+}
+
+double ar_or_nan(const AcceptanceResult& r) {
+  return r.rounds > 0 ? r.ar : std::numeric_limits<double>::quiet_NaN();
+}
+
+// The chain AR (at each depth) of each category's prompts; none when no prompt has a category.
+std::map<std::string, io::CategoryAcceptance> by_category(const data::Dataset& heldout,
+                                                          const std::vector<std::size_t>& samples,
+                                                          const std::vector<AcceptanceResult>& by_depth) {
+  std::map<std::string, std::vector<std::size_t>> prompts_of;
+  bool any = false;
+  for (std::size_t j = 0; j < samples.size(); ++j) {
+    const auto& name = heldout.category(samples[j]);
+    any = any || !name.empty();
+    prompts_of[name.empty() ? std::string(kNoCategory) : name].push_back(j);
+  }
+  std::map<std::string, io::CategoryAcceptance> out;
+  if (!any) return out;
+  for (const auto& [name, prompts] : prompts_of) {
+    auto& c = out[name];
+    c.count = static_cast<std::int64_t>(prompts.size());
+    for (const auto& depth : by_depth) c.ar_by_depth.push_back(ar_or_nan(depth.subset(prompts)));
+    const auto chain = by_depth.back().subset(prompts);
+    c.ar = ar_or_nan(chain);
+    c.ar_ci95 = chain.ci95;
+  }
+  return out;
+}
+
+}  // namespace
+
 AcceptanceStats measure(const target::TargetModel& target, head::DraftHead& head, const data::Dataset& heldout,
                         const AcceptanceSettings& s) {
   torch::NoGradGuard no_grad;
   AcceptanceStats out;
-  const auto prompts = eval_prompts(heldout, s.num_prompts);
+  const auto samples = eval_prompt_samples(heldout, s.num_prompts);
+  std::vector<std::vector<std::int64_t>> prompts;
+  for (auto i : samples) prompts.push_back(*eval_prompt(heldout, i));
   const auto start = std::chrono::steady_clock::now();
   const bool batched = s.batch_size > 1 && head.drafts_ragged();
-  AcceptanceResult chain;
-  if (batched) {
-    chain = batched_acceptance(target, head, prompts, s.max_new_tokens, s.draft_len, s.batch_size, s.max_cuda_graphs);
-  } else {
-    ChainProposer proposer(s.draft_len);
-    GreedyVerifier verifier;
-    chain = decode_prompts(target, head, prompts, proposer, verifier, s.max_new_tokens);
+  // One pass per depth k = 1..K over the same prompts; the last is the chain AR at the draft length.
+  EAGLE_CHECK(s.draft_len >= 1, Error(ErrorKind::internal, "the acceptance evaluation drafts no token")
+                                    .found(std::to_string(s.draft_len)));
+  std::vector<AcceptanceResult> by_depth;
+  for (std::int64_t k = 1; k <= s.draft_len; ++k)
+    by_depth.push_back(greedy_chain(target, head, prompts, s, k, batched));
+  const AcceptanceResult& chain = by_depth.back();
+  if (chain.rounds > 0) {
+    out.ar = chain.ar;
+    out.ar_ci95 = chain.ci95;
+    for (const auto& r : by_depth) out.ar_by_depth.push_back(ar_or_nan(r));
+    out.ar_by_category = by_category(heldout, samples, by_depth);
   }
-  if (chain.rounds > 0) out.ar = chain.ar;
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  log::info("eval", "AR over {} prompts ({} at a time): {} rounds, {} tokens in {:.2f} s", chain.prompts,
-            batched ? std::min(s.batch_size, chain.prompts) : 1, chain.rounds, chain.generated, seconds);
+  log::info("eval", "AR over {} prompts ({} at a time) at depths 1..{}: {} rounds, {} tokens at depth {} in {:.2f} s",
+            chain.prompts, batched ? std::min(s.batch_size, chain.prompts) : 1, s.draft_len, chain.rounds,
+            chain.generated, s.draft_len, seconds);
   if (s.tree.on()) {
     TreeProposer proposer(s.tree);
     GreedyVerifier verifier;

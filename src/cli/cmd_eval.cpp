@@ -91,9 +91,14 @@ void check_output_writable(const std::string& output) {
   fs::remove(probe, ec);
 }
 
-// The tree and temperature metrics, when measured, after the greedy line.
+// The AR by depth and per category, the tree and temperature metrics, when measured, after the greedy line.
 std::string extra_line(const io::AcceptanceStats& s, const acceptance::AcceptanceSettings& e) {
   std::string out;
+  if (!s.ar_by_depth.empty())
+    out += fmt::format("\nAR by depth k = 1..{}: {:.3f}", s.ar_by_depth.size(), fmt::join(s.ar_by_depth, " "));
+  for (const auto& [name, c] : s.ar_by_category)
+    out += fmt::format("\ncategory {} ({} prompts): AR {:.3f} +- {:.3f} (95%) | by depth {:.3f}", name, c.count, c.ar,
+                       c.ar_ci95, fmt::join(c.ar_by_depth, " "));
   const auto& t = e.tree;
   if (s.tree_ar)
     out += fmt::format("\ntree AR {:.3f} (steps {}, topk {}, draft tokens {})", *s.tree_ar, t.steps, t.topk,
@@ -160,7 +165,7 @@ void run_eval(const config::Options& opts, const Invocation& argv) {
         extra_line(stats.acceptance, acc));
   if (!opts.output.empty()) util::write_file_atomic(opts.output, j.dump(2) + "\n");
   run::RunSummary measured;
-  train::record_metrics(stats, opts.best_metric, measured);
+  train::record_metrics(stats, opts.best_metric, opts.best_metric_depth, measured);
   if (auto gate = run::gate_error(run::check_gates(measured, opts.min_ar, 0.0),
                                   measured.gate_metric == "ar" ? "AR" : measured.gate_metric))
     throw *gate;

@@ -21,6 +21,15 @@ std::string tree_draft_tokens_expected(const Options& o, std::int64_t steps) {
 
 }  // namespace
 
+void check_best_metric_depth(const Options& o, std::int64_t draft_len) {
+  EAGLE_CHECK(o.best_metric_depth <= draft_len,
+              Error(ErrorKind::usage, "invalid option value")
+                  .place("--best_metric_depth")
+                  .expected(fmt::format("0 .. {} (the evaluation's draft length)", draft_len))
+                  .found(std::to_string(o.best_metric_depth))
+                  .hint("the draft length is eval_draft_len, else the head's TTT steps"));
+}
+
 void check_tree_draft_tokens(const Options& o, std::int64_t steps) {
   const auto expected = tree_draft_tokens_expected(o, steps);
   EAGLE_CHECK(expected.empty(), Error(ErrorKind::usage, "invalid option value")
@@ -106,6 +115,19 @@ void declare_eval_options(Table& t) {
         if (m == BestMetric::tree_ar && o.eval_tree_topk == 0) return std::string("eval_tree_topk > 0 for tree_ar");
         if ((m == BestMetric::temp_ar || m == BestMetric::alpha_ar) && o.eval_temperature <= 0.0)
           return std::string("eval_temperature > 0 for temp_ar and alpha_ar");
+        return std::string();
+      });
+  t.add(&Options::best_metric_depth, "best_metric_depth", G::eval, kTrain | kEval,
+        "With best_metric ar (or loss, for min_ar): the draft depth k whose greedy chain AR checkpoint-best and "
+        "min_ar use (ar_by_depth's k-th entry, named ar@k), at most the evaluation's draft length; 0: the AR at "
+        "the evaluation's draft length")
+      .range(0, 32)
+      .check([](std::int64_t v, const Options& o) {
+        if (v == 0) return std::string();
+        if (o.best_metric != BestMetric::ar && o.best_metric != BestMetric::loss)
+          return std::string("0 unless best_metric is ar or loss");
+        if (o.eval_draft_len > 0 && v > o.eval_draft_len)
+          return fmt::format("0 .. {} (eval_draft_len)", o.eval_draft_len);
         return std::string();
       });
   t.add(&Options::min_ar, "min_ar", G::eval, kTrain | kEval,

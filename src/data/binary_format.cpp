@@ -177,6 +177,14 @@ TokenStats write_dataset_file(const std::string& path, const Dataset& src, const
   }
   w.write(pairs.data(), pairs.size() * 8);
   w.pad();
+  if (const auto& categories = src.storage().categories) {
+    const std::string section = categories->encode(indices);
+    h.categories_offset = w.pos();
+    h.categories_bytes = section.size();
+    h.category_names = categories->names().size();
+    w.write(section.data(), section.size());
+    w.pad();
+  }
   h.file_bytes = w.pos();
   h.checksum = header_checksum(h);
   w.rewrite_start(&h, sizeof h);
@@ -243,10 +251,10 @@ DatasetHeader read_dataset_header(const std::string& path) {
                         .place("header")
                         .expected("256 header bytes")
                         .found(std::to_string(size) + " bytes");
-  if (h.version != kDatasetVersion && h.version != 1)
+  if (h.version < 1 || h.version > kDatasetVersion)
     throw bad_file(path, "unsupported dataset format version")
                         .place("header")
-                        .expected("1 or " + std::to_string(kDatasetVersion))
+                        .expected("1 .. " + std::to_string(kDatasetVersion))
                         .found(std::to_string(h.version))
                         .hint("prepare the dataset again with this eagle-train");
   if (h.checksum != header_checksum(h))
@@ -273,6 +281,14 @@ DatasetHeader read_dataset_header(const std::string& path) {
   section("histogram", h.histogram_offset, h.histogram_entries * 8);
   // Version 1 stored a dense count per id, version 2 (id, count) pairs.
   section("counts", h.counts_offset, h.counts_entries * (h.version == 1 ? 8 : 16));
+  if (h.category_names == 0) {
+    if (h.categories_offset != 0 || h.categories_bytes != 0)
+      throw bad_file(path, "dataset header holds impossible values").place("header, categories");
+  } else {
+    if (h.version < 3 || h.category_names > size || h.categories_bytes > size)
+      throw bad_file(path, "dataset header holds impossible values").place("header, categories");
+    section("categories", h.categories_offset, h.categories_bytes);
+  }
   return h;
 }
 
@@ -318,6 +334,11 @@ Dataset open_dataset_file(const std::string& path) {
     }
   }
   verify_body(path, st, h);
+  if (h.category_names > 0) {
+    auto categories = SampleCategories::decode(bytes + h.categories_offset, h.categories_bytes, h.category_names,
+                                               h.num_samples, path);
+    if (categories.any()) st.categories = std::make_shared<const SampleCategories>(std::move(categories));
+  }
   stats.samples = h.num_samples;
   stats.tokens = h.num_tokens;
   stats.trained_tokens = h.trained_tokens;

@@ -136,6 +136,9 @@ Dataset Dataset::from_samples(const std::vector<Sample>& samples, std::string so
   st.offsets = mem->offsets.data();
   st.num_samples = samples.size();
   st.owner = mem;
+  SampleCategories categories;
+  for (const auto& s : samples) categories.add(s.category);
+  if (categories.any()) st.categories = std::make_shared<const SampleCategories>(std::move(categories));
   return Dataset(std::move(st), compute_stats(samples), std::move(source));
 }
 
@@ -172,8 +175,14 @@ std::int64_t Dataset::copy_sample(std::size_t i, std::int32_t* ids, std::uint8_t
   return n;
 }
 
+const std::string& Dataset::category(std::size_t i) const {
+  static const std::string none;
+  return storage_.categories ? storage_.categories->of(i) : none;
+}
+
 Sample Dataset::sample(std::size_t i) const {
   Sample s;
+  s.category = category(i);
   std::int64_t n = length(i);
   s.input_ids.resize(static_cast<std::size_t>(n));
   s.loss_mask.resize(static_cast<std::size_t>(n));

@@ -65,7 +65,12 @@ void FlatBuilder::widen_tokens() {
   token_bytes_ = 4;
 }
 
-void FlatBuilder::add(const TokenId* ids, const std::uint8_t* mask, std::size_t n) {
+void FlatBuilder::add(const TokenId* ids, const std::uint8_t* mask, std::size_t n, std::string_view category) {
+  if (!category.empty() && !categories_) {
+    categories_ = std::make_shared<SampleCategories>();
+    for (std::size_t i = 0; i < num_samples_; ++i) categories_->add("");
+  }
+  if (categories_) categories_->add(category);
   if (token_bytes_ == 2) {
     TokenId max_id = 0;
     for (std::size_t i = 0; i < n; ++i) max_id = std::max(max_id, ids[i]);
@@ -98,6 +103,7 @@ DatasetStorage FlatBuilder::view() const {
   st.mask_bits = mask_.data();
   st.offsets = reinterpret_cast<const std::uint64_t*>(offsets_.data());
   st.num_samples = num_samples_;
+  st.categories = categories_;
   return st;
 }
 
@@ -129,7 +135,7 @@ Dataset copy_samples(const Dataset& src, const std::vector<std::size_t>& indices
       ids[p] = src.token(i, static_cast<std::int64_t>(p));
       mask[p] = src.trained(i, static_cast<std::int64_t>(p)) ? 1 : 0;
     }
-    b.add(ids.data(), mask.data(), n);
+    b.add(ids.data(), mask.data(), n, src.category(i));
   }
   return b.finish(std::move(source), counts);
 }

@@ -47,7 +47,7 @@ Dataset limit_length(const Dataset& ds, std::int64_t seq_len, config::OverlongPo
       continue;
     }
     if (n < ds.length(i)) ++counts.truncated;
-    b.add(ids.data(), mask.data(), static_cast<std::size_t>(n));
+    b.add(ids.data(), mask.data(), static_cast<std::size_t>(n), ds.category(i));
   }
   return b.finish(ds.source(), counts);
 }

@@ -172,14 +172,34 @@ struct SampleParser::Impl {
   std::vector<TokenId> ids;
   std::vector<std::uint8_t> mask;
   std::vector<std::int64_t> labels;
+  std::string category;           // the sample's `category` ("": none)
   const char* doc_end = nullptr;  // end of the document being parsed
+
+  // The optional `category` field: a string (a label such as SPEED-Bench's "coding") or null.
+  void read_category(od::value& v) {
+    bool null = false;
+    if (auto e = v.is_null().get(null)) throw malformed(e, "field category");
+    if (null) return;
+    std::string_view text;
+    if (auto e = v.get_string().get(text)) {
+      if (!is_type_error(e)) throw malformed(e, "field category");
+      throw bad("field category is not a string", "field category").expected("a string, e.g. \"coding\"")
+          .found(token_text(v));
+    }
+    if (text.size() > kMaxCategoryBytes)
+      throw bad("field category is too long", "field category")
+          .expected("at most " + std::to_string(kMaxCategoryBytes) + " bytes")
+          .found(std::to_string(text.size()) + " bytes");
+    category.assign(text);
+  }
 
   // Validates the object and fills ids/mask; throws Error with the place relative to the sample.
   void read_object(od::object& obj) {
     ids.clear();
     mask.clear();
     labels.clear();
-    bool has_ids = false, has_mask = false, has_labels = false;
+    category.clear();
+    bool has_ids = false, has_mask = false, has_labels = false, has_category = false;
     for (auto f : obj) {
       od::field field;
       if (auto e = std::move(f).get(field)) throw malformed(e, "a field name");
@@ -188,11 +208,14 @@ struct SampleParser::Impl {
       bool* seen = key == "input_ids"   ? &has_ids
                    : key == "loss_mask" ? &has_mask
                    : key == "labels"    ? &has_labels
+                   : key == "category"  ? &has_category
                                         : nullptr;
       if (!seen) continue;  // other fields (id, conversations, ...) are ignored
       if (*seen) throw bad("field given twice", "field " + std::string(key));
       *seen = true;
-      if (key == "input_ids")
+      if (key == "category")
+        read_category(field.value());
+      else if (key == "input_ids")
         read_int_array(field.value(), "input_ids", nullptr, &ids, nullptr, doc_end,
                        opts.vocab_size > 0 ? static_cast<std::uint64_t>(opts.vocab_size) - 1 : kMaxTokenId);
       else if (key == "loss_mask")
@@ -254,7 +277,7 @@ struct SampleParser::Impl {
       }
       ++counts->truncated;
     }
-    out->add(ids.data(), mask.data(), n);
+    out->add(ids.data(), mask.data(), n, category);
     ++counts->kept;
   }
 

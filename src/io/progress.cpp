@@ -45,8 +45,12 @@ std::string format_step_line(const StepStats& s) {
 
 std::string format_eval_line(const EvalStats& e) {
   std::string ar = e.acceptance.ar ? fmt::format("{:.3f}", *e.acceptance.ar) : "n/a";
-  return fmt::format("step {} AR: {} | eval loss {} | acc {} | tau {:.3f}", e.step, ar, loss_text(e.loss),
-                     join_acc(e.acc), e.tau);
+  std::string line = fmt::format("step {} AR: {} | eval loss {} | acc {} | tau {:.3f}", e.step, ar,
+                                 loss_text(e.loss), join_acc(e.acc), e.tau);
+  if (!e.acceptance.ar_by_depth.empty())
+    line += fmt::format(" | AR by depth k = 1..{}: {}", e.acceptance.ar_by_depth.size(),
+                        join_acc(e.acceptance.ar_by_depth));
+  return line;
 }
 
 std::string format_progress_bar(std::int64_t step, std::int64_t total, double elapsed_s, std::int64_t start_step,

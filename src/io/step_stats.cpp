@@ -24,6 +24,16 @@ void add_acc(std::vector<std::pair<std::string, float>>& out, const std::string&
 
 }  // namespace
 
+json ar_by_depth_json(const AcceptanceStats& a) { return numbers(a.ar_by_depth); }
+
+json ar_by_category_json(const AcceptanceStats& a) {
+  json out = json::object();
+  for (const auto& [name, c] : a.ar_by_category)
+    out[name] = {{"count", c.count}, {"ar", number(c.ar)}, {"ar_ci95", number(c.ar_ci95)},
+                 {"ar_by_depth", numbers(c.ar_by_depth)}};
+  return out;
+}
+
 void ThroughputWindow::fill(StepStats& s, double seconds) const {
   s.tokens_per_s = seconds > 0 ? static_cast<double>(real_tokens) / seconds : 0.0;
   s.padding_efficiency =
@@ -55,12 +65,15 @@ json to_json(const EvalStats& e) {
   out["eval_tau"] = number(e.tau);
   const auto& a = e.acceptance;
   for (const auto& [name, v] : {std::pair{"ar", &a.ar},
+                                {"ar_ci95", &a.ar_ci95},
                                 {"tree_ar", &a.tree_ar},
                                 {"temp_ar", &a.temp_ar},
                                 {"temp_ar_ci95", &a.temp_ar_ci95},
                                 {"tree_temp_ar", &a.tree_temp_ar},
                                 {"tree_temp_ar_ci95", &a.tree_temp_ar_ci95}})
     if (*v) out[name] = number(**v);
+  if (!a.ar_by_depth.empty()) out["ar_by_depth"] = ar_by_depth_json(a);
+  if (!a.ar_by_category.empty()) out["ar_by_category"] = ar_by_category_json(a);
   if (!a.alpha.empty()) out["alpha"] = numbers(a.alpha);
   if (a.alpha_ar) out["alpha_ar"] = number(*a.alpha_ar);
   return out;
@@ -92,6 +105,8 @@ std::vector<std::pair<std::string, float>> tensorboard_scalars(const EvalStats& 
                                {"eval/tree_temp_ar", &a.tree_temp_ar},
                                {"eval/alpha_ar", &a.alpha_ar}})
     if (*v) out.emplace_back(tag, static_cast<float>(**v));
+  for (std::size_t k = 0; k < a.ar_by_depth.size(); ++k)
+    out.emplace_back("eval/ar_depth_" + std::to_string(k + 1), static_cast<float>(a.ar_by_depth[k]));
   return out;
 }
 

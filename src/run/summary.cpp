@@ -25,6 +25,10 @@ json numbers(const std::vector<double>& v) {
 std::optional<double> gated_ar(const RunSummary& s) {
   if (!s.eval) return std::nullopt;
   const auto& a = s.eval->acceptance;
+  if (s.gate_depth > 0) {
+    const auto k = static_cast<std::size_t>(s.gate_depth);
+    return k <= a.ar_by_depth.size() ? std::optional<double>(a.ar_by_depth[k - 1]) : std::nullopt;
+  }
   if (s.gate_metric == "tree_ar") return a.tree_ar;
   if (s.gate_metric == "temp_ar") return a.temp_ar;
   if (s.gate_metric == "alpha_ar") return a.alpha_ar;
@@ -103,6 +107,9 @@ json to_json(const RunSummary& s) {
       {"resumed_from_step", s.resumed_from_step ? json(*s.resumed_from_step) : json(nullptr)},
       {"final_loss", opt_number(s.final_loss)},
       {"ar", opt_number(a.ar)},
+      {"ar_ci95", opt_number(a.ar_ci95)},
+      {"ar_by_depth", io::ar_by_depth_json(a)},
+      {"ar_by_category", io::ar_by_category_json(a)},
       {"acc", numbers(e.acc)},
       {"tau", s.eval ? opt_number(e.tau) : json(nullptr)},
       {"eval_loss", s.eval ? opt_number(e.loss) : json(nullptr)},

@@ -60,8 +60,18 @@ io::EvalStats evaluate(const features::FeatureSource& features, const target::Ta
   return stats;
 }
 
-SelectedMetric selected_metric(const io::EvalStats& stats, config::BestMetric metric) {
+namespace {
+std::string depth_name(std::int64_t depth) { return "ar@" + std::to_string(depth); }
+}  // namespace
+
+SelectedMetric selected_metric(const io::EvalStats& stats, config::BestMetric metric, std::int64_t depth) {
   const auto& a = stats.acceptance;
+  if (depth > 0 && metric == config::BestMetric::ar) {
+    const auto k = static_cast<std::size_t>(depth);
+    return {depth_name(depth), k <= a.ar_by_depth.size() && std::isfinite(a.ar_by_depth[k - 1])
+                                   ? std::optional<double>(a.ar_by_depth[k - 1])
+                                   : std::nullopt};
+  }
   switch (metric) {
     case config::BestMetric::ar:
       return a.ar ? SelectedMetric{"ar", a.ar} : SelectedMetric{"tau", stats.tau};
@@ -77,14 +87,22 @@ SelectedMetric selected_metric(const io::EvalStats& stats, config::BestMetric me
   return {"ar", a.ar};
 }
 
-std::string gate_metric(config::BestMetric metric) {
+std::string gate_metric(config::BestMetric metric, std::int64_t depth) {
+  if (depth > 0) return depth_name(depth);
   return metric == config::BestMetric::loss ? "ar" : config::name_of(metric);
 }
 
-void record_metrics(const io::EvalStats& stats, config::BestMetric metric, run::RunSummary& s) {
+namespace {
+void record_gate_metric(config::BestMetric metric, std::int64_t depth, run::RunSummary& s) {
+  s.gate_metric = gate_metric(metric, depth);
+  s.gate_depth = depth;
+}
+}  // namespace
+
+void record_metrics(const io::EvalStats& stats, config::BestMetric metric, std::int64_t depth, run::RunSummary& s) {
   s.eval = stats;
-  s.best_metric = config::name_of(metric);
-  s.gate_metric = gate_metric(metric);
+  s.best_metric = metric == config::BestMetric::ar && depth > 0 ? depth_name(depth) : config::name_of(metric);
+  record_gate_metric(metric, depth, s);
 }
 
 void RunEvaluations::run(const features::RunInputs& inputs, const features::FeatureSources& sources,
@@ -109,7 +127,7 @@ const io::EvalStats* RunEvaluations::take_pending() {
 
 void RunEvaluations::mark_best(std::int64_t step, run::CheckpointDir& checkpoints) const {
   if (!last_ || last_->step != step) return;
-  const auto sel = selected_metric(*last_, best_metric_);
+  const auto sel = selected_metric(*last_, best_metric_, best_depth_);
   if (sel.value)
     checkpoints.update_best(step, sel.name, *sel.value);
   else
@@ -118,9 +136,9 @@ void RunEvaluations::mark_best(std::int64_t step, run::CheckpointDir& checkpoint
 
 void RunEvaluations::record(run::RunSummary& s) const {
   if (last_)
-    record_metrics(*last_, best_metric_, s);
+    record_metrics(*last_, best_metric_, best_depth_, s);
   else
-    s.gate_metric = gate_metric(best_metric_);
+    record_gate_metric(best_metric_, best_depth_, s);
 }
 
 }  // namespace eagle::train

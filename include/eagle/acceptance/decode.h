@@ -34,12 +34,15 @@ struct AcceptanceResult {
   std::vector<PromptAcceptance> per_prompt;  // in the order of the prompts
   void add(const PromptAcceptance& p);       // counts the prompt in (ar and ci95 are set by finish)
   void finish();
+  // The result of the prompts at `indices` of per_prompt alone (finished): a category's share.
+  AcceptanceResult subset(const std::vector<std::size_t>& indices) const;
 };
 
 // The prompt of a held-out sample: its tokens before the first trained one (at least one token);
 // none when nothing in it trains.
 std::optional<std::vector<std::int64_t>> eval_prompt(const data::Dataset& ds, std::size_t i);
-// The prompts of the first held-out samples that have one, at most num_prompts.
+// The first held-out samples that have a prompt, at most num_prompts: their indices in ds, and their prompts.
+std::vector<std::size_t> eval_prompt_samples(const data::Dataset& ds, std::int64_t num_prompts);
 std::vector<std::vector<std::int64_t>> eval_prompts(const data::Dataset& ds, std::int64_t num_prompts);
 bool is_eos(const target::TargetConfig& c, std::int64_t id);  // one of the target's eos ids
 

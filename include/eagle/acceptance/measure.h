@@ -18,7 +18,7 @@ namespace eagle::acceptance {
 struct AcceptanceSettings {
   std::int64_t num_prompts = 16;  // prompts decoded speculatively; 0: none
   std::int64_t max_new_tokens = 64;
-  std::int64_t draft_len = 3;        // tokens the head drafts per round (chains)
+  std::int64_t draft_len = 3;        // tokens the head drafts per round (chains); ar_by_depth: depths 1..draft_len
   std::int64_t batch_size = 16;      // prompts of the greedy chain decoded at once (1: one by one)
   std::int64_t max_cuda_graphs = 0;  // batched rounds' shapes graphed on a GPU (max_cuda_graphs)
   TreeShape tree;                    // topk 0: no tree
@@ -31,10 +31,17 @@ struct AcceptanceSettings {
 
 using AcceptanceStats = io::AcceptanceStats;
 
-// Every metric the settings ask for, over the same prompts (eval_prompts of heldout): ar; tree_ar
-// (tree.on()); at a temperature temp_ar and its ci95 (chains: ChainProposer, or ParallelProposer for
-// P-EAGLE heads), tree_temp_ar and its ci95 with a tree, alpha and alpha_ar. Each sampled decoding
-// draws from its own Uniform seeded by sampling.seed.
+// The ar_by_category entry of the prompts without a category, when others have one.
+inline constexpr const char* kNoCategory = "(none)";
+
+// Every metric the settings ask for, over the same prompts (eval_prompts of heldout): ar and ar_ci95 (the
+// greedy chain at draft_len); ar_by_depth (one greedy chain pass per depth k = 1..draft_len, batched as ar:
+// its last entry is ar, entry k-1 equals ar measured with draft_len k); ar_by_category when a prompt's
+// sample has a category (the same passes, each category's prompts alone: their count, ar, ar_ci95 and
+// ar_by_depth; the counts add up to the prompts decoded); tree_ar (tree.on()); at a
+// temperature temp_ar and its ci95 (chains: ChainProposer, or ParallelProposer for P-EAGLE heads),
+// tree_temp_ar and its ci95 with a tree, alpha and alpha_ar. Each sampled decoding draws from its own
+// Uniform seeded by sampling.seed.
 AcceptanceStats measure(const target::TargetModel& target, head::DraftHead& head, const data::Dataset& heldout,
                         const AcceptanceSettings& settings);
 

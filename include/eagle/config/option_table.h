@@ -84,6 +84,9 @@ const OptionEntry* find_option(std::string_view name);
 // eval_draft_len, else the head's TTT steps). The option table checks it where the options give the
 // steps; EvalSettings::from, where the head's steps are known: Error(usage) naming the option.
 void check_tree_draft_tokens(const Options& o, std::int64_t steps);
+// best_metric_depth at most the evaluation's draft length (eval_draft_len, else the head's TTT steps),
+// checked like check_tree_draft_tokens: Error(usage) naming the option.
+void check_best_metric_depth(const Options& o, std::int64_t draft_len);
 
 // The names of enum values as flags and JSON write them ("truncate", "bfloat16", ...).
 std::string name_of(LrScheduler v);

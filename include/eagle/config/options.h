@@ -103,6 +103,7 @@ struct Options {
   double eval_top_p = 1.0;
   DraftSampling eval_draft_sampling = DraftSampling::greedy;
   BestMetric best_metric = BestMetric::ar;  // what checkpoint-best and min_ar use
+  std::int64_t best_metric_depth = 0;       // k > 0: best_metric ar and min_ar use ar_by_depth[k-1]; 0: ar
   double min_ar = 0.0;                      // gate; 0: none
   double max_final_loss = 0.0;              // gate; 0: none
 

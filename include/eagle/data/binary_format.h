@@ -12,7 +12,8 @@
 namespace eagle::data {
 
 inline constexpr char kDatasetMagic[8] = {'E', 'A', 'G', 'L', 'E', 'D', 'S', '1'};
-inline constexpr std::uint32_t kDatasetVersion = 2;  // 2: sparse trained-token counts; 1 is still read
+// 3: the samples' categories; 2: sparse trained-token counts; 1 and 2 are still read.
+inline constexpr std::uint32_t kDatasetVersion = 3;
 inline constexpr std::uint64_t kSectionAlign = 64;
 
 // Little-endian, 256 bytes; every offset is from the start of the file.
@@ -37,12 +38,16 @@ struct DatasetHeader {
   std::uint64_t truncated, dropped, skipped;
   std::uint64_t file_bytes;       // the whole file
   std::uint64_t checksum;         // FNV-1a 64 of the header with this field zero
-  std::uint8_t reserved[256 - 160];
+  std::uint64_t categories_offset;  // categories_bytes: the samples' categories (version 3; 0: none)
+  std::uint64_t categories_bytes;
+  std::uint64_t category_names;   // names in the section, "" (no category) first; 0: no section
+  std::uint8_t reserved[256 - 184];
 };
 static_assert(sizeof(DatasetHeader) == 256);
 
-// Writes the samples of src at `indices` (in that order) to path; the statistics are computed
-// from them, with truncated/dropped/skipped taken from `counts`. Returns the statistics written.
+// Writes the samples of src at `indices` (in that order, with their categories when src has any) to
+// path; the statistics are computed from them, with truncated/dropped/skipped taken from `counts`.
+// Returns the statistics written.
 TokenStats write_dataset_file(const std::string& path, const Dataset& src, const std::vector<std::size_t>& indices,
                               const TokenStats& counts, std::int64_t training_seq_len);
 

@@ -10,6 +10,8 @@
 #include <utility>
 #include <vector>
 
+#include "eagle/data/categories.h"
+
 namespace eagle::data {
 
 using TokenId = std::uint32_t;
@@ -17,6 +19,7 @@ using TokenId = std::uint32_t;
 struct Sample {
   std::vector<TokenId> input_ids;
   std::vector<std::uint8_t> loss_mask;  // 1: the head is trained to predict this token
+  std::string category{};               // the sample's `category` field; "": none
 };
 
 // Counts per token id, bounded by what was seen: ids below kDenseIds in a flat array that grows to
@@ -65,6 +68,7 @@ struct DatasetStorage {
   const std::uint8_t* mask_bits = nullptr;  // bit i (LSB first) = loss mask of token i
   const std::uint64_t* offsets = nullptr;   // size()+1 entries, token index of each sample start
   std::size_t num_samples = 0;
+  std::shared_ptr<const SampleCategories> categories;  // one per sample; null: no sample has a category
 };
 
 class Dataset {
@@ -90,6 +94,9 @@ class Dataset {
   // A dataset of the given samples of this one (for splits), in memory.
   Dataset subset(const std::vector<std::size_t>& indices) const;
   TokenId max_token_id() const { return stats_.max_token_id; }  // O(1): kept in the stats
+  // Sample i's category ("" when it has none); whether any sample has one.
+  const std::string& category(std::size_t i) const;
+  bool has_categories() const { return storage_.categories != nullptr; }
 
   const TokenStats& stats() const { return stats_; }
   const std::string& source() const { return source_; }

@@ -4,8 +4,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "eagle/data/dataset.h"
@@ -39,8 +41,8 @@ class GrowBuffer {
 class FlatBuilder {
  public:
   FlatBuilder();
-  // Appends one sample: n ids and their 0/1 loss mask.
-  void add(const TokenId* ids, const std::uint8_t* mask, std::size_t n);
+  // Appends one sample: n ids, their 0/1 loss mask and its category ("": none).
+  void add(const TokenId* ids, const std::uint8_t* mask, std::size_t n, std::string_view category = {});
   std::size_t size() const { return num_samples_; }
   std::uint64_t total_tokens() const { return num_tokens_; }
   // Storage viewing the builder's buffers (owner left empty: valid while the builder lives).
@@ -52,12 +54,13 @@ class FlatBuilder {
  private:
   void widen_tokens();  // uint16 -> uint32, on the first id above 65535
   GrowBuffer tokens_, mask_, offsets_;
+  std::shared_ptr<SampleCategories> categories_;  // made at the first sample with a category
   int token_bytes_ = 2;
   std::size_t num_samples_ = 0;
   std::uint64_t num_tokens_ = 0;
 };
 
-// Copies the given samples of `src` (in the given order) into a new in-memory Dataset.
+// Copies the given samples of `src` (in the given order, with their categories) into a new in-memory Dataset.
 // `counts` supplies the truncated/dropped/skipped counts of the result.
 Dataset copy_samples(const Dataset& src, const std::vector<std::size_t>& indices, std::string source,
                      const TokenStats& counts = {});

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -29,10 +30,21 @@ struct StepStats {
   std::optional<double> peak_memory_mib;  // device::peak_memory_bytes so far, MiB (rank 0's)
 };
 
+// The greedy chain AR of the prompts of one category (the prompts' `category` field).
+struct CategoryAcceptance {
+  std::int64_t count = 0;           // prompts of the category decoded
+  double ar = 0.0;                  // mean 1 + accepted per round over their rounds (at the eval's draft length)
+  double ar_ci95 = 0.0;             // half-width of ar's 95% confidence interval (1.96 sd / sqrt(rounds))
+  std::vector<double> ar_by_depth;  // entry k-1: their AR at depth k (as AcceptanceStats::ar_by_depth)
+};
+
 // The speculative-decoding metrics of an evaluation (acceptance::measure), each absent when not
 // measured.
 struct AcceptanceStats {
   std::optional<double> ar;                 // real acceptance rate (mean 1 + accepted per round)
+  std::optional<double> ar_ci95;            // half-width of ar's 95% confidence interval
+  std::vector<double> ar_by_depth;          // entry k-1: the greedy chain AR drafting k tokens, k = 1..K
+  std::map<std::string, CategoryAcceptance> ar_by_category;  // empty: no prompt carries a category
   std::optional<double> tree_ar;            // the same with SGLang's draft tree (eval_tree_*)
   std::optional<double> temp_ar;            // speculative sampling at eval_temperature
   std::optional<double> temp_ar_ci95;       // half-width of temp_ar's 95% confidence interval
@@ -71,14 +83,19 @@ struct ThroughputWindow {
 // metrics.jsonl fields: step, loss, acc, tau, lr, grad_norm, tokens_per_s, padding_efficiency,
 // ms_per_step, nonfinite_steps, peak_memory_mib (when known). Non-finite numbers become null (JSON has no NaN).
 nlohmann::json to_json(const StepStats& s);
-// step, eval_loss, eval_acc, eval_tau, ar, tree_ar, temp_ar, temp_ar_ci95, tree_temp_ar,
-// tree_temp_ar_ci95, alpha, alpha_ar (each absent when not measured).
+// step, eval_loss, eval_acc, eval_tau, ar, ar_ci95, ar_by_depth, ar_by_category, tree_ar, temp_ar,
+// temp_ar_ci95, tree_temp_ar, tree_temp_ar_ci95, alpha, alpha_ar (each absent when not measured).
 nlohmann::json to_json(const EvalStats& e);
+// ar_by_depth as a JSON array (non-finite entries null); ar_by_category as an object
+// {category: {"count", "ar", "ar_ci95", "ar_by_depth"}}: the format of metrics.jsonl and summary.json.
+nlohmann::json ar_by_depth_json(const AcceptanceStats& a);
+nlohmann::json ar_by_category_json(const AcceptanceStats& a);
 
 // TensorBoard tags: train/loss, train/acc_<k>, train/tau, train/lr, train/grad_norm,
 // train/tokens_per_s, train/padding_efficiency, train/ms_per_step, train/peak_memory_mib.
 std::vector<std::pair<std::string, float>> tensorboard_scalars(const StepStats& s);
-// eval/loss, eval/acc_<k>, eval/tau, eval/ar, eval/tree_ar, eval/temp_ar, eval/tree_temp_ar, eval/alpha_ar.
+// eval/loss, eval/acc_<k>, eval/tau, eval/ar, eval/ar_depth_<k> (k = 1..K), eval/tree_ar, eval/temp_ar,
+// eval/tree_temp_ar, eval/alpha_ar.
 std::vector<std::pair<std::string, float>> tensorboard_scalars(const EvalStats& e);
 
 }  // namespace eagle::io

@@ -37,7 +37,8 @@ struct RunSummary {
   std::optional<double> final_loss;       // training loss of the last logging window
   std::optional<io::EvalStats> eval;      // the last evaluation (its metrics null in summary.json when none)
   std::string best_metric = "ar";         // what checkpoint-best uses (--best_metric)
-  std::string gate_metric = "ar";         // the AR min_ar gates: ar, tree_ar, temp_ar or alpha_ar
+  std::string gate_metric = "ar";         // the AR min_ar gates: ar, tree_ar, temp_ar, alpha_ar or ar@k
+  std::int64_t gate_depth = 0;            // > 0: min_ar gates the chain AR at this depth (ar_by_depth[k-1])
   double real_tokens = 0.0;               // real (non-pad) tokens trained on, resumed steps included
   double tokens_per_s = 0.0;              // real tokens per second over this process's steps
   double wall_time_s = 0.0;               // seconds this process ran
@@ -45,7 +46,8 @@ struct RunSummary {
   std::vector<GateCheck> gates;           // the gates checked (empty: none configured)
 };
 
-// The gates that are set (threshold > 0): min_ar passes when the gate_metric's AR (of eval) >= min_ar, max_final_loss
+// The gates that are set (threshold > 0): min_ar passes when the gate_metric's AR (of eval; with gate_depth k,
+// ar_by_depth[k-1], never measured when the evaluation drafted fewer) >= min_ar, max_final_loss
 // when final_loss <= max_final_loss; a value never measured or not finite misses its gate.
 std::vector<GateCheck> check_gates(const RunSummary& s, double min_ar, double max_final_loss);
 // Error(gate) naming every missed gate on one line, e.g. "CI gate missed: AR 1.850 < min_ar

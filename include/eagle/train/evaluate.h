@@ -39,16 +39,18 @@ struct EvalSettings {
 
 // What --best_metric selects of an evaluation: its name in best.json and a value where higher is
 // better (loss: "neg_eval_loss", the negated held-out loss; ar without an AR measured: tau, as
-// before best_metric existed); no value when that metric was not measured.
+// before best_metric existed; ar with --best_metric_depth k: "ar@k", ar_by_depth[k-1]); no value when
+// that metric was not measured.
 struct SelectedMetric {
   std::string name;
   std::optional<double> value;
 };
-SelectedMetric selected_metric(const io::EvalStats& stats, config::BestMetric metric);
-// The AR metric min_ar gates for a best_metric: itself, and the chain AR for loss.
-std::string gate_metric(config::BestMetric metric);
-// The evaluation into a run summary (summary.eval, the best and gate metrics' names).
-void record_metrics(const io::EvalStats& stats, config::BestMetric metric, run::RunSummary& summary);
+SelectedMetric selected_metric(const io::EvalStats& stats, config::BestMetric metric, std::int64_t depth = 0);
+// The AR metric min_ar gates for a best_metric: itself, and the chain AR for loss; "ar@k" for depth k > 0.
+std::string gate_metric(config::BestMetric metric, std::int64_t depth = 0);
+// The evaluation into a run summary (summary.eval, the best and gate metrics' names, the gate's depth).
+void record_metrics(const io::EvalStats& stats, config::BestMetric metric, std::int64_t depth,
+                    run::RunSummary& summary);
 
 // Held-out losses/acc/tau plus the acceptance metrics, as logged (step is the optimizer step
 // evaluated at), over the first max_samples held-out samples, whose head inputs come from
@@ -67,7 +69,7 @@ io::EvalStats evaluate(const features::FeatureSource& features, const target::Ta
 class RunEvaluations {
  public:
   RunEvaluations(const config::Options& o, std::int64_t ttt_steps)
-      : settings_(EvalSettings::from(o, ttt_steps)), best_metric_(o.best_metric) {}
+      : settings_(EvalSettings::from(o, ttt_steps)), best_metric_(o.best_metric), best_depth_(o.best_metric_depth) {}
   // The held-out evaluation at step (nothing without held-out samples), their head inputs from sources.heldout.
   void run(const features::RunInputs& inputs, const features::FeatureSources& sources, head::DraftHead& head,
            std::int64_t step);
@@ -82,6 +84,7 @@ class RunEvaluations {
  private:
   EvalSettings settings_;
   config::BestMetric best_metric_;
+  std::int64_t best_depth_ = 0;  // best_metric_depth
   std::optional<io::EvalStats> last_;
   bool pending_ = false;
 };
