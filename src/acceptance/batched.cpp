@@ -97,7 +97,7 @@ class BatchedDecoder {
     std::vector<std::size_t> fresh;
     for (std::size_t b = 0; b < rows_.size(); ++b) {
       if (rows_[b] || next_ >= prompts_.size()) continue;
-      rows_[b] = Row{next_++};
+      rows_[b].emplace().prompt = next_++;
       fresh.push_back(b);
     }
     if (fresh.empty()) return;
