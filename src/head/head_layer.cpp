@@ -20,9 +20,10 @@ torch::nn::Linear linear(std::int64_t in, std::int64_t out, bool bias = false) {
 }  // namespace
 
 HeadAttentionImpl::HeadAttentionImpl(const HeadConfig& cfg, std::int64_t input_size) {
-  q_proj = register_module("q_proj", linear(input_size, cfg.num_attention_heads * cfg.head_dim));
-  k_proj = register_module("k_proj", linear(input_size, cfg.num_key_value_heads * cfg.head_dim));
-  v_proj = register_module("v_proj", linear(input_size, cfg.num_key_value_heads * cfg.head_dim));
+  const bool bias = cfg.attention_bias;
+  q_proj = register_module("q_proj", linear(input_size, cfg.num_attention_heads * cfg.head_dim, bias));
+  k_proj = register_module("k_proj", linear(input_size, cfg.num_key_value_heads * cfg.head_dim, bias));
+  v_proj = register_module("v_proj", linear(input_size, cfg.num_key_value_heads * cfg.head_dim, bias));
   o_proj = register_module("o_proj", linear(cfg.num_attention_heads * cfg.head_dim, cfg.hidden_size));
   if (cfg.qk_norm) {
     q_norm = register_module("q_norm", RmsNorm(cfg.head_dim, cfg.rms_norm_eps));
@@ -57,8 +58,10 @@ torch::Tensor HeadLayerImpl::finish(const torch::Tensor& residual, const torch::
 
 Qkv project_qkv(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& x,
                 const torch::Tensor& inv_freq, const torch::Tensor& positions) {
-  return heads_of_projections(attn, cfg, torch::linear(x, attn.q_proj->weight), torch::linear(x, attn.k_proj->weight),
-                              torch::linear(x, attn.v_proj->weight), inv_freq, positions);
+  // The biases are undefined (none) unless cfg.attention_bias.
+  return heads_of_projections(attn, cfg, torch::linear(x, attn.q_proj->weight, attn.q_proj->bias),
+                              torch::linear(x, attn.k_proj->weight, attn.k_proj->bias),
+                              torch::linear(x, attn.v_proj->weight, attn.v_proj->bias), inv_freq, positions);
 }
 
 Qkv heads_of_projections(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& q_flat,
