@@ -162,7 +162,9 @@ TargetStepOutput TargetModel::forward_tree(KvCache& cache, const torch::Tensor& 
     for (auto a : m.aux_ids)
       if (a == id) aux.push_back(h);
   };
-  const auto x = m.run_layers(ids, rope, m.cached_attend(CacheWrite{&cache}, mask, query_pos, key_pos), keep);
+  CacheWrite write;
+  write.cache = &cache;
+  const auto x = m.run_layers(ids, rope, m.cached_attend(write, mask, query_pos, key_pos), keep);
   cache.length = start + n;
   TargetStepOutput out;
   out.final_hidden = m.norm(x, m.final_norm);
