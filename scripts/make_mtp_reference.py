@@ -32,7 +32,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 MODEL_DIR = ROOT / "tests" / "fixtures" / "models" / "tiny-mimo"
 REF = ROOT / "tests" / "fixtures" / "reference" / "mtp-mimo.safetensors"
 
-H, I, NH, NKV, HD, V, L, STEPS, EPS, THETA = 32, 48, 4, 2, 8, 96, 2, 3, 1e-6, 10000.0
+H, I, NH, NKV, HD, V, L, STEPS, EPS, THETA = 32, 48, 4, 2, 8, 256, 2, 3, 1e-6, 10000.0  # V: the smoke data's ids
 P = "model.mtp_layers.0."
 
 

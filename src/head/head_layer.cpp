@@ -107,6 +107,24 @@ torch::Tensor cached_attention(DraftCache& cache, const HeadConfig& cfg, std::in
   return draft_attention(cfg, q, layer_keys.narrow(2, 0, end), layer_values.narrow(2, 0, end), mask);
 }
 
+torch::Tensor masked_cached_attention(DraftCache& cache, const HeadConfig& cfg, std::int64_t slot,
+                                      const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                      const torch::Tensor& mask, std::int64_t layer) {
+  const auto n = q.size(2), end = slot + n;
+  auto layer_keys = cache.keys.select(0, layer), layer_values = cache.values.select(0, layer);
+  EAGLE_CHECK(end <= layer_keys.size(2), Error(ErrorKind::internal, "the draft cache is too small")
+                                             .expected(fmt::format("capacity >= {}", end))
+                                             .found(fmt::format("{}", layer_keys.size(2))));
+  EAGLE_CHECK(mask.dim() == 2 && mask.size(0) == n && mask.size(1) == end,
+              Error(ErrorKind::internal, "draft tree mask has the wrong shape")
+                  .expected(fmt::format("[{}, {}]", n, end))
+                  .found(c10::str(mask.sizes())));
+  layer_keys.narrow(2, slot, n).copy_(k);
+  layer_values.narrow(2, slot, n).copy_(v);
+  return draft_attention(cfg, q, layer_keys.narrow(2, 0, end), layer_values.narrow(2, 0, end),
+                         mask.to(q.device(), torch::kBool));
+}
+
 torch::Tensor draft_attention(const HeadConfig& cfg, const torch::Tensor& q, const torch::Tensor& keys,
                               const torch::Tensor& values, const torch::Tensor& mask) {
   const auto rep = cfg.num_attention_heads / cfg.num_key_value_heads;

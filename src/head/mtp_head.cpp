@@ -185,4 +185,27 @@ torch::Tensor MtpHead::draft(DraftCache& cache, const torch::Tensor& features, c
   return torch::cat(drafted, 1);
 }
 
+DraftHead::Step MtpHead::draft_extend(DraftCache& cache, const torch::Tensor& features,
+                                      const torch::Tensor& next_ids) {
+  torch::NoGradGuard ng;
+  const auto dev = input_proj->weight.device();
+  if (inv_freq_.device() != dev) inv_freq_ = inv_freq_.to(dev);
+  const auto n = features.size(1), start = cache.length;
+  auto o = cached_step(cache, features.to(dev), next_ids.to(dev), start, start);
+  cache.length = start + n;
+  auto last = o.narrow(1, n - 1, 1);
+  return {last, logits(last)};
+}
+
+DraftHead::Step MtpHead::draft_nodes(DraftCache& cache, const torch::Tensor& states, const torch::Tensor& ids,
+                                     const torch::Tensor& positions, std::int64_t slot, const torch::Tensor& mask) {
+  torch::NoGradGuard ng;
+  const auto dev = input_proj->weight.device();
+  if (inv_freq_.device() != dev) inv_freq_ = inv_freq_.to(dev);
+  auto step = step_input(ids.to(dev), states.to(dev), positions.to(dev));
+  auto attention = masked_cached_attention(cache, cfg_, slot, step.qkv.q, step.qkv.k, step.qkv.v, mask);
+  auto o = final_layernorm->forward(mtp_block->finish(step.u, attention));
+  return {o, logits(o)};
+}
+
 }  // namespace eagle::head

@@ -24,6 +24,11 @@ class MtpHead : public torch::nn::Module, public DraftHead {
   // features [B, n, H]: the target's last hidden states before the final norm (aux id L, pre-norm).
   torch::Tensor draft(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids,
                       std::int64_t draft_len) override;
+  // draft()'s steps for trees and sampled chains: the prefix pass, and nodes under an explicit mask;
+  // a chain drafted this way equals draft() bit for bit.
+  Step draft_extend(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids) override;
+  Step draft_nodes(DraftCache& cache, const torch::Tensor& states, const torch::Tensor& ids,
+                   const torch::Tensor& positions, std::int64_t slot, const torch::Tensor& mask) override;
   torch::Tensor draft_vocab_ids() const override { return draft_ids; }
   std::vector<torch::Tensor> ttt_logits(const HeadInputs& in) override;
   // Both frozen, kept by reference: the embedding and the LM head [V, H] are the target's, as vLLM
