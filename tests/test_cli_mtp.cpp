@@ -60,7 +60,7 @@ TEST_CASE("train --draft mtp fine-tunes MiMo's MTP layer; export --format mtp wr
   // The checkpoint: the MTP tensors alone, under their native names.
   const auto ckpt = run / "checkpoint-4";
   auto tensors = eagle::model::load_safetensors((ckpt / "model.safetensors").string());
-  CHECK(tensors.size() == 15);
+  CHECK(tensors.size() == 16);
   for (const auto& [name, t] : tensors) CHECK(name.rfind("model.mtp_layers.0.", 0) == 0);
 
   // export --format mtp: the target (the one the head names) copied, the MTP shard rewritten.
