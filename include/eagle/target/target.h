@@ -1,4 +1,4 @@
-// The frozen target model: Llama-family decoders (Llama 2/3/3.x, Mistral, Qwen2, Qwen3) and the
+// The frozen target model: Llama-family decoders (Llama 2/3/3.x, Mistral, Qwen2, MiMo, Qwen3) and the
 // mixture-of-experts families Qwen3-MoE, Mixtral and gpt-oss, read from a Hugging Face checkpoint
 // folder, run without gradients for training features and teacher outputs, and incrementally with
 // a KV cache for acceptance evaluation.
