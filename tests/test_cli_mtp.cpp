@@ -21,7 +21,8 @@ namespace {
 
 const std::string kMimo = EAGLE_SOURCE_DIR "/tests/fixtures/models/tiny-mimo";
 // The options train and eval share (eval reproduces the run's held-out split and prompts).
-const std::string kCommon = std::string(" --model_name_or_path ") + kMimo + " --data_path " EAGLE_SOURCE_DIR
+const std::string kCommon = std::string(" --model_name_or_path ") + kMimo +
+                            " --data_path " EAGLE_SOURCE_DIR
                             "/tests/fixtures/data/smoke.jsonl --training_seq_len 256 --bucket_granularity 64"
                             " --validation_fraction 0.1 --per_device_train_batch_size 4 --eval_num_prompts 2"
                             " --eval_max_new_tokens 8 --device cpu --num_threads 1 --seed 42";
@@ -39,8 +40,10 @@ TEST_CASE("train --draft mtp fine-tunes MiMo's MTP layer; export --format mtp wr
           "[cli]") {
   TempDir dir;
   const auto run = dir / "run";
-  const std::string train = "train" + kCommon + " --draft mtp --ttt_steps 3 --max_steps 4 --eval_steps 2 "
-                            "--save_steps 2 --learning_rate 0.001 --warmup_steps 0 --output_dir " + run.string();
+  const std::string train = "train" + kCommon +
+                            " --draft mtp --ttt_steps 3 --max_steps 4 --eval_steps 2 "
+                            "--save_steps 2 --learning_rate 0.001 --warmup_steps 0 --output_dir " +
+                            run.string();
   auto r = run_cli(train);
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
@@ -91,8 +94,9 @@ TEST_CASE("train --draft mtp fine-tunes MiMo's MTP layer; export --format mtp wr
   // Nothing is overwritten: a second export into the same folder is refused.
   CHECK(run_cli("export --checkpoint " + ckpt.string() + " --format mtp --output " + out.string()).exit_code != 0);
   // An MTP head has no EAGLE layout.
-  CHECK(run_cli("export --checkpoint " + ckpt.string() + " --format sglang --output " + (dir / "x").string())
-            .exit_code == 2);
+  CHECK(
+      run_cli("export --checkpoint " + ckpt.string() + " --format sglang --output " + (dir / "x").string()).exit_code ==
+      2);
 
   // eval imports the export as it reads the checkpoint: the same numbers.
   auto a = eval_json(" --checkpoint " + ckpt.string() + kCommon);
@@ -102,9 +106,10 @@ TEST_CASE("train --draft mtp fine-tunes MiMo's MTP layer; export --format mtp wr
   CHECK(a["ar"].get<double>() == Approx(ar.at(4)).epsilon(1e-12));
 
   // A resume cannot switch the head.
-  auto resume = run_cli("train" + kCommon + " --draft eagle --ttt_steps 3 --max_steps 6 --eval_steps 2 --save_steps 2 "
-                        "--learning_rate 0.001 --warmup_steps 0 --resume_from_checkpoint " + ckpt.string() +
-                        " --output_dir " + run.string());
+  auto resume = run_cli("train" + kCommon +
+                        " --draft eagle --ttt_steps 3 --max_steps 6 --eval_steps 2 --save_steps 2 "
+                        "--learning_rate 0.001 --warmup_steps 0 --resume_from_checkpoint " +
+                        ckpt.string() + " --output_dir " + run.string());
   INFO(resume.output);
   CHECK(resume.exit_code == 2);
   CHECK_THAT(resume.output, Catch::Contains("draft: checkpoint \"mtp\", now \"eagle\""));
@@ -112,9 +117,11 @@ TEST_CASE("train --draft mtp fine-tunes MiMo's MTP layer; export --format mtp wr
 
 TEST_CASE("--draft mtp refuses targets without MTP layers and the EAGLE-only switches", "[cli]") {
   TempDir dir;
-  auto qwen = run_cli("train --model_name_or_path " EAGLE_SOURCE_DIR "/tests/fixtures/models/tiny-qwen2 --data_path "
-                      EAGLE_SOURCE_DIR "/tests/fixtures/data/smoke.jsonl --draft mtp --max_steps 1 --device cpu "
-                      "--output_dir " + (dir / "a").string());
+  auto qwen = run_cli("train --model_name_or_path " EAGLE_SOURCE_DIR
+                      "/tests/fixtures/models/tiny-qwen2 --data_path " EAGLE_SOURCE_DIR
+                      "/tests/fixtures/data/smoke.jsonl --draft mtp --max_steps 1 --device cpu "
+                      "--output_dir " +
+                      (dir / "a").string());
   INFO(qwen.output);
   CHECK(qwen.exit_code == 2);
   CHECK_THAT(qwen.output, Catch::Contains("the target ships no MTP layer"));

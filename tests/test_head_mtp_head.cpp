@@ -63,8 +63,8 @@ TEST_CASE("the tiny MiMo folder reads as an MTP head under its native names", "[
   const auto& c = loaded.config;
   CHECK(c.mtp_family == "mimo");
   CHECK(c.eagle_version == 3);
-  CHECK(c.attention_bias);  // the Qwen2 block's q/k/v bias
-  CHECK(c.ttt_steps == 1);  // num_nextn_predict_layers: vLLM's default k
+  CHECK(c.attention_bias);                                 // the Qwen2 block's q/k/v bias
+  CHECK(c.ttt_steps == 1);                                 // num_nextn_predict_layers: vLLM's default k
   CHECK(c.aux_layer_ids == std::vector<std::int64_t>{2});  // hidden_states[L], taken before the final norm
   CHECK(c.draft_vocab_size == 256);
   REQUIRE(dynamic_cast<head::MtpHead*>(loaded.head.get()) != nullptr);
@@ -198,7 +198,6 @@ TEST_CASE("an MTP head refuses EAGLE checkpoints and formats; a resume refuses a
   REQUIRE(conflicts.size() == 1);
   CHECK_THAT(conflicts[0], Catch::Contains("draft"));
   // A target without MTP layers has no MTP head.
-  CHECK_THROWS_WITH(
-      head::mtp_config_from_target(target::TargetConfig::from_model_dir(kRoot + "models/tiny-qwen2")),
-      Catch::Contains("the target ships no MTP layer"));
+  CHECK_THROWS_WITH(head::mtp_config_from_target(target::TargetConfig::from_model_dir(kRoot + "models/tiny-qwen2")),
+                    Catch::Contains("the target ships no MTP layer"));
 }

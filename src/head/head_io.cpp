@@ -252,7 +252,8 @@ std::map<std::string, torch::Tensor> head_tensors(DraftHead& head, HeadFormat fo
   // The draft-vocabulary maps are buffers of the EAGLE-3 head (draft_ids, derived, is not written);
   // the MTP head's identity maps have no native name (vLLM's MiMo loader raises on unknown names).
   for (const auto& b : head.module().named_buffers())
-    if (format != HeadFormat::mtp && (b.key() == "d2t" || b.key() == "t2d")) out[b.key()] = b.value().to(torch::kCPU).contiguous();
+    if (format != HeadFormat::mtp && (b.key() == "d2t" || b.key() == "t2d"))
+      out[b.key()] = b.value().to(torch::kCPU).contiguous();
   // SGLang after PR #24663 normalises the input of layers >= 1 with hidden_norm, vLLM with
   // input_layernorm (EAGLE-variants.md §2): both written, equal, so either engine serves the head.
   if (format == HeadFormat::sglang)

@@ -59,8 +59,8 @@ MtpHead::StepInput MtpHead::step_input(const torch::Tensor& ids, const torch::Te
     e = e * (positions != 0).unsqueeze(-1).to(dtype);
   }
   // Hidden first (MTP.md 2.4), unlike DeepSeek's and Qwen's [embedding; hidden].
-  auto u = input_proj->forward(
-      torch::cat({hidden_layernorm->forward(state.to(dtype)), token_layernorm->forward(e)}, -1));
+  auto u =
+      input_proj->forward(torch::cat({hidden_layernorm->forward(state.to(dtype)), token_layernorm->forward(e)}, -1));
   auto qkv = project_qkv(*mtp_block->self_attn, cfg_, mtp_block->input_layernorm->forward(u), inv_freq_, positions);
   return {u, qkv};
 }
@@ -112,7 +112,8 @@ HeadStepOutput MtpHead::train_step_forward(const HeadInputs& in, const torch::Te
   const auto b = in.input_ids.size(0), len = in.input_ids.size(1);
   auto check = [&](const torch::Tensor& t, const char* name, c10::IntArrayRef shape) {
     model::check_shape(
-        t, shape, Error(ErrorKind::internal, "head input has the wrong shape").place(fmt::format("HeadInputs.{}", name)));
+        t, shape,
+        Error(ErrorKind::internal, "head input has the wrong shape").place(fmt::format("HeadInputs.{}", name)));
   };
   for (auto [t, name] : {std::pair{&in.loss_mask, "loss_mask"},
                          {&in.position_ids, "position_ids"},
@@ -185,8 +186,7 @@ torch::Tensor MtpHead::draft(DraftCache& cache, const torch::Tensor& features, c
   return torch::cat(drafted, 1);
 }
 
-DraftHead::Step MtpHead::draft_extend(DraftCache& cache, const torch::Tensor& features,
-                                      const torch::Tensor& next_ids) {
+DraftHead::Step MtpHead::draft_extend(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids) {
   torch::NoGradGuard ng;
   const auto dev = input_proj->weight.device();
   if (inv_freq_.device() != dev) inv_freq_ = inv_freq_.to(dev);

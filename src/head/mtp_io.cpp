@@ -87,8 +87,8 @@ HeadConfig mtp_config_from_json(const json& j, const std::string& file) {
         .found(e.contains(key) ? e[key].dump() : "missing");
   };
   EAGLE_CHECK(e.is_object() && e.value("mtp_family", "") == "mimo", bad("mtp_family"));
-  EAGLE_CHECK(e.contains("ttt_steps") && e["ttt_steps"].is_number_integer() && e["ttt_steps"].get<std::int64_t>() >= 1 &&
-                  e["ttt_steps"].get<std::int64_t>() <= 32,
+  EAGLE_CHECK(e.contains("ttt_steps") && e["ttt_steps"].is_number_integer() &&
+                  e["ttt_steps"].get<std::int64_t>() >= 1 && e["ttt_steps"].get<std::int64_t>() <= 32,
               bad("ttt_steps"));
   c.ttt_steps = e["ttt_steps"].get<std::int64_t>();
   EAGLE_CHECK(e.contains("ttt_loss_decay") && e["ttt_loss_decay"].is_number() &&

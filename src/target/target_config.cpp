@@ -218,7 +218,9 @@ void read_phi3(const Reader& r, TargetConfig& c) {
 
 // MiMo-7B: a Qwen2 decoder plus num_nextn_predict_layers MTP layers (model.mtp_layers.{i}.*), which
 // the target does not load (MTP.md 2.4); 0 or absent: none.
-void read_mimo(const Reader& r, TargetConfig& c) { c.num_mtp_layers = r.bounded_or("num_nextn_predict_layers", 0, 0, 16); }
+void read_mimo(const Reader& r, TargetConfig& c) {
+  c.num_mtp_layers = r.bounded_or("num_nextn_predict_layers", 0, 0, 16);
+}
 
 // FP8 block-scaled checkpoints (fine-grained FP8: e4m3 weights, weight_scale_inv per block).
 void read_fp8(const Reader& r, const json& q, TargetConfig& c) {

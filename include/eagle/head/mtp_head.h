@@ -62,8 +62,8 @@ class MtpHead : public torch::nn::Module, public DraftHead {
   void unroll(const HeadInputs& in, Visit&& visit);  // visit(k, o) after each TTT step
   // Tokens ids [B, n] and states [B, n, H] written at cache slots [start, start + n) at RoPE
   // positions pos0..; returns their outputs o [B, n, H].
-  torch::Tensor cached_step(DraftCache& cache, const torch::Tensor& state, const torch::Tensor& ids,
-                            std::int64_t start, std::int64_t pos0);
+  torch::Tensor cached_step(DraftCache& cache, const torch::Tensor& state, const torch::Tensor& ids, std::int64_t start,
+                            std::int64_t pos0);
 
   HeadConfig cfg_;
   torch::Tensor embedding_, lm_head_;  // the target's, frozen, not registered
