@@ -219,7 +219,9 @@ void export_mtp_target(DraftHead& head, const std::string& target_dir, const std
         rewritten += fs::file_size(dst);
       } else if (entry.is_regular_file() && entry.path().extension() == ".safetensors") {
         std::error_code ec;
-        fs::create_hard_link(entry.path(), dst, ec);  // unchanged shard: no disk
+        // Unchanged shard: no disk. To the file itself: a Hugging Face cache snapshot holds relative
+        // symlinks into its blobs, which would dangle in another folder.
+        fs::create_hard_link(fs::canonical(entry.path()), dst, ec);
         if (ec) {
           fs::copy_file(entry.path(), dst);
           copied += entry.file_size();
