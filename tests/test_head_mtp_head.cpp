@@ -1,9 +1,11 @@
 // The MTP head (--draft mtp) on the tiny MiMo fixture against scripts/make_mtp_reference.py's
 // independent PyTorch forward of vLLM's MiMo MTP layer: the TTT unroll's logits, one training
 // step's loss and gradients, drafting against a cache-based serving loop and against the unroll,
-// the checkpoint round trip, and the refusals.
+// the checkpoint round trip, the export into a copy of the target folder and its import, the refusals.
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
+
+#include <filesystem>
 
 #include <nlohmann/json.hpp>
 
@@ -14,6 +16,7 @@
 #include "eagle/run/run_files.h"
 #include "eagle/target/target.h"
 #include "eagle/util/error.h"
+#include "eagle/util/fs_sync.h"
 #include "helpers.h"
 
 using namespace eagle;
@@ -199,5 +202,48 @@ TEST_CASE("an MTP head refuses EAGLE checkpoints and formats; a resume refuses a
   CHECK_THAT(conflicts[0], Catch::Contains("draft"));
   // A target without MTP layers has no MTP head.
   CHECK_THROWS_WITH(head::mtp_config_from_target(target::TargetConfig::from_model_dir(kRoot + "models/tiny-qwen2")),
+                    Catch::Contains("the target ships no MTP layer"));
+}
+
+TEST_CASE("export_mtp_target copies a target folder of symlinks with the MTP tensors replaced", "[head]") {
+  namespace fs = std::filesystem;
+  test::TempDir dir;
+  // A Hugging Face cache snapshot: every file a symlink to its blob.
+  const auto target = dir / "snapshot";
+  fs::create_directories(target);
+  for (const auto& e : fs::directory_iterator(kMimo)) fs::create_symlink(e.path(), target / e.path().filename());
+  auto head = three_step_head();
+  {
+    torch::NoGradGuard ng;
+    for (auto& p : head->named_parameters()) p.value().add_(0.01 * torch::randn_like(p.value()));
+  }
+  const auto out = dir / "export";
+  head::export_mtp_target(*head, target.string(), out.string());
+  const std::string shard1 = "model-00001-of-00002.safetensors", shard2 = "model-00002-of-00002.safetensors";
+  for (const auto& name : {shard1, shard2, std::string("config.json"), std::string("model.safetensors.index.json")}) {
+    INFO(name);
+    CHECK(fs::is_regular_file(fs::symlink_status(out / name)));  // never a link that could dangle
+  }
+  CHECK(test::read_file(out / shard1) == test::read_file(fs::path(kMimo) / shard1));
+  CHECK_FALSE(fs::exists(util::temporary_name(out)));
+  // eval's reader imports it bit for bit (fp32 target: the trained values exactly).
+  auto loaded = head::load_head(out.string());
+  CHECK(loaded.format == head::HeadFormat::mtp);
+  CHECK(loaded.config.ttt_steps == 3);
+  auto a = head->named_parameters(), b = loaded.head->module().named_parameters();
+  for (const auto& p : a) {
+    INFO(p.key());
+    CHECK(torch::equal(p.value(), b[p.key()]));
+  }
+  // The target's own tensors of the rewritten shard are unchanged; the original is untouched.
+  auto before = model::load_safetensors(kMimo + "/" + shard2), after = model::load_safetensors((out / shard2).string());
+  CHECK(torch::equal(after.at("model.norm.weight"), before.at("model.norm.weight")));
+  CHECK(torch::equal(after.at("lm_head.weight"), before.at("lm_head.weight")));
+  CHECK_FALSE(torch::equal(after.at("model.mtp_layers.0.input_proj.weight"),
+                           before.at("model.mtp_layers.0.input_proj.weight")));
+  // Nothing is overwritten, and an EAGLE target has no MTP layer to replace.
+  CHECK_THROWS_WITH(head::export_mtp_target(*head, target.string(), out.string()),
+                    Catch::Contains("the output folder exists"));
+  CHECK_THROWS_WITH(head::export_mtp_target(*head, kRoot + "models/tiny-qwen2", (dir / "qwen").string()),
                     Catch::Contains("the target ships no MTP layer"));
 }
