@@ -42,8 +42,9 @@ void MtpHead::set_target_weights(const torch::Tensor& embedding, const torch::Te
   inv_freq_ = inv_freq_.to(input_proj->weight.device());
 }
 
+// In the LM head's dtype, as vLLM computes them (and never a [V, H] copy of it per drafted token).
 torch::Tensor MtpHead::logits(const torch::Tensor& o) const {
-  return torch::linear(o, lm_head_.to(o.scalar_type())).to(torch::kFloat32);
+  return torch::linear(o.to(lm_head_.scalar_type()), lm_head_).to(torch::kFloat32);
 }
 
 MtpHead::StepInput MtpHead::step_input(const torch::Tensor& ids, const torch::Tensor& state,
@@ -133,7 +134,7 @@ HeadStepOutput MtpHead::train_step_forward(const HeadInputs& in, const torch::Te
   auto prefix_ok = torch::ones_like(in.input_ids, torch::TensorOptions().dtype(torch::kBool));
   const auto teacher_logits = in.teacher_logits.contiguous();
   // The LM head is the target's and frozen: passed in the head's dtype for the unchunked path (the
-  // chunked one casts per chunk and makes no gradient for it).
+  // chunked one casts it to the compute dtype itself and makes no gradient for it).
   const auto weight = cfg_.loss_chunk_size == 0 ? lm_head_.to(input_proj->weight.scalar_type()) : lm_head_;
   unroll(in, [&](std::int64_t k, const torch::Tensor& o) {
     // The rules of the EAGLE-3 loss (EAGLE.md): step k at t predicts x_{t+k+2}, the teacher is the

@@ -62,6 +62,12 @@ HeadConfig mtp_config_from_target(const target::TargetConfig& t) {
                   .expected("a MiMoForCausalLM target with num_nextn_predict_layers >= 1")
                   .found(fmt::format("{} with {} MTP layers", t.architecture, t.num_mtp_layers))
                   .hint("--draft eagle trains a new head for any target"));
+  // vLLM drafts k > 1 tokens with several MTP layers through MultiModuleMTPSpeculator, whose rules
+  // differ (MTP.md 8); MiMo-7B ships one layer.
+  EAGLE_CHECK(t.num_mtp_layers == 1, Error(ErrorKind::usage, "--draft mtp trains a target with one MTP layer")
+                                         .place("num_nextn_predict_layers")
+                                         .expected("1")
+                                         .found(std::to_string(t.num_mtp_layers)));
   auto c = HeadConfig::from_target(t, 3, {t.num_hidden_layers}, t.vocab_size);
   c.mtp_family = "mimo";
   c.attention_bias = t.attention_bias;

@@ -57,7 +57,7 @@ class MtpHead : public torch::nn::Module, public DraftHead {
   StepInput step_input(const torch::Tensor& ids, const torch::Tensor& state, const torch::Tensor& positions);
   // o = final_layernorm(block after its attention), the logits' input and the next step's state.
   torch::Tensor step_output(const torch::Tensor& u, const torch::Tensor& attention);
-  torch::Tensor logits(const torch::Tensor& o) const;  // the target's LM head, fp32 [.., V]
+  torch::Tensor logits(const torch::Tensor& o) const;  // the target's LM head in its dtype, as fp32 [.., V]
   template <typename Visit>
   void unroll(const HeadInputs& in, Visit&& visit);  // visit(k, o) after each TTT step
   // Tokens ids [B, n] and states [B, n, H] written at cache slots [start, start + n) at RoPE
