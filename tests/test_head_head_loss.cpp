@@ -150,6 +150,12 @@ TEST_CASE("each loss and its gradients equal the PyTorch reference, chunked or n
       out.weighted.backward();
       CHECK(torch::allclose(o.grad(), ref.at(name + ".grad_o"), 1e-4, 1e-6));
       CHECK(torch::allclose(w.grad(), ref.at(name + ".grad_lm_head"), 1e-4, 1e-6));
+      // A frozen LM head (the MTP head's: the target's own): the same loss and gradient of o, none for it.
+      auto o2 = ref.at("o").clone().requires_grad_();
+      auto frozen = head::step_loss(kind, o2, ref.at("lm_head"), ref.at("teacher_logits"), 2, valid, scale, chunk);
+      CHECK(frozen.weighted.item<double>() == out.weighted.item<double>());
+      frozen.weighted.backward();
+      CHECK(torch::allclose(o2.grad(), o.grad(), 1e-6, 1e-7));
     }
   }
   CHECK_THROWS_AS(head::parse_loss_kind("js"), Error);

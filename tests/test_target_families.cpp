@@ -287,3 +287,35 @@ TEST_CASE("config messages name the field at fault and print numbers as written 
                                          Catch::Contains("[1, 1048576]") && !Catch::Contains("[0, 0]"));
   }
 }
+
+TEST_CASE("MiMo runs as a Qwen2 target and hands the MTP head its last hidden state before the final norm",
+          "[target]") {
+  const auto c = TargetConfig::from_model_dir(fixture("tiny-mimo").string());
+  CHECK(c.family == target::Family::mimo);
+  CHECK(c.model_type == "mimo");
+  CHECK(c.num_mtp_layers == 1);
+  CHECK(c.attention_bias);
+  CHECK_FALSE(c.o_bias);
+  // model.mtp_layers.0.* is in the checkpoint but not the target's: loaded without it, not refused.
+  auto model = TargetModel::load(fixture("tiny-mimo").string(), torch::kFloat32, torch::kCPU);
+  auto ref = model::load_safetensors(std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/reference/mtp-mimo.safetensors");
+  model.set_aux_layer_ids({2});
+  CHECK_FALSE(model.last_aux_pre_norm());
+  target::TargetBatch batch;
+  batch.input_ids = ref.at("input_ids");
+  batch.position_ids = ref.at("position_ids");
+  batch.document_ids = ref.at("document_ids");
+  target::TeacherSpec teacher{torch::arange(c.vocab_size, torch::kInt64)};
+  const auto post = model.forward(batch, teacher);
+  CHECK(torch::equal(post.aux_hidden, post.final_hidden));  // hidden_states[L]: after the final norm
+  model.set_last_aux_pre_norm(true);
+  const auto out = model.forward(batch, teacher);
+  // transformers' Qwen2 run per sample (the reference): the last layer's output, and the logits.
+  CHECK(torch::allclose(out.aux_hidden, ref.at("hidden"), 1e-4, 1e-5));
+  CHECK(torch::allclose(out.teacher_logits, ref.at("target_logits"), 1e-4, 1e-5));
+  CHECK(torch::equal(out.target_argmax, ref.at("target_argmax")));
+  // The decoding forward keeps the same state (sample 0 through the KV cache).
+  auto cache = model.new_cache(1, 16);
+  const auto step = model.forward_cached(cache, ref.at("input_ids").narrow(1, 0, 7));
+  CHECK(torch::allclose(step.aux_hidden, ref.at("hidden").narrow(1, 0, 7), 1e-4, 1e-5));
+}

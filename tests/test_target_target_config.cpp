@@ -296,7 +296,7 @@ TEST_CASE("target config: each family's row gives its Family, MoE layout and ref
       {"tiny-llama", Family::llama},     {"tiny-mistral", Family::mistral},     {"tiny-qwen2", Family::qwen2},
       {"tiny-qwen3", Family::qwen3},     {"tiny-qwen3-moe", Family::qwen3_moe}, {"tiny-mixtral", Family::mixtral},
       {"tiny-gpt-oss", Family::gpt_oss}, {"tiny-gemma2", Family::gemma2},       {"tiny-gemma3", Family::gemma3_text},
-      {"tiny-phi3", Family::phi3}};
+      {"tiny-phi3", Family::phi3},       {"tiny-mimo", Family::mimo}};
   for (const auto& [name, family] : fixtures) {
     INFO(name);
     const auto c = TargetConfig::from_model_dir((fs::path(EAGLE_SOURCE_DIR) / "tests/fixtures/models" / name).string());
@@ -308,9 +308,9 @@ TEST_CASE("target config: each family's row gives its Family, MoE layout and ref
   auto c = tiny_config();
   c["architectures"] = {"FalconForCausalLM"};
   CHECK_THAT(config_error(dir, c),
-             Catch::Contains("LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, "
-                             "Qwen3MoeForCausalLM, MixtralForCausalLM, GptOssForCausalLM, Gemma2ForCausalLM, "
-                             "Gemma3ForCausalLM or Phi3ForCausalLM"));
+             Catch::Contains("LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, MiMoForCausalLM, "
+                             "Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, GptOssForCausalLM, "
+                             "Gemma2ForCausalLM, Gemma3ForCausalLM or Phi3ForCausalLM"));
 }
 
 TEST_CASE("graphed_steps: eager on the CPU whatever the options ask", "[target]") {

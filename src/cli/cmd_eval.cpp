@@ -131,7 +131,8 @@ void run_eval(const config::Options& opts, const Invocation& argv) {
   }
   // The head decides what it reads: the target layers it was trained on.
   const auto inputs =
-      features::load_eval_inputs(opts, device, loaded.config.eagle_version, loaded.config.aux_layer_ids);
+      features::load_eval_inputs(opts, device, loaded.config.eagle_version, loaded.config.aux_layer_ids,
+                                 /*last_aux_pre_norm=*/loaded.config.mtp());
   head.set_target_weights(inputs.ends.embed, inputs.ends.lm_head);
   const data::Dataset& heldout = *inputs.heldout;
 

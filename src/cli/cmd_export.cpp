@@ -3,6 +3,7 @@
 #include "eagle/cli/commands.h"
 #include "eagle/head/head.h"
 #include "eagle/head/head_io.h"
+#include "eagle/head/mtp_io.h"
 #include "eagle/target/target.h"
 #include "eagle/util/error.h"
 #include "eagle/util/log.h"
@@ -18,6 +19,8 @@ head::HeadFormat head_format(config::ExportFormat f) {
       return head::HeadFormat::speculators;
     case config::ExportFormat::vllm_eagle1:
       return head::HeadFormat::vllm_eagle1;
+    case config::ExportFormat::mtp:
+      return head::HeadFormat::mtp;
   }
   return head::HeadFormat::sglang;
 }
@@ -25,12 +28,30 @@ head::HeadFormat head_format(config::ExportFormat f) {
 
 void run_export(const config::Options& opts, const Invocation& argv) {
   auto loaded = head::load_head(opts.checkpoint);
-  log::info("export", "read EAGLE-{} head ({} layout) from {}", loaded.config.eagle_version,
-            head::format_name(loaded.format), opts.checkpoint);
+  if (loaded.config.mtp())
+    log::info("export", "read the MTP head ({} layout) from {}", head::format_name(loaded.format), opts.checkpoint);
+  else
+    log::info("export", "read EAGLE-{} head ({} layout) from {}", loaded.config.eagle_version,
+              head::format_name(loaded.format), opts.checkpoint);
   // A NaN head would be written out and served broken: refused before anything is written.
   head::check_finite_parameters(*loaded.head, opts.checkpoint,
                                 "export an earlier checkpoint (training with nan_policy skip keeps going)");
   const auto format = head_format(opts.format);
+  if (format == head::HeadFormat::mtp || loaded.config.mtp()) {
+    // The target folder with its MTP tensors replaced (docs/export.md): the target named here, else
+    // the one the head records.
+    head::head_config_json(loaded.config, format);  // refuses an EAGLE head, or an MTP head in another format
+    const std::string target =
+        !opts.model_name_or_path.empty() ? opts.model_name_or_path : loaded.config.target_name_or_path;
+    EAGLE_CHECK(!target.empty(), Error(ErrorKind::usage, "an MTP export is a copy of the target folder, and the "
+                                                         "head names no target")
+                                     .place("--model_name_or_path")
+                                     .hint("name the target model folder"));
+    EAGLE_CHECK(opts.quantize == config::Quantize::none,
+                Error(ErrorKind::usage, "MTP exports keep the target's dtypes").place("--quantize").found("fp8"));
+    head::export_mtp_target(*loaded.head, target, opts.output);
+    return;
+  }
   torch::Tensor embedding;
   if (format == head::HeadFormat::speculators) {
     // The target's embedding goes into the export: the target named here, else the one the head

@@ -56,10 +56,11 @@ struct EnumNames<TargetDtype> {
 };
 template <>
 struct EnumNames<ExportFormat> {
-  static constexpr std::array<std::pair<const char*, ExportFormat>, 3> v{
+  static constexpr std::array<std::pair<const char*, ExportFormat>, 4> v{
       {{"sglang", ExportFormat::sglang},
        {"speculators", ExportFormat::speculators},
-       {"vllm-eagle1", ExportFormat::vllm_eagle1}}};
+       {"vllm-eagle1", ExportFormat::vllm_eagle1},
+       {"mtp", ExportFormat::mtp}}};
 };
 
 template <>

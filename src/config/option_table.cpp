@@ -147,6 +147,18 @@ std::vector<OptionEntry> declare_options() {
       });
   // draft
   // Not an eval or export option: a head records its version and TTT steps, and those are used.
+  t.add(&Options::draft, "draft", G::draft, kTrain,
+        "The draft head: eagle (a new EAGLE head, eagle_version) or mtp (fine-tune the target's shipped MTP "
+        "layer, read from model_name_or_path under its native names; MiMo; docs/heads.md)")
+      .check([](const std::string& v, const Options& o) {
+        if (v != "eagle" && v != "mtp") return std::string("eagle or mtp");
+        if (v == "mtp" && (o.eagle_version != 3 || o.parallel_drafting || o.draft_num_layers != 1 || o.fc_norm ||
+                           o.norm_output || o.norm_before_fc || o.draft_layer != "llama"))
+          return std::string(
+              "mtp trains the target's own layer: not with eagle_version 1, parallel_drafting, draft_num_layers, "
+              "fc_norm, norm_output, norm_before_fc or draft_layer");
+        return std::string();
+      });
   t.add(&Options::eagle_version, "eagle_version", G::draft, kTrain | kDump,
         "Draft head: 3 (EAGLE-3, three fused layers, training-time test) or 1 (EAGLE-1); eval and export use "
         "the head's")
@@ -308,7 +320,8 @@ std::vector<OptionEntry> declare_options() {
         "A checkpoint folder or an exported head folder to export or evaluate")
       .required(kExport | kEval);
   t.add(&Options::format, "format", G::checkpoint, kExport,
-        "Export layout: sglang (also loaded by vLLM), speculators, vllm-eagle1");
+        "Export layout: sglang (also loaded by vLLM), speculators, vllm-eagle1, or mtp (an MTP head: a copy of "
+        "the target folder, model_name_or_path, with its MTP tensors replaced; docs/export.md)");
   t.add(&Options::quantize, "quantize", G::checkpoint, kExport,
         "none, or fp8: the head's linear weights as FP8 e4m3 with one float32 scale per output channel and "
         "dynamic per-token activations (compressed-tensors, as vLLM loads EAGLE-3 drafts; sglang layout only)");

@@ -58,8 +58,8 @@ void declare_eval_options(Table& t) {
       .range(1, kMaxNewTokens);
   t.add(&Options::eval_batch_size, "eval_batch_size", G::eval, kTrain | kEval,
         "Prompts decoded at once in the acceptance evaluation (ragged KV caches, a row refilled when its "
-        "prompt ends; the same acceptance per prompt as one by one); 1: one by one. EAGLE-1 and P-EAGLE heads "
-        "and the tree and sampled acceptances decode one by one")
+        "prompt ends; the same acceptance per prompt as one by one); 1: one by one. EAGLE-1, P-EAGLE and MTP "
+        "heads and the tree and sampled acceptances decode one by one")
       .range(1, 4096);
   t.add(&Options::eval_draft_len, "eval_draft_len", G::eval, kTrain | kEval,
         "Tokens the head drafts per round in the acceptance evaluation; 0: ttt_steps")

@@ -17,6 +17,7 @@
 #include "eagle/features/server_files.h"
 #include "eagle/features/server_store.h"
 #include "eagle/features/target_identity.h"
+#include "eagle/head/mtp_io.h"
 #include "eagle/model/dtype.h"
 #include "eagle/run/signals.h"
 #include "eagle/util/error.h"
@@ -276,6 +277,33 @@ RunInputs open_server(const config::Options& o, const HeadReads& head, torch::De
   return in;
 }
 
+// An MTP head's inputs (--draft mtp, MTP.md 2.4): online only, the target's last hidden state before
+// its final norm as the one aux feature (id L). Stored features and servers hold other states
+// (dump-features: the aux layers; vLLM's extract_hidden_states: pre-norm too, not wired yet).
+RunInputs load_mtp_inputs(const config::Options& o, torch::Device device, bool eval) {
+  EAGLE_CHECK(o.features_path.empty() && o.target_server.empty(),
+              Error(ErrorKind::usage, "an MTP head trains and evaluates with the target in-process")
+                  .place(o.features_path.empty() ? "target_server" : "features_path")
+                  .hint("give --model_name_or_path (MiMo-7B fits one GPU) and leave out features_path and "
+                        "target_server"));
+  const auto config = target::TargetConfig::from_model_dir(o.model_name_or_path);
+  head::mtp_config_from_target(config);  // refuses a target without MTP layers before anything loads
+  RunInputs in;
+  if (eval) {
+    in.heldout = load_eval_data(o, config.vocab_size);
+  } else {
+    auto data = load_train_data(o, config.vocab_size);
+    in.train = std::move(data.train);
+    in.heldout = std::move(data.heldout);
+  }
+  auto target = target::load_target(o, device, {config.num_hidden_layers});
+  target.set_last_aux_pre_norm(true);
+  auto online = online_inputs(std::move(target), o.model_name_or_path);
+  online.train = std::move(in.train);
+  online.heldout = std::move(in.heldout);
+  return online;
+}
+
 }  // namespace
 
 TrainData load_train_data(const config::Options& opts, std::int64_t vocab_size) {
@@ -311,6 +339,7 @@ RunInputs online_inputs(target::TargetModel target, std::string target_name) {
 }
 
 RunInputs load_train_inputs(const config::Options& opts, torch::Device device) {
+  if (opts.draft == "mtp") return load_mtp_inputs(opts, device, /*eval=*/false);
   const HeadReads head{opts.eagle_version, opts.aux_hidden_state_layer_ids};
   if (!opts.features_path.empty()) return load_offline_inputs(opts, head, device, /*eval=*/false);
   if (!opts.target_server.empty()) return open_server(opts, head, device, /*eval=*/false);
@@ -323,7 +352,8 @@ RunInputs load_train_inputs(const config::Options& opts, torch::Device device) {
 }
 
 RunInputs load_eval_inputs(const config::Options& opts, torch::Device device, std::int64_t eagle_version,
-                           const std::vector<std::int64_t>& aux_layer_ids) {
+                           const std::vector<std::int64_t>& aux_layer_ids, bool last_aux_pre_norm) {
+  if (last_aux_pre_norm) return load_mtp_inputs(opts, device, /*eval=*/true);
   const HeadReads head{eagle_version, eagle_version == 3 ? aux_layer_ids : opts.aux_hidden_state_layer_ids};
   if (!opts.features_path.empty()) return load_offline_inputs(opts, head, device, /*eval=*/true);
   if (!opts.target_server.empty()) return open_server(opts, head, device, /*eval=*/true);

@@ -15,26 +15,6 @@ Error no_steps() {
       .hint("evaluate an EAGLE-1 head with the greedy chain (eval_tree_topk 0, eval_temperature 0)");
 }
 
-// cached_attention (head_layer.cpp) of one layer with an explicit mask [n, slot + n] instead of the
-// causal one.
-torch::Tensor masked_cached_attention(DraftCache& cache, const HeadConfig& cfg, std::int64_t slot,
-                                      const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                      const torch::Tensor& mask, std::int64_t layer) {
-  const auto n = q.size(2), end = slot + n;
-  auto layer_keys = cache.keys.select(0, layer), layer_values = cache.values.select(0, layer);
-  EAGLE_CHECK(end <= layer_keys.size(2), Error(ErrorKind::internal, "the draft cache is too small")
-                                             .expected(fmt::format("capacity >= {}", end))
-                                             .found(fmt::format("{}", layer_keys.size(2))));
-  EAGLE_CHECK(mask.dim() == 2 && mask.size(0) == n && mask.size(1) == end,
-              Error(ErrorKind::internal, "draft tree mask has the wrong shape")
-                  .expected(fmt::format("[{}, {}]", n, end))
-                  .found(c10::str(mask.sizes())));
-  layer_keys.narrow(2, slot, n).copy_(k);
-  layer_values.narrow(2, slot, n).copy_(v);
-  return draft_attention(cfg, q, layer_keys.narrow(2, 0, end), layer_values.narrow(2, 0, end),
-                         mask.to(q.device(), torch::kBool));
-}
-
 // P-EAGLE drafts every token of a round in one forward: there is no step to extend or tree to grow
 // (a node's children would not depend on its token). Its chains, greedy or sampled, need no steps.
 void check_sequential(const HeadConfig& cfg) {

@@ -85,10 +85,12 @@ class ChunkedStepLoss : public torch::autograd::Function<ChunkedStepLoss> {
     const auto n_rows = o.size(0);
     auto w_c = weight.to(compute);
     const auto coef = scale.to(torch::kFloat32).reshape({1, 1});
-    const bool shared = want_grad && head_sum;
+    // A frozen LM head (the MTP head's, the target's own) gets no gradient: no [V, H] sum is made.
+    const bool want_w = want_grad && weight.requires_grad();
+    const bool shared = want_w && head_sum;
     torch::Tensor grad_w;
     if (shared) grad_w = head_sum->sum;
-    if (want_grad && !grad_w.defined()) grad_w = torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32));
+    if (want_w && !grad_w.defined()) grad_w = torch::zeros(weight.sizes(), weight.options().dtype(torch::kFloat32));
     if (shared && !head_sum->sum.defined()) {  // the unroll's first step
       head_sum->sum = grad_w;
       head_sum->claimed = torch::zeros({1}, torch::kInt8);
@@ -106,14 +108,14 @@ class ChunkedStepLoss : public torch::autograd::Function<ChunkedStepLoss> {
       auto mask = valid.narrow(0, c0, n).unsqueeze(-1);
       auto dz = torch::where(mask, terms.grad * coef, torch::zeros_like(terms.grad)).to(compute);
       grad_o.push_back(torch::mm(dz, w_c).to(o.scalar_type()));
-      grad_w.add_(torch::mm(dz.t(), o_c).to(torch::kFloat32));
+      if (want_w) grad_w.add_(torch::mm(dz.t(), o_c).to(torch::kFloat32));
     }
     auto loss = torch::cat(losses);
     auto weighted = scale * torch::where(valid, loss, torch::zeros_like(loss)).sum();
     auto argmax = torch::cat(argmaxes);
     if (want_grad) {
       ctx->save_for_backward({torch::cat(grad_o)});
-      ctx->saved_data["grad_w"] = grad_w;
+      if (want_w) ctx->saved_data["grad_w"] = grad_w;
       ctx->saved_data["weight_dtype"] = static_cast<std::int64_t>(weight.scalar_type());
       if (shared) ctx->saved_data["claimed"] = head_sum->claimed;
     }
@@ -127,6 +129,7 @@ class ChunkedStepLoss : public torch::autograd::Function<ChunkedStepLoss> {
     const auto saved = ctx->get_saved_variables();
     const auto g = grads[0].to(torch::kFloat32);
     out[0] = saved[0] * g.to(saved[0].scalar_type());
+    if (!ctx->saved_data.count("grad_w")) return out;  // a frozen LM head
     if (ctx->saved_data.count("claimed")) {
       auto* claimed = ctx->saved_data["claimed"].toTensor().data_ptr<std::int8_t>();
       if (*claimed) return out;  // another step's backward returned the unroll's sum

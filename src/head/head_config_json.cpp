@@ -8,6 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "eagle/head/head_io.h"
+#include "eagle/head/mtp_io.h"
 #include "eagle/model/config_limits.h"
 #include "eagle/util/error.h"
 
@@ -158,6 +159,10 @@ void check_aux_layer_ids(const HeadConfig& c, const std::string& file) {
 }  // namespace
 
 HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFormat* format_out) {
+  if (is_mtp_config(j)) {  // a MiMo target's config.json (the shipped MTP layer, an export, a checkpoint)
+    if (format_out) *format_out = HeadFormat::mtp;
+    return mtp_config_from_json(j, file);
+  }
   const Fields top{j, file, ""};
   HeadFormat format;
   const std::string arch = top.first_string("architectures");

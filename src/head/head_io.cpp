@@ -12,6 +12,8 @@
 
 #include "eagle/head/eagle1_head.h"
 #include "eagle/head/eagle3_head.h"
+#include "eagle/head/mtp_head.h"
+#include "eagle/head/mtp_io.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/model/shape_check.h"
 #include "eagle/util/error.h"
@@ -102,6 +104,7 @@ json eagle_train_fields(const HeadConfig& c) {
 }  // namespace
 
 std::string format_tensor_name(const std::string& name, HeadFormat format) {
+  if (format == HeadFormat::mtp) return mtp_native_name(name);
   if (format == HeadFormat::speculators && name.rfind("midlayer.", 0) == 0) return "layers.0." + name.substr(9);
   const std::string extra = "extra_layers.";
   if (name.rfind(extra, 0) == 0) {
@@ -120,16 +123,20 @@ std::string format_name(HeadFormat f) {
       return "speculators";
     case HeadFormat::vllm_eagle1:
       return "vllm-eagle1";
+    case HeadFormat::mtp:
+      return "mtp";
   }
   return "?";
 }
 
 std::shared_ptr<DraftHead> make_head(const HeadConfig& cfg, const DraftVocab& vocab) {
+  if (cfg.mtp()) return std::make_shared<MtpHead>(cfg);
   if (cfg.eagle_version == 1) return std::make_shared<Eagle1Head>(cfg);
   return std::make_shared<Eagle3Head>(cfg, vocab);
 }
 
 HeadFormat checkpoint_format(const HeadConfig& cfg) {
+  if (cfg.mtp()) return HeadFormat::mtp;
   if (cfg.eagle_version == 1) return HeadFormat::vllm_eagle1;
   // What SGLang does not serve is kept in the speculators layout, which vLLM reads.
   return cfg.qk_norm || cfg.norm_before_fc || cfg.parallel_drafting ? HeadFormat::speculators : HeadFormat::sglang;
@@ -137,6 +144,7 @@ HeadFormat checkpoint_format(const HeadConfig& cfg) {
 
 nlohmann::json head_variant_json(const HeadConfig& c) {
   json j = {{"eagle_version", c.eagle_version}, {"ttt_steps", c.steps()}, {"draft_vocab_size", c.draft_vocab_size}};
+  if (c.mtp()) return {{"draft", "mtp"}, {"mtp_family", c.mtp_family}, {"ttt_steps", c.steps()}};
   if (c.eagle_version != 3) return j;
   j["num_hidden_layers"] = c.num_layers;
   j["draft_layer"] = c.qk_norm ? "qwen3" : "llama";
@@ -147,6 +155,12 @@ nlohmann::json head_variant_json(const HeadConfig& c) {
 }
 
 nlohmann::json head_config_json(const HeadConfig& c, HeadFormat format) {
+  EAGLE_CHECK((format == HeadFormat::mtp) == c.mtp(),
+              Error(ErrorKind::usage, "the export format does not fit the head")
+                  .place("--format")
+                  .expected(c.mtp() ? "mtp for an MTP head (--draft mtp)" : "sglang, speculators or vllm-eagle1")
+                  .found(format_name(format)));
+  if (format == HeadFormat::mtp) return mtp_config_json(c);
   const bool eagle3_format = format != HeadFormat::vllm_eagle1;
   EAGLE_CHECK(eagle3_format == (c.eagle_version == 3),
               Error(ErrorKind::usage, "the export format does not fit the head's EAGLE version")
@@ -235,9 +249,11 @@ std::map<std::string, torch::Tensor> head_tensors(DraftHead& head, HeadFormat fo
   std::map<std::string, torch::Tensor> out;
   for (const auto& p : head.module().named_parameters())
     out[format_tensor_name(p.key(), format)] = p.value().detach().to(torch::kCPU, torch::kFloat32).contiguous();
-  // The draft-vocabulary maps are buffers of the EAGLE-3 head (draft_ids, derived, is not written).
+  // The draft-vocabulary maps are buffers of the EAGLE-3 head (draft_ids, derived, is not written);
+  // the MTP head's identity maps have no native name (vLLM's MiMo loader raises on unknown names).
   for (const auto& b : head.module().named_buffers())
-    if (b.key() == "d2t" || b.key() == "t2d") out[b.key()] = b.value().to(torch::kCPU).contiguous();
+    if (format != HeadFormat::mtp && (b.key() == "d2t" || b.key() == "t2d"))
+      out[b.key()] = b.value().to(torch::kCPU).contiguous();
   // SGLang after PR #24663 normalises the input of layers >= 1 with hidden_norm, vLLM with
   // input_layernorm (EAGLE-variants.md §2): both written, equal, so either engine serves the head.
   if (format == HeadFormat::sglang)

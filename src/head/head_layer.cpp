@@ -20,9 +20,10 @@ torch::nn::Linear linear(std::int64_t in, std::int64_t out, bool bias = false) {
 }  // namespace
 
 HeadAttentionImpl::HeadAttentionImpl(const HeadConfig& cfg, std::int64_t input_size) {
-  q_proj = register_module("q_proj", linear(input_size, cfg.num_attention_heads * cfg.head_dim));
-  k_proj = register_module("k_proj", linear(input_size, cfg.num_key_value_heads * cfg.head_dim));
-  v_proj = register_module("v_proj", linear(input_size, cfg.num_key_value_heads * cfg.head_dim));
+  const bool bias = cfg.attention_bias;
+  q_proj = register_module("q_proj", linear(input_size, cfg.num_attention_heads * cfg.head_dim, bias));
+  k_proj = register_module("k_proj", linear(input_size, cfg.num_key_value_heads * cfg.head_dim, bias));
+  v_proj = register_module("v_proj", linear(input_size, cfg.num_key_value_heads * cfg.head_dim, bias));
   o_proj = register_module("o_proj", linear(cfg.num_attention_heads * cfg.head_dim, cfg.hidden_size));
   if (cfg.qk_norm) {
     q_norm = register_module("q_norm", RmsNorm(cfg.head_dim, cfg.rms_norm_eps));
@@ -57,8 +58,10 @@ torch::Tensor HeadLayerImpl::finish(const torch::Tensor& residual, const torch::
 
 Qkv project_qkv(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& x,
                 const torch::Tensor& inv_freq, const torch::Tensor& positions) {
-  return heads_of_projections(attn, cfg, torch::linear(x, attn.q_proj->weight), torch::linear(x, attn.k_proj->weight),
-                              torch::linear(x, attn.v_proj->weight), inv_freq, positions);
+  // The biases are undefined (none) unless cfg.attention_bias.
+  return heads_of_projections(attn, cfg, torch::linear(x, attn.q_proj->weight, attn.q_proj->bias),
+                              torch::linear(x, attn.k_proj->weight, attn.k_proj->bias),
+                              torch::linear(x, attn.v_proj->weight, attn.v_proj->bias), inv_freq, positions);
 }
 
 Qkv heads_of_projections(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& q_flat,
@@ -102,6 +105,24 @@ torch::Tensor cached_attention(DraftCache& cache, const HeadConfig& cfg, std::in
   auto opts = torch::TensorOptions().dtype(torch::kInt64).device(q.device());
   auto mask = torch::arange(0, end, opts).view({1, end}) <= torch::arange(start, end, opts).view({n, 1});
   return draft_attention(cfg, q, layer_keys.narrow(2, 0, end), layer_values.narrow(2, 0, end), mask);
+}
+
+torch::Tensor masked_cached_attention(DraftCache& cache, const HeadConfig& cfg, std::int64_t slot,
+                                      const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                      const torch::Tensor& mask, std::int64_t layer) {
+  const auto n = q.size(2), end = slot + n;
+  auto layer_keys = cache.keys.select(0, layer), layer_values = cache.values.select(0, layer);
+  EAGLE_CHECK(end <= layer_keys.size(2), Error(ErrorKind::internal, "the draft cache is too small")
+                                             .expected(fmt::format("capacity >= {}", end))
+                                             .found(fmt::format("{}", layer_keys.size(2))));
+  EAGLE_CHECK(mask.dim() == 2 && mask.size(0) == n && mask.size(1) == end,
+              Error(ErrorKind::internal, "draft tree mask has the wrong shape")
+                  .expected(fmt::format("[{}, {}]", n, end))
+                  .found(c10::str(mask.sizes())));
+  layer_keys.narrow(2, slot, n).copy_(k);
+  layer_values.narrow(2, slot, n).copy_(v);
+  return draft_attention(cfg, q, layer_keys.narrow(2, 0, end), layer_values.narrow(2, 0, end),
+                         mask.to(q.device(), torch::kBool));
 }
 
 torch::Tensor draft_attention(const HeadConfig& cfg, const torch::Tensor& q, const torch::Tensor& keys,

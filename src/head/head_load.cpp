@@ -10,6 +10,7 @@
 
 #include "eagle/head/head_io.h"
 #include "eagle/head/head_quant.h"
+#include "eagle/head/mtp_io.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/model/shape_check.h"
 #include "eagle/util/error.h"
@@ -165,7 +166,8 @@ std::vector<HeadDifference> head_config_differences(const HeadConfig& checkpoint
         {"eagle_train.ttt_loss_decay", n(c.ttt_loss_decay)},
         {"eagle_train.fc_bias", b(c.fc_bias)},
         {"eagle_train.eagle1_feature_weight", n(c.eagle1_feature_weight)},
-        {"eagle_train.eagle1_token_weight", n(c.eagle1_token_weight)}};
+        {"eagle_train.eagle1_token_weight", n(c.eagle1_token_weight)},
+        {"eagle_train.mtp_family", c.mtp_family}};
   };
   const auto a = fields(checkpoint), b = fields(run);
   std::vector<HeadDifference> out;
@@ -181,6 +183,10 @@ LoadedHead load_head(const std::string& dir, torch::Device device) {
   const json j = read_head_config(dir, config_path);
   LoadedHead out;
   out.config = head_config_from_json(j, config_path, &out.format);
+  if (out.format == HeadFormat::mtp) {  // a target folder (the shipped layer, an export) or a checkpoint
+    out.head = load_mtp_head(dir, device);
+    return out;
+  }
   const bool quantized = check_quantization_config(j, config_path);
   const auto weights_path = (fs::path(dir) / "model.safetensors").string();
   auto file = model::SafetensorsFile::open(weights_path);
@@ -229,6 +235,10 @@ void load_head_weights(DraftHead& head, const std::string& dir) {
                                                              "options, or restore its config.json",
                                                              differences.size())
                                                : "resume with the checkpoint's options, or restore its config.json"));
+  if (format == HeadFormat::mtp) {
+    load_mtp_weights(head, dir);
+    return;
+  }
   auto file = model::SafetensorsFile::open((fs::path(dir) / "model.safetensors").string());
   copy_parameters(head, file, format, quantized);
   // The draft vocabulary is part of the head: its buffers must hold the checkpoint's maps.

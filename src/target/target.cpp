@@ -247,6 +247,9 @@ void TargetModel::set_aux_layer_ids(std::vector<std::int64_t> ids) {
   impl_->aux_ids = std::move(ids);
 }
 
+bool TargetModel::last_aux_pre_norm() const { return impl_->last_aux_pre_norm; }
+void TargetModel::set_last_aux_pre_norm(bool pre_norm) { impl_->last_aux_pre_norm = pre_norm; }
+
 std::int64_t TargetModel::chunk_tokens() const { return impl_->chunk_tokens; }
 void TargetModel::set_chunk_tokens(std::int64_t tokens) {
   EAGLE_CHECK(tokens >= 0, Error(ErrorKind::usage, "target_chunk_tokens must be >= 0").found(std::to_string(tokens)));

@@ -181,6 +181,8 @@ void check_tensors(const fs::path& dir, const CheckpointFiles& ck,
     // Harmless extras: a tied checkpoint that still stores lm_head, and the RoPE buffers of old exports.
     if (c.tie_word_embeddings && name == "lm_head.weight") continue;
     if (name.size() > 20 && name.ends_with("rotary_emb.inv_freq")) continue;
+    // MiMo's MTP layers: not the target's; --draft mtp reads them itself (head/mtp_io.h).
+    if (c.num_mtp_layers > 0 && name.starts_with("model.mtp_layers.")) continue;
     unexpected.push_back(name);
   }
   if (missing.empty() && unexpected.empty() && wrong.empty()) return;

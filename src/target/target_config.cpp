@@ -24,6 +24,7 @@ using nlohmann::json;
 
 void read_gemma(const Reader& r, TargetConfig& c);
 void read_phi3(const Reader& r, TargetConfig& c);
+void read_mimo(const Reader& r, TargetConfig& c);
 
 // The families, one row each: how config.json names it, whether its MLP is a mixture of experts
 // (read_moe), and the reader of the fields only it has (after the common ones).
@@ -37,6 +38,7 @@ struct FamilyRow {
 constexpr FamilyRow kFamilies[] = {{Family::llama, "LlamaForCausalLM", "llama", false, nullptr},
                                    {Family::mistral, "MistralForCausalLM", "mistral", false, nullptr},
                                    {Family::qwen2, "Qwen2ForCausalLM", "qwen2", false, nullptr},
+                                   {Family::mimo, "MiMoForCausalLM", "mimo", false, read_mimo},
                                    {Family::qwen3, "Qwen3ForCausalLM", "qwen3", false, nullptr},
                                    {Family::qwen3_moe, "Qwen3MoeForCausalLM", "qwen3_moe", true, nullptr},
                                    {Family::mixtral, "MixtralForCausalLM", "mixtral", true, nullptr},
@@ -145,7 +147,7 @@ void read_quantization(const Reader& r, TargetConfig& c) {
 void read_attention_types(const Reader& r, TargetConfig& c) {
   const auto t = c.family;
   const auto L = c.num_hidden_layers;
-  const bool qwen = t == Family::qwen2 || t == Family::qwen3 || t == Family::qwen3_moe;
+  const bool qwen = t == Family::qwen2 || t == Family::mimo || t == Family::qwen3 || t == Family::qwen3_moe;
   const bool slides = qwen ? r.boolean_or("use_sliding_window", false) : true;
   const bool gemma = t == Family::gemma2 || t == Family::gemma3_text;
   const std::int64_t default_window = t == Family::gpt_oss ? 128 : (gemma ? 4096 : 0);
@@ -169,7 +171,8 @@ void read_attention_types(const Reader& r, TargetConfig& c) {
   } else {
     const auto pattern = t == Family::gemma3_text ? r.integer_or("sliding_window_pattern", 6) : 2;
     EAGLE_CHECK(pattern >= 1, r.bad("sliding_window_pattern", "must be positive").found(std::to_string(pattern)));
-    const auto from = t == Family::qwen2 || t == Family::qwen3 ? r.integer_or("max_window_layers", 0) : 0;
+    const auto from =
+        t == Family::qwen2 || t == Family::mimo || t == Family::qwen3 ? r.integer_or("max_window_layers", 0) : 0;
     for (std::int64_t l = 0; l < L; ++l) {
       const bool alternate = t == Family::gpt_oss || gemma;
       sliding[static_cast<std::size_t>(l)] = alternate ? (l + 1) % pattern != 0 : l >= from;
@@ -211,6 +214,12 @@ void read_phi3(const Reader& r, TargetConfig& c) {
   c.fused_checkpoint = true;
   EAGLE_CHECK(!r.boolean_or("attention_bias", false),
               r.bad("attention_bias", "Phi-3 has no attention bias").found("true"));
+}
+
+// MiMo-7B: a Qwen2 decoder plus num_nextn_predict_layers MTP layers (model.mtp_layers.{i}.*), which
+// the target does not load (MTP.md 2.4); 0 or absent: none.
+void read_mimo(const Reader& r, TargetConfig& c) {
+  c.num_mtp_layers = r.bounded_or("num_nextn_predict_layers", 0, 0, 16);
 }
 
 // FP8 block-scaled checkpoints (fine-grained FP8: e4m3 weights, weight_scale_inv per block).
@@ -311,8 +320,8 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
 
   // Bias and normalisation layout per family (as in transformers' modeling files).
   const bool attention_bias = r.boolean_or("attention_bias", t == Family::gpt_oss);
-  if (t == Family::qwen2) {
-    c.attention_bias = true;  // Qwen2 always has q/k/v bias, never o_proj bias
+  if (t == Family::qwen2 || t == Family::mimo) {
+    c.attention_bias = true;  // Qwen2 (and MiMo, a Qwen2 decoder) always has q/k/v bias, never o_proj bias
   } else if (t == Family::mistral || t == Family::mixtral) {
     EAGLE_CHECK(!attention_bias, r.bad("attention_bias", "Mistral and Mixtral have no attention bias").found("true"));
   } else {

@@ -59,7 +59,7 @@ TargetOutput TargetModel::forward(const TargetBatch& batch, const TeacherSpec& t
   };
   const auto x = m.run_layers(batch.input_ids, rope, attend, keep);
   out.final_hidden = m.norm(x, m.final_norm);
-  keep(L, out.final_hidden);
+  keep(L, m.last_aux_pre_norm ? x : out.final_hidden);
 
   auto t = lm_head_teacher(out.final_hidden, m.lm_head, teacher, m.cfg.final_softcap);
   out.target_argmax = t.argmax;
@@ -162,11 +162,13 @@ TargetStepOutput TargetModel::forward_tree(KvCache& cache, const torch::Tensor& 
     for (auto a : m.aux_ids)
       if (a == id) aux.push_back(h);
   };
-  const auto x = m.run_layers(ids, rope, m.cached_attend(CacheWrite{&cache}, mask, query_pos, key_pos), keep);
+  CacheWrite write;
+  write.cache = &cache;
+  const auto x = m.run_layers(ids, rope, m.cached_attend(write, mask, query_pos, key_pos), keep);
   cache.length = start + n;
   TargetStepOutput out;
   out.final_hidden = m.norm(x, m.final_norm);
-  keep(L, out.final_hidden);
+  keep(L, m.last_aux_pre_norm ? x : out.final_hidden);
   out.aux_hidden = aux.size() == 1 ? aux[0] : torch::cat(aux, -1);
   out.logits = m.logits(out.final_hidden).to(torch::kFloat32);
   return out;

@@ -121,6 +121,7 @@ struct TargetModel::Impl {
   torch::Tensor long_inv_freq;   // longrope: the long factors' frequencies
   torch::Tensor local_inv_freq;  // cfg.local_rope's (Gemma 3's sliding layers), or undefined
   std::vector<std::int64_t> aux_ids;
+  bool last_aux_pre_norm = false;  // aux id L is the last layer's output before the final norm (MiMo MTP)
   std::int64_t parameter_count = 0, active_parameter_count = 0;
   std::int64_t chunk_tokens = 0;  // positions per chunk of a layer's position-wise half; 0: all at once
 

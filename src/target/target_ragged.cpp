@@ -112,9 +112,9 @@ TargetStepOutput TargetModel::forward_ragged_all(KvCache& cache, const RaggedSte
   auto x = ragged_layers(m, cache, step, &aux);
   TargetStepOutput out;
   out.final_hidden = m.norm(x, m.final_norm);
-  // hidden_states[L] is the normed output, as forward_cached keeps it.
+  // hidden_states[L] is the normed output (or, for the MTP layer, the one before), as forward_cached keeps it.
   for (std::size_t a = 0; a < m.aux_ids.size(); ++a)
-    if (m.aux_ids[a] == m.cfg.num_hidden_layers) aux[a] = out.final_hidden;
+    if (m.aux_ids[a] == m.cfg.num_hidden_layers) aux[a] = m.last_aux_pre_norm ? x : out.final_hidden;
   out.aux_hidden = aux.size() == 1 ? aux[0] : torch::cat(aux, -1);
   out.logits = m.logits(out.final_hidden).to(torch::kFloat32);
   return out;

@@ -10,6 +10,7 @@
 
 #include "eagle/device/memory.h"
 #include "eagle/features/inputs.h"
+#include "eagle/head/mtp_io.h"
 #include "eagle/model/dtype.h"
 #include "eagle/util/error.h"
 #include "eagle/util/log.h"
@@ -231,11 +232,13 @@ void dry_run(const config::Options& o) {
                                 .place("model_name_or_path")
                                 .hint("give --model_name_or_path (a folder with config.json)"));
   const auto target = target::TargetConfig::from_model_dir(dir);
-  auto head = head::HeadConfig::from_target(target, o.eagle_version, o.aux_hidden_state_layer_ids,
-                                            std::min(o.draft_vocab_size, target.vocab_size));
+  // --draft mtp: the target's MTP layer over the full vocabulary (an EAGLE-3-shaped step, one layer).
+  auto head = o.draft == "mtp" ? head::mtp_config_from_target(target)
+                               : head::HeadConfig::from_target(target, o.eagle_version, o.aux_hidden_state_layer_ids,
+                                                               std::min(o.draft_vocab_size, target.vocab_size));
   head.ttt_steps = o.ttt_steps;
   head.loss_chunk_size = o.loss_chunk_size;
-  if (head.eagle_version == 3) head.num_layers = o.draft_num_layers;
+  if (head.eagle_version == 3 && !head.mtp()) head.num_layers = o.draft_num_layers;
   // The device the run would take; a CUDA one named where none is (a prediction for another machine)
   // is reported as unknown, not refused.
   const bool cuda = o.device.rfind("cuda", 0) == 0 || (o.device == "auto" && torch::cuda::is_available());

@@ -5,15 +5,44 @@
 
 #include "eagle/head/draft_vocab.h"
 #include "eagle/head/head_io.h"
+#include "eagle/head/mtp_head.h"
+#include "eagle/head/mtp_io.h"
 #include "eagle/train/memory_estimate.h"
 #include "eagle/util/error.h"
 #include "eagle/util/log.h"
 
 namespace eagle::train {
 
+namespace {
+
+// --draft mtp: the target's shipped MTP layer, read from the target folder under its native names.
+// Trained: every tensor of the layer (its norms, input_proj, the decoder block, final_layernorm).
+// Frozen: the embedding and the LM head, the target's (vLLM swaps in the target's; MTP.md 0).
+std::shared_ptr<head::DraftHead> make_mtp_head(const config::Options& opts, const features::RunInputs& inputs,
+                                               torch::Device device) {
+  auto cfg = head::mtp_config_from_target(inputs.ends.config);
+  cfg.ttt_steps = opts.ttt_steps;
+  cfg.ttt_loss_decay = opts.ttt_loss_decay;
+  cfg.loss = head::parse_loss_kind(opts.loss);
+  cfg.loss_chunk_size = opts.loss_chunk_size;
+  cfg.recompute = opts.recompute_activations == "off" ? head::RecomputeMode::off : head::RecomputeMode::mlp;
+  cfg.target_name_or_path = inputs.target_name;
+  cfg.target_architecture = inputs.ends.config.architecture;
+  auto head = std::make_shared<head::MtpHead>(cfg);
+  head::load_mtp_weights(*head, opts.model_name_or_path);
+  head->module().to(device);
+  head->set_target_weights(inputs.ends.embed, inputs.ends.lm_head);
+  log::info("model", "MTP head: {}'s model.mtp_layers.0 ({} parameters trained; embedding and LM head frozen), {} "
+            "TTT step(s)", opts.model_name_or_path, head::count_parameters(*head), cfg.ttt_steps);
+  return head;
+}
+
+}  // namespace
+
 std::shared_ptr<head::DraftHead> make_head(const config::Options& opts, const features::RunInputs& inputs,
                                            torch::Device device) {
   const auto& tc = inputs.ends.config;
+  if (opts.draft == "mtp") return make_mtp_head(opts, inputs, device);
   const auto& stats = inputs.train.value().stats();
   const auto counts = stats.trained_token_counts.entries();
   const auto vocab = head::build_draft_vocab(counts, tc.vocab_size, std::min(opts.draft_vocab_size, tc.vocab_size));

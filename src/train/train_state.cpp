@@ -153,7 +153,9 @@ void check_resumable(const TrainerState& saved, const nlohmann::json& options, i
     const head::HeadConfig head = head::read_head_folder_config(checkpoint.string());
     if (head.eagle_version == 3 && before.contains(aux) && now.contains(aux)) {
       before[aux] = head.aux_layer_ids;
-      if (now[aux].empty()) now[aux] = target::default_aux_layer_ids(head.target_num_hidden_layers);
+      // An MTP head reads hidden_states[L] (before the final norm), not the EAGLE-3 default.
+      if (now[aux].empty())
+        now[aux] = head.mtp() ? head.aux_layer_ids : target::default_aux_layer_ids(head.target_num_hidden_layers);
     }
     if (head.parallel_drafting && before.contains(mask) && now.contains(mask)) {
       before[mask] = head.mask_token_id;

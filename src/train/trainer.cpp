@@ -211,10 +211,12 @@ void Trainer::open_sinks(const std::vector<std::string>& command_line) {
   }
   checkpoints_.emplace(o_.output_dir);
   summary_.total_steps = total_steps_;
-  log::info("train", "{} optimizer steps of {} micro-batch(es){}; EAGLE-{} head with {} TTT step(s), {} parameters",
+  log::info("train", "{} optimizer steps of {} micro-batch(es){}; {} head with {} TTT step(s), {} parameters",
             total_steps_, o_.gradient_accumulation_steps,
             group_->size() > 1 ? fmt::format(" on each of {} ranks", group_->size()) : "",
-            head_->config().eagle_version, K_, head::count_parameters(*head_));
+            head_->config().mtp() ? std::string("the target's MTP")
+                                  : fmt::format("EAGLE-{}", head_->config().eagle_version),
+            K_, head::count_parameters(*head_));
   window_.emplace(K_, device_);
 }
 
@@ -235,6 +237,9 @@ ExitReason Trainer::loop() {
   const auto loop_started = *loop_started_;
   // A signal during set-up (handlers are installed first): stop before any step, nothing to save.
   if (group_->any(signals_.requested())) return ExitReason::interrupted;
+  // --draft mtp: the shipped layer's AR before any update, logged at step 0 (MTP.md 7.14: it must
+  // equal what vLLM measures with the original checkpoint).
+  if (head_->config().mtp() && state_.step == 0 && o_.eval_steps > 0) evaluate(/*with_step_line=*/false);
   while (state_.step < total_steps_) {
     const auto sampler_at = sampler_->state();
     try {

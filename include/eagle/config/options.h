@@ -13,7 +13,7 @@ enum class BadSamplePolicy { error, skip };
 enum class OverlongPolicy { truncate, drop };
 enum class NanPolicy { error, skip };
 enum class TargetDtype { auto_, float32, bfloat16, float16 };
-enum class ExportFormat { sglang, speculators, vllm_eagle1 };
+enum class ExportFormat { sglang, speculators, vllm_eagle1, mtp };
 enum class Quantize { none, fp8 };
 enum class QuantScale { amax, mse };
 enum class DdpBackend { auto_, gloo, nccl };
@@ -53,6 +53,7 @@ struct Options {
   std::vector<std::int64_t> aux_hidden_state_layer_ids;  // input-of-layer ids; empty: [2, L/2, L-3]
 
   // draft
+  std::string draft = "eagle";  // eagle (eagle_version's head) | mtp (the target's shipped MTP layer)
   std::int64_t eagle_version = 3;
   std::int64_t ttt_steps = 7;
   bool fc_norm = false;               // EAGLE 3.1: an RMSNorm on each aux feature before the FC

@@ -56,6 +56,12 @@ struct HeadConfig {
   std::string target_dtype = "float32";            // the target's serving dtype (its config.json), written as the
                                                    // exports' torch_dtype: SGLang runs the draft in it
   TttAttentionImpl attention = TttAttentionImpl::efficient;
+  // --draft mtp (MTP.md): the target's own shipped MTP layer, fine-tuned (head/mtp_head.h); "" for the
+  // EAGLE heads, else the family whose MTP forward it is ("mimo"). An MTP head is drafted and trained
+  // as an EAGLE-3 head (eagle_version 3, one layer, aux_layer_ids {L}, the full vocabulary).
+  std::string mtp_family;
+  bool attention_bias = false;  // q/k/v bias of the draft layer (the MTP block of a Qwen2-type target)
+  bool mtp() const { return !mtp_family.empty(); }
 
   // The head shaped after its target: H, heads, head_dim, intermediate size, eps, RoPE.
   static HeadConfig from_target(const target::TargetConfig& target, std::int64_t eagle_version,

@@ -17,7 +17,9 @@
 
 namespace eagle::head {
 
-enum class HeadFormat { sglang, speculators, vllm_eagle1 };
+// mtp: an MTP head (--draft mtp) under the target's native names (mtp_io.h): a checkpoint holds the
+// MTP tensors alone, an export the whole target folder.
+enum class HeadFormat { sglang, speculators, vllm_eagle1, mtp };
 std::string format_name(HeadFormat f);
 
 // A new head of cfg's version (vocab ignored for EAGLE-1).

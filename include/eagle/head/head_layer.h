@@ -78,6 +78,12 @@ torch::Tensor draft_attention(const HeadConfig& cfg, const torch::Tensor& q, con
 torch::Tensor cached_attention(DraftCache& cache, const HeadConfig& cfg, std::int64_t start, const torch::Tensor& q,
                                const torch::Tensor& k, const torch::Tensor& v, std::int64_t layer = 0);
 
+// cached_attention with an explicit mask [n, slot + n] (bool: query i sees slot j) instead of the causal
+// one: a draft tree's nodes written at slots [slot, slot + n) (DraftHead::draft_nodes).
+torch::Tensor masked_cached_attention(DraftCache& cache, const HeadConfig& cfg, std::int64_t slot,
+                                      const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                      const torch::Tensor& mask, std::int64_t layer = 0);
+
 // A cache of cfg.num_layers layers (EAGLE-1: one).
 DraftCache make_draft_cache(const HeadConfig& cfg, std::int64_t batch, std::int64_t capacity,
                             torch::TensorOptions options);

@@ -1,4 +1,4 @@
-// The frozen target model: Llama-family decoders (Llama 2/3/3.x, Mistral, Qwen2, Qwen3) and the
+// The frozen target model: Llama-family decoders (Llama 2/3/3.x, Mistral, Qwen2, MiMo, Qwen3) and the
 // mixture-of-experts families Qwen3-MoE, Mixtral and gpt-oss, read from a Hugging Face checkpoint
 // folder, run without gradients for training features and teacher outputs, and incrementally with
 // a KV cache for acceptance evaluation.
@@ -29,7 +29,7 @@ enum class MoeRouting {
 
 // The supported families, one per row of target_config.cpp's family table (its architecture,
 // model_type, MoE bit and reader); the forward code never asks for a family, only for the flags below.
-enum class Family { llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, gpt_oss, gemma2, gemma3_text, phi3 };
+enum class Family { llama, mistral, qwen2, mimo, qwen3, qwen3_moe, mixtral, gpt_oss, gemma2, gemma3_text, phi3 };
 
 struct TargetConfig {
   std::string architecture;  // config.json "architectures"[0], e.g. LlamaForCausalLM
@@ -48,6 +48,9 @@ struct TargetConfig {
   std::string dtype = "float32";    // torch_dtype (4.x) or dtype (5.x)
   std::vector<std::int64_t> eos_token_ids;
   std::int64_t bos_token_id = -1;
+  // MiMo: num_nextn_predict_layers, the shipped MTP layers (model.mtp_layers.{i}.*). The target never
+  // loads them; --draft mtp trains layer 0 (head/mtp_head.h).
+  std::int64_t num_mtp_layers = 0;
 
   // Mixture of experts; num_experts 0: a dense MLP (intermediate_size) in every layer.
   std::int64_t num_experts = 0, experts_per_token = 0;
@@ -215,6 +218,11 @@ class TargetModel {
   // Input-of-layer ids (hidden_states[id]); default EAGLE-3 [2, L/2, L-3] (see EAGLE.md).
   const std::vector<std::int64_t>& aux_layer_ids() const;
   void set_aux_layer_ids(std::vector<std::int64_t> ids);  // validated: each in [0, L]
+  // Whether aux id L (hidden_states[L]) is kept before the final norm instead of after it, in every
+  // forward: the MiMo MTP layer's step-1 input (vLLM's MiMoModel returns hidden + residual, the norm
+  // is applied in compute_logits only; MTP.md 2.4). Default false (Hugging Face's hidden_states[L]).
+  bool last_aux_pre_norm() const;
+  void set_last_aux_pre_norm(bool pre_norm);
   // Positions per chunk of each layer's position-wise half (o_proj, residual, MLP or experts) in
   // every forward: its temporaries grow with the chunk, not the sequence (--target_chunk_tokens);
   // 0: whole rows. The results do not depend on it beyond rounding.

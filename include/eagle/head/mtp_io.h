@@ -1,0 +1,47 @@
+// The MTP head's files (MTP.md 4, docs/export.md): its config from the target's config.json, its
+// weights read from a target folder (or a checkpoint) under the native names
+// model.mtp_layers.0.*, its training checkpoint, and the export vLLM serves with method mtp: a copy
+// of the target folder with the MTP tensors replaced.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "eagle/head/head.h"
+#include "eagle/target/target.h"
+
+namespace eagle::head {
+
+// The MTP head of a target that ships MTP layers (MiMo, num_nextn_predict_layers >= 1): the
+// target's sizes, eps and RoPE, q/k/v bias, one layer, the full vocabulary, aux id L (the pre-norm
+// last hidden state). Throws Error(usage) for a target without MTP layers.
+HeadConfig mtp_config_from_target(const target::TargetConfig& target);
+
+// Whether a config.json is one the MTP head is read from: a target with MTP layers (MiMoForCausalLM).
+bool is_mtp_config(const nlohmann::json& j);
+// The MTP head config of a config.json at `file` (a target folder's, an export's or a checkpoint's):
+// mtp_config_from_target plus its eagle_train block (ttt_steps, loss decay, the target's name);
+// without one (the original target) ttt_steps is num_nextn_predict_layers, vLLM's default k.
+HeadConfig mtp_config_from_json(const nlohmann::json& j, const std::string& file);
+// config.json of an MTP checkpoint: the target's fields the config reader needs plus eagle_train.
+nlohmann::json mtp_config_json(const HeadConfig& cfg);
+// The native name of an MTP head parameter: model.mtp_layers.0. + the name (mtp_block. dropped).
+std::string mtp_native_name(const std::string& parameter);
+
+// Copies the MTP layer's tensors of a folder (model.safetensors.index.json's shards, or
+// model.safetensors) into the head's parameters, checking that each is present with its shape and
+// that no other model.mtp_layers.0.* tensor is left unread.
+void load_mtp_weights(DraftHead& head, const std::string& dir);
+// The MTP head of a folder: its config.json (mtp_config_from_json) and its weights.
+std::shared_ptr<DraftHead> load_mtp_head(const std::string& dir, torch::Device device);
+
+// Writes out_dir (refused when it exists) as a copy of target_dir: the shards holding the MTP
+// tensors rewritten with the head's weights in each stored tensor's dtype (the other tensors of
+// those shards as stored), every other safetensors file hard-linked (copied where linking fails,
+// e.g. across file systems), other files copied, config.json with the head's eagle_train block.
+// Only names the target already holds are written. Built under a temporary name, then renamed.
+void export_mtp_target(DraftHead& head, const std::string& target_dir, const std::string& out_dir);
+
+}  // namespace eagle::head

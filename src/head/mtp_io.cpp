@@ -1,0 +1,254 @@
+// The MTP head's config, weights, checkpoint and target-folder export (see mtp_io.h).
+#include "eagle/head/mtp_io.h"
+
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "eagle/head/mtp_head.h"
+#include "eagle/model/safetensors.h"
+#include "eagle/model/shape_check.h"
+#include "eagle/util/error.h"
+#include "eagle/util/fs_sync.h"
+#include "eagle/util/json_file.h"
+#include "eagle/util/log.h"
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace eagle::head {
+
+namespace {
+
+constexpr const char* kPrefix = "model.mtp_layers.0.";
+
+// name -> shard file name of a model folder: model.safetensors.index.json's weight_map, else every
+// tensor of model.safetensors.
+std::map<std::string, std::string> tensor_files(const fs::path& dir) {
+  std::map<std::string, std::string> out;
+  const auto index = dir / "model.safetensors.index.json";
+  if (fs::exists(index)) {
+    const json j = util::read_json_object(index, "safetensors index");
+    EAGLE_CHECK(j.contains("weight_map") && j["weight_map"].is_object(),
+                Error(ErrorKind::input, "the safetensors index has no weight_map").file(index.string()));
+    for (const auto& [name, file] : j["weight_map"].items()) {
+      EAGLE_CHECK(file.is_string() && fs::path(file.get<std::string>()).filename() == file.get<std::string>(),
+                  Error(ErrorKind::input, "a weight_map entry is not a file name in the folder")
+                      .file(index.string())
+                      .place(name)
+                      .found(file.dump()));
+      out[name] = file.get<std::string>();
+    }
+    return out;
+  }
+  const auto single = dir / "model.safetensors";
+  for (const auto& name : model::SafetensorsFile::open(single.string()).names()) out[name] = "model.safetensors";
+  return out;
+}
+
+}  // namespace
+
+std::string mtp_native_name(const std::string& parameter) {
+  const std::string block = "mtp_block.";
+  return kPrefix + (parameter.rfind(block, 0) == 0 ? parameter.substr(block.size()) : parameter);
+}
+
+HeadConfig mtp_config_from_target(const target::TargetConfig& t) {
+  EAGLE_CHECK(t.family == target::Family::mimo && t.num_mtp_layers >= 1,
+              Error(ErrorKind::usage, "the target ships no MTP layer for --draft mtp")
+                  .place("draft")
+                  .expected("a MiMoForCausalLM target with num_nextn_predict_layers >= 1")
+                  .found(fmt::format("{} with {} MTP layers", t.architecture, t.num_mtp_layers))
+                  .hint("--draft eagle trains a new head for any target"));
+  // vLLM drafts k > 1 tokens with several MTP layers through MultiModuleMTPSpeculator, whose rules
+  // differ (MTP.md 8); MiMo-7B ships one layer.
+  EAGLE_CHECK(t.num_mtp_layers == 1, Error(ErrorKind::usage, "--draft mtp trains a target with one MTP layer")
+                                         .place("num_nextn_predict_layers")
+                                         .expected("1")
+                                         .found(std::to_string(t.num_mtp_layers)));
+  auto c = HeadConfig::from_target(t, 3, {t.num_hidden_layers}, t.vocab_size);
+  c.mtp_family = "mimo";
+  c.attention_bias = t.attention_bias;
+  c.num_layers = 1;
+  c.draft_vocab_size = t.vocab_size;
+  c.ttt_steps = t.num_mtp_layers;  // vLLM's default k: n_predict (MTP.md 1)
+  return c;
+}
+
+bool is_mtp_config(const json& j) {
+  const auto arch = j.find("architectures");
+  return arch != j.end() && arch->is_array() && !arch->empty() && (*arch)[0] == "MiMoForCausalLM";
+}
+
+HeadConfig mtp_config_from_json(const json& j, const std::string& file) {
+  auto c = mtp_config_from_target(target::TargetConfig::from_json_file(file));
+  if (!j.contains("eagle_train")) return c;
+  const auto& e = j["eagle_train"];
+  auto bad = [&](const char* key) {
+    return Error(ErrorKind::input, "an eagle_train field of the MTP head is out of range")
+        .file(file)
+        .place(fmt::format("eagle_train.{}", key))
+        .found(e.contains(key) ? e[key].dump() : "missing");
+  };
+  EAGLE_CHECK(e.is_object() && e.value("mtp_family", "") == "mimo", bad("mtp_family"));
+  EAGLE_CHECK(e.contains("ttt_steps") && e["ttt_steps"].is_number_integer() &&
+                  e["ttt_steps"].get<std::int64_t>() >= 1 && e["ttt_steps"].get<std::int64_t>() <= 32,
+              bad("ttt_steps"));
+  c.ttt_steps = e["ttt_steps"].get<std::int64_t>();
+  EAGLE_CHECK(e.contains("ttt_loss_decay") && e["ttt_loss_decay"].is_number() &&
+                  e["ttt_loss_decay"].get<double>() >= 0.0 && e["ttt_loss_decay"].get<double>() <= 1.0,
+              bad("ttt_loss_decay"));
+  c.ttt_loss_decay = e["ttt_loss_decay"].get<double>();
+  c.target_name_or_path = e.value("target_name_or_path", "");
+  return c;
+}
+
+json mtp_config_json(const HeadConfig& c) {
+  EAGLE_CHECK(c.rope.type == "default",
+              Error(ErrorKind::usage, "the MTP checkpoint writes default RoPE only").found(c.rope.type));
+  return {{"architectures", {"MiMoForCausalLM"}},
+          {"model_type", "mimo"},
+          {"hidden_size", c.hidden_size},
+          {"intermediate_size", c.intermediate_size},
+          {"num_attention_heads", c.num_attention_heads},
+          {"num_key_value_heads", c.num_key_value_heads},
+          {"head_dim", c.head_dim},
+          {"num_hidden_layers", c.target_num_hidden_layers},
+          {"num_nextn_predict_layers", 1},
+          {"rms_norm_eps", c.rms_norm_eps},
+          {"hidden_act", c.hidden_act},
+          {"max_position_embeddings", c.max_position_embeddings},
+          {"rope_theta", c.rope.theta},
+          {"vocab_size", c.vocab_size},
+          {"tie_word_embeddings", false},
+          {"use_sliding_window", false},
+          {"torch_dtype", c.target_dtype},
+          {"eagle_train",
+           {{"mtp_family", c.mtp_family},
+            {"ttt_steps", c.ttt_steps},
+            {"ttt_loss_decay", c.ttt_loss_decay},
+            {"target_name_or_path", c.target_name_or_path},
+            {"target_dtype", c.target_dtype}}}};
+}
+
+void load_mtp_weights(DraftHead& head, const std::string& dir) {
+  const auto files = tensor_files(dir);
+  std::map<std::string, model::SafetensorsFile> open;
+  std::set<std::string> read;
+  torch::NoGradGuard ng;
+  for (auto& p : head.module().named_parameters()) {
+    const auto name = mtp_native_name(p.key());
+    read.insert(name);
+    const auto it = files.find(name);
+    EAGLE_CHECK(it != files.end(), Error(ErrorKind::input, "a tensor of the MTP layer is missing")
+                                       .file(dir)
+                                       .place(fmt::format("tensor {}", name))
+                                       .hint("--draft mtp reads the MTP layer the target folder ships"));
+    if (!open.count(it->second))
+      open.emplace(it->second, model::SafetensorsFile::open((fs::path(dir) / it->second).string()));
+    const auto& file = open.at(it->second);
+    auto stored = file.get(name);
+    model::check_shape(stored.sizes().vec(), p.value().sizes(),
+                       Error(ErrorKind::input, "a tensor of the MTP layer has the wrong shape")
+                           .file(file.path())
+                           .place(fmt::format("tensor {}", name)));
+    p.value().copy_(stored.to(p.value().device(), p.value().scalar_type()));
+  }
+  for (const auto& [name, file] : files)
+    EAGLE_CHECK(name.rfind(kPrefix, 0) != 0 || read.count(name),
+                Error(ErrorKind::input, "a tensor of the MTP layer is not part of the head")
+                    .file((fs::path(dir) / file).string())
+                    .place(fmt::format("tensor {}", name))
+                    .hint("the MTP layer differs from MiMo's (MTP.md 2.4)"));
+}
+
+std::shared_ptr<DraftHead> load_mtp_head(const std::string& dir, torch::Device device) {
+  const auto path = (fs::path(dir) / "config.json").string();
+  const json j = util::read_json_object(path, "config.json");
+  auto head = std::make_shared<MtpHead>(mtp_config_from_json(j, path));
+  load_mtp_weights(*head, dir);
+  head->module().to(device);
+  return head;
+}
+
+void export_mtp_target(DraftHead& head, const std::string& target_dir, const std::string& out_dir) {
+  const fs::path src(target_dir), out(out_dir);
+  EAGLE_CHECK(head.config().mtp(), Error(ErrorKind::usage, "--format mtp exports MTP heads only")
+                                       .place("--format")
+                                       .hint("an EAGLE head exports as sglang, speculators or vllm-eagle1"));
+  EAGLE_CHECK(!fs::exists(out), Error(ErrorKind::output, "the output folder exists; nothing is overwritten")
+                                    .file(out_dir)
+                                    .hint("choose a new --output folder"));
+  EAGLE_CHECK(fs::is_regular_file(src / "config.json"),
+              Error(ErrorKind::input, "not a target model folder").file(target_dir).expected("config.json"));
+  const json target_config = util::read_json_object(src / "config.json", "target config.json");
+  EAGLE_CHECK(is_mtp_config(target_config), Error(ErrorKind::input, "the target ships no MTP layer")
+                                                .file((src / "config.json").string())
+                                                .expected("MiMoForCausalLM"));
+  // The head's tensors by native name, grouped by the shard that holds each in the target.
+  const auto files = tensor_files(src);
+  std::map<std::string, std::map<std::string, torch::Tensor>> by_shard;
+  for (const auto& p : head.module().named_parameters()) {
+    const auto name = mtp_native_name(p.key());
+    const auto it = files.find(name);
+    EAGLE_CHECK(it != files.end(), Error(ErrorKind::input, "the target folder lacks a tensor of the MTP head")
+                                       .file(target_dir)
+                                       .place(fmt::format("tensor {}", name))
+                                       .hint("export into the target the head was trained from"));
+    by_shard[it->second][name] = p.value().detach().to(torch::kCPU);
+  }
+  const auto tmp = util::temporary_name(out);
+  fs::create_directories(tmp);
+  std::uintmax_t linked = 0, copied = 0, rewritten = 0;
+  try {
+    for (const auto& entry : fs::directory_iterator(src)) {
+      const auto name = entry.path().filename().string();
+      const auto dst = tmp / name;
+      if (name == "config.json") {
+        json c = target_config;
+        c["eagle_train"] = mtp_config_json(head.config())["eagle_train"];
+        util::write_file_atomic(dst, c.dump(2) + "\n");
+      } else if (by_shard.count(name)) {
+        auto file = model::SafetensorsFile::open(entry.path().string());
+        std::map<std::string, torch::Tensor> tensors;
+        for (const auto& t : file.names()) tensors[t] = file.get(t);
+        for (const auto& [t, value] : by_shard.at(name)) {
+          model::check_shape(value.sizes().vec(), tensors.at(t).sizes(),
+                             Error(ErrorKind::input, "an MTP tensor of the target has another shape")
+                                 .file(entry.path().string())
+                                 .place(fmt::format("tensor {}", t)));
+          tensors[t] = value.to(tensors.at(t).scalar_type()).contiguous();  // the stored dtype
+        }
+        model::save_safetensors(dst.string(), tensors, file.metadata());
+        rewritten += fs::file_size(dst);
+      } else if (entry.is_regular_file() && entry.path().extension() == ".safetensors") {
+        std::error_code ec;
+        // Unchanged shard: no disk. To the file itself: a Hugging Face cache snapshot holds relative
+        // symlinks into its blobs, which would dangle in another folder.
+        fs::create_hard_link(fs::canonical(entry.path()), dst, ec);
+        if (ec) {
+          fs::copy_file(entry.path(), dst);
+          copied += entry.file_size();
+        } else {
+          linked += entry.file_size();
+        }
+      } else {
+        fs::copy(entry.path(), dst, fs::copy_options::recursive);  // small files, copied (never shared)
+      }
+    }
+    fs::rename(tmp, out);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  log::info("export",
+            "wrote {} (vLLM: --speculative-config '{{\"method\":\"mtp\",\"num_speculative_tokens\":{}}}'): {} shard(s) "
+            "rewritten ({:.1f} MiB), {:.1f} MiB hard-linked, {:.1f} MiB copied",
+            out_dir, head.config().ttt_steps, by_shard.size(), static_cast<double>(rewritten) / (1 << 20),
+            static_cast<double>(linked) / (1 << 20), static_cast<double>(copied) / (1 << 20));
+}
+
+}  // namespace eagle::head

@@ -1,0 +1,134 @@
+// --draft mtp end to end on the tiny MiMo fixture, as subprocesses: training logs the shipped layer's AR
+// at step 0, checkpoints hold the native names, export --format mtp writes the target folder with the
+// MTP tensors replaced, eval imports the export as it reads the checkpoint, a resume refuses another
+// --draft.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+
+#include "eagle/model/safetensors.h"
+#include "helpers.h"
+
+using eagle::test::read_file;
+using eagle::test::read_jsonl;
+using eagle::test::run_cli;
+using eagle::test::TempDir;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kMimo = EAGLE_SOURCE_DIR "/tests/fixtures/models/tiny-mimo";
+// The options train and eval share (eval reproduces the run's held-out split and prompts).
+const std::string kCommon = std::string(" --model_name_or_path ") + kMimo +
+                            " --data_path " EAGLE_SOURCE_DIR
+                            "/tests/fixtures/data/smoke.jsonl --training_seq_len 256 --bucket_granularity 64"
+                            " --validation_fraction 0.1 --per_device_train_batch_size 4 --eval_num_prompts 2"
+                            " --eval_max_new_tokens 8 --device cpu --num_threads 1 --seed 42";
+
+json eval_json(const std::string& args) {
+  auto r = run_cli("eval --json" + args);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  return json::parse(r.output.substr(r.output.find("{\n")));
+}
+
+}  // namespace
+
+TEST_CASE("train --draft mtp fine-tunes MiMo's MTP layer; export --format mtp writes the target folder; eval reads it",
+          "[cli]") {
+  TempDir dir;
+  const auto run = dir / "run";
+  const std::string train = "train" + kCommon +
+                            " --draft mtp --ttt_steps 3 --max_steps 4 --eval_steps 2 "
+                            "--save_steps 2 --learning_rate 0.001 --warmup_steps 0 --output_dir " +
+                            run.string();
+  auto r = run_cli(train);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("model.mtp_layers.0"));
+  // The shipped layer's AR before any update, logged at step 0, then at steps 2 and 4.
+  std::map<std::int64_t, double> ar;
+  for (const auto& j : read_jsonl(run / "metrics.jsonl"))
+    if (j.contains("ar")) ar[j["step"].get<std::int64_t>()] = j["ar"].get<double>();
+  REQUIRE(ar.count(0));
+  CHECK(ar.at(0) >= 1.0);
+  CHECK(ar.count(4));
+  // eval of the original target folder (its MTP layer as shipped) with the run's draft length
+  // measures what the run logged at step 0.
+  auto shipped = eval_json(" --checkpoint " + kMimo + kCommon + " --eval_draft_len 3");
+  CHECK(shipped["ar"].get<double>() == Approx(ar.at(0)).epsilon(1e-12));
+
+  // The checkpoint: the MTP tensors alone, under their native names.
+  const auto ckpt = run / "checkpoint-4";
+  auto tensors = eagle::model::load_safetensors((ckpt / "model.safetensors").string());
+  CHECK(tensors.size() == 16);
+  for (const auto& [name, t] : tensors) CHECK(name.rfind("model.mtp_layers.0.", 0) == 0);
+
+  // export --format mtp: the target (the one the head names) copied, the MTP shard rewritten.
+  const auto out = dir / "mimo-mtp";
+  auto ex = run_cli("export --checkpoint " + ckpt.string() + " --format mtp --output " + out.string());
+  INFO(ex.output);
+  REQUIRE(ex.exit_code == 0);
+  CHECK_THAT(ex.output, Catch::Contains("\"method\":\"mtp\",\"num_speculative_tokens\":3"));
+  const std::string shard1 = "model-00001-of-00002.safetensors", shard2 = "model-00002-of-00002.safetensors";
+  // The unchanged shard: a hard link where the file system allows it, else a copy; the same bytes.
+  CHECK(read_file(out / shard1) == read_file(fs::path(kMimo) / shard1));
+  CHECK(read_file(out / "model.safetensors.index.json") == read_file(fs::path(kMimo) / "model.safetensors.index.json"));
+  auto before = eagle::model::load_safetensors(kMimo + "/" + shard2);
+  auto after = eagle::model::load_safetensors((out / shard2).string());
+  REQUIRE(before.size() == after.size());
+  for (const auto& [name, t] : before) {
+    INFO(name);
+    REQUIRE(after.count(name));
+    if (name.rfind("model.mtp_layers.0.", 0) == 0)
+      CHECK(torch::equal(after.at(name), tensors.at(name)));  // the trained values (fp32 target: exact)
+    else
+      CHECK(torch::equal(after.at(name), t));  // the target's own tensors of that shard, unchanged
+  }
+  auto config = json::parse(read_file(out / "config.json"));
+  CHECK(config["architectures"][0] == "MiMoForCausalLM");
+  CHECK(config["num_nextn_predict_layers"] == 1);
+  CHECK(config["eagle_train"]["ttt_steps"] == 3);
+  // Nothing is overwritten: a second export into the same folder is refused.
+  CHECK(run_cli("export --checkpoint " + ckpt.string() + " --format mtp --output " + out.string()).exit_code != 0);
+  // An MTP head has no EAGLE layout.
+  CHECK(
+      run_cli("export --checkpoint " + ckpt.string() + " --format sglang --output " + (dir / "x").string()).exit_code ==
+      2);
+
+  // eval imports the export as it reads the checkpoint: the same numbers.
+  auto a = eval_json(" --checkpoint " + ckpt.string() + kCommon);
+  auto b = eval_json(" --checkpoint " + out.string() + kCommon);
+  CHECK(a["ar"] == b["ar"]);
+  CHECK(a["eval_loss"] == b["eval_loss"]);
+  CHECK(a["ar"].get<double>() == Approx(ar.at(4)).epsilon(1e-12));
+
+  // A resume cannot switch the head.
+  auto resume = run_cli("train" + kCommon +
+                        " --draft eagle --ttt_steps 3 --max_steps 6 --eval_steps 2 --save_steps 2 "
+                        "--learning_rate 0.001 --warmup_steps 0 --resume_from_checkpoint " +
+                        ckpt.string() + " --output_dir " + run.string());
+  INFO(resume.output);
+  CHECK(resume.exit_code == 2);
+  CHECK_THAT(resume.output, Catch::Contains("draft: checkpoint \"mtp\", now \"eagle\""));
+}
+
+TEST_CASE("--draft mtp refuses targets without MTP layers and the EAGLE-only switches", "[cli]") {
+  TempDir dir;
+  auto qwen = run_cli("train --model_name_or_path " EAGLE_SOURCE_DIR
+                      "/tests/fixtures/models/tiny-qwen2 --data_path " EAGLE_SOURCE_DIR
+                      "/tests/fixtures/data/smoke.jsonl --draft mtp --max_steps 1 --device cpu "
+                      "--output_dir " +
+                      (dir / "a").string());
+  INFO(qwen.output);
+  CHECK(qwen.exit_code == 2);
+  CHECK_THAT(qwen.output, Catch::Contains("the target ships no MTP layer"));
+  auto fc = run_cli("train" + kCommon + " --draft mtp --fc_norm --max_steps 1 --output_dir " + (dir / "b").string());
+  CHECK(fc.exit_code == 2);
+  CHECK_THAT(fc.output, Catch::Contains("mtp trains the target's own layer"));
+  auto bad = run_cli("train" + kCommon + " --draft medusa --max_steps 1 --output_dir " + (dir / "c").string());
+  CHECK(bad.exit_code == 2);
+  CHECK_THAT(bad.output, Catch::Contains("eagle or mtp"));
+}

@@ -1,0 +1,249 @@
+// The MTP head (--draft mtp) on the tiny MiMo fixture against scripts/make_mtp_reference.py's
+// independent PyTorch forward of vLLM's MiMo MTP layer: the TTT unroll's logits, one training
+// step's loss and gradients, drafting against a cache-based serving loop and against the unroll,
+// the checkpoint round trip, the export into a copy of the target folder and its import, the refusals.
+#include <torch/torch.h>
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "eagle/head/head_io.h"
+#include "eagle/head/mtp_head.h"
+#include "eagle/head/mtp_io.h"
+#include "eagle/model/safetensors.h"
+#include "eagle/run/run_files.h"
+#include "eagle/target/target.h"
+#include "eagle/util/error.h"
+#include "eagle/util/fs_sync.h"
+#include "helpers.h"
+
+using namespace eagle;
+
+namespace {
+
+const std::string kRoot = std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/";
+const std::string kMimo = kRoot + "models/tiny-mimo";
+
+std::map<std::string, torch::Tensor> reference() {
+  return model::load_safetensors(kRoot + "reference/mtp-mimo.safetensors");
+}
+
+// The fixture's MTP head re-made with 3 TTT steps (the folder's own default is 1, vLLM's k), its
+// weights read from the target folder, the target's embedding and LM head set.
+std::shared_ptr<head::MtpHead> three_step_head(head::RecomputeMode mode = head::RecomputeMode::off,
+                                               std::int64_t chunk = 0) {
+  auto cfg = head::read_head_folder_config(kMimo);
+  cfg.ttt_steps = 3;
+  cfg.ttt_loss_decay = 0.8;
+  cfg.recompute = mode;
+  cfg.loss_chunk_size = chunk;
+  auto head = std::make_shared<head::MtpHead>(cfg);
+  head::load_mtp_weights(*head, kMimo);
+  auto target = target::TargetModel::load_ends(kMimo, torch::kFloat32, torch::kCPU);
+  head->set_target_weights(target.embed, target.lm_head);
+  return head;
+}
+
+head::HeadInputs reference_inputs(std::map<std::string, torch::Tensor>& ref) {
+  head::HeadInputs in;
+  in.input_ids = ref.at("input_ids");
+  in.position_ids = ref.at("position_ids");
+  in.document_ids = ref.at("document_ids");
+  in.aux_hidden = ref.at("hidden");
+  in.teacher_logits = ref.at("target_logits");
+  in.target_argmax = ref.at("target_argmax");
+  in.loss_mask = ref.at("loss_mask");
+  return in;
+}
+
+}  // namespace
+
+TEST_CASE("the tiny MiMo folder reads as an MTP head under its native names", "[head]") {
+  auto loaded = head::load_head(kMimo);
+  CHECK(loaded.format == head::HeadFormat::mtp);
+  const auto& c = loaded.config;
+  CHECK(c.mtp_family == "mimo");
+  CHECK(c.eagle_version == 3);
+  CHECK(c.attention_bias);                                 // the Qwen2 block's q/k/v bias
+  CHECK(c.ttt_steps == 1);                                 // num_nextn_predict_layers: vLLM's default k
+  CHECK(c.aux_layer_ids == std::vector<std::int64_t>{2});  // hidden_states[L], taken before the final norm
+  CHECK(c.draft_vocab_size == 256);
+  REQUIRE(dynamic_cast<head::MtpHead*>(loaded.head.get()) != nullptr);
+  // Every trained tensor is one of the target's model.mtp_layers.0.*, with its value.
+  auto shard = model::load_safetensors(kMimo + "/model-00002-of-00002.safetensors");
+  std::size_t n = 0;
+  for (const auto& [name, p] : head::named_parameters(*loaded.head)) {
+    INFO(name);
+    const auto native = head::mtp_native_name(name);
+    REQUIRE(shard.count(native));
+    CHECK(torch::equal(p, shard.at(native)));
+    ++n;
+  }
+  CHECK(n == 16);  // 3 MTP norms, input_proj, 2 block norms, q/k/v weights and biases, o_proj, 3 MLP
+  CHECK(head::mtp_native_name("mtp_block.self_attn.q_proj.bias") == "model.mtp_layers.0.self_attn.q_proj.bias");
+  CHECK(head::mtp_native_name("input_proj.weight") == "model.mtp_layers.0.input_proj.weight");
+}
+
+TEST_CASE("the MTP head's unroll and one training step equal vLLM's MiMo MTP forward in PyTorch", "[head]") {
+  auto ref = reference();
+  for (auto mode : {head::RecomputeMode::off, head::RecomputeMode::mlp}) {
+    for (std::int64_t chunk : {0, 5}) {
+      INFO("recompute " << head::recompute_mode_name(mode) << ", loss_chunk_size " << chunk);
+      auto head = three_step_head(mode, chunk);
+      auto in = reference_inputs(ref);
+      {
+        torch::NoGradGuard ng;
+        auto logits = head->ttt_logits(in);
+        REQUIRE(logits.size() == 3);
+        for (std::size_t k = 0; k < 3; ++k) {
+          INFO("step " << k);
+          CHECK(torch::allclose(logits[k], ref.at("logits_" + std::to_string(k)), 1e-4, 1e-5));
+        }
+      }
+      auto out = head->train_step_forward(in, ref.at("denominators"));
+      CHECK(out.loss.item<double>() == Approx(ref.at("loss").item<double>()).epsilon(1e-5));
+      out.loss.backward();
+      std::size_t compared = 0;
+      for (auto& p : head->named_parameters()) {
+        const auto name = "grad." + head::mtp_native_name(p.key());
+        INFO(name);
+        REQUIRE(ref.count(name));
+        CHECK(torch::allclose(p.value().grad(), ref.at(name), 1e-4, 1e-5));
+        ++compared;
+      }
+      CHECK(compared == 16);
+      // Valid positions per step (the reference's denominators): every id is in the full vocabulary.
+      CHECK(torch::equal(out.metric_sums.select(1, head::kValid), ref.at("denominators")));
+    }
+  }
+}
+
+TEST_CASE("the MTP head drafts what a cache-based serving loop drafts, and what its unroll predicts", "[head]") {
+  auto ref = reference();
+  auto head = three_step_head();
+  const auto hidden = ref.at("hidden"), ids = ref.at("input_ids");
+  const std::int64_t p = 3;  // the anchor: the prefix is positions 0..3 of sample 0
+  auto cache = head->new_cache(1, 16);
+  auto drafts = head->draft(cache, hidden.narrow(1, 0, p + 1), ids.narrow(1, 1, p + 1), 3);
+  CHECK(torch::equal(drafts, ref.at("served_drafts")));
+  CHECK(cache.length == p + 1);
+  // The prefix in two calls (the cache keeps the first positions) drafts the same.
+  auto split = head->new_cache(1, 16);
+  head->draft(split, hidden.narrow(1, 0, 2), ids.narrow(1, 1, 2), 1);
+  CHECK(torch::equal(head->draft(split, hidden.narrow(1, 2, p - 1), ids.narrow(1, 3, p - 1), 3), drafts));
+  // The same chain in explicit steps (trees, sampled chains): the prefix pass, then one node at a time.
+  auto steps = head->new_cache(1, 16);
+  auto step = head->draft_extend(steps, hidden.narrow(1, 0, p + 1), ids.narrow(1, 1, p + 1));
+  for (std::int64_t k = 0; k < 3; ++k) {
+    auto token = step.logits.argmax(-1);  // [1, 1]
+    CHECK(token.item<std::int64_t>() == drafts[0][k].item<std::int64_t>());
+    if (k == 2) break;
+    const auto slot = p + 1 + k;
+    step = head->draft_nodes(steps, step.state, token, torch::full({1, 1}, slot, torch::kInt64), slot,
+                             torch::ones({1, slot + 1}, torch::kBool));
+  }
+  // Teacher forcing on the drafted tokens: the row x_0..x_{p+1}, d_1, d_2 unrolled at anchor p predicts
+  // d_1, d_2, d_3 at steps 1, 2, 3 (the hidden states after p are never read at that anchor).
+  head::HeadInputs in;
+  in.input_ids = torch::cat({ids.narrow(1, 0, p + 2), drafts.narrow(1, 0, 2)}, 1);
+  const auto n = in.input_ids.size(1);
+  in.position_ids = torch::arange(n, torch::kInt64).unsqueeze(0);
+  in.document_ids = torch::zeros({1, n}, torch::kInt64);
+  in.aux_hidden = torch::cat({hidden.narrow(1, 0, p + 1), torch::zeros({1, n - p - 1, hidden.size(2)})}, 1);
+  torch::NoGradGuard ng;
+  auto logits = head->ttt_logits(in);
+  for (std::int64_t k = 0; k < 3; ++k) {
+    INFO("step " << k);
+    CHECK(logits[static_cast<std::size_t>(k)][0][p].argmax().item<std::int64_t>() == drafts[0][k].item<std::int64_t>());
+    CHECK(torch::allclose(logits[static_cast<std::size_t>(k)][0][p], ref.at("served_logits")[0][k], 1e-4, 1e-5));
+  }
+}
+
+TEST_CASE("an MTP checkpoint holds the native names alone and reads back bit for bit", "[head]") {
+  test::TempDir dir;
+  auto head = three_step_head();
+  {
+    torch::NoGradGuard ng;
+    for (auto& p : head->named_parameters()) p.value().add_(0.01 * torch::randn_like(p.value()));
+  }
+  head::write_head_files(*head, head::checkpoint_format(head->config()), dir.path().string());
+  CHECK(head::checkpoint_format(head->config()) == head::HeadFormat::mtp);
+  auto file = model::load_safetensors((dir / "model.safetensors").string());
+  CHECK(file.size() == 16);  // no d2t/t2d: vLLM's MiMo loader raises on names it cannot place
+  for (const auto& [name, t] : file) CHECK(name.rfind("model.mtp_layers.0.", 0) == 0);
+  auto config = nlohmann::json::parse(test::read_file(dir / "config.json"));
+  CHECK(config["architectures"][0] == "MiMoForCausalLM");
+  CHECK(config["eagle_train"]["ttt_steps"] == 3);
+  // The resume path (load_head_weights) and eval's reader (load_head) both read it exactly.
+  auto again = three_step_head();
+  head::load_head_weights(*again, dir.path().string());
+  auto loaded = head::load_head(dir.path().string());
+  CHECK(loaded.config.ttt_steps == 3);
+  auto a = head->named_parameters(), b = again->named_parameters(), c = loaded.head->module().named_parameters();
+  for (const auto& p : a) {
+    INFO(p.key());
+    CHECK(torch::equal(p.value(), b[p.key()]));
+    CHECK(torch::equal(p.value(), c[p.key()]));
+  }
+}
+
+TEST_CASE("an MTP head refuses EAGLE checkpoints and formats; a resume refuses another --draft", "[head]") {
+  auto head = three_step_head();
+  // An EAGLE-3 checkpoint is another head (a resume with --draft mtp over an EAGLE run).
+  CHECK_THROWS_WITH(head::load_head_weights(*head, kRoot + "heads/eagle3-ref"),
+                    Catch::Contains("the checkpoint holds another head"));
+  CHECK_THROWS_WITH(head::head_config_json(head->config(), head::HeadFormat::sglang),
+                    Catch::Contains("the export format does not fit the head"));
+  // --draft is not among the options that may change on resume.
+  auto conflicts = run::resume_conflicts(nlohmann::json{{"draft", "eagle"}}, nlohmann::json{{"draft", "mtp"}});
+  REQUIRE(conflicts.size() == 1);
+  CHECK_THAT(conflicts[0], Catch::Contains("draft"));
+  // A target without MTP layers has no MTP head.
+  CHECK_THROWS_WITH(head::mtp_config_from_target(target::TargetConfig::from_model_dir(kRoot + "models/tiny-qwen2")),
+                    Catch::Contains("the target ships no MTP layer"));
+}
+
+TEST_CASE("export_mtp_target copies a target folder of symlinks with the MTP tensors replaced", "[head]") {
+  namespace fs = std::filesystem;
+  test::TempDir dir;
+  // A Hugging Face cache snapshot: every file a symlink to its blob.
+  const auto target = dir / "snapshot";
+  fs::create_directories(target);
+  for (const auto& e : fs::directory_iterator(kMimo)) fs::create_symlink(e.path(), target / e.path().filename());
+  auto head = three_step_head();
+  {
+    torch::NoGradGuard ng;
+    for (auto& p : head->named_parameters()) p.value().add_(0.01 * torch::randn_like(p.value()));
+  }
+  const auto out = dir / "export";
+  head::export_mtp_target(*head, target.string(), out.string());
+  const std::string shard1 = "model-00001-of-00002.safetensors", shard2 = "model-00002-of-00002.safetensors";
+  for (const auto& name : {shard1, shard2, std::string("config.json"), std::string("model.safetensors.index.json")}) {
+    INFO(name);
+    CHECK(fs::is_regular_file(fs::symlink_status(out / name)));  // never a link that could dangle
+  }
+  CHECK(test::read_file(out / shard1) == test::read_file(fs::path(kMimo) / shard1));
+  CHECK_FALSE(fs::exists(util::temporary_name(out)));
+  // eval's reader imports it bit for bit (fp32 target: the trained values exactly).
+  auto loaded = head::load_head(out.string());
+  CHECK(loaded.format == head::HeadFormat::mtp);
+  CHECK(loaded.config.ttt_steps == 3);
+  auto a = head->named_parameters(), b = loaded.head->module().named_parameters();
+  for (const auto& p : a) {
+    INFO(p.key());
+    CHECK(torch::equal(p.value(), b[p.key()]));
+  }
+  // The target's own tensors of the rewritten shard are unchanged; the original is untouched.
+  auto before = model::load_safetensors(kMimo + "/" + shard2), after = model::load_safetensors((out / shard2).string());
+  CHECK(torch::equal(after.at("model.norm.weight"), before.at("model.norm.weight")));
+  CHECK(torch::equal(after.at("lm_head.weight"), before.at("lm_head.weight")));
+  CHECK_FALSE(torch::equal(after.at("model.mtp_layers.0.input_proj.weight"),
+                           before.at("model.mtp_layers.0.input_proj.weight")));
+  // Nothing is overwritten, and an EAGLE target has no MTP layer to replace.
+  CHECK_THROWS_WITH(head::export_mtp_target(*head, target.string(), out.string()),
+                    Catch::Contains("the output folder exists"));
+  CHECK_THROWS_WITH(head::export_mtp_target(*head, kRoot + "models/tiny-qwen2", (dir / "qwen").string()),
+                    Catch::Contains("the target ships no MTP layer"));
+}
