@@ -2,7 +2,8 @@
 # Checks that two builds of eagle-train train the same: runs the demo's training
 # (configs/alpaca-demo.json on the demo target, seed 42, 2 threads) with each binary and compares
 # every logged number of metrics.jsonl but the timings and memory (tokens/s, ms per step, peak memory). For refactors that
-# must not change behaviour: the losses, accuracies, tau and AR must be bit-identical on CPU.
+# must not change behaviour: the losses, accuracies, tau and AR must be bit-identical on CPU. Keys
+# only the new binary logs (new outputs) are listed and not compared; a key it lost fails.
 # Usage: scripts/check_same_losses.sh OLD_BIN NEW_BIN [extra train flags, e.g. --max_steps 100]
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -33,8 +34,16 @@ def numbers(path):
         rows.append({k: v for k, v in j.items() if k not in TIMING})
     return rows
 old, new = numbers(sys.argv[1]), numbers(sys.argv[2])
+# A key only the new binary logs is a new output (reported); one only the old logs was lost (a failure).
+added = sorted({k for b in new for k in b} - {k for a in old for k in a})
+lost = sorted({k for a in old for k in a} - {k for b in new for k in b})
+if added:
+    print(f"[check] keys only the new binary logs (not compared): {', '.join(added)}")
+new = [{k: v for k, v in b.items() if k not in added} for b in new]
 diff = [(a, b) for a, b in zip(old, new) if a != b]
-if len(old) != len(new) or diff:
+if len(old) != len(new) or diff or lost:
+    if lost:
+        print(f"[check] keys the new binary no longer logs: {', '.join(lost)}")
     print(f"[check] DIFFERENT: {len(old)} vs {len(new)} lines, {len(diff)} differ")
     for a, b in diff[:3]:
         print(" old", a, "\n new", b)
