@@ -31,7 +31,7 @@ AcceptanceResult batched(const target::TargetModel& target, head::DraftHead& hea
 }  // namespace
 
 TEST_CASE("batched speculative decoding equals one by one, prompt by prompt", "[acceptance]") {
-  test::TrainedSmoke smoke();
+  test::TrainedSmoke smoke;
   auto& target = smoke.target;
   auto& head = smoke.head;
   REQUIRE(head.drafts_ragged());

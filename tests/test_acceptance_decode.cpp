@@ -56,7 +56,7 @@ PromptAcceptance reference_chain(const target::TargetModel& target, head::DraftH
 }  // namespace
 
 TEST_CASE("decode_prompt with a greedy chain equals the reference loop, prompt by prompt", "[acceptance]") {
-  test::TrainedSmoke smoke();
+  test::TrainedSmoke smoke;
   auto& target = smoke.target;
   auto& head = smoke.head;
   const auto prompts = acceptance::eval_prompts(test::smoke_data(), 10);
