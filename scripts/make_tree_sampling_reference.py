@@ -22,19 +22,13 @@ import pathlib
 
 import torch
 
+# The target's distribution at a temperature and top_p: the same rule as the alpha reference's.
+from make_alpha_reference import probs
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 OUT = ROOT / "tests" / "fixtures" / "reference" / "tree_sampling.json"
 
 
-def probs(logits, t, top_p):
-    p = torch.softmax(logits.double() / t, -1)
-    if top_p < 1.0:
-        s, order = p.sort(-1, descending=True)
-        before = s.cumsum(-1) - s
-        s = s.masked_fill(before >= top_p, 0.0)
-        p = torch.zeros_like(p).scatter(-1, order, s)
-        p = p / p.sum(-1, keepdim=True)
-    return p
 
 
 def links(parent):
