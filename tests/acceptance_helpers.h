@@ -56,6 +56,30 @@ inline std::shared_ptr<head::DraftHead> trained_head(const std::filesystem::path
   return head;
 }
 
+// The tiny target's own greedy replies to the smoke prompts (`eagle-train generate`, 48 tokens each)
+// in dir/replies.jsonl, and a head trained 60 steps on them: it learns what this target says, so its
+// chains accept more tokens the deeper they draft (the smoke data's own replies are not the target's,
+// and a head trained on them accepts about one token in a hundred rounds).
+inline std::shared_ptr<head::DraftHead> trained_on_replies(const std::filesystem::path& dir,
+                                                           const target::TargetModel& t) {
+  const std::string root = EAGLE_SOURCE_DIR;
+  const std::string model = root + "/tests/fixtures/models/tiny-llama";
+  const auto replies = dir / "replies.jsonl";
+  auto generated = run_cli("generate --model_name_or_path " + model + " --data_path " + root +
+                           "/tests/fixtures/data/smoke.jsonl --output " + replies.string() +
+                           " --max_new_tokens 48 --num_threads 1");
+  INFO(generated.output);
+  REQUIRE(generated.exit_code == 0);
+  auto trained = run_cli("train --config " + root + "/configs/smoke.json --model_name_or_path " + model +
+                         " --data_path " + replies.string() + " --max_steps 60 --eval_steps 0 --save_steps 60 --output_dir " +
+                         (dir / "run").string());
+  INFO(trained.output);
+  REQUIRE(trained.exit_code == 0);
+  auto head = head::load_head((dir / "run" / "checkpoint-60").string()).head;
+  head->set_target_weights(t.embedding_weight(), t.lm_head_weight());
+  return head;
+}
+
 // The tiny target and a head trained on the smoke data (extra: more train flags) in a folder that
 // lives as long as the fixture: the common start of the decoding tests.
 struct TrainedSmoke {

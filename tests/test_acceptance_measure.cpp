@@ -26,7 +26,7 @@ acceptance::AcceptanceSettings chain_settings(std::int64_t draft_len, std::int64
 TEST_CASE("the AR at each depth k equals a measure drafting k tokens", "[acceptance]") {
   test::TempDir dir;
   auto target = test::tiny_llama();
-  auto trained = test::trained_head(dir / "run", target);
+  auto trained = test::trained_on_replies(dir.path(), target);
   const auto data = test::smoke_data();
   for (std::int64_t rows : {1, 3}) {
     INFO("batch size " << rows);

@@ -97,7 +97,7 @@ TEST_CASE("eval: the AR at each depth equals eval --eval_draft_len k; categories
   CHECK(from_prepared["ar_by_depth"] == all["ar_by_depth"]);
   // The text output prints the curve in one line and a line per category.
   auto text = run_cli("eval" + common + " --eval_draft_len 3");
-  CHECK_THAT(text.output, Catch::Contains("AR by depth k = 1..3: ") && Catch::Contains("category coding (") &&
+  CHECK_THAT(text.output, Catch::Contains("AR by depth k = 1..3: ") && Catch::Contains("category " + cats.items().begin().key() + " (") &&
                               Catch::Contains("(95%) | by depth "));
   // Gating at a depth: a threshold above its AR misses, naming ar@2.
   auto gate = run_cli("eval" + common + " --eval_draft_len 3 --best_metric_depth 2 --min_ar 9");

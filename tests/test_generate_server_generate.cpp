@@ -52,7 +52,16 @@ std::string args(const fs::path& target, const fs::path& out, const std::string&
   std::string a = "generate --model_name_or_path " + target.string() + " --data_path " +
                   (kFixture / "samples.jsonl").string() + " --output " + out.string() + " --device cpu --num_threads 1";
   const auto record = run_record();  // held: a range-for over a member of a temporary would dangle
-  for (const auto& v : record["runs"][name]["args"]) a += " " + v.get<std::string>();
+  const auto& recorded = record["runs"][name]["args"];
+  for (std::size_t i = 0; i < recorded.size(); ++i) {
+    const auto v = recorded[i].get<std::string>();
+    // In-process, the server's own options would be refused as ignored: leave them (and their values) out.
+    if (url.empty() && v.starts_with("--target_server")) {
+      ++i;
+      continue;
+    }
+    a += " " + v;
+  }
   if (!url.empty()) a += " --target_server " + url;
   return a + " " + extra;
 }
