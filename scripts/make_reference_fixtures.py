@@ -29,6 +29,12 @@ saved as block-scaled FP8 as the Qwen3-*-FP8 releases are (see fp8_projections),
 the weights as transformers' Fp8Dequantize makes them; the folder is checked to load back through
 transformers (FineGrainedFP8Config(dequantize=True)) when accelerate is installed (5.23 requires it for FP8).
 
+DeepSeek-V3 (multi-head latent attention with q LoRA, interleaved RoPE and YaRN's mscale; the sigmoid router with
+a correction bias, grouped top-k and shared experts; one without q LoRA as Moonlight), GLM-4.5 (glm4_moe) and
+GLM-4.7-Flash (glm4_moe_lite: DeepSeek-V3's attention with values wider than q/k, mlp_layer_types): their
+checkpoints also hold an MTP layer model.layers.{L}.* as the releases do (add_mtp_layers), which neither
+transformers nor the target loads.
+
 Also written: tests/fixtures/reference/rope.safetensors (scaled RoPE inverse frequencies, YaRN with
 its attention factor) and tests/fixtures/configs/llama31-4x.json (a config in the 4.x spelling).
 
@@ -193,10 +199,17 @@ FAMILIES = {
         max_position_embeddings=512, tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "partial_rotary_factor": 0.5},
         bos_token_id=None, eos_token_id=5)),
+    "tiny-glm4-moe-lite": (transformers.Glm4MoeLiteConfig, dict(
+        vocab_size=256, hidden_size=64, intermediate_size=96, moe_intermediate_size=16, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=32, qk_nope_head_dim=12,
+        qk_rope_head_dim=8, v_head_dim=24, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, n_group=1,
+        topk_group=1, routed_scaling_factor=1.8, norm_topk_prob=True, mlp_layer_types=["sparse", "dense", "sparse"],
+        rope_interleave=True, rms_norm_eps=1e-5, max_position_embeddings=512, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, bos_token_id=0, eos_token_id=1)),
 }
 # Families whose checkpoint also holds num_mtp_layers MTP layers as model.layers.{L..} (DeepSeek-V3, GLM-4.5 ship
-# them so); transformers does not load them (see add_mtp_layers).
-MTP_LAYERS = {"tiny-deepseek-v3", "tiny-glm4-moe"}
+# them so, GLM-4.7-Flash too); transformers does not load them (see add_mtp_layers).
+MTP_LAYERS = {"tiny-deepseek-v3", "tiny-glm4-moe", "tiny-glm4-moe-lite"}
 # Families whose expert weights are saved MXFP4-quantized (see write_mxfp4_checkpoint).
 MXFP4 = {"tiny-gpt-oss-mxfp4"}
 # What openai/gpt-oss-20b's config.json says.
@@ -294,7 +307,7 @@ def add_mtp_layers(out_dir, config, gen):
         tensors = {k: f.get_tensor(k) for k in f.keys()}
     L, H = config.num_hidden_layers, config.hidden_size
     last = f"model.layers.{L - 1}."
-    for i in range(config.num_mtp_layers):
+    for i in range(getattr(config, "num_mtp_layers", 1)):  # Glm4MoeLiteConfig has no field: one, as GLM-4.7-Flash
         p = f"model.layers.{L + i}."
         for k in [k for k in tensors if k.startswith(last)]:
             tensors[p + k[len(last):]] = tensors[k].clone()
