@@ -29,6 +29,12 @@ saved as block-scaled FP8 as the Qwen3-*-FP8 releases are (see fp8_projections),
 the weights as transformers' Fp8Dequantize makes them; the folder is checked to load back through
 transformers (FineGrainedFP8Config(dequantize=True)) when accelerate is installed (5.23 requires it for FP8).
 
+DeepSeek-V3 (multi-head latent attention with q LoRA, interleaved RoPE and YaRN's mscale; the sigmoid router with
+a correction bias, grouped top-k and shared experts; one without q LoRA as Moonlight), GLM-4.5 (glm4_moe) and
+GLM-4.7-Flash (glm4_moe_lite: DeepSeek-V3's attention with values wider than q/k, mlp_layer_types): their
+checkpoints also hold an MTP layer model.layers.{L}.* as the releases do (add_mtp_layers), which neither
+transformers nor the target loads.
+
 Also written: tests/fixtures/reference/rope.safetensors (scaled RoPE inverse frequencies, YaRN with
 its attention factor) and tests/fixtures/configs/llama31-4x.json (a config in the 4.x spelling).
 
@@ -92,6 +98,19 @@ QWEN3 = dict(
     num_key_value_heads=2, head_dim=20, rms_norm_eps=1e-6, max_position_embeddings=512,
     tie_word_embeddings=False, use_sliding_window=False,
     rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, bos_token_id=None, eos_token_id=5)
+# DeepSeek-V3 (MLA and the sigmoid router with grouped top-k): q LoRA 24, kv LoRA 32, q/k heads of 12 + 8 (rope) and
+# v heads of 10 (another width than q/k), 8 experts in 4 groups, 2 groups chosen, top 3, two shared experts, one
+# dense layer first; YaRN with mscale 1 and mscale_all_dim 0.8, so that both the cos/sin factor and the softmax
+# scale's mscale^2 differ from 1; interleaved RoPE as DeepSeek-V3 ships it.
+DEEPSEEK_V3 = dict(
+    vocab_size=256, hidden_size=64, intermediate_size=96, moe_intermediate_size=16, num_hidden_layers=3,
+    num_attention_heads=4, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=32, qk_nope_head_dim=12,
+    qk_rope_head_dim=8, v_head_dim=10, n_routed_experts=8, n_shared_experts=2, num_experts_per_tok=3, n_group=4,
+    topk_group=2, routed_scaling_factor=2.5, norm_topk_prob=True, first_k_dense_replace=1, num_mtp_layers=1,
+    rope_interleave=True, rms_norm_eps=1e-6, max_position_embeddings=256, tie_word_embeddings=False,
+    rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                     "mscale": 1.0, "mscale_all_dim": 0.8, "original_max_position_embeddings": 16},
+    bos_token_id=0, eos_token_id=1)
 # name -> (config class, config kwargs); each family's seed is 1234 + its position here, so new families go
 # at the end. Odd head counts, grouped-query attention, tied and untied embeddings, a llama3 rope scaling,
 # q/k/v bias (Qwen2), q/k norm with an explicit head_dim (Qwen3); mixtures of experts: Qwen3-MoE with
@@ -167,7 +186,30 @@ FAMILIES = {
         use_sliding_window=True, sliding_window=4, max_window_layers=1)),
     "tiny-qwen3-fp8": (transformers.Qwen3Config, QWEN3 | dict(
         hidden_size=64, intermediate_size=96, head_dim=16, num_attention_heads=4, num_key_value_heads=2)),
+    "tiny-deepseek-v3": (transformers.DeepseekV3Config, DEEPSEEK_V3),
+    "tiny-deepseek-v3-nolora": (transformers.DeepseekV3Config, DEEPSEEK_V3 | dict(
+        num_hidden_layers=2, q_lora_rank=None, rope_interleave=False, n_group=1, topk_group=1, num_experts_per_tok=2,
+        norm_topk_prob=False, routed_scaling_factor=1.0, first_k_dense_replace=0, n_shared_experts=1,
+        tie_word_embeddings=True, num_mtp_layers=0, rope_parameters={"rope_type": "default", "rope_theta": 10000.0})),
+    "tiny-glm4-moe": (transformers.Glm4MoeConfig, dict(
+        vocab_size=256, hidden_size=64, intermediate_size=96, moe_intermediate_size=16, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, attention_bias=True, use_qk_norm=True,
+        n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, n_group=2, topk_group=1,
+        routed_scaling_factor=1.5, norm_topk_prob=True, first_k_dense_replace=1, num_mtp_layers=1, rms_norm_eps=1e-5,
+        max_position_embeddings=512, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "partial_rotary_factor": 0.5},
+        bos_token_id=None, eos_token_id=5)),
+    "tiny-glm4-moe-lite": (transformers.Glm4MoeLiteConfig, dict(
+        vocab_size=256, hidden_size=64, intermediate_size=96, moe_intermediate_size=16, num_hidden_layers=3,
+        num_attention_heads=4, num_key_value_heads=4, q_lora_rank=24, kv_lora_rank=32, qk_nope_head_dim=12,
+        qk_rope_head_dim=8, v_head_dim=24, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, n_group=1,
+        topk_group=1, routed_scaling_factor=1.8, norm_topk_prob=True, mlp_layer_types=["sparse", "dense", "sparse"],
+        rope_interleave=True, rms_norm_eps=1e-5, max_position_embeddings=512, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, bos_token_id=0, eos_token_id=1)),
 }
+# Families whose checkpoint also holds num_mtp_layers MTP layers as model.layers.{L..} (DeepSeek-V3, GLM-4.5 ship
+# them so, GLM-4.7-Flash too); transformers does not load them (see add_mtp_layers).
+MTP_LAYERS = {"tiny-deepseek-v3", "tiny-glm4-moe", "tiny-glm4-moe-lite"}
 # Families whose expert weights are saved MXFP4-quantized (see write_mxfp4_checkpoint).
 MXFP4 = {"tiny-gpt-oss-mxfp4"}
 # What openai/gpt-oss-20b's config.json says.
@@ -201,6 +243,11 @@ def randomize(model, gen):
                 p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(fan_in))
             else:
                 p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1]))
+        # The sigmoid routers' correction bias (DeepSeek-V3, GLM-4.5) is a buffer: 0.1 N(0, 1), of the order of the
+        # gaps between sigmoid scores, so that it changes some choices.
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(0.1 * torch.randn(b.shape, generator=gen))
 
 
 FP4_E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
@@ -247,6 +294,28 @@ def mxfp4_experts(model, gen):
                 packed[f"{name}.{proj}_blocks"] = blocks
                 packed[f"{name}.{proj}_scales"] = scales
     return packed
+
+
+def add_mtp_layers(out_dir, config, gen):
+    """Appends the checkpoint's MTP layers as DeepSeek-V3 and GLM-4.5 ship them: model.layers.{L + i}.* for the
+    num_mtp_layers (num_nextn_predict_layers) after the last decoder layer, each a decoder layer (here a copy of
+    the last one's tensors) plus enorm, hnorm, eh_proj and shared_head.norm. transformers' *ForCausalLM does not
+    load them (unexpected keys, ignored); the target must not either."""
+    path = out_dir / "model.safetensors"
+    with safe_open(str(path), "pt") as f:
+        metadata = f.metadata()
+        tensors = {k: f.get_tensor(k) for k in f.keys()}
+    L, H = config.num_hidden_layers, config.hidden_size
+    last = f"model.layers.{L - 1}."
+    for i in range(getattr(config, "num_mtp_layers", 1)):  # Glm4MoeLiteConfig has no field: one, as GLM-4.7-Flash
+        p = f"model.layers.{L + i}."
+        for k in [k for k in tensors if k.startswith(last)]:
+            tensors[p + k[len(last):]] = tensors[k].clone()
+        tensors[p + "enorm.weight"] = 1.0 + 0.1 * torch.randn(H, generator=gen)
+        tensors[p + "hnorm.weight"] = 1.0 + 0.1 * torch.randn(H, generator=gen)
+        tensors[p + "eh_proj.weight"] = torch.randn(H, 2 * H, generator=gen) / math.sqrt(2 * H)
+        tensors[p + "shared_head.norm.weight"] = 1.0 + 0.1 * torch.randn(H, generator=gen)
+    save_file(tensors, str(path), metadata=metadata)
 
 
 def write_mxfp4_checkpoint(out_dir, packed):
@@ -473,18 +542,23 @@ class Routing:
     """Records, while active, each sparse layer's router output on the forward passes: the chosen experts
     (router_indices, what the experts are then run for) and the router logits, by a forward hook on every
     router module (the Qwen3MoeTopKRouter / MixtralTopKRouter / GptOssTopKRouter, whose forward returns
-    (router_logits, router_scores, router_indices)). `layers` maps a layer index to (logits, indices) of the
-    last pass, [tokens, experts] and [tokens, top_k]; dense layers (Qwen3-MoE's mlp_only_layers) have none."""
+    (router_logits, router_scores, router_indices); DeepseekV3TopkRouter / Glm4MoeTopkRouter too). `layers` maps a
+    layer index to (choice scores, indices) of the last pass, [tokens, experts] and [tokens, top_k]; dense layers (Qwen3-MoE's mlp_only_layers) have none."""
 
     def __init__(self, model):
         self.routers = [(int(n.split(".layers.")[1].split(".")[0]), m) for n, m in model.named_modules()
-                        if type(m).__name__.endswith("TopKRouter")]
+                        if type(m).__name__.endswith(("TopKRouter", "TopkRouter"))]
         self.layers, self.hooks = {}, []
 
     def __enter__(self):
         for layer, m in self.routers:
-            def hook(_m, _args, out, layer=layer):
-                self.layers[layer] = (out[0].detach().float(), out[2].detach())
+            def hook(m, _args, out, layer=layer):
+                # The scores the choice is made from: the softmax of the logits, or sigmoid + correction bias
+                # (DeepSeek-V3, GLM-4.5).
+                logits = out[0].detach().double()
+                bias = getattr(m, "e_score_correction_bias", None)
+                scores = logits.sigmoid() + bias.double() if bias is not None else torch.softmax(logits, -1)
+                self.layers[layer] = (scores, out[2].detach())
             self.hooks.append(m.register_forward_hook(hook))
         return self
 
@@ -498,8 +572,9 @@ def routing_agreement(config, fp32, bf16, top_k):
     """`a.bf16.routing_agrees` uint8 [layers, tokens]: 1 where the bf16 run chose the same expert set as
     the fp32 run for that token and sparse layer, 1 for dense layers; `a.bf16.first_flip_layer` int64
     scalar: the first layer with a disagreement, num_hidden_layers if none. Also returns the smallest gap,
-    in the fp32 run, between the k-th and the (k+1)-th largest router probability (softmax over all
-    experts of the router logits) over the tokens and sparse layers."""
+    in the fp32 run, between the k-th and the (k+1)-th largest router score (the softmax over all
+    experts of the router logits; sigmoid + e_score_correction_bias for DeepSeek-V3 and GLM-4.5, where the groups
+    also decide) over the tokens and sparse layers."""
     n_layers = config.num_hidden_layers
     tokens = next(iter(fp32.layers.values()))[1].shape[0]
     agrees = torch.ones(n_layers, tokens, dtype=torch.uint8)
@@ -508,7 +583,7 @@ def routing_agreement(config, fp32, bf16, top_k):
         idx_bf = bf16.layers[layer][1]
         same = (idx.sort(-1).values == idx_bf.sort(-1).values).all(-1)
         agrees[layer] = same.to(torch.uint8)
-        probs = torch.softmax(logits.double(), -1).sort(-1, descending=True).values
+        probs = logits.sort(-1, descending=True).values  # the router's choice scores (Routing)
         min_gap = min(min_gap, (probs[:, top_k - 1] - probs[:, top_k]).min().item())
     flips = (agrees == 0).any(-1).nonzero()
     first = int(flips[0]) if len(flips) else n_layers
@@ -517,14 +592,16 @@ def routing_agreement(config, fp32, bf16, top_k):
 
 def to_bf16_as_loaded(model):
     """model.to(torch.bfloat16), then its RoPE buffers (the non-persistent fp32 *inv_freq and
-    *original_inv_freq, per layer type for Gemma 3, which .to() would round to bf16) restored to their fp32
+    *original_inv_freq, per layer type for Gemma 3, which .to() would round to bf16) and the routers'
+    e_score_correction_bias (DeepSeek-V3, GLM-4.5: _keep_in_fp32_modules_strict) restored to their fp32
     values: the model that from_pretrained(dtype=torch.bfloat16) gives (checked in make by loading the saved
     folder back). Gemma's embed_scale (sqrt(hidden_size), a non-persistent 0-d buffer) is bf16 there, as .to()
     makes it (its forward casts it to the embedding's dtype anyway)."""
     kept = {(owner, buf): b.detach().clone() for owner, m in model.named_modules()
             for buf, b in m._buffers.items()
-            if buf in m._non_persistent_buffers_set and b is not None and b.dtype == torch.float32
-            and buf.endswith("inv_freq")}
+            if b is not None and b.dtype == torch.float32
+            and ((buf in m._non_persistent_buffers_set and buf.endswith("inv_freq"))
+                 or buf == "e_score_correction_bias")}
     model = model.to(torch.bfloat16)
     for (owner, buf), value in kept.items():
         model.get_submodule(owner)._buffers[buf] = value
@@ -603,6 +680,8 @@ def make(name, cls, kwargs, index):
         write_mxfp4_checkpoint(out_dir, packed)
     if fp8 is not None:
         write_fp8_checkpoint(out_dir, fp8)
+    if name in MTP_LAYERS:
+        add_mtp_layers(out_dir, config, gen)
 
     v = config.vocab_size
     ids_a = torch.randint(3, v, (1, LEN_A), generator=gen)

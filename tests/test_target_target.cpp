@@ -14,10 +14,27 @@ using eagle::target::TargetModel;
 
 namespace {
 
-const char* kFamilies[] = {
-    "tiny-llama",   "tiny-llama3",     "tiny-mistral",        "tiny-qwen2",        "tiny-qwen3",    "tiny-qwen3-moe",
-    "tiny-mixtral", "tiny-gpt-oss",    "tiny-gpt-oss-mxfp4",  "tiny-gemma3",       "tiny-gemma2",   "tiny-phi3",
-    "tiny-phi4",    "tiny-qwen3-yarn", "tiny-mistral-window", "tiny-qwen2-window", "tiny-qwen3-fp8"};
+const char* kFamilies[] = {"tiny-llama",
+                           "tiny-llama3",
+                           "tiny-mistral",
+                           "tiny-qwen2",
+                           "tiny-qwen3",
+                           "tiny-qwen3-moe",
+                           "tiny-mixtral",
+                           "tiny-gpt-oss",
+                           "tiny-gpt-oss-mxfp4",
+                           "tiny-gemma3",
+                           "tiny-gemma2",
+                           "tiny-phi3",
+                           "tiny-phi4",
+                           "tiny-qwen3-yarn",
+                           "tiny-mistral-window",
+                           "tiny-qwen2-window",
+                           "tiny-qwen3-fp8",
+                           "tiny-deepseek-v3",
+                           "tiny-deepseek-v3-nolora",
+                           "tiny-glm4-moe",
+                           "tiny-glm4-moe-lite"};
 
 // longrope switches factors by sequence length: transformers per call (a padded batch takes its
 // longest row's), eagle-train per sample in training batches (docs/models.md, RoPE).

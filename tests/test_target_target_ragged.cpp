@@ -53,10 +53,13 @@ double max_err(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).
 
 TEST_CASE("ragged prefill and decode equal the unbatched forward for every family", "[target]") {
   // (tiny-phi3's longrope switches with the call's length: its own case below.)
-  for (const char* name :
-       {"tiny-llama", "tiny-llama3", "tiny-mistral", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral",
-        "tiny-gpt-oss", "tiny-gpt-oss-mxfp4", "tiny-gemma3", "tiny-gemma2", "tiny-phi4", "tiny-qwen3-yarn",
-        "tiny-mistral-window", "tiny-qwen2-window", "tiny-qwen3-fp8"}) {
+  for (const char* name : {"tiny-llama",      "tiny-llama3",         "tiny-mistral",
+                           "tiny-qwen2",      "tiny-qwen3",          "tiny-qwen3-moe",
+                           "tiny-mixtral",    "tiny-gpt-oss",        "tiny-gpt-oss-mxfp4",
+                           "tiny-gemma3",     "tiny-gemma2",         "tiny-phi4",
+                           "tiny-qwen3-yarn", "tiny-mistral-window", "tiny-qwen2-window",
+                           "tiny-qwen3-fp8",  "tiny-deepseek-v3",    "tiny-deepseek-v3-nolora",
+                           "tiny-glm4-moe",   "tiny-glm4-moe-lite"}) {
     INFO(name);
     auto m = TargetModel::load(model_dir(name), torch::kFloat32, torch::kCPU);
     torch::manual_seed(7);

@@ -61,7 +61,9 @@ TargetModel TargetModel::load(const std::string& dir_name, torch::ScalarType dty
     auto t = raw(name);
     if (is_fp8_weight(c, name))  // dequantized on the device, block by block
       return dequantize_fp8(t.to(device), raw(name + "_scale_inv").to(device), c.fp8_block, dtype, name);
-    return t.scalar_type() == torch::kUInt8 ? t.to(device) : t.to(device, dtype);
+    if (t.scalar_type() == torch::kUInt8) return t.to(device);
+    // The sigmoid routers' correction bias stays fp32 (transformers' _keep_in_fp32_modules_strict).
+    return t.to(device, name.ends_with("e_score_correction_bias") ? torch::kFloat32 : dtype);
   };
   TargetModel m;
   try {
@@ -93,6 +95,29 @@ TargetModel TargetModel::random(const TargetConfig& config_in, torch::ScalarType
   return m;
 }
 
+namespace {
+
+// An MLA layer's attention weights (DeepseekV3Attention): the two projections of the hidden state fused
+// into qkv_w (q_a_proj or q_proj rows, then kv_a_proj_with_mqa's), the latent norms and b projections.
+void assemble_mla(const TargetConfig& c, const std::string& p, TargetLayerWeights& w,
+                  const std::function<torch::Tensor(const std::string&)>& get) {
+  const auto a = p + "self_attn.";
+  const bool lora = c.q_lora_rank > 0;
+  const auto q_w = get(a + (lora ? "q_a_proj.weight" : "q_proj.weight"));
+  w.qkv_w = torch::cat({q_w, get(a + "kv_a_proj_with_mqa.weight")});
+  if (c.attention_bias)  // q_proj has no bias (only q_a_proj does)
+    w.qkv_b = torch::cat({lora ? get(a + "q_a_proj.bias") : torch::zeros({q_w.size(0)}, q_w.options()),
+                          get(a + "kv_a_proj_with_mqa.bias")});
+  if (lora) {
+    w.q_a_norm = get(a + "q_a_layernorm.weight");
+    w.q_b_w = get(a + "q_b_proj.weight");
+  }
+  w.kv_a_norm = get(a + "kv_a_layernorm.weight");
+  w.kv_b_w = get(a + "kv_b_proj.weight");
+}
+
+}  // namespace
+
 TargetModel TargetModel::assemble(const TargetConfig& c, torch::ScalarType dtype, torch::Device device,
                                   const std::function<torch::Tensor(const std::string&)>& get) {
   auto impl = std::make_shared<Impl>();
@@ -114,12 +139,16 @@ TargetModel TargetModel::assemble(const TargetConfig& c, torch::ScalarType dtype
       w.pre_ff_norm = get(p + "pre_feedforward_layernorm.weight");
       w.post_ff_norm = get(p + "post_feedforward_layernorm.weight");
     }
-    w.qkv_w = c.fused_checkpoint ? get(p + "self_attn.qkv_proj.weight")
-                                 : torch::cat({get(p + "self_attn.q_proj.weight"), get(p + "self_attn.k_proj.weight"),
-                                               get(p + "self_attn.v_proj.weight")});
-    if (c.attention_bias)
-      w.qkv_b = torch::cat(
-          {get(p + "self_attn.q_proj.bias"), get(p + "self_attn.k_proj.bias"), get(p + "self_attn.v_proj.bias")});
+    if (c.mla()) {
+      assemble_mla(c, p, w, get);
+    } else {
+      w.qkv_w = c.fused_checkpoint ? get(p + "self_attn.qkv_proj.weight")
+                                   : torch::cat({get(p + "self_attn.q_proj.weight"), get(p + "self_attn.k_proj.weight"),
+                                                 get(p + "self_attn.v_proj.weight")});
+      if (c.attention_bias)
+        w.qkv_b = torch::cat(
+            {get(p + "self_attn.q_proj.bias"), get(p + "self_attn.k_proj.bias"), get(p + "self_attn.v_proj.bias")});
+    }
     w.o_w = get(p + "self_attn.o_proj.weight");
     if (c.o_bias) w.o_b = get(p + "self_attn.o_proj.bias");
     if (c.qk_norm) {
@@ -210,8 +239,13 @@ std::vector<std::string> TargetModel::non_finite_weights() const {
     check(p + "post_attention_layernorm.weight", w.post_norm);
     check(p + "pre_feedforward_layernorm.weight", w.pre_ff_norm);
     check(p + "post_feedforward_layernorm.weight", w.post_ff_norm);
-    check(p + "self_attn.{q,k,v}_proj.weight", w.qkv_w);
-    check(p + "self_attn.{q,k,v}_proj.bias", w.qkv_b);
+    const bool mla = m.cfg.mla();
+    check(p + (mla ? "self_attn.{q_a,q,kv_a}_proj(_with_mqa).weight" : "self_attn.{q,k,v}_proj.weight"), w.qkv_w);
+    check(p + (mla ? "self_attn.{q_a,kv_a}_proj(_with_mqa).bias" : "self_attn.{q,k,v}_proj.bias"), w.qkv_b);
+    check(p + "self_attn.q_a_layernorm.weight", w.q_a_norm);
+    check(p + "self_attn.q_b_proj.weight", w.q_b_w);
+    check(p + "self_attn.kv_a_layernorm.weight", w.kv_a_norm);
+    check(p + "self_attn.kv_b_proj.weight", w.kv_b_w);
     check(p + "self_attn.o_proj.weight", w.o_w);
     check(p + "self_attn.o_proj.bias", w.o_b);
     check(p + "self_attn.q_norm.weight", w.q_norm);
@@ -225,6 +259,9 @@ std::vector<std::string> TargetModel::non_finite_weights() const {
     check(p + "experts (gate, up) bias", w.experts_gate_up_b);
     check(p + "experts (down)", w.experts_down);
     check(p + "experts (down) bias", w.experts_down_b);
+    check(p + "mlp.gate.e_score_correction_bias", w.router_score_bias);
+    check(p + "mlp.shared_experts.{gate,up}_proj.weight", w.shared_gate_up);
+    check(p + "mlp.shared_experts.down_proj.weight", w.shared_down);
   }
   return bad;
 }

@@ -151,6 +151,18 @@ void check_fits(const TargetConfig& c, torch::ScalarType dtype, torch::Device de
 
 namespace {
 
+// Whether name is in model.layers.{L .. L + num_mtp_layers - 1} of a family that stores its MTP layers
+// there (the sigmoid-routed ones: DeepSeek-V3, GLM-4.5, GLM-4.7-Flash).
+bool is_mtp_layer_tensor(const TargetConfig& c, const std::string& name) {
+  constexpr std::string_view kLayers = "model.layers.";
+  if (c.routing != MoeRouting::sigmoid_grouped || !name.starts_with(kLayers)) return false;
+  std::int64_t n = 0;
+  const char* begin = name.data() + kLayers.size();
+  auto [end, ec] = std::from_chars(begin, name.data() + name.size(), n);
+  return ec == std::errc() && end != begin && *end == '.' && n >= c.num_hidden_layers &&
+         n < c.num_hidden_layers + c.num_mtp_layers;
+}
+
 std::string list_some(const std::vector<std::string>& v) {
   constexpr std::size_t kShown = 8;
   std::string s;
@@ -183,6 +195,8 @@ void check_tensors(const fs::path& dir, const CheckpointFiles& ck,
     if (name.size() > 20 && name.ends_with("rotary_emb.inv_freq")) continue;
     // MiMo's MTP layers: not the target's; --draft mtp reads them itself (head/mtp_io.h).
     if (c.num_mtp_layers > 0 && name.starts_with("model.mtp_layers.")) continue;
+    // DeepSeek-V3 and GLM-4.5 store theirs as the layers after the last: left unloaded, as transformers does.
+    if (is_mtp_layer_tensor(c, name)) continue;
     unexpected.push_back(name);
   }
   if (missing.empty() && unexpected.empty() && wrong.empty()) return;

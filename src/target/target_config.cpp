@@ -25,27 +25,35 @@ using nlohmann::json;
 void read_gemma(const Reader& r, TargetConfig& c);
 void read_phi3(const Reader& r, TargetConfig& c);
 void read_mimo(const Reader& r, TargetConfig& c);
+void read_deepseek(const Reader& r, TargetConfig& c);
+void read_glm4_moe(const Reader& r, TargetConfig& c);
 
 // The families, one row each: how config.json names it, whether its MLP is a mixture of experts
-// (read_moe), and the reader of the fields only it has (after the common ones).
+// (read_moe), the reader of the fields only it has (after the common ones), and another model_type the
+// same architecture is published under (Kimi-K2's config.json says kimi_k2 for DeepseekV3ForCausalLM).
 struct FamilyRow {
   Family family;
   const char* architecture;
   const char* model_type;
   bool moe;
   void (*read)(const Reader&, TargetConfig&);
+  const char* model_type_alias = nullptr;
 };
-constexpr FamilyRow kFamilies[] = {{Family::llama, "LlamaForCausalLM", "llama", false, nullptr},
-                                   {Family::mistral, "MistralForCausalLM", "mistral", false, nullptr},
-                                   {Family::qwen2, "Qwen2ForCausalLM", "qwen2", false, nullptr},
-                                   {Family::mimo, "MiMoForCausalLM", "mimo", false, read_mimo},
-                                   {Family::qwen3, "Qwen3ForCausalLM", "qwen3", false, nullptr},
-                                   {Family::qwen3_moe, "Qwen3MoeForCausalLM", "qwen3_moe", true, nullptr},
-                                   {Family::mixtral, "MixtralForCausalLM", "mixtral", true, nullptr},
-                                   {Family::gpt_oss, "GptOssForCausalLM", "gpt_oss", true, nullptr},
-                                   {Family::gemma2, "Gemma2ForCausalLM", "gemma2", false, read_gemma},
-                                   {Family::gemma3_text, "Gemma3ForCausalLM", "gemma3_text", false, read_gemma},
-                                   {Family::phi3, "Phi3ForCausalLM", "phi3", false, read_phi3}};
+constexpr FamilyRow kFamilies[] = {
+    {Family::llama, "LlamaForCausalLM", "llama", false, nullptr},
+    {Family::mistral, "MistralForCausalLM", "mistral", false, nullptr},
+    {Family::qwen2, "Qwen2ForCausalLM", "qwen2", false, nullptr},
+    {Family::mimo, "MiMoForCausalLM", "mimo", false, read_mimo},
+    {Family::qwen3, "Qwen3ForCausalLM", "qwen3", false, nullptr},
+    {Family::qwen3_moe, "Qwen3MoeForCausalLM", "qwen3_moe", true, nullptr},
+    {Family::mixtral, "MixtralForCausalLM", "mixtral", true, nullptr},
+    {Family::gpt_oss, "GptOssForCausalLM", "gpt_oss", true, nullptr},
+    {Family::gemma2, "Gemma2ForCausalLM", "gemma2", false, read_gemma},
+    {Family::gemma3_text, "Gemma3ForCausalLM", "gemma3_text", false, read_gemma},
+    {Family::phi3, "Phi3ForCausalLM", "phi3", false, read_phi3},
+    {Family::deepseek_v3, "DeepseekV3ForCausalLM", "deepseek_v3", true, read_deepseek, "kimi_k2"},
+    {Family::glm4_moe, "Glm4MoeForCausalLM", "glm4_moe", true, read_glm4_moe},
+    {Family::glm4_moe_lite, "Glm4MoeLiteForCausalLM", "glm4_moe_lite", true, read_deepseek}};
 
 // "A, B, ... or Z": the supported architectures, for the refusal of any other.
 std::string family_list() {
@@ -70,8 +78,11 @@ constexpr const char* kForeignMathFields[] = {
     "query_pre_attn_scalar"};
 
 // The expert layout of the MoE families (transformers' modeling_qwen3_moe, _mixtral, _gpt_oss).
+void read_sigmoid_moe(const Reader& r, TargetConfig& c);
+
 void read_moe(const Reader& r, TargetConfig& c) {
   const auto t = c.family;
+  if (t == Family::deepseek_v3 || t == Family::glm4_moe || t == Family::glm4_moe_lite) return read_sigmoid_moe(r, c);
   const char* experts_key = t == Family::qwen3_moe && r.has("num_experts") ? "num_experts" : "num_local_experts";
   // Bounded before anything is made per expert; the checkpoint is compared with it at load.
   c.num_experts = r.bounded_or(experts_key, t == Family::mixtral ? 8 : 128, t == Family::qwen3_moe ? 0 : 1,
@@ -114,6 +125,87 @@ void read_moe(const Reader& r, TargetConfig& c) {
   }
 }
 
+// The defaults of transformers' configs for the sigmoid-routed families (DeepseekV3Config, Glm4MoeConfig,
+// Glm4MoeLiteConfig): experts, per token, expert width, scaling, groups kept of groups, dense first layers.
+struct SigmoidMoeDefaults {
+  std::int64_t experts, per_token, width;
+  double scaling;
+  std::int64_t groups, kept, dense;
+};
+SigmoidMoeDefaults sigmoid_moe_defaults(Family f) {
+  if (f == Family::deepseek_v3) return {256, 8, 2048, 2.5, 8, 4, 3};
+  if (f == Family::glm4_moe) return {128, 8, 1408, 1.0, 1, 1, 1};
+  return {64, 4, 1536, 1.8, 1, 1, 1};  // glm4_moe_lite
+}
+
+// DeepSeek-V3 and GLM-4.5's mixture of experts (transformers' DeepseekV3MoE, Glm4MoeMoE): n_routed_experts
+// behind the sigmoid router with grouped top-k (MoeRouting::sigmoid_grouped), n_shared_experts' MLP beside
+// them, dense MLPs (intermediate_size) in the first first_k_dense_replace layers (GLM-4.7-Flash:
+// mlp_layer_types, by default the first layer dense).
+void read_sigmoid_moe(const Reader& r, TargetConfig& c) {
+  const auto d = sigmoid_moe_defaults(c.family);
+  namespace lim = model::limits;
+  c.num_experts = r.bounded_or("n_routed_experts", d.experts, 1, lim::kMaxExperts);
+  c.experts_per_token = r.integer_or("num_experts_per_tok", d.per_token);
+  c.moe_intermediate_size = r.bounded_or("moe_intermediate_size", d.width, 1, lim::kMaxSize);
+  c.norm_topk_prob = r.boolean_or("norm_topk_prob", true);
+  c.routing = MoeRouting::sigmoid_grouped;
+  c.routing_weights_fp32 = true;  // the fp32 router's weights multiply each expert's output before the cast
+  c.routed_scaling_factor = r.number_in("routed_scaling_factor", d.scaling, 1e-6, 1e12);
+  c.n_group = r.bounded_or("n_group", d.groups, 1, lim::kMaxExperts);
+  c.topk_group = r.bounded_or("topk_group", d.kept, 1, lim::kMaxExperts);
+  EAGLE_CHECK(c.topk_group <= c.n_group, r.bad("topk_group", "more groups kept than there are")
+                                             .expected(fmt::format("1..{} (n_group)", c.n_group))
+                                             .found(std::to_string(c.topk_group)));
+  // Each group's score is the sum of its two best experts (topk(2) per group), so a group holds at least two.
+  EAGLE_CHECK(c.num_experts % c.n_group == 0 && c.num_experts / c.n_group >= 2,
+              r.bad("n_group", "the experts must split into groups of at least two")
+                  .found(fmt::format("{} experts in {} groups", c.num_experts, c.n_group)));
+  const auto candidates = c.topk_group * (c.num_experts / c.n_group);
+  EAGLE_CHECK(c.experts_per_token >= 1 && c.experts_per_token <= candidates,
+              r.bad("num_experts_per_tok", "experts per token out of range")
+                  .expected(fmt::format("1..{} (the experts of topk_group {} groups)", candidates, c.topk_group))
+                  .found(std::to_string(c.experts_per_token)));
+  const auto shared = r.bounded_or("n_shared_experts", 1, 0, 64);
+  c.shared_intermediate_size = shared * c.moe_intermediate_size;
+  c.sparse_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), true);
+  if (c.family == Family::glm4_moe_lite && r.has("mlp_layer_types")) {
+    // Glm4MoeLiteDecoderLayer: "sparse" or "dense" per layer (first_k_dense_replace is not read).
+    const auto& types = r.j["mlp_layer_types"];
+    EAGLE_CHECK(types.is_array() && static_cast<std::int64_t>(types.size()) == c.num_hidden_layers,
+                r.bad("mlp_layer_types", "expected one MLP type per layer")
+                    .expected(fmt::format("a list of {} entries", c.num_hidden_layers))
+                    .found(types.dump()));
+    for (std::size_t l = 0; l < types.size(); ++l) {
+      EAGLE_CHECK(types[l] == "sparse" || types[l] == "dense",
+                  r.bad(fmt::format("mlp_layer_types[{}]", l), "unknown MLP type")
+                      .expected("sparse or dense")
+                      .found(types[l].dump()));
+      c.sparse_layers[l] = types[l] == "sparse";
+    }
+  } else {
+    const auto dense = c.family == Family::glm4_moe_lite
+                           ? std::min<std::int64_t>(1, c.num_hidden_layers)
+                           : r.bounded_or("first_k_dense_replace", d.dense, 0, c.num_hidden_layers);
+    for (std::int64_t l = 0; l < dense; ++l) c.sparse_layers[static_cast<std::size_t>(l)] = false;
+  }
+  // The original DeepSeek-V3 configs name their router; transformers computes only this one.
+  const auto scoring = r.string_or("scoring_func", "sigmoid");
+  EAGLE_CHECK(scoring == "sigmoid",
+              r.bad("scoring_func", "only the sigmoid router is implemented").expected("sigmoid").found(scoring));
+  const auto method = r.string_or("topk_method", "noaux_tc");
+  EAGLE_CHECK(method == "noaux_tc", r.bad("topk_method", "only the grouped top-k with a correction bias is implemented")
+                                        .expected("noaux_tc")
+                                        .found(method)
+                                        .hint("DeepSeek-V2's greedy and group_limited_greedy are not supported"));
+  const auto freq = r.integer_or("moe_layer_freq", 1);
+  EAGLE_CHECK(freq == 1, r.bad("moe_layer_freq", "every layer after first_k_dense_replace is a MoE layer")
+                             .expected("1")
+                             .found(std::to_string(freq)));
+  // The MTP layers (model.layers.{L + i}.*): transformers' default is 1; they are never loaded.
+  c.num_mtp_layers = r.bounded_or("num_nextn_predict_layers", r.bounded_or("num_mtp_layers", 1, 0, 16), 0, 16);
+}
+
 void read_fp8(const Reader& r, const json& q, TargetConfig& c);
 
 // A quantization_config: gpt-oss's MXFP4 experts are read (dequantized exactly at load); any other
@@ -148,7 +240,9 @@ void read_attention_types(const Reader& r, TargetConfig& c) {
   const auto t = c.family;
   const auto L = c.num_hidden_layers;
   const bool qwen = t == Family::qwen2 || t == Family::mimo || t == Family::qwen3 || t == Family::qwen3_moe;
-  const bool slides = qwen ? r.boolean_or("use_sliding_window", false) : true;
+  // DeepSeek-V3, GLM-4.5 and GLM-4.7-Flash never slide (transformers' masks ignore sliding_window there).
+  const bool full_only = t == Family::deepseek_v3 || t == Family::glm4_moe || t == Family::glm4_moe_lite;
+  const bool slides = qwen ? r.boolean_or("use_sliding_window", false) : !full_only;
   const bool gemma = t == Family::gemma2 || t == Family::gemma3_text;
   const std::int64_t default_window = t == Family::gpt_oss ? 128 : (gemma ? 4096 : 0);
   const auto window = slides ? r.integer_or("sliding_window", qwen ? 4096 : default_window) : 0;
@@ -183,11 +277,11 @@ void read_attention_types(const Reader& r, TargetConfig& c) {
     if (c.layer_windows.empty()) c.layer_windows.assign(sliding.size(), 0);
     c.layer_windows[l] = window;
   }
-  EAGLE_CHECK(
-      window > 0 || !r.has("layer_types") || std::find(sliding.begin(), sliding.end(), true) == sliding.end() || qwen,
-      r.bad("sliding_window", "sliding_attention layers need a window (0 and null mean none)")
-          .expected("a window of 1 or more tokens")
-          .found(r.has("sliding_window") ? r.j["sliding_window"].dump() : "null"));
+  EAGLE_CHECK(window > 0 || !r.has("layer_types") || std::find(sliding.begin(), sliding.end(), true) == sliding.end() ||
+                  qwen || full_only,
+              r.bad("sliding_window", "sliding_attention layers need a window (0 and null mean none)")
+                  .expected("a window of 1 or more tokens")
+                  .found(r.has("sliding_window") ? r.j["sliding_window"].dump() : "null"));
 }
 
 // Gemma 2 and 3 (transformers' modeling_gemma2, _gemma3): norms, embedding scale, attention scale,
@@ -220,6 +314,61 @@ void read_phi3(const Reader& r, TargetConfig& c) {
 // the target does not load (MTP.md 2.4); 0 or absent: none.
 void read_mimo(const Reader& r, TargetConfig& c) {
   c.num_mtp_layers = r.bounded_or("num_nextn_predict_layers", 0, 0, 16);
+}
+
+// DeepSeek-V3's multi-head latent attention (transformers' DeepseekV3Attention): the LoRA ranks and head
+// widths, read before the RoPE (whose rotary width is qk_rope_head_dim: DeepseekV3Config sets head_dim to it).
+void read_mla_dims(const Reader& r, TargetConfig& c) {
+  namespace lim = model::limits;
+  const bool lite = c.family == Family::glm4_moe_lite;  // Glm4MoeLiteConfig's defaults, else DeepseekV3Config's
+  // null: q_proj straight from the hidden state (Moonlight); absent: transformers' default.
+  c.q_lora_rank = r.j.contains("q_lora_rank") ? r.bounded_or("q_lora_rank", 0, 1, lim::kMaxSize) : (lite ? 768 : 1536);
+  c.kv_lora_rank = r.bounded_or("kv_lora_rank", 512, 1, lim::kMaxSize);
+  c.qk_nope_head_dim = r.bounded_or("qk_nope_head_dim", lite ? 192 : 128, 1, lim::kMaxHeadDim);
+  c.qk_rope_head_dim = r.bounded_or("qk_rope_head_dim", 64, 2, lim::kMaxHeadDim);
+  c.v_head_dim = r.bounded_or("v_head_dim", lite ? 256 : 128, 1, lim::kMaxHeadDim);
+  EAGLE_CHECK(c.qk_rope_head_dim % 2 == 0,
+              r.bad("qk_rope_head_dim", "must be even for RoPE").found(std::to_string(c.qk_rope_head_dim)));
+  EAGLE_CHECK(c.qk_nope_head_dim + c.qk_rope_head_dim <= lim::kMaxHeadDim,
+              r.bad("qk_nope_head_dim", "query/key head width (qk_nope_head_dim + qk_rope_head_dim) out of range")
+                  .expected(fmt::format("at most {}", lim::kMaxHeadDim))
+                  .found(std::to_string(c.qk_nope_head_dim + c.qk_rope_head_dim)));
+  // transformers builds one key and value per query head (kv_b_proj), then repeat_kv by heads / kv_heads:
+  // only equal counts compute.
+  EAGLE_CHECK(c.num_key_value_heads == c.num_attention_heads,
+              r.bad("num_key_value_heads", "multi-head latent attention has one key/value head per query head")
+                  .expected(std::to_string(c.num_attention_heads))
+                  .found(std::to_string(c.num_key_value_heads)));
+  c.head_dim = c.qk_rope_head_dim;  // the RoPE's width until read_rope_layers has read it
+}
+
+// DeepSeek-V3 (and Kimi-K2, Moonlight; transformers' modeling_deepseek_v3) and GLM-4.7-Flash
+// (glm4_moe_lite, whose attention is DeepseekV3Attention): MLA (read_mla_dims), the
+// softmax scale qk_head_dim^-1/2 times mscale^2 (yarn_apply_mscale: any non-default RoPE with
+// mscale_all_dim), attention_bias on q_a_proj, kv_a_proj_with_mqa and o_proj, the interleaved RoPE.
+void read_deepseek(const Reader& r, TargetConfig& c) {
+  c.attention_bias = c.o_bias = r.boolean_or("attention_bias", false);
+  c.rope_interleave = r.boolean_or("rope_interleave", true);
+  double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  const char* key = r.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
+  if (c.rope.type != "default" && r.has(key) && r.j[key].is_object()) {
+    const Reader p{r.path, r.j[key]};
+    const double all_dim = p.number_or("mscale_all_dim", 0.0);
+    // yarn_get_mscale(factor, mscale_all_dim): 1 for factors up to 1.
+    if (all_dim != 0.0 && c.rope.factor > 1.0) {
+      const double mscale = 0.1 * all_dim * std::log(c.rope.factor) + 1.0;
+      scale *= mscale * mscale;
+    }
+  }
+  c.attention_scale = scale;
+}
+
+// GLM-4.5 / 4.6 (transformers' modeling_glm4_moe): attention_bias on q/k/v only (o_proj never), q/k
+// RMSNorm per head with use_qk_norm, partial RoPE (partial_rotary_factor, default 0.5: read_rope_layers).
+void read_glm4_moe(const Reader& r, TargetConfig& c) {
+  c.attention_bias = r.boolean_or("attention_bias", false);
+  c.o_bias = false;
+  c.qk_norm = r.boolean_or("use_qk_norm", false);
 }
 
 // FP8 block-scaled checkpoints (fine-grained FP8: e4m3 weights, weight_scale_inv per block).
@@ -268,9 +417,13 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
     if (c.architecture == f.architecture) fam = &f;
   EAGLE_CHECK(fam != nullptr,
               r.bad("architectures", "unsupported architecture").expected(family_list()).found(c.architecture));
-  EAGLE_CHECK(
-      c.model_type == fam->model_type,
-      r.bad("model_type", "model_type does not match the architecture").expected(fam->model_type).found(c.model_type));
+  const bool alias = fam->model_type_alias != nullptr && c.model_type == fam->model_type_alias;
+  EAGLE_CHECK(c.model_type == fam->model_type || alias,
+              r.bad("model_type", "model_type does not match the architecture")
+                  .expected(alias || fam->model_type_alias == nullptr
+                                ? std::string(fam->model_type)
+                                : fmt::format("{} or {}", fam->model_type, fam->model_type_alias))
+                  .found(c.model_type));
   c.family = fam->family;
   const auto t = c.family;
 
@@ -288,7 +441,9 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
   EAGLE_CHECK(c.num_attention_heads % c.num_key_value_heads == 0,
               r.bad("num_key_value_heads", "must divide num_attention_heads")
                   .found(fmt::format("{} heads, {} key/value heads", c.num_attention_heads, c.num_key_value_heads)));
-  if (r.has("head_dim")) {
+  if (t == Family::deepseek_v3 || t == Family::glm4_moe_lite) {
+    read_mla_dims(r, c);  // head_dim: the RoPE's width here, each head's query/key width after read_rope_layers
+  } else if (r.has("head_dim")) {
     c.head_dim = r.bounded("head_dim", 1, lim::kMaxHeadDim);
   } else {
     EAGLE_CHECK(c.hidden_size % c.num_attention_heads == 0,
@@ -317,6 +472,7 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
                   .expected("float32, bfloat16 or float16")
                   .found(c.dtype));
   read_rope_layers(r, c);
+  if (c.mla()) c.head_dim = c.qk_nope_head_dim + c.qk_rope_head_dim;
 
   // Bias and normalisation layout per family (as in transformers' modeling files).
   const bool attention_bias = r.boolean_or("attention_bias", t == Family::gpt_oss);
@@ -346,6 +502,7 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
     const std::string k = key;
     if (gemma && (k == "attn_logit_softcapping" || k == "final_logit_softcapping" || k == "query_pre_attn_scalar"))
       continue;  // Gemma's own fields (read above)
+    if (t == Family::glm4_moe && k == "use_qk_norm") continue;  // GLM-4.5's own (read_glm4_moe)
     // One rule in every family: a soft cap of 0 means none, as null does.
     if (std::find(std::begin(kNoneMeansZero), std::end(kNoneMeansZero), k) != std::end(kNoneMeansZero) && r.has(key) &&
         r.j[key].is_number() && r.j[key].get<double>() == 0.0)

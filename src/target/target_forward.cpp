@@ -38,7 +38,17 @@ TargetOutput TargetModel::forward(const TargetBatch& batch, const TeacherSpec& t
   const double scale = target_attention_scale(m.cfg);
   const Impl::Attend attend = [&](std::size_t, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                   const model::AttentionExtras& extras) {
-    return model::layout_attention(q, k, v, layout, scale, extras);
+    const auto dv = v.size(-1), d = q.size(-1);
+    if (dv == d) return model::layout_attention(q, k, v, layout, scale, extras);
+    // MLA's values may be narrower (DeepSeek-V3: 128 of 192) or wider than its queries and keys: zero
+    // columns pad the narrower to the kernels' one head width (as transformers pads values for flash
+    // attention; zeros in q and k change no score, in v no output) and are dropped after; exact.
+    if (dv < d) {
+      const auto padded = torch::constant_pad_nd(v, {0, d - dv});
+      return model::layout_attention(q, k, padded, layout, scale, extras).narrow(-1, 0, dv);
+    }
+    return model::layout_attention(torch::constant_pad_nd(q, {0, dv - d}), torch::constant_pad_nd(k, {0, dv - d}), v,
+                                   layout, scale, extras);
   };
 
   // Each aux hidden state is copied into its slot of the output as it is made (joining them at the
@@ -110,7 +120,7 @@ KvCache TargetModel::new_cache(std::int64_t batch, std::int64_t capacity) const 
   const auto opts = torch::TensorOptions().dtype(impl_->dtype).device(impl_->device);
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
     cache.keys.push_back(torch::zeros({batch, c.num_key_value_heads, capacity, c.head_dim}, opts));
-    cache.values.push_back(torch::zeros({batch, c.num_key_value_heads, capacity, c.head_dim}, opts));
+    cache.values.push_back(torch::zeros({batch, c.num_key_value_heads, capacity, c.value_head_dim()}, opts));
   }
   return cache;
 }

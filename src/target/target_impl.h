@@ -44,8 +44,13 @@ void check_fits(const TargetConfig& c, torch::ScalarType dtype, torch::Device de
 struct TargetLayerWeights {
   torch::Tensor input_norm, post_norm;      // [H]; Gemma: post_norm is the attention output's norm
   torch::Tensor pre_ff_norm, post_ff_norm;  // [H] Gemma's norms before and after the MLP, or undefined
-  torch::Tensor qkv_w, qkv_b;    // [(heads + 2 kv_heads) * head_dim, H]; bias undefined unless attention_bias
-  torch::Tensor o_w, o_b;        // [H, heads * head_dim]; bias undefined unless o_bias
+  // [(heads + 2 kv_heads) * head_dim, H]; bias undefined unless attention_bias. MLA: the projections of
+  // the hidden state fused, q_a_proj (or q_proj) rows then kv_a_proj_with_mqa's [kv_lora_rank + qk_rope_head_dim].
+  torch::Tensor qkv_w, qkv_b;
+  // MLA: q_a_layernorm [q_lora_rank] and q_b_proj [heads * head_dim, q_lora_rank] (undefined with
+  // q_lora_rank 0), kv_a_layernorm [kv_lora_rank], kv_b_proj [heads * (qk_nope + v), kv_lora_rank].
+  torch::Tensor q_a_norm, q_b_w, kv_a_norm, kv_b_w;
+  torch::Tensor o_w, o_b;        // [H, heads * value_head_dim]; bias undefined unless o_bias
   torch::Tensor q_norm, k_norm;  // [head_dim] (Qwen3) or undefined
   torch::Tensor gate_up_w;       // [2 I, H]: gate rows then up rows (dense MLP layers)
   torch::Tensor down_w;          // [H, I]
@@ -55,7 +60,19 @@ struct TargetLayerWeights {
   // down [E, H, I], with biases [E, 2 I] and [E, H] where the family has them.
   torch::Tensor router_w, router_b;
   torch::Tensor experts_gate_up, experts_gate_up_b, experts_down, experts_down_b;
+  // sigmoid_grouped routing: e_score_correction_bias [E] (fp32, as transformers keeps it), and the shared
+  // experts' MLP [2 I_s, H] (gate rows then up) and [H, I_s], or undefined.
+  torch::Tensor router_score_bias, shared_gate_up, shared_down;
 };
+
+// The attention inputs of an MLA layer (target_mla.cpp) from its normed input h [B, T, H]: q and k
+// [B, T, heads, qk_nope + qk_rope] (k's rope part the one shared key, broadcast), v [B, T, heads, v_head_dim],
+// with RoPE applied (interleaved pairs where rope_interleave) from cos, sin [B, T, qk_rope_head_dim].
+struct MlaQkv {
+  torch::Tensor q, k, v;
+};
+MlaQkv mla_qkv(const TargetConfig& c, const TargetLayerWeights& w, const torch::Tensor& h, const torch::Tensor& cos,
+               const torch::Tensor& sin);
 
 // 1 + the largest position of each token's run of equal document ids: its sample's length, [B, T].
 torch::Tensor document_lengths(const torch::Tensor& position_ids, const torch::Tensor& document_ids);

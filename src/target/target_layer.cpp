@@ -54,14 +54,27 @@ double target_attention_scale(const TargetConfig& config) {
   return config.attention_scale > 0 ? config.attention_scale : 1.0 / std::sqrt(static_cast<double>(config.head_dim));
 }
 
-torch::Tensor TargetModel::Impl::mlp(std::size_t l, const torch::Tensor& h) const {
-  const auto& w = layers[l];
-  if (cfg.sparse(static_cast<std::int64_t>(l))) return moe(w, h);
-  const auto I = cfg.intermediate_size;
-  auto gu = torch::linear(h, w.gate_up_w);
+namespace {
+
+// A gated MLP from fused gate-and-up rows [2 I, H] and down [H, I].
+torch::Tensor gated_mlp(const TargetConfig& cfg, const torch::Tensor& h, const torch::Tensor& gate_up_w,
+                        const torch::Tensor& down_w) {
+  const auto I = down_w.size(1);
+  auto gu = torch::linear(h, gate_up_w);
   auto gate = gu.narrow(-1, 0, I);
   auto act = cfg.hidden_act == "gelu_pytorch_tanh" ? torch::gelu(gate, "tanh") : torch::silu(gate);
-  return torch::linear(act * gu.narrow(-1, I, I), w.down_w);
+  return torch::linear(act * gu.narrow(-1, I, I), down_w);
+}
+
+}  // namespace
+
+torch::Tensor TargetModel::Impl::mlp(std::size_t l, const torch::Tensor& h) const {
+  const auto& w = layers[l];
+  if (!cfg.sparse(static_cast<std::int64_t>(l))) return gated_mlp(cfg, h, w.gate_up_w, w.down_w);
+  auto y = moe(w, h);
+  // DeepSeek-V3, GLM-4.5: the routed experts' sum, then the shared experts' MLP of the same input added.
+  if (w.shared_gate_up.defined()) y = y + gated_mlp(cfg, h, w.shared_gate_up, w.shared_down);
+  return y;
 }
 
 torch::Tensor TargetModel::Impl::layer(std::size_t l, const torch::Tensor& x, const RopeTables& rope,
@@ -72,24 +85,32 @@ torch::Tensor TargetModel::Impl::layer(std::size_t l, const torch::Tensor& x, co
   const auto window = cfg.window(static_cast<std::int64_t>(l));
 
   auto h = norm(x, w.input_norm);
-  auto qkv = torch::linear(h, w.qkv_w, w.qkv_b);
-  // Token-major [B, T, heads, d] throughout: the layout of variable-length flash attention, so the
-  // kernels get views, not copies.
-  auto q = qkv.narrow(-1, 0, nh * hd).view({B, T, nh, hd});
-  auto k = qkv.narrow(-1, nh * hd, kvh * hd).view({B, T, kvh, hd});
-  auto v = qkv.narrow(-1, (nh + kvh) * hd, kvh * hd).view({B, T, kvh, hd});
-  if (cfg.qk_norm) {
-    q = norm(q, w.q_norm);
-    k = norm(k, w.k_norm);
-  }
   const bool local = window > 0 && rope.local_cos.defined();
   const auto& cos = local ? rope.local_cos : rope.cos;
   const auto& sin = local ? rope.local_sin : rope.sin;
-  q = model::apply_rope(q, cos, sin, /*head_axis=*/2);
-  k = model::apply_rope(k, cos, sin, /*head_axis=*/2);
+  // Token-major [B, T, heads, d] throughout: the layout of variable-length flash attention, so the
+  // kernels get views, not copies.
+  torch::Tensor q, k, v;
+  if (cfg.mla()) {
+    auto m = mla_qkv(cfg, w, h, cos, sin);  // RoPE applied; v of value_head_dim
+    q = m.q;
+    k = m.k;
+    v = m.v;
+  } else {
+    auto qkv = torch::linear(h, w.qkv_w, w.qkv_b);
+    q = qkv.narrow(-1, 0, nh * hd).view({B, T, nh, hd});
+    k = qkv.narrow(-1, nh * hd, kvh * hd).view({B, T, kvh, hd});
+    v = qkv.narrow(-1, (nh + kvh) * hd, kvh * hd).view({B, T, kvh, hd});
+    if (cfg.qk_norm) {
+      q = norm(q, w.q_norm);
+      k = norm(k, w.k_norm);
+    }
+    q = model::apply_rope(q, cos, sin, /*head_axis=*/2);
+    k = model::apply_rope(k, cos, sin, /*head_axis=*/2);
+  }
   const model::AttentionExtras extras{window, w.sinks, cfg.attn_softcap};
-  auto o = attend(l, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), extras);  // [B, heads, T, d]
-  o = o.transpose(1, 2).reshape({B, T, nh * hd});
+  auto o = attend(l, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), extras);  // [B, heads, T, d_v]
+  o = o.transpose(1, 2).reshape({B, T, nh * cfg.value_head_dim()});
   // The position-wise rest (o_proj, residual, MLP or experts) acts on each token alone, so it runs in
   // chunks of chunk_tokens positions: its [.., T, 2 I] temporaries are bounded by the chunk, not T.
   const auto rest = [&](const torch::Tensor& xc, const torch::Tensor& oc) {

@@ -1,6 +1,8 @@
-// The mixture-of-experts layers of the target (Qwen3-MoE, Mixtral, gpt-oss): routing as each
+// The mixture-of-experts layers of the target (Qwen3-MoE, Mixtral, gpt-oss, DeepSeek-V3, GLM-4.5): routing as each
 // family's transformers module computes it, the tokens sorted by expert and run through grouped
 // matmuls, and the MXFP4 dequantization of gpt-oss checkpoints.
+#include <limits>
+
 #include <fmt/format.h>
 
 #include "eagle/util/error.h"
@@ -43,18 +45,41 @@ torch::Tensor grouped_linear(const torch::Tensor& x, const torch::Tensor& counts
   return out;
 }
 
+// DeepSeek-V3 / GLM-4.5's router (DeepseekV3TopkRouter, Glm4MoeTopkRouter) on fp32 logits [N, E]: the
+// (weights [N, k] fp32, chosen [N, k]) pairs. Device work only (no host synchronisation).
+std::pair<torch::Tensor, torch::Tensor> sigmoid_grouped_route(const TargetConfig& c, const torch::Tensor& logits,
+                                                              const torch::Tensor& score_bias) {
+  const auto E = c.num_experts, G = c.n_group;
+  const auto scores = logits.sigmoid();
+  const auto choice = scores + score_bias;
+  // A group's score: the sum of its two best; the topk_group best groups stay, the other experts drop out.
+  const auto group_scores = std::get<0>(choice.view({-1, G, E / G}).topk(2, -1)).sum(-1);
+  const auto groups = std::get<1>(group_scores.topk(c.topk_group, -1, /*largest=*/true, /*sorted=*/false));
+  const auto group_mask = torch::zeros_like(group_scores).scatter_(1, groups, 1.0);
+  const auto keep = group_mask.unsqueeze(-1).expand({-1, G, E / G}).reshape({-1, E}).to(torch::kBool);
+  const auto masked = choice.masked_fill(keep.logical_not(), -std::numeric_limits<float>::infinity());
+  auto chosen = std::get<1>(masked.topk(c.experts_per_token, -1, /*largest=*/true, /*sorted=*/false));
+  auto weights = scores.gather(1, chosen);
+  if (c.norm_topk_prob) weights = weights / (weights.sum(-1, /*keepdim=*/true) + 1e-20);
+  return {weights * c.routed_scaling_factor, chosen};
+}
+
 }  // namespace
 
 torch::Tensor TargetModel::Impl::moe(const TargetLayerWeights& w, const torch::Tensor& x) const {
   const auto H = x.size(-1), k = cfg.experts_per_token, E = cfg.num_experts;
   const auto flat = x.reshape({-1, H});
-  const auto logits = torch::linear(flat, w.router_w, w.router_b);  // [N, E]
   torch::Tensor weights, chosen;
-  if (cfg.routing == MoeRouting::softmax_topk) {
+  if (cfg.routing == MoeRouting::sigmoid_grouped) {  // the router in fp32, whatever the model's dtype
+    const auto logits = torch::linear(flat.to(torch::kFloat32), w.router_w.to(torch::kFloat32));
+    std::tie(weights, chosen) = sigmoid_grouped_route(cfg, logits, w.router_score_bias);
+  } else if (cfg.routing == MoeRouting::softmax_topk) {
+    const auto logits = torch::linear(flat, w.router_w, w.router_b);  // [N, E]
     std::tie(weights, chosen) = torch::softmax(logits.to(torch::kFloat32), -1).topk(k, -1);
     if (cfg.norm_topk_prob) weights = weights / weights.sum(-1, /*keepdim=*/true);
     if (!cfg.routing_weights_fp32) weights = weights.to(logits.scalar_type());
   } else {
+    const auto logits = torch::linear(flat, w.router_w, w.router_b);
     auto [top, idx] = logits.topk(k, -1);
     weights = torch::softmax(top, -1);
     chosen = idx;

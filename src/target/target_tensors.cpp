@@ -42,7 +42,6 @@ void gpt_oss_experts(const TargetConfig& c, const std::string& p, std::map<std::
   }
 }
 
-// Every tensor the config implies, with its shape.
 // Each FP8 projection weight's block scales, [ceil(rows / b0), ceil(columns / b1)] fp32.
 void add_fp8_scales(const TargetConfig& c, std::map<std::string, std::vector<std::int64_t>>& e) {
   std::vector<std::pair<std::string, std::vector<std::int64_t>>> scales;
@@ -52,6 +51,27 @@ void add_fp8_scales(const TargetConfig& c, std::map<std::string, std::vector<std
           {name + "_scale_inv",
            {(shape[0] + c.fp8_block[0] - 1) / c.fp8_block[0], (shape[1] + c.fp8_block[1] - 1) / c.fp8_block[1]}});
   for (auto& [name, shape] : scales) e[name] = shape;
+}
+
+// DeepSeek-V3's multi-head latent attention (DeepseekV3Attention's modules); attention_bias puts a bias on
+// q_a_proj, kv_a_proj_with_mqa and o_proj (q_proj and the b projections never have one).
+void mla_tensors(const TargetConfig& c, const std::string& p, std::map<std::string, std::vector<std::int64_t>>& e) {
+  const auto H = c.hidden_size, nh = c.num_attention_heads, qk = c.qk_nope_head_dim + c.qk_rope_head_dim;
+  const auto a = p + "self_attn.";
+  if (c.q_lora_rank > 0) {
+    e[a + "q_a_proj.weight"] = {c.q_lora_rank, H};
+    if (c.attention_bias) e[a + "q_a_proj.bias"] = {c.q_lora_rank};
+    e[a + "q_a_layernorm.weight"] = {c.q_lora_rank};
+    e[a + "q_b_proj.weight"] = {nh * qk, c.q_lora_rank};
+  } else {
+    e[a + "q_proj.weight"] = {nh * qk, H};
+  }
+  e[a + "kv_a_proj_with_mqa.weight"] = {c.kv_lora_rank + c.qk_rope_head_dim, H};
+  if (c.attention_bias) e[a + "kv_a_proj_with_mqa.bias"] = {c.kv_lora_rank + c.qk_rope_head_dim};
+  e[a + "kv_a_layernorm.weight"] = {c.kv_lora_rank};
+  e[a + "kv_b_proj.weight"] = {nh * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank};
+  e[a + "o_proj.weight"] = {H, nh * c.v_head_dim};
+  if (c.o_bias) e[a + "o_proj.bias"] = {H};
 }
 
 }  // namespace
@@ -76,20 +96,22 @@ std::map<std::string, std::vector<std::int64_t>> expected_tensors(const TargetCo
       e[p + "pre_feedforward_layernorm.weight"] = {H};
       e[p + "post_feedforward_layernorm.weight"] = {H};
     }
-    if (c.fused_checkpoint) {
+    if (c.mla()) {
+      mla_tensors(c, p, e);
+    } else if (c.fused_checkpoint) {
       e[p + "self_attn.qkv_proj.weight"] = {q + 2 * kv, H};
     } else {
       e[p + "self_attn.q_proj.weight"] = {q, H};
       e[p + "self_attn.k_proj.weight"] = {kv, H};
       e[p + "self_attn.v_proj.weight"] = {kv, H};
     }
-    e[p + "self_attn.o_proj.weight"] = {H, q};
-    if (c.attention_bias) {
+    if (!c.mla()) e[p + "self_attn.o_proj.weight"] = {H, q};
+    if (c.attention_bias && !c.mla()) {
       e[p + "self_attn.q_proj.bias"] = {q};
       e[p + "self_attn.k_proj.bias"] = {kv};
       e[p + "self_attn.v_proj.bias"] = {kv};
     }
-    if (c.o_bias) e[p + "self_attn.o_proj.bias"] = {H};
+    if (c.o_bias && !c.mla()) e[p + "self_attn.o_proj.bias"] = {H};
     if (c.qk_norm) {
       e[p + "self_attn.q_norm.weight"] = {D};
       e[p + "self_attn.k_norm.weight"] = {D};
@@ -109,6 +131,15 @@ std::map<std::string, std::vector<std::int64_t>> expected_tensors(const TargetCo
     const auto E = c.num_experts, Ie = c.moe_intermediate_size;
     e[n.router] = {E, H};
     if (c.router_bias) e[n.router_bias] = {E};
+    if (c.routing == MoeRouting::sigmoid_grouped) {  // DeepSeek-V3, GLM-4.5
+      e[p + "mlp.gate.e_score_correction_bias"] = {E};
+      if (c.shared_intermediate_size > 0) {
+        const auto Is = c.shared_intermediate_size;
+        e[p + "mlp.shared_experts.gate_proj.weight"] = {Is, H};
+        e[p + "mlp.shared_experts.up_proj.weight"] = {Is, H};
+        e[p + "mlp.shared_experts.down_proj.weight"] = {H, Is};
+      }
+    }
     if (c.family == Family::gpt_oss) {
       gpt_oss_experts(c, p, e);
       continue;
@@ -188,6 +219,15 @@ void assemble_experts(const TargetConfig& c, const std::string& p, TargetLayerWe
   const auto n = expert_names(c, p);
   w.router_w = get(n.router);
   if (c.router_bias) w.router_b = get(n.router_bias);
+  if (c.routing == MoeRouting::sigmoid_grouped) {
+    // fp32 as transformers keeps it (_keep_in_fp32_modules_strict), whatever the model's dtype.
+    w.router_score_bias = get(p + "mlp.gate.e_score_correction_bias").to(torch::kFloat32);
+    if (c.shared_intermediate_size > 0) {
+      w.shared_gate_up =
+          torch::cat({get(p + "mlp.shared_experts.gate_proj.weight"), get(p + "mlp.shared_experts.up_proj.weight")});
+      w.shared_down = get(p + "mlp.shared_experts.down_proj.weight");
+    }
+  }
   if (c.family != Family::gpt_oss) {
     std::vector<torch::Tensor> gate_up, down;
     for (std::int64_t e = 0; e < c.num_experts; ++e) {

@@ -1,5 +1,6 @@
 // The frozen target model: Llama-family decoders (Llama 2/3/3.x, Mistral, Qwen2, MiMo, Qwen3) and the
-// mixture-of-experts families Qwen3-MoE, Mixtral and gpt-oss, read from a Hugging Face checkpoint
+// mixture-of-experts families Qwen3-MoE, Mixtral, gpt-oss, DeepSeek-V3 and GLM-4.7-Flash (multi-head
+// latent attention) and GLM-4.5, read from a Hugging Face checkpoint
 // folder, run without gradients for training features and teacher outputs, and incrementally with
 // a KV cache for acceptance evaluation.
 #pragma once
@@ -25,17 +26,37 @@ enum class MoeRouting {
   softmax_topk,  // Qwen3-MoE, Mixtral: softmax over all experts in fp32, the k largest (renormalised
                  // over the k when norm_topk_prob)
   topk_softmax,  // gpt-oss: the k largest logits (router with bias), softmax over those k
+  // DeepSeek-V3, GLM-4.5: fp32 sigmoid scores; the choice from scores + e_score_correction_bias within the
+  // topk_group best of n_group groups (a group's score: its two best); weights the chosen raw scores
+  // (renormalised when norm_topk_prob) times routed_scaling_factor, kept in fp32
+  sigmoid_grouped,
 };
 
 // The supported families, one per row of target_config.cpp's family table (its architecture,
 // model_type, MoE bit and reader); the forward code never asks for a family, only for the flags below.
-enum class Family { llama, mistral, qwen2, mimo, qwen3, qwen3_moe, mixtral, gpt_oss, gemma2, gemma3_text, phi3 };
+enum class Family {
+  llama,
+  mistral,
+  qwen2,
+  mimo,
+  qwen3,
+  qwen3_moe,
+  mixtral,
+  gpt_oss,
+  gemma2,
+  gemma3_text,
+  phi3,
+  deepseek_v3,
+  glm4_moe,
+  glm4_moe_lite
+};
 
 struct TargetConfig {
   std::string architecture;  // config.json "architectures"[0], e.g. LlamaForCausalLM
   std::string model_type;    // config.json model_type, as the family's row spells it (printed by inspect)
   Family family = Family::llama;  // read once from architectures and model_type
   std::int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0;
+  // head_dim: the width of each head's queries and keys (MLA: qk_nope_head_dim + qk_rope_head_dim).
   std::int64_t num_attention_heads = 0, num_key_value_heads = 0, head_dim = 0;
   std::int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
@@ -48,9 +69,16 @@ struct TargetConfig {
   std::string dtype = "float32";    // torch_dtype (4.x) or dtype (5.x)
   std::vector<std::int64_t> eos_token_ids;
   std::int64_t bos_token_id = -1;
-  // MiMo: num_nextn_predict_layers, the shipped MTP layers (model.mtp_layers.{i}.*). The target never
-  // loads them; --draft mtp trains layer 0 (head/mtp_head.h).
+  // MiMo: num_nextn_predict_layers, the shipped MTP layers (model.mtp_layers.{i}.*; DeepSeek-V3 and
+  // GLM-4.5: model.layers.{num_hidden_layers + i}.*). The target never loads them; --draft mtp trains
+  // MiMo's layer 0 (head/mtp_head.h).
   std::int64_t num_mtp_layers = 0;
+  // Multi-head latent attention (DeepSeek-V3; kv_lora_rank > 0): q from q_a_proj, its norm and q_b_proj
+  // (q_lora_rank 0: q_proj), keys and values from the latent kv_a_proj_with_mqa (kv_lora_rank, normed,
+  // through kv_b_proj) plus one shared RoPE key of qk_rope_head_dim; values v_head_dim wide. rope_interleave:
+  // the rotary features come in (even, odd) pairs, as DeepSeek-V3 ships them.
+  std::int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+  bool rope_interleave = false;
 
   // Mixture of experts; num_experts 0: a dense MLP (intermediate_size) in every layer.
   std::int64_t num_experts = 0, experts_per_token = 0;
@@ -60,6 +88,10 @@ struct TargetConfig {
   bool norm_topk_prob = true;         // softmax_topk: renormalise the chosen k weights
   bool routing_weights_fp32 = false;  // Mixtral weighs the experts' outputs in fp32 (Qwen3-MoE: model dtype)
   bool router_bias = false, expert_bias = false;  // gpt-oss
+  // sigmoid_grouped routing (DeepSeek-V3, GLM-4.5): expert groups, the groups kept, the weights' factor,
+  // and the shared experts' MLP beside the routed ones (n_shared_experts x moe_intermediate_size; 0: none).
+  std::int64_t n_group = 1, topk_group = 1, shared_intermediate_size = 0;
+  double routed_scaling_factor = 1.0;
   // gpt-oss experts: gate and up interleaved in the checkpoint, clamped at swiglu_limit, activation
   // (up + 1) * gate * sigmoid(alpha * gate). Otherwise SiLU(gate) * up.
   bool clamped_swiglu = false;
@@ -86,6 +118,8 @@ struct TargetConfig {
   std::vector<std::string> fp8_skip;  // modules_to_not_convert: names containing one stay float
 
   bool moe() const { return num_experts > 0; }
+  bool mla() const { return kv_lora_rank > 0; }
+  std::int64_t value_head_dim() const { return mla() ? v_head_dim : head_dim; }  // each head's values
   bool sparse(std::int64_t layer) const { return moe() && sparse_layers.at(static_cast<std::size_t>(layer)); }
   std::int64_t window(std::int64_t layer) const {
     return layer_windows.empty() ? 0 : layer_windows.at(static_cast<std::size_t>(layer));
@@ -153,9 +187,10 @@ struct TargetEnds {
   torch::Tensor norm(const torch::Tensor& x) const { return target_norm(config, x, final_norm); }
 };
 
-// Per-layer key/value cache of one sequence batch, for incremental decoding.
+// Per-layer key/value cache of one sequence batch, for incremental decoding. MLA layers keep their
+// keys and values decompressed per head (values value_head_dim wide), not the latent.
 struct KvCache {
-  std::vector<torch::Tensor> keys, values;  // per layer [B, kv_heads, capacity, head_dim]
+  std::vector<torch::Tensor> keys, values;  // per layer [B, kv_heads, capacity, head_dim or value_head_dim]
   std::int64_t length = 0;                  // tokens currently cached
 };
 
