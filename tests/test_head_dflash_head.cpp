@@ -2,14 +2,17 @@
 // scripts/make_dflash_reference.py's independent PyTorch forward of vLLM's DFlashQwen3ForCausalLM
 // and of one training step: the blocks' logits, the loss and every gradient (soft and hard CE,
 // chunked and unchunked loss), the block-sparse attention against the dense mask, the anchors,
-// and the drafting rounds of vLLM's greedy loop.
+// the drafting rounds of vLLM's greedy loop, and the export vLLM 0.32 loads with its import.
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
 #include <ATen/CPUGeneratorImpl.h>
 
+#include <nlohmann/json.hpp>
+
 #include "eagle/head/dflash_attention.h"
 #include "eagle/head/dflash_head.h"
+#include "eagle/head/dflash_io.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/target/target.h"
 #include "helpers.h"
@@ -234,4 +237,55 @@ TEST_CASE("DFlash drafts vLLM's rounds: one forward per round over the cached co
     auto logits = h->parallel_logits(logit_cache, f, ids, 3);
     CHECK(torch::allclose(logits[0], ref.at("round_logits")[r], 1e-4, 1e-5));
   }
+}
+
+TEST_CASE("a DFlash export is the folder vLLM 0.32 loads, and it imports back bit for bit", "[head]") {
+  auto ref = reference();
+  auto h = reference_head(ref);
+  {
+    torch::NoGradGuard ng;
+    for (auto& p : h->named_parameters()) p.value().add_(0.01 * torch::randn_like(p.value()));
+  }
+  test::TempDir dir;
+  const auto out = (dir / "draft").string();
+  head::export_dflash(*h, out);
+  auto config = nlohmann::json::parse(test::read_file(dir / "draft" / "config.json"));
+  CHECK(config["architectures"][0] == "DFlashDraftModel");
+  CHECK(config["model_type"] == "qwen3");
+  CHECK(config["dflash_config"]["mask_token_id"] == 255);
+  CHECK(config["dflash_config"]["target_layer_ids"] == nlohmann::json::array({0, 1}));
+  CHECK(config["head_dim"] == 20);
+  CHECK(config["rope_theta"] == 1e6);
+  CHECK(config["rms_norm_eps"] == 1e-6);
+  CHECK(config["attention_bias"] == false);
+  CHECK(config["layer_types"] == nlohmann::json::array({"full_attention", "full_attention"}));
+  CHECK(config["block_size"] == 4);
+  auto file = model::load_safetensors(out + "/model.safetensors");
+  CHECK(file.size() == 25);
+  CHECK(file.count("fc.weight"));
+  CHECK(file.count("layers.1.self_attn.k_norm.weight"));
+  CHECK_FALSE(file.count("embed_tokens.weight"));  // vLLM shares the target's embedding and LM head
+  CHECK_FALSE(file.count("lm_head.weight"));
+  auto loaded = head::load_dflash_head(out);
+  const auto& c = loaded->config();
+  CHECK(c.dflash_block_size == 4);
+  CHECK(c.aux_layer_ids == h->config().aux_layer_ids);
+  CHECK(c.mask_token_id == 255);
+  CHECK(c.dflash_num_anchors == 5);
+  CHECK(c.dflash_decay_gamma == 4.0);
+  CHECK(c.rope.theta == h->config().rope.theta);
+  auto a = h->named_parameters(), b = loaded->named_parameters();
+  CHECK(a.size() == b.size());
+  for (const auto& p : a) {
+    INFO(p.key());
+    CHECK(torch::equal(p.value(), b[p.key()]));
+  }
+  CHECK_THROWS_WITH(head::export_dflash(*h, out), Catch::Contains("the output folder exists"));
+  // What vLLM would serve otherwise than this head computes is refused by name.
+  auto causal = config;
+  causal["dflash_config"]["causal"] = true;
+  CHECK_THROWS_WITH(head::dflash_config_from_json(causal, "config.json"), Catch::Contains("does not compute"));
+  auto window = config;
+  window["layer_types"][1] = "sliding_attention";
+  CHECK_THROWS_WITH(head::dflash_config_from_json(window, "config.json"), Catch::Contains("does not compute"));
 }
