@@ -409,6 +409,13 @@ RunInputs load_dflash_train_inputs(const config::Options& o, torch::Device devic
                                 .hint("give --model_name_or_path (a folder with config.json)"));
   const auto config = target::TargetConfig::from_model_dir(dir);
   const auto cfg = head::dflash_config_from_target(config, dflash_settings(o, config));  // every check, by name
+  // The DFlash config (checkpoints and exports alike) is written with rope_theta alone: refused now,
+  // not at the first checkpoint.
+  EAGLE_CHECK(cfg.rope.type == "default",
+              Error(ErrorKind::usage, "DFlash drafts are written with default RoPE only, and the target scales its RoPE")
+                  .place("draft")
+                  .found(fmt::format("--draft dflash on a target with rope_type {}", cfg.rope.type))
+                  .hint("train an EAGLE head for this target (scaled RoPE in the DFlash config is not written yet)"));
   log::info("model", "DFlash draft: target layers [{}] (aux ids [{}]), block {}, mask token {}",
             fmt::join(head::dflash_target_layer_ids(cfg), ", "), fmt::join(cfg.aux_layer_ids, ", "),
             cfg.dflash_block_size, cfg.mask_token_id);
