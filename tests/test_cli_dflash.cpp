@@ -145,7 +145,7 @@ TEST_CASE("train --draft dflash trains a DFlash draft, resumes exactly, exports 
   // Sampled chains come from the same one forward a round; trees are refused by name.
   auto sampled = eval_json(" --checkpoint " + out.string() + kCommon + " --eval_temperature 1.0");
   CHECK(sampled.contains("temp_ar"));
-  auto tree = run_cli("eval --checkpoint " + out.string() + kCommon + " --eval_tree_topk 2");
+  auto tree = run_cli("eval --checkpoint " + out.string() + kCommon + " --eval_tree_topk 1");
   CHECK(tree.exit_code == 2);
   CHECK_THAT(tree.output, Catch::Contains("eval_tree_topk"));
   auto longer = run_cli("eval --checkpoint " + out.string() + kCommon + " --eval_draft_len 5");
@@ -172,7 +172,7 @@ TEST_CASE("--draft dflash refuses what it would ignore or cannot do, by name", "
   // What the target or the evaluation cannot take.
   refused(" --draft dflash --mask_token_id 300", "mask_token_id");
   refused(" --draft dflash --dflash_target_layers 0,7", "dflash_target_layers");
-  refused(" --draft dflash --eval_tree_topk 2", "0 for a DFlash draft");
+  refused(" --draft dflash --eval_tree_topk 1", "0 for a DFlash draft");
   refused(" --draft dflash --dflash_block_size 4 --eval_draft_len 4", "eval_draft_len");
   refused(" --draft dflash --dry_run", "dry_run");
   refused(" --draft medusa", "eagle, mtp or dflash");
