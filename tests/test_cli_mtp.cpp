@@ -130,5 +130,5 @@ TEST_CASE("--draft mtp refuses targets without MTP layers and the EAGLE-only swi
   CHECK_THAT(fc.output, Catch::Contains("mtp trains the target's own layer"));
   auto bad = run_cli("train" + kCommon + " --draft medusa --max_steps 1 --output_dir " + (dir / "c").string());
   CHECK(bad.exit_code == 2);
-  CHECK_THAT(bad.output, Catch::Contains("eagle or mtp"));
+  CHECK_THAT(bad.output, Catch::Contains("eagle, mtp or dflash"));
 }

@@ -6,6 +6,8 @@
 #include <limits>
 #include <map>
 
+#include <fmt/format.h>
+
 #include "eagle/acceptance/alpha.h"
 #include "eagle/acceptance/batched.h"
 #include "eagle/acceptance/decode.h"
@@ -76,9 +78,23 @@ std::map<std::string, io::CategoryAcceptance> by_category(const data::Dataset& h
 
 }  // namespace
 
+void check_head_settings(const head::HeadConfig& h, const AcceptanceSettings& s) {
+  if (!h.dflash()) return;
+  EAGLE_CHECK(!s.tree.on(), Error(ErrorKind::usage, "a DFlash draft proposes one block a round: there is no tree")
+                                .place("eval_tree_topk")
+                                .expected("0 (chains, greedy or at eval_temperature)")
+                                .found(std::to_string(s.tree.topk)));
+  EAGLE_CHECK(s.draft_len <= h.dflash_block_size - 1,
+              Error(ErrorKind::usage, "a DFlash draft proposes at most its block's mask slots a round")
+                  .place("eval_draft_len")
+                  .expected(fmt::format("at most {} (dflash_block_size - 1)", h.dflash_block_size - 1))
+                  .found(std::to_string(s.draft_len)));
+}
+
 AcceptanceStats measure(const target::TargetModel& target, head::DraftHead& head, const data::Dataset& heldout,
                         const AcceptanceSettings& s) {
   torch::NoGradGuard no_grad;
+  check_head_settings(head.config(), s);
   AcceptanceStats out;
   const auto samples = eval_prompt_samples(heldout, s.num_prompts);
   std::vector<std::vector<std::int64_t>> prompts;

@@ -64,7 +64,9 @@ Round ParallelProposer::propose(head::DraftHead& head, head::DraftCache& cache, 
 
 std::unique_ptr<Proposer> sampled_chain_proposer(const head::DraftHead& head, std::int64_t draft_len,
                                                  const SamplingSettings& s, Uniform& u) {
-  if (head.config().parallel_drafting) return std::make_unique<ParallelProposer>(draft_len, s, u);
+  // P-EAGLE and DFlash draft a round in one forward: each slot's token from its own logits.
+  if (head.config().parallel_drafting || head.config().dflash())
+    return std::make_unique<ParallelProposer>(draft_len, s, u);
   return std::make_unique<ChainProposer>(draft_len, s, u);
 }
 

@@ -13,6 +13,7 @@
 #include "eagle/cli/commands.h"
 #include "eagle/config/option_table.h"
 #include "eagle/device/runtime.h"
+#include "eagle/features/dflash_inputs.h"
 #include "eagle/features/inputs.h"
 #include "eagle/head/head_io.h"
 #include "eagle/io/progress.h"
@@ -130,13 +131,16 @@ void run_eval(const config::Options& opts, const Invocation& argv) {
     warn_other_target(loaded.config, opts.model_name_or_path);
   }
   // The head decides what it reads: the target layers it was trained on.
+  const auto settings = train::EvalSettings::from(opts, loaded.config.ttt_steps);
+  acceptance::check_head_settings(loaded.config, settings.acceptance);  // before the target loads
   const auto inputs =
-      features::load_eval_inputs(opts, device, loaded.config.eagle_version, loaded.config.aux_layer_ids,
-                                 /*last_aux_pre_norm=*/loaded.config.mtp());
+      loaded.config.dflash()
+          ? features::load_dflash_inputs(opts, device, loaded.config.aux_layer_ids, /*eval=*/true)
+          : features::load_eval_inputs(opts, device, loaded.config.eagle_version, loaded.config.aux_layer_ids,
+                                       /*last_aux_pre_norm=*/loaded.config.mtp());
   head.set_target_weights(inputs.ends.embed, inputs.ends.lm_head);
   const data::Dataset& heldout = *inputs.heldout;
 
-  const auto settings = train::EvalSettings::from(opts, loaded.config.ttt_steps);
   const auto features = inputs.sources(head.teacher_spec(), device).heldout;
   auto stats =
       train::evaluate(*features, inputs.target ? &*inputs.target : nullptr, head, heldout, settings, /*step=*/0);

@@ -2,6 +2,7 @@
 // it in the layout a serving engine loads (docs/export.md).
 #include "eagle/cli/commands.h"
 #include "eagle/head/head.h"
+#include "eagle/head/dflash_io.h"
 #include "eagle/head/head_io.h"
 #include "eagle/head/mtp_io.h"
 #include "eagle/target/target.h"
@@ -21,6 +22,8 @@ head::HeadFormat head_format(config::ExportFormat f) {
       return head::HeadFormat::vllm_eagle1;
     case config::ExportFormat::mtp:
       return head::HeadFormat::mtp;
+    case config::ExportFormat::dflash:
+      return head::HeadFormat::dflash;
   }
   return head::HeadFormat::sglang;
 }
@@ -30,6 +33,9 @@ void run_export(const config::Options& opts, const Invocation& argv) {
   auto loaded = head::load_head(opts.checkpoint);
   if (loaded.config.mtp())
     log::info("export", "read the MTP head ({} layout) from {}", head::format_name(loaded.format), opts.checkpoint);
+  else if (loaded.config.dflash())
+    log::info("export", "read the DFlash draft (block {}, {} layers) from {}", loaded.config.dflash_block_size,
+              loaded.config.num_layers, opts.checkpoint);
   else
     log::info("export", "read EAGLE-{} head ({} layout) from {}", loaded.config.eagle_version,
               head::format_name(loaded.format), opts.checkpoint);
@@ -50,6 +56,19 @@ void run_export(const config::Options& opts, const Invocation& argv) {
     EAGLE_CHECK(opts.quantize == config::Quantize::none,
                 Error(ErrorKind::usage, "MTP exports keep the target's dtypes").place("--quantize").found("fp8"));
     head::export_mtp_target(*loaded.head, target, opts.output);
+    return;
+  }
+  if (format == head::HeadFormat::dflash || loaded.config.dflash()) {
+    // vLLM's DFlashDraftModel folder (docs/export.md): no embedding or LM head (vLLM shares the target's).
+    head::head_config_json(loaded.config, format);  // refuses an EAGLE head, or a DFlash head in another format
+    EAGLE_CHECK(opts.quantize == config::Quantize::none,
+                Error(ErrorKind::usage, "DFlash exports are written in fp32 (vLLM casts them to the serving dtype)")
+                    .place("--quantize")
+                    .found("fp8"));
+    head::export_dflash(*loaded.head, opts.output);
+    log::info("export", "wrote the DFlash draft to {}: serve it with speculative_config {{\"method\": \"dflash\", "
+              "\"model\": \"{}\", \"num_speculative_tokens\": {}}}", opts.output, opts.output,
+              loaded.config.dflash_block_size - 1);
     return;
   }
   torch::Tensor embedding;

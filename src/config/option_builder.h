@@ -56,11 +56,12 @@ struct EnumNames<TargetDtype> {
 };
 template <>
 struct EnumNames<ExportFormat> {
-  static constexpr std::array<std::pair<const char*, ExportFormat>, 4> v{
+  static constexpr std::array<std::pair<const char*, ExportFormat>, 5> v{
       {{"sglang", ExportFormat::sglang},
        {"speculators", ExportFormat::speculators},
        {"vllm-eagle1", ExportFormat::vllm_eagle1},
-       {"mtp", ExportFormat::mtp}}};
+       {"mtp", ExportFormat::mtp},
+       {"dflash", ExportFormat::dflash}}};
 };
 
 template <>

@@ -18,6 +18,9 @@ std::string check_increasing(const std::vector<std::int64_t>& v) {
   return "";
 }
 
+bool is_dflash(const Options& o) { return o.draft == "dflash"; }
+bool not_dflash(const Options& o) { return o.draft != "dflash"; }
+
 std::vector<OptionEntry> declare_options() {
   Table t;
   using G = Group;
@@ -148,15 +151,21 @@ std::vector<OptionEntry> declare_options() {
   // draft
   // Not an eval or export option: a head records its version and TTT steps, and those are used.
   t.add(&Options::draft, "draft", G::draft, kTrain,
-        "The draft head: eagle (a new EAGLE head, eagle_version) or mtp (fine-tune the target's shipped MTP "
-        "layer, read from model_name_or_path under its native names; MiMo; docs/heads.md)")
+        "The draft head: eagle (a new EAGLE head, eagle_version), mtp (fine-tune the target's shipped MTP "
+        "layer, read from model_name_or_path under its native names; MiMo) or dflash (a DFlash block draft: "
+        "dflash_block_size - 1 tokens from one forward, served by vLLM's method dflash); docs/heads.md")
       .check([](const std::string& v, const Options& o) {
-        if (v != "eagle" && v != "mtp") return std::string("eagle or mtp");
-        if (v == "mtp" && (o.eagle_version != 3 || o.parallel_drafting || o.draft_num_layers != 1 || o.fc_norm ||
+        if (v != "eagle" && v != "mtp" && v != "dflash") return std::string("eagle, mtp or dflash");
+        if (v == "mtp" && (o.eagle_version != 3 || o.parallel_drafting || o.draft_num_layers > 1 || o.fc_norm ||
                            o.norm_output || o.norm_before_fc || o.draft_layer != "llama"))
           return std::string(
               "mtp trains the target's own layer: not with eagle_version 1, parallel_drafting, draft_num_layers, "
               "fc_norm, norm_output, norm_before_fc or draft_layer");
+        if (v == "dflash" && (o.eagle_version != 3 || o.parallel_drafting || o.fc_norm || o.norm_output ||
+                              o.norm_before_fc || o.draft_layer != "llama" || !o.aux_hidden_state_layer_ids.empty()))
+          return std::string(
+              "dflash is its own draft (Qwen3-style layers over dflash_target_layers): not with eagle_version 1, "
+              "parallel_drafting, fc_norm, norm_output, norm_before_fc, draft_layer or aux_hidden_state_layer_ids");
         return std::string();
       });
   t.add(&Options::eagle_version, "eagle_version", G::draft, kTrain | kDump,
@@ -166,7 +175,8 @@ std::vector<OptionEntry> declare_options() {
       .check([](std::int64_t v, const Options&) { return v == 1 || v == 3 ? "" : "1 or 3"; });
   t.add(&Options::ttt_steps, "ttt_steps", G::draft, kTrain,
         "Training-time test steps: how far the head is unrolled on its own outputs; eval uses the head's")
-      .range(1, 32);
+      .range(1, 32)
+      .acts_only(kTrain, "--draft eagle or mtp (dflash drafts dflash_block_size - 1)", not_dflash);
   t.add(&Options::fc_norm, "fc_norm", G::draft, kTrain,
         "EAGLE 3.1: RMSNorm each aux feature (one weight per layer) before the FC; the exports say so");
   t.add(&Options::norm_output, "norm_output", G::draft, kTrain,
@@ -180,9 +190,10 @@ std::vector<OptionEntry> declare_options() {
         "Eagle3Qwen3ForCausalLM)")
       .check([](const std::string& v, const Options&) { return v == "llama" || v == "qwen3" ? "" : "llama or qwen3"; });
   t.add(&Options::draft_num_layers, "draft_num_layers", G::draft, kTrain,
-        "EAGLE-3 decoder layers: the first takes [embedding; state], the rest are plain pre-norm layers on "
-        "its output (vLLM and SGLang read num_hidden_layers)")
-      .range(1, 16)
+        "Decoder layers of the draft. EAGLE-3: the first takes [embedding; state], the rest are plain pre-norm "
+        "layers on its output (vLLM and SGLang read num_hidden_layers); DFlash: its Qwen3-style layers. 0: the "
+        "draft's default, 1 for EAGLE, 5 for DFlash (the published z-lab drafts)")
+      .range(0, 16)
       .check([](std::int64_t v, const Options& o) { return v > 1 && o.eagle_version == 1 ? "1 for EAGLE-1" : ""; });
   t.add(&Options::parallel_drafting, "parallel_drafting", G::draft, kTrain,
         "P-EAGLE: depths 1..ttt_steps-1 train on mask slots (mask_token_id, a learned mask_hidden), and all "
@@ -192,12 +203,15 @@ std::vector<OptionEntry> declare_options() {
         return v && o.norm_output ? "not with norm_output (P-EAGLE has no recurrent state)" : "";
       });
   t.add(&Options::mask_token_id, "mask_token_id", G::draft, kTrain,
-        "P-EAGLE's mask token (its target embedding row is the mask slots' input); -1: the target's first "
+        "The mask token of P-EAGLE and DFlash (its target embedding row is the mask slots' input; DFlash "
+        "writes it as dflash_config.mask_token_id, and vLLM embeds the same row); -1: the target's first "
         "end-of-sequence id")
       .range(-1, kMaxVocab)
-      .acts_only(kTrain, "--parallel_drafting", [](const Options& o) { return o.parallel_drafting; });
+      .acts_only(kTrain, "--parallel_drafting or --draft dflash",
+                 [](const Options& o) { return o.parallel_drafting || o.draft == "dflash"; });
   t.add(&Options::ttt_loss_decay, "ttt_loss_decay", G::draft, kTrain, "Weight of TTT step k's loss is ttt_loss_decay^k")
-      .range(0.0, 1.0);
+      .range(0.0, 1.0)
+      .acts_only(kTrain, "--draft eagle or mtp (dflash weighs its slots by dflash_decay_gamma)", not_dflash);
   t.add(&Options::loss, "loss", G::draft, kTrain,
         "EAGLE-3's per-position loss against the target: kl (soft cross-entropy, forward KL), tv (total "
         "variation 1 - sum min(p, q), acceptance itself) or lk_hybrid (speculators' adaptive KL/TV blend); "
@@ -220,11 +234,40 @@ std::vector<OptionEntry> declare_options() {
       .check([](const std::string& v, const Options&) {
         return v == "off" || v == "mlp" || v == "layer" || v == "auto" ? std::string()
                                                                        : std::string("off, mlp, layer or auto");
-      });
+      })
+      .acts_only(kTrain, "--draft eagle or mtp (DFlash has no TTT unroll; its attention is recomputed in backward)",
+                 not_dflash);
   t.add(&Options::draft_vocab_size, "draft_vocab_size", G::draft, kTrain,
         "Tokens in the draft vocabulary, the most frequent trained tokens; capped at the target's "
         "vocabulary")
-      .range(2, kMaxVocab);
+      .range(2, kMaxVocab)
+      .acts_only(kTrain, "--draft eagle or mtp (dflash drafts over the target's whole vocabulary)", not_dflash);
+  // DFlash (--draft dflash, docs/heads.md): defaults of SpecForge's published block-16 recipe.
+  t.add(&Options::dflash_block_size, "dflash_block_size", G::draft, kTrain,
+        "DFlash: the block of the anchor and dflash_block_size - 1 mask slots; one forward drafts "
+        "dflash_block_size - 1 tokens (serve with num_speculative_tokens = dflash_block_size - 1)")
+      .range(2, 64)
+      .acts_only(kTrain, "--draft dflash", is_dflash);
+  t.add(&Options::dflash_target_layers, "dflash_target_layers", G::draft, kTrain,
+        "DFlash: the target layers t whose outputs (hidden_states[t + 1], un-normed) make the context, as "
+        "dflash_config.target_layer_ids; sorted, duplicates dropped; empty: SpecForge's "
+        "round(1 + i (L - 4) / (draft_num_layers - 1))")
+      .range(0, kMaxLayers)
+      .acts_only(kTrain, "--draft dflash", is_dflash);
+  t.add(&Options::dflash_num_anchors, "dflash_num_anchors", G::draft, kTrain,
+        "DFlash: anchors sampled per row of each micro-batch among the trainable positions (seeded by seed, "
+        "step, micro-batch and rank: a resume draws the same); a row holds at most its length")
+      .range(1, kMaxTokens)
+      .acts_only(kTrain, "--draft dflash", is_dflash);
+  t.add(&Options::dflash_decay_gamma, "dflash_decay_gamma", G::draft, kTrain,
+        "DFlash: slot k's loss weight exp(-(k - 1) / dflash_decay_gamma) (7 for block 16; the peers use 5 for "
+        "10, 4 for 8); 0: every slot weighs 1")
+      .range(0.0, 1e6)
+      .acts_only(kTrain, "--draft dflash", is_dflash);
+  t.add(&Options::dflash_hard_labels, "dflash_hard_labels", G::draft, kTrain,
+        "DFlash: cross-entropy on the data token (SpecForge's label) instead of the loss against the target's "
+        "distribution")
+      .acts_only(kTrain, "--draft dflash", is_dflash);
   // train
   t.add(&Options::per_device_train_batch_size, "per_device_train_batch_size", G::train, kTrain | kStats | kEval | kDump,
         "Rows per micro-batch (when max_tokens_per_batch is 0)")
@@ -320,8 +363,9 @@ std::vector<OptionEntry> declare_options() {
         "A checkpoint folder or an exported head folder to export or evaluate")
       .required(kExport | kEval);
   t.add(&Options::format, "format", G::checkpoint, kExport,
-        "Export layout: sglang (also loaded by vLLM), speculators, vllm-eagle1, or mtp (an MTP head: a copy of "
-        "the target folder, model_name_or_path, with its MTP tensors replaced; docs/export.md)");
+        "Export layout: sglang (also loaded by vLLM), speculators, vllm-eagle1, mtp (an MTP head: a copy of "
+        "the target folder, model_name_or_path, with its MTP tensors replaced) or dflash (a DFlash draft: vLLM's "
+        "DFlashDraftModel, served with method dflash; the only layout of a DFlash draft); docs/export.md");
   t.add(&Options::quantize, "quantize", G::checkpoint, kExport,
         "none, or fp8: the head's linear weights as FP8 e4m3 with one float32 scale per output channel and "
         "dynamic per-token activations (compressed-tensors, as vLLM loads EAGLE-3 drafts; sglang layout only)");
@@ -433,6 +477,11 @@ const OptionEntry* find_option(std::string_view name) {
   for (const auto& e : option_table())
     if (e.name == name) return &e;
   return nullptr;
+}
+
+std::int64_t resolved_draft_num_layers(const std::string& draft, std::int64_t draft_num_layers) {
+  if (draft_num_layers > 0) return draft_num_layers;
+  return draft == "dflash" ? 5 : 1;  // the published z-lab DFlash drafts have 5 layers
 }
 
 std::string name_of(LrScheduler v) { return enum_name(v); }

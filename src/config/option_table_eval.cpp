@@ -62,8 +62,14 @@ void declare_eval_options(Table& t) {
         "heads and the tree and sampled acceptances decode one by one")
       .range(1, 4096);
   t.add(&Options::eval_draft_len, "eval_draft_len", G::eval, kTrain | kEval,
-        "Tokens the head drafts per round in the acceptance evaluation; 0: ttt_steps")
-      .range(0, 32);
+        "Tokens the head drafts per round in the acceptance evaluation; 0: ttt_steps (a DFlash draft: "
+        "dflash_block_size - 1, and at most that)")
+      .range(0, 32)
+      .check([](std::int64_t v, const Options& o) {
+        return o.draft == "dflash" && v > o.dflash_block_size - 1
+                   ? fmt::format("at most dflash_block_size - 1 ({}) for a DFlash draft", o.dflash_block_size - 1)
+                   : std::string();
+      });
   t.add(&Options::eval_tree_steps, "eval_tree_steps", G::eval, kTrain | kEval,
         "Tree acceptance (with eval_tree_topk > 0): drafting steps per round, SGLang's --speculative-num-steps; "
         "0: eval_draft_len's value")
@@ -75,6 +81,7 @@ void declare_eval_options(Table& t) {
       .range(0, 16)
       .check([](std::int64_t v, const Options& o) {
         if (v != 0 && o.parallel_drafting) return std::string("0 for a P-EAGLE head (parallel_drafting)");
+        if (v != 0 && o.draft == "dflash") return std::string("0 for a DFlash draft (one block a round, no tree)");
         return v == 0 || o.eagle_version == 3 ? std::string() : std::string("0 for an EAGLE-1 head");
       });
   t.add(&Options::eval_tree_draft_tokens, "eval_tree_draft_tokens", G::eval, kTrain | kEval,

@@ -3,6 +3,7 @@
 // files) with the target's ends.
 #include "eagle/features/inputs.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <numeric>
 
@@ -14,9 +15,11 @@
 #include "eagle/data/loader.h"
 #include "eagle/data/speculators_folder.h"
 #include "eagle/device/distributed.h"
+#include "eagle/features/dflash_inputs.h"
 #include "eagle/features/server_files.h"
 #include "eagle/features/server_store.h"
 #include "eagle/features/target_identity.h"
+#include "eagle/config/option_table.h"
 #include "eagle/head/mtp_io.h"
 #include "eagle/model/dtype.h"
 #include "eagle/run/signals.h"
@@ -338,8 +341,90 @@ RunInputs online_inputs(target::TargetModel target, std::string target_name) {
   return in;
 }
 
+head::DFlashSettings dflash_settings(const config::Options& o, const target::TargetConfig& target) {
+  head::DFlashSettings s;
+  s.block_size = o.dflash_block_size;
+  s.num_layers = config::resolved_draft_num_layers(o.draft, o.draft_num_layers);
+  s.target_layer_ids = o.dflash_target_layers;
+  EAGLE_CHECK(o.mask_token_id >= 0 || !target.eos_token_ids.empty(),
+              Error(ErrorKind::usage, "DFlash needs a mask token and the target names no end-of-sequence id")
+                  .place("mask_token_id")
+                  .hint("give --mask_token_id (a token of the target's vocabulary; its embedding row is the mask "
+                        "slots' input)"));
+  s.mask_token_id = o.mask_token_id >= 0 ? o.mask_token_id : target.eos_token_ids.front();
+  s.num_anchors = o.dflash_num_anchors;
+  s.decay_gamma = o.dflash_decay_gamma;
+  s.hard_labels = o.dflash_hard_labels;
+  return s;
+}
+
+RunInputs load_dflash_inputs(const config::Options& o, torch::Device device,
+                             const std::vector<std::int64_t>& aux_layer_ids, bool eval) {
+  const HeadReads head{3, aux_layer_ids};
+  const auto dir = target_config_dir(o);  // empty only for a speculators folder without its target (refused there)
+  const auto last = dir.empty() ? std::int64_t{-1} : target::TargetConfig::from_model_dir(dir).num_hidden_layers;
+  const bool reads_last = std::find(aux_layer_ids.begin(), aux_layer_ids.end(), last) != aux_layer_ids.end();
+  RunInputs in;
+  if (!o.features_path.empty()) {
+    // A dump's aux id L is the HF convention (after the final norm); vLLM feeds DFlash the state before it.
+    EAGLE_CHECK(!reads_last,
+                Error(ErrorKind::usage, "stored features hold the target's last layer after its final norm; vLLM "
+                                        "feeds a DFlash draft the state before it")
+                    .place("dflash_target_layers")
+                    .found(fmt::format("{} (the last layer)", last - 1))
+                    .hint("train with the target in-process or from --target_server, or choose earlier layers"));
+    in = load_offline_inputs(o, head, device, eval);
+    EAGLE_CHECK(in.aux_layer_ids == aux_layer_ids,
+                Error(ErrorKind::usage, "the stored features hold other target layers than the DFlash draft reads")
+                    .file(o.features_path)
+                    .place("dflash_target_layers")
+                    .expected(fmt::format("aux ids [{}] (DFlash layers + 1)", fmt::join(aux_layer_ids, ", ")))
+                    .found(fmt::format("[{}]", fmt::join(in.aux_layer_ids, ", ")))
+                    .hint("dump-features --aux_hidden_state_layer_ids with the DFlash layers + 1"));
+  } else if (!o.target_server.empty()) {
+    in = open_server(o, head, device, eval);  // vLLM's aux states are un-normed, aux id L included
+  } else {
+    const auto vocab = target::TargetConfig::from_model_dir(o.model_name_or_path).vocab_size;
+    RunInputs data;
+    if (eval) {
+      data.heldout = load_eval_data(o, vocab);
+    } else {
+      auto d = load_train_data(o, vocab);
+      data.train = std::move(d.train);
+      data.heldout = std::move(d.heldout);
+    }
+    in = online_inputs(target::load_target(o, device, aux_layer_ids), o.model_name_or_path);
+    in.train = std::move(data.train);
+    in.heldout = std::move(data.heldout);
+  }
+  // The AR's target (and the online step's): aux id L before the final norm, as vLLM's aux states.
+  if (in.target) in.target->set_last_aux_pre_norm(true);
+  return in;
+}
+
+RunInputs load_dflash_train_inputs(const config::Options& o, torch::Device device) {
+  const auto dir = target_config_dir(o);
+  EAGLE_CHECK(!dir.empty(), Error(ErrorKind::usage, "--draft dflash is shaped after its target")
+                                .place("model_name_or_path")
+                                .hint("give --model_name_or_path (a folder with config.json)"));
+  const auto config = target::TargetConfig::from_model_dir(dir);
+  const auto cfg = head::dflash_config_from_target(config, dflash_settings(o, config));  // every check, by name
+  // The DFlash config (checkpoints and exports alike) is written with rope_theta alone: refused now,
+  // not at the first checkpoint.
+  EAGLE_CHECK(cfg.rope.type == "default",
+              Error(ErrorKind::usage, "DFlash drafts are written with default RoPE only, and the target scales its RoPE")
+                  .place("draft")
+                  .found(fmt::format("--draft dflash on a target with rope_type {}", cfg.rope.type))
+                  .hint("train an EAGLE head for this target (scaled RoPE in the DFlash config is not written yet)"));
+  log::info("model", "DFlash draft: target layers [{}] (aux ids [{}]), block {}, mask token {}",
+            fmt::join(head::dflash_target_layer_ids(cfg), ", "), fmt::join(cfg.aux_layer_ids, ", "),
+            cfg.dflash_block_size, cfg.mask_token_id);
+  return load_dflash_inputs(o, device, cfg.aux_layer_ids, /*eval=*/false);
+}
+
 RunInputs load_train_inputs(const config::Options& opts, torch::Device device) {
   if (opts.draft == "mtp") return load_mtp_inputs(opts, device, /*eval=*/false);
+  if (opts.draft == "dflash") return load_dflash_train_inputs(opts, device);
   const HeadReads head{opts.eagle_version, opts.aux_hidden_state_layer_ids};
   if (!opts.features_path.empty()) return load_offline_inputs(opts, head, device, /*eval=*/false);
   if (!opts.target_server.empty()) return open_server(opts, head, device, /*eval=*/false);

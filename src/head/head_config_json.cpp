@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "eagle/head/dflash_io.h"
 #include "eagle/head/head_io.h"
 #include "eagle/head/mtp_io.h"
 #include "eagle/model/config_limits.h"
@@ -162,6 +163,10 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
   if (is_mtp_config(j)) {  // a MiMo target's config.json (the shipped MTP layer, an export, a checkpoint)
     if (format_out) *format_out = HeadFormat::mtp;
     return mtp_config_from_json(j, file);
+  }
+  if (is_dflash_config(j)) {  // a DFlash draft (DFlashDraftModel): an export or checkpoint of --draft dflash
+    if (format_out) *format_out = HeadFormat::dflash;
+    return dflash_config_from_json(j, file);
   }
   const Fields top{j, file, ""};
   HeadFormat format;

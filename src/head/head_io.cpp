@@ -10,6 +10,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "eagle/head/dflash_head.h"
+#include "eagle/head/dflash_io.h"
 #include "eagle/head/eagle1_head.h"
 #include "eagle/head/eagle3_head.h"
 #include "eagle/head/mtp_head.h"
@@ -125,18 +127,22 @@ std::string format_name(HeadFormat f) {
       return "vllm-eagle1";
     case HeadFormat::mtp:
       return "mtp";
+    case HeadFormat::dflash:
+      return "dflash";
   }
   return "?";
 }
 
 std::shared_ptr<DraftHead> make_head(const HeadConfig& cfg, const DraftVocab& vocab) {
   if (cfg.mtp()) return std::make_shared<MtpHead>(cfg);
+  if (cfg.dflash()) return std::make_shared<DFlashHead>(cfg);  // the full vocabulary, always
   if (cfg.eagle_version == 1) return std::make_shared<Eagle1Head>(cfg);
   return std::make_shared<Eagle3Head>(cfg, vocab);
 }
 
 HeadFormat checkpoint_format(const HeadConfig& cfg) {
   if (cfg.mtp()) return HeadFormat::mtp;
+  if (cfg.dflash()) return HeadFormat::dflash;
   if (cfg.eagle_version == 1) return HeadFormat::vllm_eagle1;
   // What SGLang does not serve is kept in the speculators layout, which vLLM reads.
   return cfg.qk_norm || cfg.norm_before_fc || cfg.parallel_drafting ? HeadFormat::speculators : HeadFormat::sglang;
@@ -145,6 +151,13 @@ HeadFormat checkpoint_format(const HeadConfig& cfg) {
 nlohmann::json head_variant_json(const HeadConfig& c) {
   json j = {{"eagle_version", c.eagle_version}, {"ttt_steps", c.steps()}, {"draft_vocab_size", c.draft_vocab_size}};
   if (c.mtp()) return {{"draft", "mtp"}, {"mtp_family", c.mtp_family}, {"ttt_steps", c.steps()}};
+  if (c.dflash())
+    return {{"draft", "dflash"},
+            {"num_hidden_layers", c.num_layers},
+            {"block_size", c.dflash_block_size},
+            {"ttt_steps", c.steps()},
+            {"target_layer_ids", dflash_target_layer_ids(c)},
+            {"mask_token_id", c.mask_token_id}};
   if (c.eagle_version != 3) return j;
   j["num_hidden_layers"] = c.num_layers;
   j["draft_layer"] = c.qk_norm ? "qwen3" : "llama";
@@ -158,9 +171,17 @@ nlohmann::json head_config_json(const HeadConfig& c, HeadFormat format) {
   EAGLE_CHECK((format == HeadFormat::mtp) == c.mtp(),
               Error(ErrorKind::usage, "the export format does not fit the head")
                   .place("--format")
-                  .expected(c.mtp() ? "mtp for an MTP head (--draft mtp)" : "sglang, speculators or vllm-eagle1")
+                  .expected(c.mtp()      ? "mtp for an MTP head (--draft mtp)"
+                            : c.dflash() ? "dflash for a DFlash draft (--draft dflash)"
+                                         : "sglang, speculators or vllm-eagle1")
                   .found(format_name(format)));
   if (format == HeadFormat::mtp) return mtp_config_json(c);
+  EAGLE_CHECK((format == HeadFormat::dflash) == c.dflash(),
+              Error(ErrorKind::usage, "the export format does not fit the head")
+                  .place("--format")
+                  .expected(c.dflash() ? "dflash for a DFlash draft (--draft dflash)" : "sglang, speculators or vllm-eagle1")
+                  .found(format_name(format)));
+  if (format == HeadFormat::dflash) return dflash_config_json(c);
   const bool eagle3_format = format != HeadFormat::vllm_eagle1;
   EAGLE_CHECK(eagle3_format == (c.eagle_version == 3),
               Error(ErrorKind::usage, "the export format does not fit the head's EAGLE version")

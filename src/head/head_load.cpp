@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "eagle/head/dflash_io.h"
 #include "eagle/head/head_io.h"
 #include "eagle/head/head_quant.h"
 #include "eagle/head/mtp_io.h"
@@ -167,7 +168,11 @@ std::vector<HeadDifference> head_config_differences(const HeadConfig& checkpoint
         {"eagle_train.fc_bias", b(c.fc_bias)},
         {"eagle_train.eagle1_feature_weight", n(c.eagle1_feature_weight)},
         {"eagle_train.eagle1_token_weight", n(c.eagle1_token_weight)},
-        {"eagle_train.mtp_family", c.mtp_family}};
+        {"eagle_train.mtp_family", c.mtp_family},
+        {"block_size (dflash_block_size)", i(c.dflash_block_size)},
+        {"eagle_train.dflash_num_anchors", i(c.dflash_num_anchors)},
+        {"eagle_train.dflash_decay_gamma", n(c.dflash_decay_gamma)},
+        {"eagle_train.dflash_hard_labels", b(c.dflash_hard_labels)}};
   };
   const auto a = fields(checkpoint), b = fields(run);
   std::vector<HeadDifference> out;
@@ -185,6 +190,10 @@ LoadedHead load_head(const std::string& dir, torch::Device device) {
   out.config = head_config_from_json(j, config_path, &out.format);
   if (out.format == HeadFormat::mtp) {  // a target folder (the shipped layer, an export) or a checkpoint
     out.head = load_mtp_head(dir, device);
+    return out;
+  }
+  if (out.format == HeadFormat::dflash) {  // vLLM's layout: no embedding, LM head or d2t
+    out.head = load_dflash_head(dir, device);
     return out;
   }
   const bool quantized = check_quantization_config(j, config_path);

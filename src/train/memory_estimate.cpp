@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "eagle/config/option_table.h"
 #include "eagle/device/memory.h"
 #include "eagle/features/inputs.h"
 #include "eagle/head/mtp_io.h"
@@ -231,6 +232,11 @@ void dry_run(const config::Options& o) {
   EAGLE_CHECK(!dir.empty(), Error(ErrorKind::usage, "train --dry_run needs the target's config.json")
                                 .place("model_name_or_path")
                                 .hint("give --model_name_or_path (a folder with config.json)"));
+  // The estimate models EAGLE's TTT unroll, not DFlash's anchored blocks (not measured yet).
+  EAGLE_CHECK(o.draft != "dflash", Error(ErrorKind::usage, "train --dry_run does not model a DFlash step yet")
+                                       .place("dry_run")
+                                       .found("--draft dflash")
+                                       .hint("train a few steps and read peak_memory_mib in metrics.jsonl"));
   const auto target = target::TargetConfig::from_model_dir(dir);
   // --draft mtp: the target's MTP layer over the full vocabulary (an EAGLE-3-shaped step, one layer).
   auto head = o.draft == "mtp" ? head::mtp_config_from_target(target)
@@ -238,7 +244,8 @@ void dry_run(const config::Options& o) {
                                                                std::min(o.draft_vocab_size, target.vocab_size));
   head.ttt_steps = o.ttt_steps;
   head.loss_chunk_size = o.loss_chunk_size;
-  if (head.eagle_version == 3 && !head.mtp()) head.num_layers = o.draft_num_layers;
+  if (head.eagle_version == 3 && !head.mtp())
+    head.num_layers = config::resolved_draft_num_layers(o.draft, o.draft_num_layers);
   // The device the run would take; a CUDA one named where none is (a prediction for another machine)
   // is reported as unknown, not refused.
   const bool cuda = o.device.rfind("cuda", 0) == 0 || (o.device == "auto" && torch::cuda::is_available());

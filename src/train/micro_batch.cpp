@@ -2,7 +2,9 @@
 #include "eagle/train/micro_batch.h"
 
 #include "eagle/device/runtime.h"
+#include "eagle/head/dflash_attention.h"
 #include "eagle/train/loss_metrics.h"
+#include "eagle/util/error.h"
 
 namespace eagle::train {
 
@@ -17,6 +19,18 @@ std::vector<std::int64_t> loss_denominators(const std::vector<data::Batch>& batc
 
 torch::Tensor denominator_tensor(const std::vector<std::int64_t>& denominators) {
   return torch::tensor(std::vector<float>(denominators.begin(), denominators.end()), torch::kFloat32);
+}
+
+DFlashAnchors dflash_batch_anchors(const data::Batch& b, const head::HeadConfig& cfg, at::Generator generator) {
+  const auto mask = torch::from_blob(const_cast<std::uint8_t*>(b.loss_mask.data()), {b.rows, b.length},
+                                     torch::TensorOptions().dtype(torch::kUInt8))
+                        .to(torch::kBool);
+  const auto docs = torch::from_blob(const_cast<std::int32_t*>(b.document_ids.data()), {b.rows, b.length},
+                                     torch::TensorOptions().dtype(torch::kInt32))
+                        .to(torch::kInt64);
+  auto anchors = head::dflash_sample_anchors(mask, docs, cfg.dflash_block_size, cfg.dflash_num_anchors, generator);
+  auto slots = head::dflash_count_slots(mask, docs, anchors, cfg.dflash_block_size);
+  return {std::move(anchors), std::move(slots)};
 }
 
 head::HeadStepOutput forward_micro_batch(const features::FeatureSource& features, head::DraftHead& head,
@@ -36,7 +50,7 @@ void train_micro_batch(const features::FeatureSource& features, head::DraftHead&
 }
 
 void MicroBatchRunner::run(device::CudaGraphCache& graphs, const data::Batch& batch, const torch::Tensor& denominators,
-                           torch::Tensor& loss_sum, torch::Tensor& metric_sums) {
+                           torch::Tensor& loss_sum, torch::Tensor& metric_sums, const torch::Tensor& anchors) {
   const data::Shape shape{batch.rows, batch.length};
   auto it = buffers_.find(shape);
   if (it == buffers_.end())
@@ -47,6 +61,17 @@ void MicroBatchRunner::run(device::CudaGraphCache& graphs, const data::Batch& ba
   ShapeBuffers& buf = it->second;
   source_.fill(batch, buf.batch);
   buf.denominators.copy_(denominators, /*non_blocking=*/loss_sum.is_cuda());
+  if (anchors.defined()) {
+    // One buffer per shape (its N is the shape's), made before the shape's graph is captured.
+    if (!buf.batch.anchors.defined())
+      buf.batch.anchors = torch::zeros(anchors.sizes(), buf.batch.input_ids.options().dtype(torch::kInt64));
+    EAGLE_CHECK(buf.batch.anchors.sizes() == anchors.sizes(),
+                Error(ErrorKind::internal, "a batch's DFlash anchors do not fit its shape's buffer")
+                    .expected(c10::str(buf.batch.anchors.sizes()))
+                    .found(c10::str(anchors.sizes())));
+    const bool cuda = buf.batch.anchors.is_cuda();
+    buf.batch.anchors.copy_(cuda ? anchors.pin_memory() : anchors, /*non_blocking=*/cuda);
+  }
   graphs.run(shape,
              [&] { train_micro_batch(source_, head_, buf.batch, buf.denominators, bf16_, loss_sum, metric_sums); });
 }

@@ -2,7 +2,11 @@
 #include "eagle/train/setup.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "eagle/config/option_table.h"
+#include "eagle/features/dflash_inputs.h"
+#include "eagle/head/dflash_head.h"
 #include "eagle/head/draft_vocab.h"
 #include "eagle/head/head_io.h"
 #include "eagle/head/mtp_head.h"
@@ -37,12 +41,40 @@ std::shared_ptr<head::DraftHead> make_mtp_head(const config::Options& opts, cons
   return head;
 }
 
+// --draft dflash: a new DFlash draft shaped after the target (DFlash.md section 1), reading the
+// layers the inputs were loaded for. Trained: fc, hidden_norm, the layers, the final norm. Frozen:
+// the embedding (its mask row too) and the LM head, the target's (vLLM shares them; DFlash.md 1.4).
+std::shared_ptr<head::DraftHead> make_dflash_head(const config::Options& opts, const features::RunInputs& inputs,
+                                                  torch::Device device) {
+  const auto& tc = inputs.ends.config;
+  auto cfg = head::dflash_config_from_target(tc, features::dflash_settings(opts, tc));
+  cfg.loss = head::parse_loss_kind(opts.loss);
+  cfg.loss_chunk_size = opts.loss_chunk_size;
+  cfg.target_name_or_path = inputs.target_name;
+  cfg.target_architecture = tc.architecture;
+  EAGLE_CHECK(cfg.aux_layer_ids == inputs.aux_layer_ids,
+              Error(ErrorKind::internal, "the DFlash draft reads other target layers than its inputs hold")
+                  .expected(fmt::format("{}", fmt::join(cfg.aux_layer_ids, ", ")))
+                  .found(fmt::format("{}", fmt::join(inputs.aux_layer_ids, ", "))));
+  auto head = std::make_shared<head::DFlashHead>(cfg);
+  head->module().to(device);
+  head->init_from_target(inputs.ends.embed, inputs.ends.lm_head);
+  log::info("model",
+            "DFlash draft: {} layer(s), block {} ({} tokens per forward), target layers [{}], mask token {}, {} "
+            "anchors per row, gamma {}, {} ({} parameters trained; embedding and LM head the target's, frozen)",
+            cfg.num_layers, cfg.dflash_block_size, cfg.dflash_block_size - 1,
+            fmt::join(head::dflash_target_layer_ids(cfg), ", "), cfg.mask_token_id, cfg.dflash_num_anchors,
+            cfg.dflash_decay_gamma, cfg.dflash_hard_labels ? "hard labels" : opts.loss, head::count_parameters(*head));
+  return head;
+}
+
 }  // namespace
 
 std::shared_ptr<head::DraftHead> make_head(const config::Options& opts, const features::RunInputs& inputs,
                                            torch::Device device) {
   const auto& tc = inputs.ends.config;
   if (opts.draft == "mtp") return make_mtp_head(opts, inputs, device);
+  if (opts.draft == "dflash") return make_dflash_head(opts, inputs, device);
   const auto& stats = inputs.train.value().stats();
   const auto counts = stats.trained_token_counts.entries();
   const auto vocab = head::build_draft_vocab(counts, tc.vocab_size, std::min(opts.draft_vocab_size, tc.vocab_size));
@@ -56,7 +88,7 @@ std::shared_ptr<head::DraftHead> make_head(const config::Options& opts, const fe
     cfg.norm_output = opts.norm_output;
     cfg.norm_before_fc = opts.norm_before_fc;
     cfg.qk_norm = opts.draft_layer == "qwen3";
-    cfg.num_layers = opts.draft_num_layers;
+    cfg.num_layers = config::resolved_draft_num_layers(opts.draft, opts.draft_num_layers);
     cfg.parallel_drafting = opts.parallel_drafting;
     if (cfg.parallel_drafting) {
       EAGLE_CHECK(opts.mask_token_id >= 0 || !tc.eos_token_ids.empty(),

@@ -19,6 +19,7 @@
 #include "eagle/device/torch_error.h"
 #include "eagle/features/batch_tensors.h"
 #include "eagle/features/inputs.h"
+#include "eagle/head/dflash_attention.h"
 #include "eagle/io/report.h"
 #include "eagle/io/run_logger.h"
 #include "eagle/run/checkpoint_dir.h"
@@ -166,7 +167,8 @@ void Trainer::build() {
   micro_batches_.emplace(*features_.train, *head_,
                          o_.padding_free ? data::max_segments_per_row(lengths, o_.training_seq_len) : 0, o_.bf16);
   const auto shape_counts = sampler_->shape_counts(0);
-  check_step_memory(o_, inputs_.ends.config, head_->config(), device_, shape_counts);  // before any step allocates
+  // Before any step allocates; the estimate models EAGLE's TTT unroll, not DFlash's blocks (not yet).
+  if (!head_->config().dflash()) check_step_memory(o_, inputs_.ends.config, head_->config(), device_, shape_counts);
   // A target that reads the host in its forward runs eagerly (TargetModel::graphed_steps).
   const auto graphed = inputs_.target
                            ? inputs_.target->graphed_steps(o_.max_cuda_graphs, target::TargetModel::Step::training)
@@ -181,6 +183,8 @@ void Trainer::build() {
   total_steps_ = data::planned_steps(o_, *sampler_);
   schedule_ = run::make_lr_schedule(o_, total_steps_);
   evals_.emplace(o_, K_);
+  // What the acceptance evaluation cannot do with this head is refused now, not after the training.
+  acceptance::check_head_settings(head_->config(), EvalSettings::from(o_, K_).acceptance);
 }
 
 void Trainer::restore() {
@@ -211,12 +215,14 @@ void Trainer::open_sinks(const std::vector<std::string>& command_line) {
   }
   checkpoints_.emplace(o_.output_dir);
   summary_.total_steps = total_steps_;
-  log::info("train", "{} optimizer steps of {} micro-batch(es){}; {} head with {} TTT step(s), {} parameters",
+  const auto& hc = head_->config();
+  log::info("train", "{} optimizer steps of {} micro-batch(es){}; {} head with {} {}, {} parameters",
             total_steps_, o_.gradient_accumulation_steps,
             group_->size() > 1 ? fmt::format(" on each of {} ranks", group_->size()) : "",
-            head_->config().mtp() ? std::string("the target's MTP")
-                                  : fmt::format("EAGLE-{}", head_->config().eagle_version),
-            K_, head::count_parameters(*head_));
+            hc.mtp()      ? std::string("the target's MTP")
+            : hc.dflash() ? std::string("a DFlash")
+                          : fmt::format("EAGLE-{}", hc.eagle_version),
+            K_, hc.dflash() ? "mask slot(s) per block" : "TTT step(s)", head::count_parameters(*head_));
   window_.emplace(K_, device_);
 }
 
@@ -295,14 +301,30 @@ void Trainer::train_step() {
   std::vector<data::Batch> micro;
   for (std::int64_t m = 0; m < o_.gradient_accumulation_steps; ++m)
     micro.push_back(data::make_batch(*inputs_.train, sampler_->next()));
+  // A DFlash head's anchors, drawn on the host from (seed, step, micro-batch, rank): a resumed run
+  // draws what the interrupted one would have; their valid slots are the step's denominators.
+  const auto& hc = head_->config();
+  std::vector<torch::Tensor> anchors(micro.size());
+  auto local = StepCounts::of(micro, hc.dflash() ? 0 : K_);
+  if (hc.dflash()) {
+    local.denominators.assign(static_cast<std::size_t>(K_), 0);
+    for (std::size_t m = 0; m < micro.size(); ++m) {
+      auto a = dflash_batch_anchors(micro[m], hc,
+                                    head::dflash_anchor_generator(static_cast<std::uint64_t>(o_.seed), step,
+                                                                  static_cast<std::int64_t>(m), group_->rank()));
+      for (std::size_t k = 0; k < a.slots.size(); ++k) local.denominators[k] += a.slots[k];
+      anchors[m] = std::move(a.anchors);
+    }
+  }
   // Host counts of all ranks at once: the loss denominators (normalised by the global count, so the
   // summed gradients are exact), then the real and the computed tokens of the step.
-  const auto counts = StepCounts::from_vector(group_->sum(StepCounts::of(micro, K_).to_vector()));
+  const auto counts = StepCounts::from_vector(group_->sum(local.to_vector()));
   const auto denominators = denominator_tensor(counts.denominators);
   optimizer_->zero_grad();
   optimizer_->set_lr(schedule_.lr(step - 1));
   step_loss_.zero_();
-  for (const auto& batch : micro) micro_batches_->run(*graphs_, batch, denominators, step_loss_, window_->metrics);
+  for (std::size_t m = 0; m < micro.size(); ++m)
+    micro_batches_->run(*graphs_, micro[m], denominators, step_loss_, window_->metrics, anchors[m]);
   // The gradients and the loss of every rank, summed (between the graphs on GPU; nothing on one rank).
   group_->sum(comm_.buffer);
   // (b) clip + update, independent of the batch shape.

@@ -31,6 +31,11 @@ struct AcceptanceSettings {
 
 using AcceptanceStats = io::AcceptanceStats;
 
+// What the settings ask of this head that it cannot do, as Error(usage) naming the option: a DFlash
+// draft proposes one block of dflash_block_size - 1 tokens a round (no tree, eval_draft_len at most
+// that). measure() checks it; the trainer and eval call it before anything is measured.
+void check_head_settings(const head::HeadConfig& head, const AcceptanceSettings& settings);
+
 // The ar_by_category entry of the prompts without a category, when others have one.
 inline constexpr const char* kNoCategory = "(none)";
 

@@ -13,7 +13,7 @@ enum class BadSamplePolicy { error, skip };
 enum class OverlongPolicy { truncate, drop };
 enum class NanPolicy { error, skip };
 enum class TargetDtype { auto_, float32, bfloat16, float16 };
-enum class ExportFormat { sglang, speculators, vllm_eagle1, mtp };
+enum class ExportFormat { sglang, speculators, vllm_eagle1, mtp, dflash };
 enum class Quantize { none, fp8 };
 enum class QuantScale { amax, mse };
 enum class DdpBackend { auto_, gloo, nccl };
@@ -53,21 +53,26 @@ struct Options {
   std::vector<std::int64_t> aux_hidden_state_layer_ids;  // input-of-layer ids; empty: [2, L/2, L-3]
 
   // draft
-  std::string draft = "eagle";  // eagle (eagle_version's head) | mtp (the target's shipped MTP layer)
+  std::string draft = "eagle";  // eagle (eagle_version's head) | mtp (the target's shipped MTP layer) | dflash
   std::int64_t eagle_version = 3;
   std::int64_t ttt_steps = 7;
   bool fc_norm = false;               // EAGLE 3.1: an RMSNorm on each aux feature before the FC
   bool norm_output = false;           // EAGLE 3.1: the post-final-norm hidden is the next step's state
   bool norm_before_fc = false;        // one RMSNorm over the whole concatenation before the FC
   std::string draft_layer = "llama";  // llama | qwen3 (q/k norm per head)
-  std::int64_t draft_num_layers = 1;  // EAGLE-3 decoder layers (layer 0 on [embedding; state])
+  std::int64_t draft_num_layers = 0;  // decoder layers; 0: the draft's default (EAGLE-3 1, DFlash 5)
   bool parallel_drafting = false;     // P-EAGLE: mask slots, all drafts in one forward
-  std::int64_t mask_token_id = -1;    // P-EAGLE's mask token; -1: the target's first end-of-sequence id
+  std::int64_t mask_token_id = -1;    // P-EAGLE's / DFlash's mask token; -1: the target's first end-of-sequence id
   double ttt_loss_decay = 0.8;
   std::string loss = "kl";                     // kl | tv | lk_hybrid (EAGLE-3's per-position loss)
   std::int64_t loss_chunk_size = 1024;         // tokens per chunk of the fused LM head and loss; 0: unchunked
   std::string recompute_activations = "auto";  // off | mlp | layer | auto: what the TTT unroll recomputes in backward
   std::int64_t draft_vocab_size = 32000;
+  std::int64_t dflash_block_size = 16;              // DFlash: B = K + 1 (anchor + K mask slots)
+  std::vector<std::int64_t> dflash_target_layers;   // DFlash target layers t; empty: SpecForge's default
+  std::int64_t dflash_num_anchors = 512;            // DFlash: anchors per row of a micro-batch
+  double dflash_decay_gamma = 7.0;                  // DFlash: slot k's weight exp(-(k-1)/gamma); 0: none
+  bool dflash_hard_labels = false;                  // DFlash: hard CE on the data token
 
   // train
   std::int64_t per_device_train_batch_size = 4;  // rows per micro-batch

@@ -62,11 +62,19 @@ struct HeadConfig {
   std::string mtp_family;
   bool attention_bias = false;  // q/k/v bias of the draft layer (the MTP block of a Qwen2-type target)
   bool mtp() const { return !mtp_family.empty(); }
+  // --draft dflash (DFlash.md, head/dflash_head.h): num_layers Qwen3-style layers over the target's
+  // features at aux_layer_ids (DFlash target layer t is aux id t + 1), drafting dflash_block_size - 1
+  // tokens in one forward of the block [anchor, mask_token_id x (block - 1)]; 0: not a DFlash head.
+  std::int64_t dflash_block_size = 0;
+  std::int64_t dflash_num_anchors = 512;  // anchors per row of a micro-batch (a fixed count: one shape)
+  double dflash_decay_gamma = 7.0;        // slot k's loss weight exp(-(k - 1) / gamma); <= 0: all 1
+  bool dflash_hard_labels = false;        // hard CE on the data token instead of the target's distribution
+  bool dflash() const { return dflash_block_size > 0; }
 
   // The head shaped after its target: H, heads, head_dim, intermediate size, eps, RoPE.
   static HeadConfig from_target(const target::TargetConfig& target, std::int64_t eagle_version,
                                 std::vector<std::int64_t> aux_layer_ids, std::int64_t draft_vocab_size);
-  std::int64_t steps() const { return eagle_version == 3 ? ttt_steps : 1; }
+  std::int64_t steps() const { return dflash() ? dflash_block_size - 1 : eagle_version == 3 ? ttt_steps : 1; }
 };
 
 // One micro-batch for the head's training forward; every tensor [B, T, ...] on the head's device.
@@ -79,6 +87,7 @@ struct HeadInputs {
   torch::Tensor final_hidden;        // EAGLE-1: [B, T, H] final normed hidden (TargetOutput)
   torch::Tensor teacher_logits;      // EAGLE-3: [B, T, V_d] fp32 over the draft ids (TargetOutput)
   torch::Tensor target_argmax;       // [B, T] int64 target argmax over the full vocabulary
+  torch::Tensor anchors;             // DFlash: [B, N] int64 block anchors (head/dflash_attention.h)
   model::AttentionSpec attention{};  // packed or padded rows (default: packed, exact for any layout)
 };
 

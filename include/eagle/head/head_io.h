@@ -18,8 +18,9 @@
 namespace eagle::head {
 
 // mtp: an MTP head (--draft mtp) under the target's native names (mtp_io.h): a checkpoint holds the
-// MTP tensors alone, an export the whole target folder.
-enum class HeadFormat { sglang, speculators, vllm_eagle1, mtp };
+// MTP tensors alone, an export the whole target folder. dflash: a DFlash draft (--draft dflash) in
+// the layout vLLM 0.32 loads (dflash_io.h), its checkpoints and exports alike.
+enum class HeadFormat { sglang, speculators, vllm_eagle1, mtp, dflash };
 std::string format_name(HeadFormat f);
 
 // A new head of cfg's version (vocab ignored for EAGLE-1).

@@ -34,6 +34,16 @@ struct StepCounts {
   static StepCounts from_vector(const std::vector<std::int64_t>& values);
 };
 
+// --draft dflash: one batch's block anchors [B, N] int64 on the host, drawn by `generator`
+// (head::dflash_sample_anchors over the batch's loss mask and documents), and the valid slots per k
+// they give ([block - 1], head::dflash_count_slots): the loss denominators of the batches that share
+// one normalisation are their sums (in place of loss_denominators).
+struct DFlashAnchors {
+  torch::Tensor anchors;
+  std::vector<std::int64_t> slots;
+};
+DFlashAnchors dflash_batch_anchors(const data::Batch& batch, const head::HeadConfig& cfg, at::Generator generator);
+
 // head.train_step_forward(features.head_inputs(batch), denominators) under bf16 autocast when bf16.
 // Reads only the tensors given, never the host: safe inside a captured CUDA graph.
 head::HeadStepOutput forward_micro_batch(const features::FeatureSource& features, head::DraftHead& head,
@@ -56,8 +66,10 @@ class MicroBatchRunner {
   MicroBatchRunner(const features::FeatureSource& source, head::DraftHead& head, std::int64_t max_segments, bool bf16)
       : source_(source), head_(head), max_segments_(max_segments), bf16_(bf16) {}
   // denominators: [K] fp32 on the host (denominator_tensor); loss_sum, metric_sums: train_micro_batch's.
+  // anchors: a DFlash head's [B, N] host anchors (dflash_batch_anchors), copied into the shape's
+  // buffer (N is fixed per shape: min(dflash_num_anchors, length)); undefined for other heads.
   void run(device::CudaGraphCache& graphs, const data::Batch& batch, const torch::Tensor& denominators,
-           torch::Tensor& loss_sum, torch::Tensor& metric_sums);
+           torch::Tensor& loss_sum, torch::Tensor& metric_sums, const torch::Tensor& anchors = {});
 
  private:
   struct ShapeBuffers {

@@ -1,0 +1,179 @@
+// --draft dflash end to end on the tiny Qwen3 fixture, as subprocesses: training samples anchors and
+// logs the AR of vLLM's DFlash rounds, checkpoints are vLLM's DFlashDraftModel layout, a resume draws
+// the same anchors (the same losses and weights), export --format dflash writes what eval imports back
+// with the checkpoint's numbers, and what DFlash cannot do is refused by name.
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+
+#include "eagle/model/safetensors.h"
+#include "helpers.h"
+
+using eagle::test::logged_losses;
+using eagle::test::read_file;
+using eagle::test::read_jsonl;
+using eagle::test::run_cli;
+using eagle::test::TempDir;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kQwen3 = EAGLE_SOURCE_DIR "/tests/fixtures/models/tiny-qwen3";
+// The options train and eval share (eval reproduces the run's held-out split, prompts and anchors).
+const std::string kCommon = std::string(" --model_name_or_path ") + kQwen3 +
+                            " --data_path " EAGLE_SOURCE_DIR
+                            "/tests/fixtures/data/smoke.jsonl --training_seq_len 256 --bucket_granularity 64"
+                            " --validation_fraction 0.1 --per_device_train_batch_size 4 --eval_num_prompts 2"
+                            " --eval_max_new_tokens 8 --device cpu --num_threads 1 --seed 42";
+// A small DFlash draft: block 4 (3 tokens a round), two layers, 32 anchors per row.
+const std::string kDFlash =
+    " --draft dflash --dflash_block_size 4 --draft_num_layers 2 --dflash_num_anchors 32 --learning_rate 0.001"
+    " --warmup_steps 0 --logging_steps 1 --gradient_accumulation_steps 2";
+
+json eval_json(const std::string& args) {
+  auto r = run_cli("eval --json" + args);
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  return json::parse(r.output.substr(r.output.find("{\n")));
+}
+
+void check_same_tensors(const fs::path& a, const fs::path& b) {
+  auto ta = eagle::model::load_safetensors(a.string());
+  auto tb = eagle::model::load_safetensors(b.string());
+  REQUIRE(ta.size() == tb.size());
+  for (const auto& [name, t] : ta) {
+    INFO(name);
+    REQUIRE(tb.count(name));
+    CHECK(torch::equal(t, tb.at(name)));
+  }
+}
+
+}  // namespace
+
+TEST_CASE("train --draft dflash trains a DFlash draft, resumes exactly, exports as vLLM loads it, eval reads it",
+          "[cli]") {
+  TempDir dir;
+  const auto run = dir / "run";
+  const std::string train = "train" + kCommon + kDFlash + " --max_steps 4 --eval_steps 2 --save_steps 2";
+  auto r = run_cli(train + " --output_dir " + run.string());
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("DFlash draft: 2 layer(s), block 4"));
+  // The default target layers of a 3-layer target and 2 draft layers (SpecForge's rule): [0, 1].
+  CHECK_THAT(r.output, Catch::Contains("target layers [0, 1]"));
+  std::map<std::int64_t, double> ar;
+  for (const auto& j : read_jsonl(run / "metrics.jsonl")) {
+    if (j.contains("ar")) ar[j["step"].get<std::int64_t>()] = j["ar"].get<double>();
+    if (j.contains("acc")) CHECK(j["acc"].size() == 3);  // one per mask slot
+  }
+  REQUIRE(ar.count(2));
+  REQUIRE(ar.count(4));
+  CHECK(ar.at(4) >= 1.0);
+  const auto losses = logged_losses(run);
+  REQUIRE(losses.size() == 4);
+
+  // The checkpoint is vLLM's DFlashDraftModel folder: no embedding, LM head or vocabulary maps.
+  const auto ckpt = run / "checkpoint-4";
+  auto config = json::parse(read_file(ckpt / "config.json"));
+  CHECK(config["architectures"][0] == "DFlashDraftModel");
+  CHECK(config["model_type"] == "qwen3");
+  CHECK(config["num_hidden_layers"] == 2);
+  CHECK(config["block_size"] == 4);
+  CHECK(config["dflash_config"]["mask_token_id"] == 5);  // mask_token_id -1: the target's first end id
+  CHECK(config["dflash_config"]["target_layer_ids"] == json::array({0, 1}));
+  CHECK(config["layer_types"] == json::array({"full_attention", "full_attention"}));
+  auto tensors = eagle::model::load_safetensors((ckpt / "model.safetensors").string());
+  for (const auto& [name, t] : tensors) {
+    INFO(name);
+    CHECK((name.rfind("fc.", 0) == 0 || name.rfind("hidden_norm.", 0) == 0 || name.rfind("layers.", 0) == 0 ||
+           name.rfind("norm.", 0) == 0));
+  }
+  CHECK(tensors.count("fc.weight"));
+  CHECK(tensors.at("fc.weight").size(1) == 2 * 48);  // two target layers of hidden size 48
+  CHECK(tensors.count("layers.1.self_attn.k_norm.weight"));
+
+  // A resume from step 2 draws the same anchors: the same losses and the same weights at step 4.
+  const auto resumed = dir / "resumed";
+  fs::create_directories(resumed);
+  fs::copy(run / "checkpoint-2", resumed / "checkpoint-2", fs::copy_options::recursive);
+  auto again = run_cli(train + " --output_dir " + resumed.string() + " --resume_from_checkpoint auto");
+  INFO(again.output);
+  REQUIRE(again.exit_code == 0);
+  CHECK_THAT(again.output, Catch::Contains("resumed from"));
+  const auto resumed_losses = logged_losses(resumed);
+  for (std::int64_t step : {3, 4}) {
+    INFO("step " << step);
+    REQUIRE(resumed_losses.count(step));
+    CHECK(resumed_losses.at(step) == losses.at(step));
+  }
+  check_same_tensors(ckpt / "model.safetensors", resumed / "checkpoint-4" / "model.safetensors");
+  check_same_tensors(ckpt / "optimizer.safetensors", resumed / "checkpoint-4" / "optimizer.safetensors");
+  // Another block is another head: refused by name.
+  auto other = run_cli("train" + kCommon + kDFlash + " --dflash_block_size 8 --max_steps 6 --resume_from_checkpoint " +
+                       ckpt.string() + " --output_dir " + (dir / "other").string());
+  INFO(other.output);
+  CHECK(other.exit_code == 2);
+  CHECK_THAT(other.output, Catch::Contains("dflash_block_size"));
+
+  // export --format dflash: vLLM's layout, the checkpoint's tensors bit for bit.
+  const auto out = dir / "dflash-export";
+  auto ex = run_cli("export --checkpoint " + ckpt.string() + " --format dflash --output " + out.string());
+  INFO(ex.output);
+  REQUIRE(ex.exit_code == 0);
+  CHECK_THAT(ex.output, Catch::Contains("\"method\": \"dflash\""));
+  CHECK_THAT(ex.output, Catch::Contains("\"num_speculative_tokens\": 3"));
+  check_same_tensors(ckpt / "model.safetensors", out / "model.safetensors");
+  CHECK(json::parse(read_file(out / "config.json"))["dflash_config"] == config["dflash_config"]);
+  // A DFlash draft has no EAGLE layout, and nothing is overwritten.
+  auto sglang = run_cli("export --checkpoint " + ckpt.string() + " --format sglang --output " + (dir / "x").string());
+  CHECK(sglang.exit_code == 2);
+  CHECK_THAT(sglang.output, Catch::Contains("dflash for a DFlash draft"));
+  CHECK(run_cli("export --checkpoint " + ckpt.string() + " --format dflash --output " + out.string()).exit_code != 0);
+
+  // eval imports the export as it reads the checkpoint: the same numbers, the run's final AR.
+  auto a = eval_json(" --checkpoint " + ckpt.string() + kCommon);
+  auto b = eval_json(" --checkpoint " + out.string() + kCommon);
+  CHECK(a["ar"] == b["ar"]);
+  CHECK(a["eval_loss"] == b["eval_loss"]);
+  CHECK(a["ar_by_depth"] == b["ar_by_depth"]);
+  CHECK(a["ar_by_depth"].size() == 3);
+  CHECK(a["format"] == "dflash");
+  CHECK(a["head"]["draft"] == "dflash");
+  CHECK(a["ar"].get<double>() == Approx(ar.at(4)).epsilon(1e-12));
+  // Sampled chains come from the same one forward a round; trees are refused by name.
+  auto sampled = eval_json(" --checkpoint " + out.string() + kCommon + " --eval_temperature 1.0");
+  CHECK(sampled.contains("temp_ar"));
+  auto tree = run_cli("eval --checkpoint " + out.string() + kCommon + " --eval_tree_topk 1");
+  CHECK(tree.exit_code == 2);
+  CHECK_THAT(tree.output, Catch::Contains("eval_tree_topk"));
+  auto longer = run_cli("eval --checkpoint " + out.string() + kCommon + " --eval_draft_len 5");
+  CHECK(longer.exit_code == 2);
+  CHECK_THAT(longer.output, Catch::Contains("eval_draft_len"));
+}
+
+TEST_CASE("--draft dflash refuses what it would ignore or cannot do, by name", "[cli]") {
+  TempDir dir;
+  int n = 0;
+  auto refused = [&](const std::string& flags, const std::string& named) {
+    auto r = run_cli("train" + kCommon + flags + " --max_steps 1 --output_dir " + (dir / std::to_string(n++)).string());
+    INFO(flags << "\n" << r.output);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.output, Catch::Contains(named));
+  };
+  // DFlash options without --draft dflash, and EAGLE's options with it.
+  refused(" --dflash_block_size 8", "--dflash_block_size 8 acts only with --draft dflash");
+  refused(" --dflash_hard_labels", "acts only with --draft dflash");
+  refused(" --draft dflash --ttt_steps 3", "--ttt_steps 3 acts only with --draft eagle or mtp");
+  refused(" --draft dflash --draft_vocab_size 64", "--draft_vocab_size 64 acts only with --draft eagle or mtp");
+  refused(" --draft dflash --fc_norm", "dflash is its own draft");
+  refused(" --draft dflash --aux_hidden_state_layer_ids 1,2,3", "dflash is its own draft");
+  // What the target or the evaluation cannot take.
+  refused(" --draft dflash --mask_token_id 300", "mask_token_id");
+  refused(" --draft dflash --dflash_target_layers 0,7", "dflash_target_layers");
+  refused(" --draft dflash --eval_tree_topk 1", "0 for a DFlash draft");
+  refused(" --draft dflash --dflash_block_size 4 --eval_draft_len 4", "eval_draft_len");
+  refused(" --draft dflash --dry_run", "dry_run");
+  refused(" --draft medusa", "eagle, mtp or dflash");
+}
