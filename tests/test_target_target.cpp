@@ -186,11 +186,18 @@ TEST_CASE("target bf16 forward stays within the documented bound of transformers
     const auto rel_logits = (out.teacher_logits - ref_logits).abs().amax(-1).squeeze(0) / ref_logits.abs().max();
     // A mixture of experts may route one token of the prompt differently where two experts' router
     // scores nearly tie (a gap of ~1e-4 flips under bf16 rounding in either implementation); that
-    // token, and only one, may exceed the bound.
-    const std::int64_t allowed = m.config().moe() ? 1 : 0;
+    // token, and only one, may exceed the bound. The tokens after it attend to its changed keys and
+    // values, so they may exceed 0.02 too, but not 0.1 (tiny-deepseek-v3: token 5 rerouted at 0.18,
+    // the next three at 0.021-0.058, the rest within 0.02).
+    const bool moe = m.config().moe();
     INFO("hidden " << rel_hs << " logits " << rel_logits);
-    CHECK((rel_hs > 0.02).sum().item<std::int64_t>() <= allowed);
-    CHECK((rel_logits > 0.02).sum().item<std::int64_t>() <= allowed);
+    for (const auto& rel : {rel_hs, rel_logits}) {
+      CHECK((rel > (moe ? 0.1 : 0.02)).sum().item<std::int64_t>() <= (moe ? 1 : 0));
+      if (moe && (rel > 0.02).any().item<bool>()) {  // only tokens from the first outlier on may exceed 0.02
+        const auto first = (rel > 0.02).to(torch::kInt64).argmax().item<std::int64_t>();
+        CHECK((rel.narrow(0, 0, first) > 0.02).sum().item<std::int64_t>() == 0);
+      }
+    }
   }
 }
 

@@ -310,7 +310,8 @@ TEST_CASE("target config: each family's row gives its Family, MoE layout and ref
   CHECK_THAT(config_error(dir, c),
              Catch::Contains("LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, MiMoForCausalLM, "
                              "Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, GptOssForCausalLM, "
-                             "Gemma2ForCausalLM, Gemma3ForCausalLM or Phi3ForCausalLM"));
+                             "Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM, DeepseekV3ForCausalLM, "
+                            "Glm4MoeForCausalLM or Glm4MoeLiteForCausalLM"));
 }
 
 TEST_CASE("graphed_steps: eager on the CPU whatever the options ask", "[target]") {

@@ -118,6 +118,15 @@ AcceptanceStats measure(const target::TargetModel& target, head::DraftHead& head
   log::info("eval", "AR over {} prompts ({} at a time) at depths 1..{}: {} rounds, {} tokens at depth {} in {:.2f} s",
             chain.prompts, batched ? std::min(s.batch_size, chain.prompts) : 1, s.draft_len, chain.rounds,
             chain.generated, s.draft_len, seconds);
+  if (batched && target.dtype() != torch::kFloat32 && target.dtype() != torch::kFloat64) {
+    static bool said = false;  // once per process: a training run evaluates many times
+    if (!said)
+      log::info("eval", "the target runs in {}: batched rows attend over caches as wide as the batch's longest row, "
+                "which rounds differently from a prompt decoded alone, so the AR can move with eval_batch_size "
+                "(docs/training.md, \"Batch size and precision\"); --target_dtype float32 makes it independent of it",
+                c10::toString(target.dtype()));
+    said = true;
+  }
   if (s.tree.on()) {
     TreeProposer proposer(s.tree);
     GreedyVerifier verifier;
