@@ -15,7 +15,7 @@
 #include "eagle/data/loader.h"
 #include "eagle/data/speculators_folder.h"
 #include "eagle/device/distributed.h"
-#include "eagle/features/dflash_inputs.h"
+#include "eagle/head/dflash_head.h"
 #include "eagle/features/server_files.h"
 #include "eagle/features/server_store.h"
 #include "eagle/features/target_identity.h"

@@ -5,7 +5,7 @@
 #include <fmt/ranges.h>
 
 #include "eagle/config/option_table.h"
-#include "eagle/features/dflash_inputs.h"
+#include "eagle/features/inputs.h"
 #include "eagle/head/dflash_head.h"
 #include "eagle/head/draft_vocab.h"
 #include "eagle/head/head_io.h"
