@@ -510,7 +510,9 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
   // Qwen3-MoE's intermediate_size is only its dense layers' (checked below when there are any).
   c.intermediate_size = t == Family::qwen3_moe || t == Family::qwen3_5_moe
                             ? r.bounded_or("intermediate_size", 0, 0, lim::kMaxSize)
-                            : r.bounded_or("intermediate_size", t == Family::qwen3_next ? 5632 : 0, 1, lim::kMaxSize);
+                        : t == Family::qwen3_next || t == Family::qwen3_5  // the config classes' defaults
+                            ? r.bounded_or("intermediate_size", t == Family::qwen3_next ? 5632 : 12288, 1, lim::kMaxSize)
+                            : r.bounded("intermediate_size", 1, lim::kMaxSize);
   c.num_hidden_layers = r.bounded("num_hidden_layers", 1, lim::kMaxLayers);
   c.num_attention_heads = r.bounded("num_attention_heads", 1, lim::kMaxHeads);
   c.num_key_value_heads = r.bounded_or("num_key_value_heads", c.num_attention_heads, 1, lim::kMaxHeads);
