@@ -111,6 +111,19 @@ DEEPSEEK_V3 = dict(
     rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0,
                      "mscale": 1.0, "mscale_all_dim": 0.8, "original_max_position_embeddings": 16},
     bos_token_id=0, eos_token_id=1)
+# The hybrid linear-attention families (Qwen3.5 dense and MoE, Qwen3-Next): Gated DeltaNet layers (linear_attention)
+# among gated full-attention ones, 2 key heads of 8 serving 4 value heads of 12 (grouped), a conv of 4 taps, q/k
+# heads of 16 with partial rotary 0.25 (their default: 4 features turn), every RMSNorm (1 + w).
+QWEN3_5 = dict(
+    vocab_size=256, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=16, linear_conv_kernel_dim=4, linear_key_head_dim=8, linear_value_head_dim=12,
+    linear_num_key_heads=2, linear_num_value_heads=4,
+    layer_types=["linear_attention", "full_attention", "linear_attention", "linear_attention"], rms_norm_eps=1e-6,
+    max_position_embeddings=512, tie_word_embeddings=False,
+    rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25},
+    bos_token_id=None, eos_token_id=5)
+QWEN3_5_MOE = {k: v for k, v in QWEN3_5.items() if k != "intermediate_size"} | dict(
+    num_experts=8, num_experts_per_tok=2, moe_intermediate_size=16, shared_expert_intermediate_size=24)
 # name -> (config class, config kwargs); each family's seed is 1234 + its position here, so new families go
 # at the end. Odd head counts, grouped-query attention, tied and untied embeddings, a llama3 rope scaling,
 # q/k/v bias (Qwen2), q/k norm with an explicit head_dim (Qwen3); mixtures of experts: Qwen3-MoE with
@@ -206,7 +219,27 @@ FAMILIES = {
         topk_group=1, routed_scaling_factor=1.8, norm_topk_prob=True, mlp_layer_types=["sparse", "dense", "sparse"],
         rope_interleave=True, rms_norm_eps=1e-5, max_position_embeddings=512, tie_word_embeddings=False,
         rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, bos_token_id=0, eos_token_id=1)),
+    "tiny-qwen3-next": (transformers.Qwen3NextConfig, QWEN3_5_MOE | dict(
+        intermediate_size=96, mlp_only_layers=[1], decoder_sparse_step=1, norm_topk_prob=True, num_experts=4,
+        layer_types=["linear_attention", "linear_attention", "full_attention", "linear_attention"])),
+    "tiny-qwen3-5": (transformers.Qwen3_5TextConfig, QWEN3_5 | dict(tie_word_embeddings=True)),
+    "tiny-qwen3-5-moe": (transformers.Qwen3_5MoeTextConfig, QWEN3_5_MOE),
+    # Qwen3_5ForConditionalGeneration as Qwen3.5 ships: the text model under model.language_model, a (tiny) vision
+    # tower under model.visual that a text-only target never loads.
+    "tiny-qwen3-5-vl": (transformers.Qwen3_5Config, dict(
+        # Qwen3.5's text RoPE as released: multimodal sections, one position for all three in text.
+        text_config=QWEN3_5 | dict(rope_parameters=QWEN3_5["rope_parameters"] | dict(
+            mrope_section=[1, 1, 0], mrope_interleaved=True)),
+        vision_config=dict(depth=1, hidden_size=32, intermediate_size=32, num_heads=2,
+                                                patch_size=4, temporal_patch_size=2, spatial_merge_size=2,
+                                                out_hidden_size=64, num_position_embeddings=16),
+        image_token_id=250, video_token_id=251, vision_start_token_id=252, vision_end_token_id=253,
+        tie_word_embeddings=False)),
 }
+# Hybrid linear-attention families: also prompts c and d longer than the delta rule's chunk of 64 (c.*, d.*), so that
+# a packed row of both starts a document inside a chunk.
+LINEAR = {"tiny-qwen3-next", "tiny-qwen3-5", "tiny-qwen3-5-moe", "tiny-qwen3-5-vl"}
+LEN_C, LEN_D = 150, 90
 # Families whose checkpoint also holds num_mtp_layers MTP layers as model.layers.{L..} (DeepSeek-V3, GLM-4.5 ship
 # them so, GLM-4.7-Flash too); transformers does not load them (see add_mtp_layers).
 MTP_LAYERS = {"tiny-deepseek-v3", "tiny-glm4-moe", "tiny-glm4-moe-lite"}
@@ -226,11 +259,17 @@ def randomize(model, gen):
     transposed [E, in, out] gpt-oss layout, shape[2] in the [E, out, in] Mixtral/Qwen3-MoE one); routers
     are linear weights (and a bias for gpt-oss); gpt-oss's attention sinks ([heads]) N(0, 1). Gemma's RMSNorm
     scales by (1 + weight), so its norm weights are the offsets alone, 0.1 N(0, 1)."""
-    norm_base = 0.0 if model.config.model_type.startswith("gemma") else 1.0
+    one_plus = model.config.model_type.startswith(("gemma", "qwen3_5", "qwen3_next"))
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight") or "layernorm" in name:
-                p.copy_(norm_base + 0.1 * torch.randn(p.shape, generator=gen))
+                # Qwen3.5's gated norm in the Gated DeltaNet and the vision tower's LayerNorms scale by w itself.
+                plain = not one_plus or name.endswith("linear_attn.norm.weight") or ".visual." in name
+                p.copy_((1.0 if plain else 0.0) + 0.1 * torch.randn(p.shape, generator=gen))
+            elif name.endswith("A_log"):
+                # Decay rates exp(A_log) in (0.02, 0.5): with softplus(a + dt_bias) ~ 0.7 the state keeps most of
+                # itself per token, so that it carries across the delta rule's chunks (transformers: U(0.01, 16)).
+                p.copy_(torch.empty(p.shape).uniform_(0.02, 0.5, generator=gen).log())
             elif name.endswith("bias"):
                 p.copy_(0.1 * torch.randn(p.shape, generator=gen))
             elif "embed_tokens" in name:
@@ -241,6 +280,8 @@ def randomize(model, gen):
                 experts = model.get_submodule(name.rsplit(".", 1)[0])
                 fan_in = p.shape[1] if getattr(experts, "is_transposed", False) else p.shape[2]
                 p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(fan_in))
+            elif p.dim() == 1:  # other vectors (none outside the vision tower): small, as biases
+                p.copy_(0.1 * torch.randn(p.shape, generator=gen))
             else:
                 p.copy_(torch.randn(p.shape, generator=gen) / math.sqrt(p.shape[1]))
         # The sigmoid routers' correction bias (DeepSeek-V3, GLM-4.5) is a buffer: 0.1 N(0, 1), of the order of the
@@ -623,11 +664,16 @@ def check_bf16_loads(out_dir, bf, ids, hidden, logits, quant=None):
     h, lg = run(loaded, ids)
     assert torch.equal(h, hidden) and torch.equal(lg, logits), f"{out_dir.name}: bf16 load gives other outputs"
     mine = {**dict(bf.named_parameters()), **dict(bf.named_buffers())}
+    if type(bf).__name__.endswith("ForConditionalGeneration"):
+        # AutoModelForCausalLM reads a multimodal Qwen3.5 folder as its text model (Qwen3_5ForCausalLM): the
+        # wrapper's model.language_model.X as model.X, the vision tower model.visual.* left out.
+        mine = {("model." + k[len("model.language_model."):] if k.startswith("model.language_model.") else k): t
+                for k, t in mine.items() if not k.startswith("model.visual.")}
     theirs = {**dict(loaded.named_parameters()), **dict(loaded.named_buffers())}
     assert mine.keys() == theirs.keys(), sorted(mine.keys() ^ theirs.keys())
     for k, t in mine.items():
         assert t.dtype == theirs[k].dtype and torch.equal(t, theirs[k]), f"{out_dir.name}: {k} differs"
-    print(f"{out_dir.name}: bf16 reference equals from_pretrained(dtype=bfloat16) bit for bit")
+    print(f"{out_dir.name}: bf16 reference equals from_pretrained(dtype=bfloat16) ({type(loaded).__name__}) bit for bit")
 
 
 def run(model, ids, mask=None):
@@ -663,7 +709,10 @@ def make(name, cls, kwargs, index):
     impl = {"attn_implementation": "eager"}
     if hasattr(config, "num_local_experts"):
         impl["experts_implementation"] = "eager"
-    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32, **impl)
+    if cls is transformers.Qwen3_5Config:  # the multimodal wrapper, as the Hub's Qwen3.5 checkpoints are
+        model = transformers.Qwen3_5ForConditionalGeneration._from_config(config, dtype=torch.float32, **impl)
+    else:
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32, **impl)
     randomize(model, gen)
     packed = mxfp4_experts(model, gen) if name in MXFP4 else None
     fp8 = fp8_projections(model) if name in FP8 else None
@@ -683,7 +732,8 @@ def make(name, cls, kwargs, index):
     if name in MTP_LAYERS:
         add_mtp_layers(out_dir, config, gen)
 
-    v = config.vocab_size
+    text = config.get_text_config()  # the multimodal wrapper's text model
+    v = text.vocab_size
     ids_a = torch.randint(3, v, (1, LEN_A), generator=gen)
     ids_b = torch.randint(3, v, (1, LEN_B), generator=gen)
     padded = torch.zeros(2, LEN_A, dtype=torch.long)
@@ -714,7 +764,11 @@ def make(name, cls, kwargs, index):
         ref["padded.input_ids"], ref["padded.attention_mask"] = padded, mask
         ref["padded.hidden_states"], ref["padded.logits"] = run(model, padded, mask)
         ref["a.greedy"] = greedy(model, ids_a, GREEDY_TOKENS)
-        if config.rope_parameters.get("rope_type") == "longrope":
+        if name in LINEAR:
+            for key, n in (("c", LEN_C), ("d", LEN_D)):
+                ref[f"{key}.input_ids"] = torch.randint(3, v, (1, n), generator=gen)
+                ref[f"{key}.hidden_states"], ref[f"{key}.logits"] = run(model, ref[f"{key}.input_ids"])
+        if text.rope_parameters.get("rope_type") == "longrope":
             # Prompt b is within original_max_position_embeddings, its continuation goes past it: the first
             # calls use the short factors, the later ones the long (the cached keys keep the earlier rotation).
             ref["b.greedy"], ref["b.greedy_logits"] = greedy(model, ids_b, GREEDY_TOKENS, with_logits=True)

@@ -21,9 +21,10 @@ using nlohmann::json;
 struct Reader {
   const std::string& path;
   const json& j;
+  std::string prefix = "";  // how errors name j: "text_config." for a multimodal checkpoint's text model
 
   Error bad(const std::string& key, const std::string& what) const {
-    return Error(ErrorKind::input, what).file(path).place(fmt::format("field \"{}\"", key));
+    return Error(ErrorKind::input, what).file(path).place(fmt::format("field \"{}{}\"", prefix, key));
   }
   bool has(const std::string& key) const { return j.contains(key) && !j[key].is_null(); }
 

@@ -45,14 +45,14 @@ TargetConfig TargetConfig::from_model_dir(const std::string& dir) {
 TargetModel TargetModel::load(const std::string& dir_name, torch::ScalarType dtype, torch::Device device) {
   const fs::path dir(dir_name);
   const auto c = TargetConfig::from_model_dir(dir_name);
-  const auto ck = open_checkpoint(dir);
+  const auto ck = open_checkpoint(dir, c.multimodal);
   // The config's sizes are checked against what the files hold before anything is built from them
   // (a config claiming ten million layers must fail at once, not after listing their tensors).
   check_counts(dir, ck, c);
   const auto expected = expected_tensors(c);
   check_tensors(dir, ck, expected, c);
 
-  auto raw = [&](const std::string& name) { return ck.files[ck.where.at(name)].get(name); };
+  auto raw = [&](const std::string& name) { return ck.files[ck.where.at(name)].get(ck.file_name(name)); };
   dtype = resolve_dtype(dtype, ck, expected, c);
   check_fits(c, dtype, device, dir_name);
   // On CPU in the stored dtype, to() returns the mapping's view itself: no copy. MXFP4 blocks and
@@ -85,8 +85,11 @@ TargetModel TargetModel::random(const TargetConfig& config_in, torch::ScalarType
   const auto opts = torch::TensorOptions().dtype(dtype).device(device);
   auto m = assemble(config, dtype, device, [&](const std::string& name) {
     const auto& shape = shapes.at(name);
-    if (name.find("norm.weight") != std::string::npos)  // unit scale: w = 1, or Gemma's 1 + w with w = 0
-      return config.norm_one_plus ? torch::zeros(shape, opts) : torch::ones(shape, opts);
+    // Unit scale: w = 1, or Gemma's (Qwen3.5's) 1 + w with w = 0; the Gated DeltaNet's gated norm is plain.
+    if (name.find("norm.weight") != std::string::npos)
+      return config.norm_one_plus && !name.ends_with("linear_attn.norm.weight") ? torch::zeros(shape, opts)
+                                                                               : torch::ones(shape, opts);
+    if (name.ends_with("A_log")) return torch::zeros(shape, opts);  // decay rate exp(A_log) = 1
     return torch::randn(shape, opts).mul_(0.02);  // transformers' initializer_range
   });
   log::info("model", "random {} ({} layers, hidden {}, vocab {}, {} parameters) as {} on {}", config.architecture,
@@ -116,6 +119,34 @@ void assemble_mla(const TargetConfig& c, const std::string& p, TargetLayerWeight
   w.kv_b_w = get(a + "kv_b_proj.weight");
 }
 
+// A Gated DeltaNet layer's weights (Qwen3_5GatedDeltaNet, Qwen3NextGatedDeltaNet). Qwen3-Next's in_proj_qkvz holds
+// per key head [q (dk), k (dk), v (r dv), z (r dv)] and in_proj_ba [b (r), a (r)] (r = value_heads / key_heads, the
+// key head's value heads), which fix_query_key_value_ordering splits per head: the rows are reordered here into
+// Qwen3.5's [q of every head; k; v; z], [b; a], the same values in the same head order.
+void assemble_linear(const TargetConfig& c, const std::string& p, TargetLayerWeights& w,
+                     const std::function<torch::Tensor(const std::string&)>& get) {
+  const auto a = p + "linear_attn.";
+  if (c.family == Family::qwen3_next) {
+    const auto nk = c.linear_key_heads, dk = c.linear_key_head_dim;
+    const auto rdv = c.linear_value_heads / nk * c.linear_value_head_dim, r = c.linear_value_heads / nk;
+    const auto qkvz = get(a + "in_proj_qkvz.weight");
+    const auto H = qkvz.size(1);
+    const auto g = qkvz.view({nk, 2 * dk + 2 * rdv, H});
+    const auto ba = get(a + "in_proj_ba.weight").view({nk, 2 * r, H});
+    auto rows = [&](const torch::Tensor& t, std::int64_t from, std::int64_t n) { return t.narrow(1, from, n).reshape({-1, H}); };
+    w.lin_in_w = torch::cat({rows(g, 0, dk), rows(g, dk, dk), rows(g, 2 * dk, rdv), rows(g, 2 * dk + rdv, rdv),
+                             rows(ba, 0, r), rows(ba, r, r)});
+  } else {
+    w.lin_in_w = torch::cat({get(a + "in_proj_qkv.weight"), get(a + "in_proj_z.weight"), get(a + "in_proj_b.weight"),
+                             get(a + "in_proj_a.weight")});
+  }
+  w.conv_w = get(a + "conv1d.weight").squeeze(1);  // [conv_dim, K]
+  w.dt_bias = get(a + "dt_bias");
+  w.a_log = get(a + "A_log");
+  w.lin_norm = get(a + "norm.weight");
+  w.o_w = get(a + "out_proj.weight");
+}
+
 }  // namespace
 
 TargetModel TargetModel::assemble(const TargetConfig& c, torch::ScalarType dtype, torch::Device device,
@@ -139,7 +170,9 @@ TargetModel TargetModel::assemble(const TargetConfig& c, torch::ScalarType dtype
       w.pre_ff_norm = get(p + "pre_feedforward_layernorm.weight");
       w.post_ff_norm = get(p + "post_feedforward_layernorm.weight");
     }
-    if (c.mla()) {
+    if (c.linear(l)) {
+      assemble_linear(c, p, w, get);
+    } else if (c.mla()) {
       assemble_mla(c, p, w, get);
     } else {
       w.qkv_w = c.fused_checkpoint ? get(p + "self_attn.qkv_proj.weight")
@@ -149,9 +182,9 @@ TargetModel TargetModel::assemble(const TargetConfig& c, torch::ScalarType dtype
         w.qkv_b = torch::cat(
             {get(p + "self_attn.q_proj.bias"), get(p + "self_attn.k_proj.bias"), get(p + "self_attn.v_proj.bias")});
     }
-    w.o_w = get(p + "self_attn.o_proj.weight");
-    if (c.o_bias) w.o_b = get(p + "self_attn.o_proj.bias");
-    if (c.qk_norm) {
+    if (!c.linear(l)) w.o_w = get(p + "self_attn.o_proj.weight");
+    if (c.o_bias && !c.linear(l)) w.o_b = get(p + "self_attn.o_proj.bias");
+    if (c.qk_norm && !c.linear(l)) {
       w.q_norm = get(p + "self_attn.q_norm.weight");
       w.k_norm = get(p + "self_attn.k_norm.weight");
     }
@@ -180,11 +213,13 @@ TargetEnds TargetModel::load_ends(const std::string& dir_name, torch::ScalarType
   TargetEnds e;
   e.config = TargetConfig::from_model_dir(dir_name);
   const auto& c = e.config;
-  const auto ck = open_checkpoint(fs::path(dir_name));
+  const auto ck = open_checkpoint(fs::path(dir_name), c.multimodal);
   const auto expected = end_tensors(c);  // nothing per layer: the layer count is not compared here
   check_tensors(fs::path(dir_name), ck, expected, c, /*extras_allowed=*/true);
   e.dtype = resolve_dtype(dtype, ck, expected, c);
-  auto get = [&](const std::string& name) { return ck.files[ck.where.at(name)].get(name).to(device, e.dtype); };
+  auto get = [&](const std::string& name) {
+    return ck.files[ck.where.at(name)].get(ck.file_name(name)).to(device, e.dtype);
+  };
   e.embed = get("model.embed_tokens.weight");
   e.final_norm = get("model.norm.weight");
   e.lm_head = c.tie_word_embeddings ? e.embed : get("lm_head.weight");
@@ -246,7 +281,8 @@ std::vector<std::string> TargetModel::non_finite_weights() const {
     check(p + "self_attn.q_b_proj.weight", w.q_b_w);
     check(p + "self_attn.kv_a_layernorm.weight", w.kv_a_norm);
     check(p + "self_attn.kv_b_proj.weight", w.kv_b_w);
-    check(p + "self_attn.o_proj.weight", w.o_w);
+    check(p + (m.cfg.linear(static_cast<std::int64_t>(l)) ? "linear_attn.out_proj.weight" : "self_attn.o_proj.weight"),
+          w.o_w);
     check(p + "self_attn.o_proj.bias", w.o_b);
     check(p + "self_attn.q_norm.weight", w.q_norm);
     check(p + "self_attn.k_norm.weight", w.k_norm);
@@ -262,6 +298,12 @@ std::vector<std::string> TargetModel::non_finite_weights() const {
     check(p + "mlp.gate.e_score_correction_bias", w.router_score_bias);
     check(p + "mlp.shared_experts.{gate,up}_proj.weight", w.shared_gate_up);
     check(p + "mlp.shared_experts.down_proj.weight", w.shared_down);
+    check(p + "mlp.shared_expert_gate.weight", w.shared_gate_w);
+    check(p + "linear_attn.in_proj_*.weight", w.lin_in_w);
+    check(p + "linear_attn.conv1d.weight", w.conv_w);
+    check(p + "linear_attn.dt_bias", w.dt_bias);
+    check(p + "linear_attn.A_log", w.a_log);
+    check(p + "linear_attn.norm.weight", w.lin_norm);
   }
   return bad;
 }

@@ -25,7 +25,29 @@ namespace eagle::target {
 
 namespace fs = std::filesystem;
 
-CheckpointFiles open_checkpoint(const fs::path& dir) {
+namespace {
+
+// model.language_model.X listed as model.X (Qwen3_5ForConditionalGeneration's text model, what transformers'
+// qwen3_5_text PrefixChange reads as Qwen3_5ForCausalLM's names).
+void list_as_text_model(CheckpointFiles& ck) {
+  constexpr std::string_view kText = "model.language_model.";
+  std::map<std::string, std::size_t> where;
+  for (const auto& [name, i] : ck.where) {
+    if (!name.starts_with(kText)) {
+      where.emplace(name, i);
+      continue;
+    }
+    auto listed = "model." + name.substr(kText.size());
+    ck.stored[listed] = name;
+    where[listed] = i;
+  }
+  ck.where = std::move(where);
+}
+
+}  // namespace
+
+// The files and where each tensor lives, by the files' own names.
+static CheckpointFiles open_files(const fs::path& dir) {
   CheckpointFiles ck;
   const auto single = dir / "model.safetensors";
   const auto index = dir / "model.safetensors.index.json";
@@ -72,6 +94,13 @@ CheckpointFiles open_checkpoint(const fs::path& dir) {
   return ck;
 }
 
+CheckpointFiles open_checkpoint(const fs::path& dir, bool text_model) {
+  CheckpointFiles ck = open_files(dir);
+  if (text_model) list_as_text_model(ck);
+  return ck;
+}
+
+
 namespace {
 
 // 1 + the largest N of the names holding `marker` followed by "N." (0 when none does).
@@ -115,7 +144,7 @@ void check_counts(const fs::path& dir, const CheckpointFiles& ck, const TargetCo
   }
   auto it = ck.where.find("model.embed_tokens.weight");
   if (it == ck.where.end()) return;  // reported with every other missing tensor
-  const auto shape = ck.files[it->second].shape("model.embed_tokens.weight");
+  const auto shape = ck.files[it->second].shape(ck.file_name("model.embed_tokens.weight"));
   model::check_shape({c.vocab_size, c.hidden_size}, shape,
                      Error(ErrorKind::input,
                            "config.json and the checkpoint's model.embed_tokens.weight disagree on the "
@@ -185,7 +214,7 @@ void check_tensors(const fs::path& dir, const CheckpointFiles& ck,
       missing.push_back(name);
       continue;
     }
-    auto got = ck.files[it->second].shape(name);
+    auto got = ck.files[it->second].shape(ck.file_name(name));
     if (got != shape) wrong.push_back(fmt::format("{} {} (expected {})", name, got, shape));
   }
   for (const auto& [name, file] : ck.where) {
@@ -197,6 +226,10 @@ void check_tensors(const fs::path& dir, const CheckpointFiles& ck,
     if (c.num_mtp_layers > 0 && name.starts_with("model.mtp_layers.")) continue;
     // DeepSeek-V3 and GLM-4.5 store theirs as the layers after the last: left unloaded, as transformers does.
     if (is_mtp_layer_tensor(c, name)) continue;
+    // Qwen3.5 and Qwen3-Next ship their MTP layer as mtp.* (transformers ignores it); a multimodal checkpoint's
+    // vision tower model.visual.* is never loaded for text-only data.
+    if (c.hybrid() && name.starts_with("mtp.")) continue;
+    if (c.multimodal && name.starts_with("model.visual.")) continue;
     unexpected.push_back(name);
   }
   if (missing.empty() && unexpected.empty() && wrong.empty()) return;
@@ -220,13 +253,14 @@ bool is_float(torch::ScalarType t) { return t == torch::kFloat32 || t == torch::
 torch::ScalarType resolve_dtype(torch::ScalarType dtype, const CheckpointFiles& ck,
                                 const std::map<std::string, std::vector<std::int64_t>>& expected,
                                 const TargetConfig& c) {
-  const auto stored = ck.files[ck.where.at("model.embed_tokens.weight")].dtype("model.embed_tokens.weight");
+  const auto stored =
+      ck.files[ck.where.at("model.embed_tokens.weight")].dtype(ck.file_name("model.embed_tokens.weight"));
   if (dtype == torch::ScalarType::Undefined)
     dtype = is_float(stored) ? stored : model::dtype_of_name(c.dtype).value_or(torch::kFloat32);
   EAGLE_CHECK(is_float(dtype), Error(ErrorKind::usage, "the target dtype must be float32, bfloat16 or float16")
                                    .found(std::string(c10::toString(dtype))));
   for (const auto& [name, shape] : expected) {
-    const auto t = ck.files[ck.where.at(name)].dtype(name);
+    const auto t = ck.files[ck.where.at(name)].dtype(ck.file_name(name));
     if (is_fp8_weight(c, name)) {
       EAGLE_CHECK(t == torch::kFloat8_e4m3fn, Error(ErrorKind::input, "FP8 weights must be float8_e4m3fn (F8_E4M3)")
                                                   .file(ck.files[ck.where.at(name)].path())

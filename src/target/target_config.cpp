@@ -27,10 +27,12 @@ void read_phi3(const Reader& r, TargetConfig& c);
 void read_mimo(const Reader& r, TargetConfig& c);
 void read_deepseek(const Reader& r, TargetConfig& c);
 void read_glm4_moe(const Reader& r, TargetConfig& c);
+void read_hybrid(const Reader& r, TargetConfig& c);
 
 // The families, one row each: how config.json names it, whether its MLP is a mixture of experts
-// (read_moe), the reader of the fields only it has (after the common ones), and another model_type the
-// same architecture is published under (Kimi-K2's config.json says kimi_k2 for DeepseekV3ForCausalLM).
+// (read_moe), the reader of the fields only it has (after the common ones), another model_type the
+// same architecture is published under (Kimi-K2's config.json says kimi_k2 for DeepseekV3ForCausalLM),
+// and whether it is a multimodal wrapper read as its text model (text_config, model.language_model.*).
 struct FamilyRow {
   Family family;
   const char* architecture;
@@ -38,6 +40,7 @@ struct FamilyRow {
   bool moe;
   void (*read)(const Reader&, TargetConfig&);
   const char* model_type_alias = nullptr;
+  bool multimodal = false;
 };
 constexpr FamilyRow kFamilies[] = {
     {Family::llama, "LlamaForCausalLM", "llama", false, nullptr},
@@ -53,7 +56,14 @@ constexpr FamilyRow kFamilies[] = {
     {Family::phi3, "Phi3ForCausalLM", "phi3", false, read_phi3},
     {Family::deepseek_v3, "DeepseekV3ForCausalLM", "deepseek_v3", true, read_deepseek, "kimi_k2"},
     {Family::glm4_moe, "Glm4MoeForCausalLM", "glm4_moe", true, read_glm4_moe},
-    {Family::glm4_moe_lite, "Glm4MoeLiteForCausalLM", "glm4_moe_lite", true, read_deepseek}};
+    {Family::glm4_moe_lite, "Glm4MoeLiteForCausalLM", "glm4_moe_lite", true, read_deepseek},
+    {Family::qwen3_next, "Qwen3NextForCausalLM", "qwen3_next", true, read_hybrid},
+    {Family::qwen3_5, "Qwen3_5ForCausalLM", "qwen3_5_text", false, read_hybrid},
+    {Family::qwen3_5, "Qwen3_5ForConditionalGeneration", "qwen3_5", false, read_hybrid, nullptr, true},
+    {Family::qwen3_5_moe, "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", true, read_hybrid},
+    {Family::qwen3_5_moe, "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", true, read_hybrid, nullptr, true}};
+
+bool hybrid_family(Family f) { return f == Family::qwen3_next || f == Family::qwen3_5 || f == Family::qwen3_5_moe; }
 
 // "A, B, ... or Z": the supported architectures, for the refusal of any other.
 std::string family_list() {
@@ -83,19 +93,34 @@ void read_sigmoid_moe(const Reader& r, TargetConfig& c);
 void read_moe(const Reader& r, TargetConfig& c) {
   const auto t = c.family;
   if (t == Family::deepseek_v3 || t == Family::glm4_moe || t == Family::glm4_moe_lite) return read_sigmoid_moe(r, c);
-  const char* experts_key = t == Family::qwen3_moe && r.has("num_experts") ? "num_experts" : "num_local_experts";
-  // Bounded before anything is made per expert; the checkpoint is compared with it at load.
-  c.num_experts = r.bounded_or(experts_key, t == Family::mixtral ? 8 : 128, t == Family::qwen3_moe ? 0 : 1,
-                               model::limits::kMaxExperts);
-  c.experts_per_token = r.integer_or("num_experts_per_tok", t == Family::gpt_oss ? 4 : (t == Family::mixtral ? 2 : 8));
+  const bool qwen_moe = t == Family::qwen3_moe || t == Family::qwen3_next || t == Family::qwen3_5_moe;
+  const char* experts_key = (qwen_moe && r.has("num_experts")) || hybrid_family(t) ? "num_experts" : "num_local_experts";
+  // Bounded before anything is made per expert; the checkpoint is compared with it at load. The defaults are
+  // each config class's (Qwen3NextConfig 512 top 10, Qwen3_5MoeTextConfig 256 top 8).
+  const std::int64_t experts_default =
+      t == Family::mixtral ? 8 : (t == Family::qwen3_next ? 512 : (t == Family::qwen3_5_moe ? 256 : 128));
+  c.num_experts = r.bounded_or(experts_key, experts_default, t == Family::qwen3_moe ? 0 : 1, model::limits::kMaxExperts);
+  c.experts_per_token = r.integer_or(
+      "num_experts_per_tok",
+      t == Family::gpt_oss ? 4 : (t == Family::mixtral ? 2 : (t == Family::qwen3_next ? 10 : 8)));
   EAGLE_CHECK(c.num_experts == 0 || (c.experts_per_token >= 1 && c.experts_per_token <= c.num_experts),
               r.bad("num_experts_per_tok", "experts per token out of range")
                   .expected(fmt::format("1..{} (the number of experts)", c.num_experts))
                   .found(std::to_string(c.experts_per_token)));
   c.sparse_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), c.num_experts > 0);
-  if (t == Family::qwen3_moe) {
-    c.moe_intermediate_size = r.bounded("moe_intermediate_size", 1, model::limits::kMaxSize);
-    c.norm_topk_prob = r.boolean_or("norm_topk_prob", false);
+  if (hybrid_family(t)) {
+    // Qwen3NextSparseMoeBlock / Qwen3_5MoeSparseMoeBlock: Qwen3-MoE's router (Qwen3.5-MoE always renormalises
+    // the top k), plus one shared expert of shared_expert_intermediate_size times sigmoid(shared_expert_gate(x)).
+    c.moe_intermediate_size = r.bounded_or("moe_intermediate_size", 512, 1, model::limits::kMaxSize);
+    c.norm_topk_prob = t == Family::qwen3_5_moe || r.boolean_or("norm_topk_prob", true);
+    c.shared_intermediate_size = r.bounded_or("shared_expert_intermediate_size", 512, 1, model::limits::kMaxSize);
+    c.shared_expert_gate = true;
+  }
+  if (t == Family::qwen3_moe || t == Family::qwen3_next) {
+    if (t == Family::qwen3_moe) {
+      c.moe_intermediate_size = r.bounded("moe_intermediate_size", 1, model::limits::kMaxSize);
+      c.norm_topk_prob = r.boolean_or("norm_topk_prob", false);
+    }
     const auto step = r.integer_or("decoder_sparse_step", 1);
     EAGLE_CHECK(step >= 1, r.bad("decoder_sparse_step", "must be positive").found(std::to_string(step)));
     std::vector<std::int64_t> dense;
@@ -109,7 +134,7 @@ void read_moe(const Reader& r, TargetConfig& c) {
     for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
       c.sparse_layers[static_cast<std::size_t>(l)] =
           c.num_experts > 0 && (l + 1) % step == 0 && std::find(dense.begin(), dense.end(), l) == dense.end();
-  } else {
+  } else if (!hybrid_family(t)) {
     c.moe_intermediate_size = c.intermediate_size;
     c.norm_topk_prob = true;
   }
@@ -216,7 +241,8 @@ void read_quantization(const Reader& r, TargetConfig& c) {
   EAGLE_CHECK(q.is_object(), r.bad("quantization_config", "not an object").found(q.dump()));
   const std::string method =
       q.contains("quant_method") && q["quant_method"].is_string() ? q["quant_method"].get<std::string>() : q.dump();
-  if (method == "fp8" && !c.moe()) return read_fp8(r, q, c);
+  // FP8 is read for the attention-only dense families (a hybrid's Gated DeltaNet projections are not covered).
+  if (method == "fp8" && !c.moe() && !c.hybrid()) return read_fp8(r, q, c);
   EAGLE_CHECK(c.family == Family::gpt_oss && method == "mxfp4",
               r.bad("quantization_config.quant_method", "quantized checkpoint not supported")
                   .expected(c.family == Family::gpt_oss ? "mxfp4, or no quantization_config"
@@ -238,6 +264,7 @@ void read_quantization(const Reader& r, TargetConfig& c) {
 // alternate (sliding first), Gemma 3 slides except every sliding_window_pattern-th layer.
 void read_attention_types(const Reader& r, TargetConfig& c) {
   const auto t = c.family;
+  if (hybrid_family(t)) return;  // layer_types linear/full attention (read_hybrid); none slides
   const auto L = c.num_hidden_layers;
   const bool qwen = t == Family::qwen2 || t == Family::mimo || t == Family::qwen3 || t == Family::qwen3_moe;
   // DeepSeek-V3, GLM-4.5 and GLM-4.7-Flash never slide (transformers' masks ignore sliding_window there).
@@ -371,6 +398,46 @@ void read_glm4_moe(const Reader& r, TargetConfig& c) {
   c.qk_norm = r.boolean_or("use_qk_norm", false);
 }
 
+// Qwen3.5 / Qwen3.5-MoE / Qwen3-Next (transformers' modeling_qwen3_5, _qwen3_5_moe, _qwen3_next): layer_types of
+// linear_attention (Gated DeltaNet) and full_attention (default: every full_attention_interval-th layer full,
+// 4), the Gated DeltaNet's sizes (the config classes' defaults), full attention with an output gate (q_proj
+// doubled), q/k norm and partial RoPE (partial_rotary_factor, default 0.25: read_rope_layers), every RMSNorm
+// x * (1 + w) in fp32 (Qwen3NextRMSNorm), but the Gated DeltaNet's gated norm (plain weight).
+void read_hybrid(const Reader& r, TargetConfig& c) {
+  namespace lim = model::limits;
+  const auto L = c.num_hidden_layers;
+  c.linear_layers.assign(static_cast<std::size_t>(L), false);
+  if (r.has("layer_types")) {
+    const auto& types = r.j["layer_types"];
+    EAGLE_CHECK(types.is_array() && static_cast<std::int64_t>(types.size()) == L,
+                r.bad("layer_types", "expected one layer type per layer")
+                    .expected(fmt::format("a list of {} entries", L))
+                    .found(types.dump()));
+    for (std::size_t l = 0; l < types.size(); ++l) {
+      EAGLE_CHECK(types[l] == "linear_attention" || types[l] == "full_attention",
+                  r.bad(fmt::format("layer_types[{}]", l), "unknown layer type")
+                      .expected("linear_attention or full_attention")
+                      .found(types[l].dump()));
+      c.linear_layers[l] = types[l] == "linear_attention";
+    }
+  } else {
+    const auto interval = r.bounded_or("full_attention_interval", 4, 1, lim::kMaxLayers);
+    for (std::int64_t l = 0; l < L; ++l) c.linear_layers[static_cast<std::size_t>(l)] = (l + 1) % interval != 0;
+  }
+  c.linear_conv_kernel = r.bounded_or("linear_conv_kernel_dim", 4, 1, 64);
+  c.linear_key_head_dim = r.bounded_or("linear_key_head_dim", 128, 1, lim::kMaxHeadDim);
+  c.linear_value_head_dim = r.bounded_or("linear_value_head_dim", 128, 1, lim::kMaxHeadDim);
+  c.linear_key_heads = r.bounded_or("linear_num_key_heads", 16, 1, lim::kMaxHeads);
+  c.linear_value_heads = r.bounded_or("linear_num_value_heads", 32, 1, lim::kMaxHeads);
+  EAGLE_CHECK(c.linear_value_heads % c.linear_key_heads == 0,
+              r.bad("linear_num_value_heads", "must be a multiple of linear_num_key_heads")
+                  .found(fmt::format("{} value heads, {} key heads", c.linear_value_heads, c.linear_key_heads)));
+  c.attn_output_gate = true;  // transformers doubles q_proj whatever attn_output_gate says
+  c.qk_norm = true;
+  c.norm_one_plus = true;
+  c.attention_bias = c.o_bias = r.boolean_or("attention_bias", false);
+}
+
 // FP8 block-scaled checkpoints (fine-grained FP8: e4m3 weights, weight_scale_inv per block).
 void read_fp8(const Reader& r, const json& q, TargetConfig& c) {
   const Reader qr{r.path, q};
@@ -403,29 +470,37 @@ void read_fp8(const Reader& r, const json& q, TargetConfig& c) {
 TargetConfig TargetConfig::from_json_file(const std::string& path) {
   const json j = util::read_json_object(path, "model config",
                                         "--model_name_or_path must be a Hugging Face model folder with config.json");
-  const Reader r{path, j};
+  const Reader top{path, j};
 
   TargetConfig c;
-  EAGLE_CHECK(r.has("architectures") && j["architectures"].is_array() && j["architectures"].size() == 1 &&
+  EAGLE_CHECK(top.has("architectures") && j["architectures"].is_array() && j["architectures"].size() == 1 &&
                   j["architectures"][0].is_string(),
-              r.bad("architectures", "expected a list with one architecture name")
-                  .found(r.has("architectures") ? j["architectures"].dump() : "nothing"));
+              top.bad("architectures", "expected a list with one architecture name")
+                  .found(top.has("architectures") ? j["architectures"].dump() : "nothing"));
   c.architecture = j["architectures"][0].get<std::string>();
-  c.model_type = r.string_or("model_type", "");
+  c.model_type = top.string_or("model_type", "");
   const FamilyRow* fam = nullptr;
   for (const auto& f : kFamilies)
     if (c.architecture == f.architecture) fam = &f;
   EAGLE_CHECK(fam != nullptr,
-              r.bad("architectures", "unsupported architecture").expected(family_list()).found(c.architecture));
+              top.bad("architectures", "unsupported architecture").expected(family_list()).found(c.architecture));
   const bool alias = fam->model_type_alias != nullptr && c.model_type == fam->model_type_alias;
   EAGLE_CHECK(c.model_type == fam->model_type || alias,
-              r.bad("model_type", "model_type does not match the architecture")
+              top.bad("model_type", "model_type does not match the architecture")
                   .expected(alias || fam->model_type_alias == nullptr
                                 ? std::string(fam->model_type)
                                 : fmt::format("{} or {}", fam->model_type, fam->model_type_alias))
                   .found(c.model_type));
   c.family = fam->family;
   const auto t = c.family;
+  // A multimodal checkpoint (Qwen3_5ForConditionalGeneration): its text model's fields are text_config's; the
+  // vision_config is not read (the vision tower is never loaded).
+  c.multimodal = fam->multimodal;
+  EAGLE_CHECK(!c.multimodal || (top.has("text_config") && j["text_config"].is_object()),
+              top.bad("text_config", "a multimodal checkpoint needs its text model's config")
+                  .expected("an object")
+                  .found(top.has("text_config") ? j["text_config"].dump() : "nothing"));
+  const Reader r = c.multimodal ? Reader{path, j["text_config"], "text_config."} : top;
 
   // Every size and count within model/config_limits.h's ceilings, the ones the head's reader applies
   // to the head made from them: what train accepts, eval, export and resume read back.
@@ -433,8 +508,11 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
   c.vocab_size = r.bounded("vocab_size", 1, lim::kMaxVocab);
   c.hidden_size = r.bounded("hidden_size", 1, lim::kMaxSize);
   // Qwen3-MoE's intermediate_size is only its dense layers' (checked below when there are any).
-  c.intermediate_size = t == Family::qwen3_moe ? r.bounded_or("intermediate_size", 0, 0, lim::kMaxSize)
-                                               : r.bounded("intermediate_size", 1, lim::kMaxSize);
+  c.intermediate_size = t == Family::qwen3_moe || t == Family::qwen3_5_moe
+                            ? r.bounded_or("intermediate_size", 0, 0, lim::kMaxSize)
+                        : t == Family::qwen3_next || t == Family::qwen3_5  // the config classes' defaults
+                            ? r.bounded_or("intermediate_size", t == Family::qwen3_next ? 5632 : 12288, 1, lim::kMaxSize)
+                            : r.bounded("intermediate_size", 1, lim::kMaxSize);
   c.num_hidden_layers = r.bounded("num_hidden_layers", 1, lim::kMaxLayers);
   c.num_attention_heads = r.bounded("num_attention_heads", 1, lim::kMaxHeads);
   c.num_key_value_heads = r.bounded_or("num_key_value_heads", c.num_attention_heads, 1, lim::kMaxHeads);
@@ -443,8 +521,8 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
                   .found(fmt::format("{} heads, {} key/value heads", c.num_attention_heads, c.num_key_value_heads)));
   if (t == Family::deepseek_v3 || t == Family::glm4_moe_lite) {
     read_mla_dims(r, c);  // head_dim: the RoPE's width here, each head's query/key width after read_rope_layers
-  } else if (r.has("head_dim")) {
-    c.head_dim = r.bounded("head_dim", 1, lim::kMaxHeadDim);
+  } else if (r.has("head_dim") || hybrid_family(t)) {
+    c.head_dim = r.bounded_or("head_dim", 256, 1, lim::kMaxHeadDim);  // Qwen3.5, Qwen3-Next: 256 by default
   } else {
     EAGLE_CHECK(c.hidden_size % c.num_attention_heads == 0,
                 r.bad("hidden_size", "not divisible by num_attention_heads and no head_dim given"));
@@ -461,14 +539,16 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
               r.bad("rms_norm_eps", "out of range")
                   .expected(fmt::format("a number in (0, {})", lim::kMaxNormEps))
                   .found(j["rms_norm_eps"].dump()));
-  c.tie_word_embeddings = r.boolean_or("tie_word_embeddings", false);
+  // A multimodal wrapper ties by its own (top-level) field, as transformers' get_expanded_tied_weights_keys reads it.
+  c.tie_word_embeddings = (c.multimodal ? top : r).boolean_or("tie_word_embeddings", false);
   const bool gemma = t == Family::gemma2 || t == Family::gemma3_text;
   c.hidden_act = gemma ? "gelu_pytorch_tanh" : r.string_or("hidden_act", "silu");
   EAGLE_CHECK(c.hidden_act == "silu" || gemma,
               r.bad("hidden_act", "unsupported activation").expected("silu").found(c.hidden_act));
-  c.dtype = r.has("dtype") ? r.string_or("dtype", "float32") : r.string_or("torch_dtype", "float32");
+  const Reader& rd = c.multimodal && !r.has("dtype") && !r.has("torch_dtype") ? top : r;
+  c.dtype = rd.has("dtype") ? rd.string_or("dtype", "float32") : rd.string_or("torch_dtype", "float32");
   EAGLE_CHECK(c.dtype == "float32" || c.dtype == "bfloat16" || c.dtype == "float16",
-              r.bad(r.has("dtype") ? "dtype" : "torch_dtype", "unsupported dtype")
+              rd.bad(rd.has("dtype") ? "dtype" : "torch_dtype", "unsupported dtype")
                   .expected("float32, bfloat16 or float16")
                   .found(c.dtype));
   read_rope_layers(r, c);
@@ -495,7 +575,7 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
   EAGLE_CHECK(!dense_layers || c.intermediate_size > 0,
               r.bad("intermediate_size", "required (the dense MLP layers' size) and must be positive")
                   .found(std::to_string(c.intermediate_size)));
-  read_quantization(r, c);
+  read_quantization(c.multimodal && !r.has("quantization_config") ? top : r, c);
   // Sliding windows change which keys a query sees; refused where they apply and are not implemented.
   read_attention_types(r, c);
   for (const char* key : kForeignMathFields) {
@@ -514,6 +594,17 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
 
   c.eos_token_ids = r.id_list("eos_token_id", c.vocab_size);
   c.bos_token_id = r.integer_or("bos_token_id", -1);
+  if (c.multimodal) {
+    // The wrapper's own ids where its text model names none; and the media placeholders (Qwen3_5Config's
+    // defaults), which a text-only target cannot compute (their embeddings come from the vision tower).
+    if (c.eos_token_ids.empty()) c.eos_token_ids = top.id_list("eos_token_id", c.vocab_size);
+    if (c.bos_token_id < 0) c.bos_token_id = top.integer_or("bos_token_id", -1);
+    for (auto [key, def] : {std::pair{"image_token_id", 248056}, std::pair{"video_token_id", 248057},
+                            std::pair{"vision_start_token_id", 248053}, std::pair{"vision_end_token_id", 248054}}) {
+      const auto id = top.integer_or(key, def);
+      if (id >= 0 && id < c.vocab_size) c.media_token_ids.push_back(id);
+    }
+  }
   return c;
 }
 

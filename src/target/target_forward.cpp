@@ -67,7 +67,12 @@ TargetOutput TargetModel::forward(const TargetBatch& batch, const TeacherSpec& t
       out.aux_hidden.narrow(-1, i * H, H).copy_(h);
     }
   };
-  const auto x = m.run_layers(batch.input_ids, rope, attend, keep);
+  // Gated DeltaNet layers: every document of a row its own sequence (padding a run of its own).
+  const auto runs = m.cfg.hybrid() ? linear_runs(batch.document_ids) : torch::Tensor();
+  const Impl::Mix mix = [&](std::size_t l, const torch::Tensor& h) {
+    return linear_attention(m.cfg, m.layers[l], h, runs);
+  };
+  const auto x = m.run_layers(batch.input_ids, rope, attend, keep, mix);
   out.final_hidden = m.norm(x, m.final_norm);
   keep(L, m.last_aux_pre_norm ? x : out.final_hidden);
 
@@ -119,9 +124,12 @@ KvCache TargetModel::new_cache(std::int64_t batch, std::int64_t capacity) const 
   KvCache cache;
   const auto opts = torch::TensorOptions().dtype(impl_->dtype).device(impl_->device);
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    cache.keys.push_back(torch::zeros({batch, c.num_key_value_heads, capacity, c.head_dim}, opts));
-    cache.values.push_back(torch::zeros({batch, c.num_key_value_heads, capacity, c.value_head_dim()}, opts));
+    // A Gated DeltaNet layer keeps no keys: [B, kv_heads, capacity, 0] holds nothing and keeps the cache's sizes.
+    const auto d = c.linear(l) ? 0 : c.head_dim, dv = c.linear(l) ? 0 : c.value_head_dim();
+    cache.keys.push_back(torch::zeros({batch, c.num_key_value_heads, capacity, d}, opts));
+    cache.values.push_back(torch::zeros({batch, c.num_key_value_heads, capacity, dv}, opts));
   }
+  if (c.hybrid()) init_linear_states(c, cache, batch, opts);
   return cache;
 }
 
@@ -147,6 +155,11 @@ TargetStepOutput TargetModel::forward_tree(KvCache& cache, const torch::Tensor& 
                                          .found(fmt::format("{} + {}", start, n)));
   const auto iopts = torch::TensorOptions().dtype(torch::kInt64).device(m.device);
   const bool tree = depth.defined();
+  EAGLE_CHECK(!tree || !m.cfg.hybrid(),
+              Error(ErrorKind::usage, "tree verification is not implemented for hybrid linear-attention targets")
+                  .found(m.cfg.architecture)
+                  .hint("verify chains (--eval_tree_topk 0): a tree's branches would each need their own "
+                        "Gated DeltaNet state"));
   EAGLE_CHECK(!tree || (B == 1 && depth.numel() == n && tree_mask.dim() == 2 && tree_mask.size(0) == n &&
                         tree_mask.size(1) == n),
               Error(ErrorKind::internal, "forward_tree needs ids [1, n], depth [n] and tree_mask [n, n]"));
@@ -174,7 +187,11 @@ TargetStepOutput TargetModel::forward_tree(KvCache& cache, const torch::Tensor& 
   };
   CacheWrite write;
   write.cache = &cache;
-  const auto x = m.run_layers(ids, rope, m.cached_attend(write, mask, query_pos, key_pos), keep);
+  if (m.cfg.hybrid()) begin_linear_step(m.cfg, cache, n);
+  const Impl::Mix mix = [&](std::size_t l, const torch::Tensor& h) {
+    return linear_attention_cached(m.cfg, m.layers[l], l, h, cache);
+  };
+  const auto x = m.run_layers(ids, rope, m.cached_attend(write, mask, query_pos, key_pos), keep, mix);
   cache.length = start + n;
   TargetStepOutput out;
   out.final_hidden = m.norm(x, m.final_norm);
@@ -188,7 +205,9 @@ void TargetModel::truncate(KvCache& cache, std::int64_t length) const {
   EAGLE_CHECK(length >= 0 && length <= cache.length, Error(ErrorKind::internal, "KV cache can only be rolled back")
                                                          .expected(fmt::format("0..{}", cache.length))
                                                          .found(std::to_string(length)));
-  // Entries past the new length are overwritten by the next forward_cached and never attended.
+  // Entries past the new length are overwritten by the next forward_cached and never attended. The Gated
+  // DeltaNet layers' states are recomputed at the new length (inside the last call only).
+  if (impl_->cfg.hybrid() && length != cache.length) rollback_linear_states(impl_->cfg, impl_->layers, cache, length);
   cache.length = length;
 }
 

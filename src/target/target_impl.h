@@ -18,11 +18,18 @@ namespace eagle::target {
 // The safetensors files of a model folder (model.safetensors, or the shards its
 // model.safetensors.index.json names) and where each tensor lives: the loader's and the
 // fingerprint's (target_fingerprint.cpp).
+// text_model: a multimodal checkpoint read as its text model: model.language_model.X is listed as model.X (the
+// file's own name kept in `stored`), every other name (the vision tower model.visual.*) as it is.
 struct CheckpointFiles {
   std::vector<model::SafetensorsFile> files;
-  std::map<std::string, std::size_t> where;  // tensor name -> index into files
+  std::map<std::string, std::size_t> where;     // tensor name -> index into files
+  std::map<std::string, std::string> stored;    // listed name -> the file's name, where they differ
+  const std::string& file_name(const std::string& name) const {
+    const auto it = stored.find(name);
+    return it == stored.end() ? name : it->second;
+  }
 };
-CheckpointFiles open_checkpoint(const std::filesystem::path& dir);
+CheckpointFiles open_checkpoint(const std::filesystem::path& dir, bool text_model = false);
 
 // The checks of a folder's files against its config.json before anything is built from them
 // (target_checkpoint.cpp), each an Error(input) naming the file and the field or tensors.
@@ -63,7 +70,29 @@ struct TargetLayerWeights {
   // sigmoid_grouped routing: e_score_correction_bias [E] (fp32, as transformers keeps it), and the shared
   // experts' MLP [2 I_s, H] (gate rows then up) and [H, I_s], or undefined.
   torch::Tensor router_score_bias, shared_gate_up, shared_down;
+  torch::Tensor shared_gate_w;  // [1, H]: Qwen3-Next's, Qwen3.5-MoE's shared_expert_gate, or undefined
+  // A Gated DeltaNet layer (TargetConfig::linear): its input projections as one [conv_dim + value_dim +
+  // 2 value_heads, H] (q, k, v rows, then z, b, a; Qwen3-Next's per-key-head in_proj_qkvz and in_proj_ba
+  // reordered at load), conv1d [conv_dim, K], dt_bias and A_log [value_heads], the gated norm [value_head_dim];
+  // out_proj is o_w.
+  torch::Tensor lin_in_w, conv_w, dt_bias, a_log, lin_norm;
 };
+
+// Gated DeltaNet (target_linear.cpp). linear_runs: the run index of each token's document [B, T] (a new run
+// wherever the document id changes), the sequences the training forward resets at. linear_attention: a layer's
+// mixing of its normed input h [B, T, H] over whole rows of such runs (the conv window and the delta rule's state
+// restart at every run) -> [B, T, value_dim] before out_proj. The cached forms carry per row the conv window and
+// recurrent state of cache (init_linear_states at new_cache, begin_linear_step before each call of `tokens`,
+// linear_attention_cached per layer) and rollback_linear_states recomputes them at a length inside the last call.
+torch::Tensor linear_runs(const torch::Tensor& document_ids);
+torch::Tensor linear_attention(const TargetConfig& c, const TargetLayerWeights& w, const torch::Tensor& h,
+                               const torch::Tensor& runs);
+void init_linear_states(const TargetConfig& c, KvCache& cache, std::int64_t batch, const torch::TensorOptions& opts);
+void begin_linear_step(const TargetConfig& c, KvCache& cache, std::int64_t tokens);
+torch::Tensor linear_attention_cached(const TargetConfig& c, const TargetLayerWeights& w, std::size_t l,
+                                      const torch::Tensor& h, KvCache& cache);
+void rollback_linear_states(const TargetConfig& c, const std::vector<TargetLayerWeights>& layers, KvCache& cache,
+                            std::int64_t length);
 
 // The attention inputs of an MLA layer (target_mla.cpp) from its normed input h [B, T, H]: q and k
 // [B, T, heads, qk_nope + qk_rope] (k's rope part the one shared key, broadcast), v [B, T, heads, v_head_dim],
@@ -150,13 +179,17 @@ struct TargetModel::Impl {
                                              const torch::Tensor&, const model::AttentionExtras&)>;
   // Sees hidden_states[id] as the walk makes it (id 0: the embedding, id l: layer l's input).
   using Keep = std::function<void(std::int64_t id, const torch::Tensor& h)>;
+  // The token mixing of a Gated DeltaNet layer l (hybrid targets): its normed input [B, T, H] -> [B, T,
+  // value_dim] before out_proj, with the forward's sequences (linear_attention) or cache states.
+  using Mix = std::function<torch::Tensor(std::size_t l, const torch::Tensor& h)>;
   // One decoder layer with the layer's RoPE tables.
-  torch::Tensor layer(std::size_t l, const torch::Tensor& x, const RopeTables& rope, const Attend& attend) const;
+  torch::Tensor layer(std::size_t l, const torch::Tensor& x, const RopeTables& rope, const Attend& attend,
+                      const Mix& mix) const;
   // The walk every forward shares: the embedding of ids, then each decoder layer, keep shown
   // hidden_states[0..L-1]; returns the last layer's output before the final norm (hidden_states[L]
   // is that norm, which each forward applies to the positions it needs).
-  torch::Tensor run_layers(const torch::Tensor& ids, const RopeTables& rope, const Attend& attend,
-                           const Keep& keep) const;
+  torch::Tensor run_layers(const torch::Tensor& ids, const RopeTables& rope, const Attend& attend, const Keep& keep,
+                           const Mix& mix = Mix()) const;
   // The attention of the cached forwards (target_ragged.cpp): each layer's new keys and values
   // written where `write` says, then the cache attended under mask [.., n, keys] (bool), less what a
   // sliding window drops by the queries' and keys' positions.

@@ -3,6 +3,7 @@
 // the experts, Gemma's extra norms, the scaled embedding and the capped LM head.
 #include <cmath>
 
+#include "eagle/util/error.h"
 #include "target_impl.h"
 
 namespace eagle::target {
@@ -72,13 +73,18 @@ torch::Tensor TargetModel::Impl::mlp(std::size_t l, const torch::Tensor& h) cons
   const auto& w = layers[l];
   if (!cfg.sparse(static_cast<std::int64_t>(l))) return gated_mlp(cfg, h, w.gate_up_w, w.down_w);
   auto y = moe(w, h);
-  // DeepSeek-V3, GLM-4.5: the routed experts' sum, then the shared experts' MLP of the same input added.
-  if (w.shared_gate_up.defined()) y = y + gated_mlp(cfg, h, w.shared_gate_up, w.shared_down);
+  // DeepSeek-V3, GLM-4.5: the routed experts' sum, then the shared experts' MLP of the same input added;
+  // Qwen3-Next, Qwen3.5-MoE: the shared expert times sigmoid(shared_expert_gate(h)).
+  if (w.shared_gate_up.defined()) {
+    auto shared = gated_mlp(cfg, h, w.shared_gate_up, w.shared_down);
+    if (w.shared_gate_w.defined()) shared = torch::sigmoid(torch::linear(h, w.shared_gate_w)) * shared;
+    y = y + shared;
+  }
   return y;
 }
 
 torch::Tensor TargetModel::Impl::layer(std::size_t l, const torch::Tensor& x, const RopeTables& rope,
-                                       const Attend& attend) const {
+                                       const Attend& attend, const Mix& mix) const {
   const auto& w = layers[l];
   const auto B = x.size(0), T = x.size(1);
   const auto nh = cfg.num_attention_heads, kvh = cfg.num_key_value_heads, hd = cfg.head_dim;
@@ -90,17 +96,29 @@ torch::Tensor TargetModel::Impl::layer(std::size_t l, const torch::Tensor& x, co
   const auto& sin = local ? rope.local_sin : rope.sin;
   // Token-major [B, T, heads, d] throughout: the layout of variable-length flash attention, so the
   // kernels get views, not copies.
-  torch::Tensor q, k, v;
-  if (cfg.mla()) {
+  torch::Tensor q, k, v, gate;
+  torch::Tensor o;  // the mixed tokens before o_proj, [B, T, heads * value_head_dim] (Gated DeltaNet: value_dim)
+  if (cfg.linear(static_cast<std::int64_t>(l))) {
+    EAGLE_CHECK(static_cast<bool>(mix), Error(ErrorKind::internal, "a Gated DeltaNet layer without its states"));
+    o = mix(l, h);
+  } else if (cfg.mla()) {
     auto m = mla_qkv(cfg, w, h, cos, sin);  // RoPE applied; v of value_head_dim
     q = m.q;
     k = m.k;
     v = m.v;
   } else {
     auto qkv = torch::linear(h, w.qkv_w, w.qkv_b);
-    q = qkv.narrow(-1, 0, nh * hd).view({B, T, nh, hd});
-    k = qkv.narrow(-1, nh * hd, kvh * hd).view({B, T, kvh, hd});
-    v = qkv.narrow(-1, (nh + kvh) * hd, kvh * hd).view({B, T, kvh, hd});
+    // Gated attention (Qwen3.5, Qwen3-Next): each head's q_proj rows are its query, then its output gate.
+    const auto qw = cfg.attn_output_gate ? 2 * nh * hd : nh * hd;
+    if (cfg.attn_output_gate) {
+      const auto qg = qkv.narrow(-1, 0, qw).view({B, T, nh, 2 * hd});
+      q = qg.narrow(-1, 0, hd);
+      gate = qg.narrow(-1, hd, hd).reshape({B, T, nh * hd});
+    } else {
+      q = qkv.narrow(-1, 0, nh * hd).view({B, T, nh, hd});
+    }
+    k = qkv.narrow(-1, qw, kvh * hd).view({B, T, kvh, hd});
+    v = qkv.narrow(-1, qw + kvh * hd, kvh * hd).view({B, T, kvh, hd});
     if (cfg.qk_norm) {
       q = norm(q, w.q_norm);
       k = norm(k, w.k_norm);
@@ -108,9 +126,12 @@ torch::Tensor TargetModel::Impl::layer(std::size_t l, const torch::Tensor& x, co
     q = model::apply_rope(q, cos, sin, /*head_axis=*/2);
     k = model::apply_rope(k, cos, sin, /*head_axis=*/2);
   }
-  const model::AttentionExtras extras{window, w.sinks, cfg.attn_softcap};
-  auto o = attend(l, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), extras);  // [B, heads, T, d_v]
-  o = o.transpose(1, 2).reshape({B, T, nh * cfg.value_head_dim()});
+  if (!o.defined()) {
+    const model::AttentionExtras extras{window, w.sinks, cfg.attn_softcap};
+    o = attend(l, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), extras);  // [B, heads, T, d_v]
+    o = o.transpose(1, 2).reshape({B, T, nh * cfg.value_head_dim()});
+    if (gate.defined()) o = o * torch::sigmoid(gate);
+  }
   // The position-wise rest (o_proj, residual, MLP or experts) acts on each token alone, so it runs in
   // chunks of chunk_tokens positions: its [.., T, 2 I] temporaries are bounded by the chunk, not T.
   const auto rest = [&](const torch::Tensor& xc, const torch::Tensor& oc) {
@@ -152,12 +173,12 @@ torch::Tensor document_lengths(const torch::Tensor& position_ids, const torch::T
 }
 
 torch::Tensor TargetModel::Impl::run_layers(const torch::Tensor& ids, const RopeTables& rope, const Attend& attend,
-                                            const Keep& keep) const {
+                                            const Keep& keep, const Mix& mix) const {
   const auto L = static_cast<std::size_t>(cfg.num_hidden_layers);
   auto x = embed_scaled(ids);
   keep(0, x);
   for (std::size_t l = 0; l < L; ++l) {
-    x = layer(l, x, rope, attend);
+    x = layer(l, x, rope, attend, mix);
     if (l + 1 < L) keep(static_cast<std::int64_t>(l) + 1, x);
   }
   return x;

@@ -56,8 +56,9 @@ model::RopeConfig parse_rope(const Reader& r, const json& params, const std::str
                   .found(rope.type)
                   .hint("this scaling changes the attention math and is not implemented"));
   // Partial rotary: the first head_dim * factor features turn (inside the object in 5.x, top level in 4.x;
-  // GLM-4.5's default is 0.5, Glm4MoeConfig's).
-  const double partial_default = c.family == Family::glm4_moe ? 0.5 : 1.0;
+  // GLM-4.5's default is 0.5, Glm4MoeConfig's; Qwen3.5's and Qwen3-Next's 0.25, their configs').
+  const bool quarter = c.family == Family::qwen3_next || c.family == Family::qwen3_5 || c.family == Family::qwen3_5_moe;
+  const double partial_default = c.family == Family::glm4_moe ? 0.5 : (quarter ? 0.25 : 1.0);
   const double partial = p.number_or("partial_rotary_factor", r.number_or("partial_rotary_factor", partial_default));
   const auto rotary = static_cast<std::int64_t>(static_cast<double>(c.head_dim) * partial);
   EAGLE_CHECK(partial > 0 && partial <= 1 && rotary >= 2 && rotary % 2 == 0,

@@ -74,6 +74,29 @@ void mla_tensors(const TargetConfig& c, const std::string& p, std::map<std::stri
   if (c.o_bias) e[a + "o_proj.bias"] = {H};
 }
 
+// A Gated DeltaNet layer (Qwen3NextGatedDeltaNet, Qwen3_5GatedDeltaNet): Qwen3-Next's projections fused per key
+// head (in_proj_qkvz, in_proj_ba), Qwen3.5's split (in_proj_qkv, in_proj_z, in_proj_b, in_proj_a); the
+// depthwise conv1d [conv_dim, 1, K] without bias, dt_bias and A_log per value head, the gated norm per value
+// head's features, out_proj.
+void linear_tensors(const TargetConfig& c, const std::string& p, std::map<std::string, std::vector<std::int64_t>>& e) {
+  const auto H = c.hidden_size, kd = c.linear_key_dim(), vd = c.linear_value_dim(), hv = c.linear_value_heads;
+  const auto a = p + "linear_attn.";
+  if (c.family == Family::qwen3_next) {
+    e[a + "in_proj_qkvz.weight"] = {2 * kd + 2 * vd, H};
+    e[a + "in_proj_ba.weight"] = {2 * hv, H};
+  } else {
+    e[a + "in_proj_qkv.weight"] = {2 * kd + vd, H};
+    e[a + "in_proj_z.weight"] = {vd, H};
+    e[a + "in_proj_b.weight"] = {hv, H};
+    e[a + "in_proj_a.weight"] = {hv, H};
+  }
+  e[a + "conv1d.weight"] = {c.linear_conv_dim(), 1, c.linear_conv_kernel};
+  e[a + "dt_bias"] = {hv};
+  e[a + "A_log"] = {hv};
+  e[a + "norm.weight"] = {c.linear_value_head_dim};
+  e[a + "out_proj.weight"] = {H, vd};
+}
+
 }  // namespace
 
 std::map<std::string, std::vector<std::int64_t>> end_tensors(const TargetConfig& c) {
@@ -96,23 +119,28 @@ std::map<std::string, std::vector<std::int64_t>> expected_tensors(const TargetCo
       e[p + "pre_feedforward_layernorm.weight"] = {H};
       e[p + "post_feedforward_layernorm.weight"] = {H};
     }
-    if (c.mla()) {
+    // Gated attention (Qwen3.5, Qwen3-Next): q_proj holds each head's query and its output gate.
+    const auto qp = c.attn_output_gate ? 2 * q : q;
+    if (c.linear(l)) {
+      linear_tensors(c, p, e);
+    } else if (c.mla()) {
       mla_tensors(c, p, e);
     } else if (c.fused_checkpoint) {
       e[p + "self_attn.qkv_proj.weight"] = {q + 2 * kv, H};
     } else {
-      e[p + "self_attn.q_proj.weight"] = {q, H};
+      e[p + "self_attn.q_proj.weight"] = {qp, H};
       e[p + "self_attn.k_proj.weight"] = {kv, H};
       e[p + "self_attn.v_proj.weight"] = {kv, H};
     }
-    if (!c.mla()) e[p + "self_attn.o_proj.weight"] = {H, q};
-    if (c.attention_bias && !c.mla()) {
-      e[p + "self_attn.q_proj.bias"] = {q};
+    const bool attention = !c.mla() && !c.linear(l);  // q/k/v/o_proj
+    if (attention) e[p + "self_attn.o_proj.weight"] = {H, q};
+    if (c.attention_bias && attention) {
+      e[p + "self_attn.q_proj.bias"] = {qp};
       e[p + "self_attn.k_proj.bias"] = {kv};
       e[p + "self_attn.v_proj.bias"] = {kv};
     }
-    if (c.o_bias && !c.mla()) e[p + "self_attn.o_proj.bias"] = {H};
-    if (c.qk_norm) {
+    if (c.o_bias && attention) e[p + "self_attn.o_proj.bias"] = {H};
+    if (c.qk_norm && !c.linear(l)) {
       e[p + "self_attn.q_norm.weight"] = {D};
       e[p + "self_attn.k_norm.weight"] = {D};
     }
@@ -139,6 +167,13 @@ std::map<std::string, std::vector<std::int64_t>> expected_tensors(const TargetCo
         e[p + "mlp.shared_experts.up_proj.weight"] = {Is, H};
         e[p + "mlp.shared_experts.down_proj.weight"] = {H, Is};
       }
+    }
+    if (c.shared_expert_gate) {  // Qwen3-Next, Qwen3.5-MoE: one gated shared expert
+      const auto Is = c.shared_intermediate_size;
+      e[p + "mlp.shared_expert.gate_proj.weight"] = {Is, H};
+      e[p + "mlp.shared_expert.up_proj.weight"] = {Is, H};
+      e[p + "mlp.shared_expert.down_proj.weight"] = {H, Is};
+      e[p + "mlp.shared_expert_gate.weight"] = {1, H};
     }
     if (c.family == Family::gpt_oss) {
       gpt_oss_experts(c, p, e);
@@ -227,6 +262,12 @@ void assemble_experts(const TargetConfig& c, const std::string& p, TargetLayerWe
           torch::cat({get(p + "mlp.shared_experts.gate_proj.weight"), get(p + "mlp.shared_experts.up_proj.weight")});
       w.shared_down = get(p + "mlp.shared_experts.down_proj.weight");
     }
+  }
+  if (c.shared_expert_gate) {
+    w.shared_gate_up =
+        torch::cat({get(p + "mlp.shared_expert.gate_proj.weight"), get(p + "mlp.shared_expert.up_proj.weight")});
+    w.shared_down = get(p + "mlp.shared_expert.down_proj.weight");
+    w.shared_gate_w = get(p + "mlp.shared_expert_gate.weight");
   }
   if (c.family != Family::gpt_oss) {
     std::vector<torch::Tensor> gate_up, down;

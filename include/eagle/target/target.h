@@ -1,6 +1,7 @@
 // The frozen target model: Llama-family decoders (Llama 2/3/3.x, Mistral, Qwen2, MiMo, Qwen3) and the
 // mixture-of-experts families Qwen3-MoE, Mixtral, gpt-oss, DeepSeek-V3 and GLM-4.7-Flash (multi-head
-// latent attention) and GLM-4.5, read from a Hugging Face checkpoint
+// latent attention) and GLM-4.5, the hybrid linear-attention ones (Qwen3.5, Qwen3.5-MoE, Qwen3-Next:
+// Gated DeltaNet layers among gated full-attention ones), read from a Hugging Face checkpoint
 // folder, run without gradients for training features and teacher outputs, and incrementally with
 // a KV cache for acceptance evaluation.
 #pragma once
@@ -48,7 +49,10 @@ enum class Family {
   phi3,
   deepseek_v3,
   glm4_moe,
-  glm4_moe_lite
+  glm4_moe_lite,
+  qwen3_next,   // Qwen3NextForCausalLM
+  qwen3_5,      // Qwen3_5ForCausalLM (qwen3_5_text) or the multimodal Qwen3_5ForConditionalGeneration (qwen3_5)
+  qwen3_5_moe   // Qwen3_5MoeForCausalLM (qwen3_5_moe_text) or Qwen3_5MoeForConditionalGeneration (qwen3_5_moe)
 };
 
 struct TargetConfig {
@@ -80,6 +84,20 @@ struct TargetConfig {
   std::int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
   bool rope_interleave = false;
 
+  // Hybrid linear attention (Qwen3.5, Qwen3-Next; layer_types linear_attention / full_attention): per layer
+  // whether it is a Gated DeltaNet layer (else attention). Its causal depthwise conv1d of linear_conv_kernel
+  // taps over q, k, v; linear_key_heads heads of linear_key_head_dim for q and k, linear_value_heads of
+  // linear_value_head_dim for v (each key head serving value_heads / key_heads consecutive value heads).
+  std::vector<bool> linear_layers;
+  std::int64_t linear_conv_kernel = 0, linear_key_heads = 0, linear_value_heads = 0;
+  std::int64_t linear_key_head_dim = 0, linear_value_head_dim = 0;
+  bool attn_output_gate = false;  // q_proj doubled per head: [query; gate], the output times sigmoid(gate)
+  // A multimodal checkpoint read as its text model (Qwen3_5ForConditionalGeneration): config.json's
+  // text_config, the tensors model.language_model.* read as model.*, the vision tower model.visual.* not
+  // loaded; media_token_ids (image, video, vision start and end) are refused in datasets.
+  bool multimodal = false;
+  std::vector<std::int64_t> media_token_ids;
+
   // Mixture of experts; num_experts 0: a dense MLP (intermediate_size) in every layer.
   std::int64_t num_experts = 0, experts_per_token = 0;
   std::int64_t moe_intermediate_size = 0;  // each expert's (Qwen3-MoE's field; the others' intermediate_size)
@@ -91,6 +109,7 @@ struct TargetConfig {
   // sigmoid_grouped routing (DeepSeek-V3, GLM-4.5): expert groups, the groups kept, the weights' factor,
   // and the shared experts' MLP beside the routed ones (n_shared_experts x moe_intermediate_size; 0: none).
   std::int64_t n_group = 1, topk_group = 1, shared_intermediate_size = 0;
+  bool shared_expert_gate = false;  // Qwen3-Next, Qwen3.5-MoE: the shared expert times sigmoid(shared_expert_gate(x))
   double routed_scaling_factor = 1.0;
   // gpt-oss experts: gate and up interleaved in the checkpoint, clamped at swiglu_limit, activation
   // (up + 1) * gate * sigmoid(alpha * gate). Otherwise SiLU(gate) * up.
@@ -119,6 +138,15 @@ struct TargetConfig {
 
   bool moe() const { return num_experts > 0; }
   bool mla() const { return kv_lora_rank > 0; }
+  bool hybrid() const { return !linear_layers.empty(); }
+  bool linear(std::int64_t layer) const {
+    return hybrid() && linear_layers.at(static_cast<std::size_t>(layer));
+  }
+  // Gated DeltaNet widths: q and k (each key_heads x key_head_dim), v (value_heads x value_head_dim), and the
+  // conv1d's channels (q, k, v).
+  std::int64_t linear_key_dim() const { return linear_key_heads * linear_key_head_dim; }
+  std::int64_t linear_value_dim() const { return linear_value_heads * linear_value_head_dim; }
+  std::int64_t linear_conv_dim() const { return 2 * linear_key_dim() + linear_value_dim(); }
   std::int64_t value_head_dim() const { return mla() ? v_head_dim : head_dim; }  // each head's values
   bool sparse(std::int64_t layer) const { return moe() && sparse_layers.at(static_cast<std::size_t>(layer)); }
   std::int64_t window(std::int64_t layer) const {
@@ -192,6 +220,18 @@ struct TargetEnds {
 struct KvCache {
   std::vector<torch::Tensor> keys, values;  // per layer [B, kv_heads, capacity, head_dim or value_head_dim]
   std::int64_t length = 0;                  // tokens currently cached
+  // Hybrid targets' Gated DeltaNet layers (empty tensors [B, kv_heads, capacity, 0] in keys/values): per layer
+  // (undefined for attention layers) the conv window, the last linear_conv_kernel - 1 inputs [B, K - 1, conv_dim],
+  // and the recurrent state [B, value_heads, key_head_dim, value_head_dim] fp32, both at `length`. `rollback`
+  // keeps what the last forward_cached appended (calls of at most 256 tokens): the states before it and, per
+  // token, the conv's inputs and outputs and the b, a projections, so that truncate inside that call recomputes
+  // the states at the accepted length (target_linear.cpp).
+  struct LinearStep {
+    std::int64_t start = -1, count = 0;  // the call's first position and its token count (start -1: none)
+    std::vector<torch::Tensor> conv_before, state_before, conv_inputs, conv_outputs, b, a;  // per layer
+  };
+  std::vector<torch::Tensor> conv_states, recurrent_states;
+  LinearStep rollback;
 };
 
 // One forward of batched generation (target_ragged.cpp) over a KvCache whose rows hold sequences of
