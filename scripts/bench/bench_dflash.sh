@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# DFlash block drafts against EAGLE-3 on the demo target (issue 40; docs/benchmarks.md, "DFlash drafts").
+# (a) ar: an EAGLE-3 head (configs/alpaca-demo.json, BENCH_STEPS steps) and DFlash drafts at block 8 and
+#     16 on the same data, split and seed (the same config less EAGLE's keys, + --draft dflash), each
+#     DFlash run given the EAGLE-3 run's training-loop seconds (or BENCH_SECONDS for every draft): a
+#     pilot of BENCH_PILOT_STEPS steps measures s/step and sets max_steps (train has no time limit).
+#     The DFlash drafts read the features EAGLE-3 reads (target layers 0,1,2 = aux ids 1,2,3) with
+#     BENCH_DFLASH_LAYERS layers (EAGLE-3 has 1), decay gamma 4 at block 8 and 7 at 16 (ModelOpt's).
+#     Then `eagle-train eval --json` of each on the same held-out prompts (greedy chains: EAGLE-3 at
+#     K = BENCH_EAGLE_DRAFT_LEN, DFlash at K = block - 1; ar_by_depth is the AR drafting k = 1..K).
+# (b) tput: training real tokens/s and peak memory by block size and anchor count (--dflash_num_anchors),
+#     with an EAGLE-3 row, on packed rows (padding_free: every row holds training_seq_len 512 tokens, so
+#     each row trains exactly that many anchors), BENCH_TPUT_ROWS rows, BENCH_TPUT_STEPS steps.
+# Prints a Markdown table per part (scripts/bench/dflash_table.py).
+#
+# Knobs (environment): BENCH_PARTS ("ar tput"), BENCH_STEPS (200; the demo trains 600), BENCH_SECONDS
+# (unset: EAGLE-3's loop time), BENCH_PILOT_STEPS (12), BENCH_DFLASH_LAYERS (1), BENCH_EAGLE_DRAFT_LEN
+# (15), BENCH_EVAL_PROMPTS (32), BENCH_MAX_NEW (64), BENCH_BLOCKS ("8 16"), BENCH_ANCHORS ("64 256 512"),
+# BENCH_TPUT_STEPS (16), BENCH_TPUT_ROWS (4), BENCH_THREADS (2), BENCH_DEVICE (cpu),
+# BENCH_OUT (/tmp/eagle-bench-dflash).
+set -euo pipefail
+# shellcheck source=scripts/bench/demo_env.sh
+source "$(dirname "${BASH_SOURCE[0]}")/demo_env.sh"
+OUT="${BENCH_OUT:-/tmp/eagle-bench-dflash}"
+PARTS="${BENCH_PARTS:-ar tput}"
+STEPS="${BENCH_STEPS:-200}"
+PILOT_STEPS="${BENCH_PILOT_STEPS:-12}"
+LAYERS="${BENCH_DFLASH_LAYERS:-1}"
+EAGLE_K="${BENCH_EAGLE_DRAFT_LEN:-15}"
+PROMPTS="${BENCH_EVAL_PROMPTS:-32}"
+MAX_NEW="${BENCH_MAX_NEW:-64}"
+BLOCKS="${BENCH_BLOCKS:-8 16}"
+ANCHORS="${BENCH_ANCHORS:-64 256 512}"
+TPUT_STEPS="${BENCH_TPUT_STEPS:-16}"
+TPUT_ROWS="${BENCH_TPUT_ROWS:-4}"
+THREADS="${BENCH_THREADS:-2}"
+DEVICE="${BENCH_DEVICE:-cpu}"
+TABLE="$ROOT/scripts/bench/dflash_table.py"
+mkdir -p "$OUT"
+EAGLE_CONFIG="$ROOT/configs/alpaca-demo.json"
+DFLASH_CONFIG="$OUT/dflash-demo.json"  # the demo config less what --draft dflash refuses
+"$PY" - "$EAGLE_CONFIG" "$DFLASH_CONFIG" <<'PYEOF'
+import json, sys
+c = json.load(open(sys.argv[1]))
+for k in ("ttt_steps", "ttt_loss_decay", "draft_vocab_size", "aux_hidden_state_layer_ids", "eval_draft_len"):
+    c.pop(k, None)
+json.dump(c, open(sys.argv[2], "w"), indent=2)
+PYEOF
+
+dflash() {  # BLOCK: the DFlash flags of a block size
+  local gamma=7
+  if [ "$1" -le 8 ]; then gamma=4; fi
+  echo "--draft dflash --dflash_block_size $1 --dflash_decay_gamma $gamma --draft_num_layers $LAYERS" \
+    "--dflash_target_layers 0,1,2"
+}
+# train NAME CONFIG STEPS FLAGS...: one run into $OUT/NAME, log $OUT/NAME.log; no evaluation inside
+# the loop (the held-out loss once at the end), one checkpoint at the end.
+train() {
+  local name="$1" config="$2" steps="$3" t0
+  shift 3
+  t0=$(date +%s)
+  if ! "$BIN" train --config "$config" --model_name_or_path "$TARGET" --data_path "$TARGET/alpaca.jsonl" \
+      --output_dir "$OUT/$name" --overwrite_output_dir --device "$DEVICE" --num_threads "$THREADS" \
+      --max_steps "$steps" --eval_steps 0 --eval_num_prompts 0 --save_steps 0 "$@" >"$OUT/$name.log" 2>&1; then
+    echo "$name FAILED (see $OUT/$name.log)" >&2
+    exit 1
+  fi
+  echo "  $name: $steps steps, $(($(date +%s) - t0)) s wall; load $(cut -d' ' -f1-3 /proc/loadavg)"
+}
+# budget_steps NAME CONFIG FLAGS...: max_steps that fill $BUDGET s at a pilot run's s/step
+budget_steps() {
+  local name="$1" config="$2"
+  shift 2
+  train "$name-pilot" "$config" "$PILOT_STEPS" --warmup_steps 2 --logging_steps 4 "$@" >&2
+  "$PY" "$TABLE" steps "$OUT/$name-pilot" "$BUDGET"
+}
+evaluate() {  # NAME FLAGS...: eval --json of NAME's last checkpoint into $OUT/NAME.eval.json
+  local name="$1" ckpt
+  shift
+  ckpt="$(ls -d "$OUT/$name"/checkpoint-[0-9]* | sort -t- -k2 -n | tail -1)"
+  "$BIN" eval --checkpoint "$ckpt" --model_name_or_path "$TARGET" --data_path "$TARGET/alpaca.jsonl" \
+    --training_seq_len 512 --validation_fraction 0.02 --eval_num_prompts "$PROMPTS" \
+    --eval_max_new_tokens "$MAX_NEW" --num_threads "$THREADS" --device "$DEVICE" --json "$@" \
+    >"$OUT/$name.eval.json" 2>"$OUT/$name.eval.log"
+}
+
+echo "host: $(nproc) cores; $(uptime)"
+if [[ " $PARTS " == *" ar "* ]]; then
+  echo "(a) AR at equal training time"
+  if [ -n "${BENCH_SECONDS:-}" ]; then
+    BUDGET="$BENCH_SECONDS"
+    train eagle3 "$EAGLE_CONFIG" "$(budget_steps eagle3 "$EAGLE_CONFIG")"
+  else
+    train eagle3 "$EAGLE_CONFIG" "$STEPS"
+    BUDGET=$("$PY" "$TABLE" loop "$OUT/eagle3")
+  fi
+  echo "  budget: $BUDGET s of training loop a draft"
+  ROWS=("EAGLE-3=$OUT/eagle3=$OUT/eagle3.eval.json")
+  evaluate eagle3 --eval_draft_len "$EAGLE_K"
+  for b in $BLOCKS; do
+    # shellcheck disable=SC2046
+    steps=$(budget_steps "dflash$b" "$DFLASH_CONFIG" $(dflash "$b"))
+    # shellcheck disable=SC2046
+    train "dflash$b" "$DFLASH_CONFIG" "$steps" $(dflash "$b")
+    evaluate "dflash$b"
+    ROWS+=("DFlash block $b ($LAYERS layer(s))=$OUT/dflash$b=$OUT/dflash$b.eval.json")
+  done
+  echo
+  "$PY" "$TABLE" ar "${ROWS[@]}"
+  echo
+fi
+if [[ " $PARTS " == *" tput "* ]]; then
+  echo "(b) training throughput and memory: packed rows of 512, $TPUT_ROWS rows, $TPUT_STEPS steps"
+  PACKED=(--padding_free --bucket_granularity 0 --per_device_train_batch_size "$TPUT_ROWS" --warmup_steps 2
+    --logging_steps 4)
+  train tput-eagle3 "$EAGLE_CONFIG" "$TPUT_STEPS" "${PACKED[@]}"
+  ROWS=("EAGLE-3 (ttt_steps 3)=$OUT/tput-eagle3")
+  for b in $BLOCKS; do
+    for a in $ANCHORS; do
+      # shellcheck disable=SC2046
+      train "tput-b$b-a$a" "$DFLASH_CONFIG" "$TPUT_STEPS" "${PACKED[@]}" $(dflash "$b") --dflash_num_anchors "$a"
+      ROWS+=("DFlash block $b, $a anchors=$OUT/tput-b$b-a$a")
+    done
+  done
+  echo
+  "$PY" "$TABLE" tput "${ROWS[@]}"
+fi
+echo "host after: $(uptime)"
