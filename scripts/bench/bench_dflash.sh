@@ -10,7 +10,8 @@
 #     K = BENCH_EAGLE_DRAFT_LEN, DFlash at K = block - 1; ar_by_depth is the AR drafting k = 1..K).
 # (b) tput: training real tokens/s and peak memory by block size and anchor count (--dflash_num_anchors),
 #     with an EAGLE-3 row, on packed rows (padding_free: every row holds training_seq_len 512 tokens, so
-#     each row trains exactly that many anchors), BENCH_TPUT_ROWS rows, BENCH_TPUT_STEPS steps.
+#     each row computes exactly that many anchor blocks; anchors beyond its trainable positions are
+#     padding that counts nothing), BENCH_TPUT_ROWS rows, BENCH_TPUT_STEPS steps.
 # Prints a Markdown table per part (scripts/bench/dflash_table.py).
 #
 # Knobs (environment): BENCH_PARTS ("ar tput"), BENCH_STEPS (200; the demo trains 600), BENCH_SECONDS
