@@ -311,7 +311,9 @@ TEST_CASE("target config: each family's row gives its Family, MoE layout and ref
              Catch::Contains("LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, MiMoForCausalLM, "
                              "Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, GptOssForCausalLM, "
                              "Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM, DeepseekV3ForCausalLM, "
-                            "Glm4MoeForCausalLM or Glm4MoeLiteForCausalLM"));
+                             "Glm4MoeForCausalLM, Glm4MoeLiteForCausalLM, Qwen3NextForCausalLM, Qwen3_5ForCausalLM, "
+                             "Qwen3_5ForConditionalGeneration, Qwen3_5MoeForCausalLM or "
+                             "Qwen3_5MoeForConditionalGeneration"));
 }
 
 TEST_CASE("graphed_steps: eager on the CPU whatever the options ask", "[target]") {

@@ -129,9 +129,13 @@ TEST_CASE("hybrid targets: fp32 forward matches transformers, padded and packed 
       INFO("document " << order[i]);
       const auto n = samples[i].size(1);
       CHECK(max_err(pk_hs.narrow(2, at, n), ref.at(order[i] + ".hidden_states")) <= 1e-4);
-      CHECK(max_err(pk.teacher_logits.narrow(1, at, n), ref.at(order[i] + ".logits")) <= 1e-4);
+      // A document starting inside a chunk of the delta rule sums its chunk in another order than alone:
+      // the logits (up to 57 in magnitude with tiny-qwen3-5's tied embedding) differ by up to 1.3e-4
+      // from transformers and 1.1e-4 from the document alone (measured), 2-3e-6 relative.
+      CHECK(max_err(pk.teacher_logits.narrow(1, at, n), ref.at(order[i] + ".logits")) <= 2.5e-4);
       const auto alone = m.forward(unpadded(samples[i]), full_vocab(m));
-      CHECK(max_err(pk.teacher_logits.narrow(1, at, n), alone.teacher_logits) <= 2e-5);
+      CHECK(max_err(pk.teacher_logits.narrow(1, at, n), alone.teacher_logits) <= 2.5e-4);
+      CHECK(torch::equal(pk.target_argmax.narrow(1, at, n), alone.target_argmax));
       at += n;
     }
     // Chunks of positions in the position-wise half change nothing.

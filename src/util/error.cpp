@@ -20,7 +20,8 @@ ExitCode exit_code_of(ErrorKind kind) {
 
 namespace {
 
-// A part longer than a line or two (a 50 MB path from a hostile config) is cut in the middle.
+// A part longer than a line or two (a 50 MB path from a hostile config) is cut in the middle; what
+// is expected is the tool's own text (a list of architectures may be long) and is never cut.
 std::string bounded(const std::string& s) {
   constexpr std::size_t kMax = 400, kHead = 240, kTail = 120;
   if (s.size() <= kMax) return s;
@@ -34,7 +35,7 @@ std::string Error::format() const {
   if (!file_.empty()) out += bounded(file_) + ": ";
   if (!place_.empty()) out += bounded(place_) + ": ";
   out += message_;
-  if (!expected_.empty()) out += ": expected " + bounded(expected_);
+  if (!expected_.empty()) out += ": expected " + expected_;  // our own words, never the input: not cut
   if (!found_.empty()) out += (expected_.empty() ? ": found " : ", found ") + bounded(found_);
   if (!hint_.empty()) out += " (hint: " + hint_ + ")";
   return out;
