@@ -9,42 +9,23 @@
 #include "eagle/target/target.h"
 #include "eagle/util/error.h"
 #include "helpers.h"
+#include "target_fixtures.h"
 
 using namespace eagle;
 using eagle::target::TargetModel;
 
 namespace {
 
+using test::load_all_hidden;
+using test::max_err;
+using test::reference;
+using test::stacked;
+using test::unpadded;
+
 const char* kHybrid[] = {"tiny-qwen3-next", "tiny-qwen3-5", "tiny-qwen3-5-moe", "tiny-qwen3-5-vl"};
 
 std::string model_dir(const std::string& name) {
   return std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/" + name;
-}
-
-std::map<std::string, torch::Tensor> reference(const std::string& name) {
-  return model::load_safetensors(std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/reference/" + name + ".safetensors");
-}
-
-TargetModel load_all_hidden(const std::string& name, torch::ScalarType dtype) {
-  auto m = TargetModel::load(model_dir(name), dtype, torch::kCPU);
-  std::vector<std::int64_t> ids;
-  for (std::int64_t i = 0; i <= m.config().num_hidden_layers; ++i) ids.push_back(i);
-  m.set_aux_layer_ids(ids);
-  return m;
-}
-
-torch::Tensor stacked(const torch::Tensor& aux, std::int64_t H) {
-  return aux.view({aux.size(0), aux.size(1), -1, H}).permute({2, 0, 1, 3}).to(torch::kFloat32);
-}
-
-double max_err(const torch::Tensor& a, const torch::Tensor& b) {
-  REQUIRE(a.sizes() == b.sizes());
-  return (a.to(torch::kFloat32) - b.to(torch::kFloat32)).abs().max().item<double>();
-}
-
-target::TargetBatch unpadded(const torch::Tensor& ids) {
-  const auto T = ids.size(1);
-  return {ids, torch::arange(T).unsqueeze(0), torch::zeros({1, T}, torch::kInt64)};
 }
 
 // The samples packed into one row in order: positions restarting, document ids 0, 1, ...

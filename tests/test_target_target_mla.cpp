@@ -25,22 +25,16 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using test::max_err;
+using test::reference;
+
 fs::path fixture(const std::string& name) { return test::model_fixture(name); }
 json config_of(const std::string& name) { return test::fixture_config(name); }
 TargetConfig parse(const test::TempDir& dir, const json& config) { return test::parse_config(dir, config); }
 using test::config_error;
 
-std::map<std::string, torch::Tensor> reference(const std::string& name) {
-  return model::load_safetensors(std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/reference/" + name + ".safetensors");
-}
-
 std::map<std::string, torch::Tensor> tensors_of(const std::string& name) {
   return model::load_safetensors((fixture(name) / "model.safetensors").string());
-}
-
-double max_err(const torch::Tensor& a, const torch::Tensor& b) {
-  REQUIRE(a.sizes() == b.sizes());
-  return (a.to(torch::kFloat32) - b.to(torch::kFloat32)).abs().max().item<double>();
 }
 
 }  // namespace
