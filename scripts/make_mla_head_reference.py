@@ -20,7 +20,7 @@ the step-0 keys of its document causally plus the keys of steps 1..k at t), 3 st
 0.8 over valid-count denominators, and the gradients of a few parameters.
 
 Writes tests/fixtures/heads/eagle3-mla-ref/ (config.json as eagle-train exports the layer:
-Eagle3DeepseekV3ForCausalLM, midlayer.* names; fp32 weights) and
+Eagle3DeepseekV3ForCausalLM, midlayer.* names; bf16 weights, computed in fp32) and
 tests/fixtures/reference/eagle3-mla-head.safetensors (inputs, embedding, logits_k, teacher, loss,
 grad.<name>).
 
@@ -85,8 +85,10 @@ def main():
     w["d2t"] = ids - torch.arange(VD)
     w["t2d"] = torch.zeros(V, dtype=torch.bool).index_fill_(0, ids, True)
 
-    # The transformers modules take the stored weights (one tensor each, leaves for the gradients).
-    f = {k: v.clone().requires_grad_(True) for k, v in w.items() if v.is_floating_point()}
+    # Weights stored as bf16 (a small fixture), computed in fp32; the transformers modules take them
+    # (one tensor each, leaves for the gradients).
+    w = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in w.items()}
+    f = {k: v.float().requires_grad_(True) for k, v in w.items() if v.is_floating_point()}
     for name, mod in [("q_a_proj", attn.q_a_proj), ("q_a_layernorm", attn.q_a_layernorm), ("q_b_proj", attn.q_b_proj),
                       ("kv_a_proj_with_mqa", attn.kv_a_proj_with_mqa), ("kv_a_layernorm", attn.kv_a_layernorm),
                       ("kv_b_proj", attn.kv_b_proj), ("o_proj", attn.o_proj)]:
@@ -166,7 +168,7 @@ def main():
            "rope_theta": ROPE["rope_theta"],
            "rope_scaling": {k: v for k, v in ROPE.items() if k != "rope_theta"}, "rope_interleave": True,
            "vocab_size": V, "draft_vocab_size": VD, "target_hidden_size": H, "attention_bias": False,
-           "tie_word_embeddings": False, "torch_dtype": "float32", "norm_before_residual": False,
+           "tie_word_embeddings": False, "torch_dtype": "bfloat16", "norm_before_residual": False,
            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [0, 1, 2], "use_aux_hidden_state": True},
            "eagle_aux_hidden_state_layer_ids": [1, 2, 3],
            "eagle_train": {"target_num_hidden_layers": 3, "ttt_steps": STEPS}}
@@ -179,7 +181,7 @@ def main():
     for name in GRADS:
         ref["grad." + name] = f[name].grad.contiguous()
     save_file(ref, str(REF))
-    print("wrote", HEAD_DIR, "and", REF, "loss", float(loss), "scale", attn.scaling)
+    print("wrote", HEAD_DIR, "and", REF, "loss", float(loss.detach()), "scale", attn.scaling)
 
 
 if __name__ == "__main__":
