@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config_reader.h"
+#include "eagle/model/mla.h"
 #include "eagle/target/target.h"
 #include "eagle/util/error.h"
 #include "eagle/util/json_file.h"
@@ -381,9 +382,9 @@ void read_deepseek(const Reader& r, TargetConfig& c) {
   if (c.rope.type != "default" && r.has(key) && r.j[key].is_object()) {
     const Reader p{r.path, r.j[key]};
     const double all_dim = p.number_or("mscale_all_dim", 0.0);
-    // yarn_get_mscale(factor, mscale_all_dim): 1 for factors up to 1.
-    if (all_dim != 0.0 && c.rope.factor > 1.0) {
-      const double mscale = 0.1 * all_dim * std::log(c.rope.factor) + 1.0;
+    // yarn_apply_mscale: yarn_get_mscale(factor, mscale_all_dim)^2 (1 for factors up to 1).
+    if (all_dim != 0.0) {
+      const double mscale = model::yarn_get_mscale(c.rope.factor, all_dim);
       scale *= mscale * mscale;
     }
   }

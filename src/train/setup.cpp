@@ -90,6 +90,7 @@ std::shared_ptr<head::DraftHead> make_head(const config::Options& opts, const fe
     cfg.qk_norm = opts.draft_layer == "qwen3";
     cfg.num_layers = config::resolved_draft_num_layers(opts.draft, opts.draft_num_layers);
     cfg.parallel_drafting = opts.parallel_drafting;
+    if (opts.draft_layer == "deepseek") cfg.use_mla_layer(tc);
     if (cfg.parallel_drafting) {
       EAGLE_CHECK(opts.mask_token_id >= 0 || !tc.eos_token_ids.empty(),
                   Error(ErrorKind::usage, "P-EAGLE needs a mask token and the target names no end-of-sequence id")
