@@ -146,6 +146,10 @@ HeadConfig mtp_config_from_json(const json& j, const std::string& file) {
               bad("ttt_loss_decay"));
   c.ttt_loss_decay = e["ttt_loss_decay"].get<double>();
   c.target_name_or_path = e.value("target_name_or_path", "");
+  // A checkpoint's config.json is a text model's: the target's own architecture (a multimodal
+  // Qwen3_5ForConditionalGeneration) is recorded beside it.
+  if (e.contains("target_architecture") && e["target_architecture"].is_string())
+    c.target_architecture = e["target_architecture"].get<std::string>();
   return c;
 }
 
@@ -156,6 +160,7 @@ json mtp_config_json(const HeadConfig& c) {
                             {"ttt_steps", c.ttt_steps},
                             {"ttt_loss_decay", c.ttt_loss_decay},
                             {"target_name_or_path", c.target_name_or_path},
+                            {"target_architecture", c.target_architecture},
                             {"target_dtype", c.target_dtype}};
   if (c.mtp_family == "qwen3_5")  // a text Qwen3.5 config (Qwen3_5TextConfig's fields) the target reader reads
     return {{"architectures", {"Qwen3_5ForCausalLM"}},
