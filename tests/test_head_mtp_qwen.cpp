@@ -243,8 +243,8 @@ TEST_CASE("the Qwen3.5 MTP head refuses a folder missing an mtp tensor or holdin
   {
     test::TempDir dir;
     const auto folder = edited_copy(dir, [](auto& t) { t.erase("mtp.layers.0.self_attn.k_norm.weight"); });
-    head::MtpHead head(cfg);
-    CHECK_THROWS_WITH(head::load_mtp_weights(head, folder.string()),
+    auto head = std::make_shared<head::MtpHead>(cfg);
+    CHECK_THROWS_WITH(head::load_mtp_weights(*head, folder.string()),
                       Catch::Contains("a tensor of the MTP layer is missing") &&
                           Catch::Contains("mtp.layers.0.self_attn.k_norm.weight"));
   }
@@ -252,9 +252,9 @@ TEST_CASE("the Qwen3.5 MTP head refuses a folder missing an mtp tensor or holdin
     test::TempDir dir;
     const auto folder =
         edited_copy(dir, [](auto& t) { t["mtp.layers.1.input_layernorm.weight"] = torch::zeros({32}); });
-    head::MtpHead head(cfg);
+    auto head = std::make_shared<head::MtpHead>(cfg);
     CHECK_THROWS_WITH(
-        head::load_mtp_weights(head, folder.string()),
+        head::load_mtp_weights(*head, folder.string()),
         Catch::Contains("not part of the head") && Catch::Contains("mtp.layers.1.input_layernorm.weight"));
   }
   {
@@ -262,14 +262,14 @@ TEST_CASE("the Qwen3.5 MTP head refuses a folder missing an mtp tensor or holdin
     test::TempDir dir;
     const auto folder =
         edited_copy(dir, [](auto& t) { t["mtp.embed_tokens.weight"] = t.at("model.embed_tokens.weight"); });
-    head::MtpHead head(cfg);
-    CHECK_NOTHROW(head::load_mtp_weights(head, folder.string()));
+    auto head = std::make_shared<head::MtpHead>(cfg);
+    CHECK_NOTHROW(head::load_mtp_weights(*head, folder.string()));
   }
   {
     test::TempDir dir;
     const auto folder = edited_copy(dir, [](auto& t) { t["mtp.fc.weight"] = torch::zeros({32, 32}); });
-    head::MtpHead head(cfg);
-    CHECK_THROWS_WITH(head::load_mtp_weights(head, folder.string()),
+    auto head = std::make_shared<head::MtpHead>(cfg);
+    CHECK_THROWS_WITH(head::load_mtp_weights(*head, folder.string()),
                       Catch::Contains("wrong shape") && Catch::Contains("mtp.fc.weight"));
   }
 }
