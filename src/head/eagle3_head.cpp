@@ -137,7 +137,7 @@ Qkv Eagle3Head::step_qkv(std::int64_t l, const torch::Tensor& ids, const torch::
           return std::vector<torch::Tensor>{r.q, r.k, r.v};
         },
         {ids, state, h, positions}, lay.parameters());
-    return {outs[0], outs[1], outs[2]};
+    return {outs[0], outs[1], outs[2], {}};  // no output gate in an EAGLE layer
   }
   // Kept: the state (the previous step's output, alive anyway), the ids and h; the embedding, the
   // input norms and their concatenation are made again in backward, q/k/v projected once (their

@@ -181,7 +181,7 @@ void check_aux_layer_ids(const HeadConfig& c, const std::string& file) {
 }  // namespace
 
 HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFormat* format_out) {
-  if (is_mtp_config(j)) {  // a MiMo target's config.json (the shipped MTP layer, an export, a checkpoint)
+  if (is_mtp_config(j)) {  // a MiMo or Qwen3.5 target's config.json (the shipped layer, an export, a checkpoint)
     if (format_out) *format_out = HeadFormat::mtp;
     return mtp_config_from_json(j, file);
   }

@@ -134,7 +134,6 @@ json eagle_train_fields(const HeadConfig& c) {
 }  // namespace
 
 std::string format_tensor_name(const std::string& name, HeadFormat format) {
-  if (format == HeadFormat::mtp) return mtp_native_name(name);
   if (format == HeadFormat::speculators && name.rfind("midlayer.", 0) == 0) return "layers.0." + name.substr(9);
   const std::string extra = "extra_layers.";
   if (name.rfind(extra, 0) == 0) {
@@ -316,8 +315,12 @@ nlohmann::json head_config_json(const HeadConfig& c, HeadFormat format) {
 std::map<std::string, torch::Tensor> head_tensors(DraftHead& head, HeadFormat format) {
   head_config_json(head.config(), format);  // refuses a format that does not fit
   std::map<std::string, torch::Tensor> out;
-  for (const auto& p : head.module().named_parameters())
-    out[format_tensor_name(p.key(), format)] = p.value().detach().to(torch::kCPU, torch::kFloat32).contiguous();
+  for (const auto& p : head.module().named_parameters()) {
+    // An MTP head's names are its family's (mtp_io.h); the EAGLE layouts' are the format's.
+    const auto name = format == HeadFormat::mtp ? mtp_native_name(p.key(), head.config().mtp_family)
+                                                : format_tensor_name(p.key(), format);
+    out[name] = p.value().detach().to(torch::kCPU, torch::kFloat32).contiguous();
+  }
   // The draft-vocabulary maps are buffers of the EAGLE-3 head (draft_ids, derived, is not written);
   // the MTP head's identity maps have no native name (vLLM's MiMo loader raises on unknown names).
   for (const auto& b : head.module().named_buffers())

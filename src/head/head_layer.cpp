@@ -11,8 +11,8 @@
 
 namespace eagle::head {
 
-RmsNormImpl::RmsNormImpl(std::int64_t size, double eps_) : eps(eps_) {
-  weight = register_parameter("weight", torch::ones({size}));
+RmsNormImpl::RmsNormImpl(std::int64_t size, double eps_, bool one_plus_) : eps(eps_), one_plus(one_plus_) {
+  weight = register_parameter("weight", one_plus ? torch::zeros({size}) : torch::ones({size}));
 }
 
 namespace {
@@ -36,13 +36,14 @@ HeadAttentionImpl::HeadAttentionImpl(const HeadConfig& cfg, std::int64_t input_s
     return;
   }
   const bool bias = cfg.attention_bias;
-  q_proj = register_module("q_proj", linear(input_size, cfg.num_attention_heads * cfg.head_dim, bias));
+  const auto q_rows = (cfg.attn_output_gate ? 2 : 1) * cfg.num_attention_heads * cfg.head_dim;
+  q_proj = register_module("q_proj", linear(input_size, q_rows, bias));
   k_proj = register_module("k_proj", linear(input_size, cfg.num_key_value_heads * cfg.head_dim, bias));
   v_proj = register_module("v_proj", linear(input_size, cfg.num_key_value_heads * cfg.head_dim, bias));
   o_proj = register_module("o_proj", linear(cfg.num_attention_heads * cfg.head_dim, cfg.hidden_size));
   if (cfg.qk_norm) {
-    q_norm = register_module("q_norm", RmsNorm(cfg.head_dim, cfg.rms_norm_eps));
-    k_norm = register_module("k_norm", RmsNorm(cfg.head_dim, cfg.rms_norm_eps));
+    q_norm = register_module("q_norm", RmsNorm(cfg.head_dim, cfg.rms_norm_eps, cfg.norm_one_plus));
+    k_norm = register_module("k_norm", RmsNorm(cfg.head_dim, cfg.rms_norm_eps, cfg.norm_one_plus));
   }
 }
 
@@ -58,11 +59,11 @@ HeadMlpImpl::HeadMlpImpl(const HeadConfig& cfg) {
 
 HeadLayerImpl::HeadLayerImpl(const HeadConfig& cfg, HeadLayerKind kind) {
   const bool first = kind == HeadLayerKind::eagle3_first;
-  if (kind != HeadLayerKind::eagle1)
-    input_layernorm = register_module("input_layernorm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
-  if (first) hidden_norm = register_module("hidden_norm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
+  const auto norm = [&] { return RmsNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_one_plus); };
+  if (kind != HeadLayerKind::eagle1) input_layernorm = register_module("input_layernorm", norm());
+  if (first) hidden_norm = register_module("hidden_norm", norm());
   self_attn = register_module("self_attn", HeadAttention(cfg, first ? 2 * cfg.hidden_size : cfg.hidden_size));
-  post_attention_layernorm = register_module("post_attention_layernorm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
+  post_attention_layernorm = register_module("post_attention_layernorm", norm());
   mlp = register_module("mlp", HeadMlp(cfg));
 }
 
@@ -132,7 +133,14 @@ Qkv heads_of_projections(const HeadAttentionImpl& attn, const HeadConfig& cfg, c
                          const torch::Tensor& k_flat, const torch::Tensor& v_flat, const torch::Tensor& inv_freq,
                          const torch::Tensor& positions) {
   const auto b = q_flat.size(0), t = q_flat.size(1), d = cfg.head_dim;
-  auto q = q_flat.view({b, t, cfg.num_attention_heads, d}).transpose(1, 2);
+  torch::Tensor q, gate;
+  if (cfg.attn_output_gate) {  // each head's rows: its query, then its output gate (transformers' Qwen3_5Attention)
+    const auto qg = q_flat.view({b, t, cfg.num_attention_heads, 2 * d});
+    q = qg.narrow(-1, 0, d).transpose(1, 2);
+    gate = qg.narrow(-1, d, d).transpose(1, 2);
+  } else {
+    q = q_flat.view({b, t, cfg.num_attention_heads, d}).transpose(1, 2);
+  }
   auto k = k_flat.view({b, t, cfg.num_key_value_heads, d}).transpose(1, 2);
   if (attn.q_norm) {  // Qwen3-style layer: each head's q and k normalised before RoPE
     q = attn.q_norm->forward(q);
@@ -140,7 +148,11 @@ Qkv heads_of_projections(const HeadAttentionImpl& attn, const HeadConfig& cfg, c
   }
   auto v = v_flat.view({b, t, cfg.num_key_value_heads, d}).transpose(1, 2);
   auto [cos, sin] = model::rope_cos_sin(inv_freq, positions, q.scalar_type(), model::rope_attention_factor(cfg.rope));
-  return {model::apply_rope(q, cos, sin), model::apply_rope(k, cos, sin), v};
+  return {model::apply_rope(q, cos, sin), model::apply_rope(k, cos, sin), v, gate};
+}
+
+torch::Tensor gate_attention(const torch::Tensor& attention, const torch::Tensor& gate) {
+  return gate.defined() ? attention * torch::sigmoid(gate) : attention;
 }
 
 torch::Tensor attention_output(const HeadAttentionImpl& attn, const torch::Tensor& a) {

@@ -57,8 +57,8 @@ struct HeadConfig {
                                                    // exports' torch_dtype: SGLang runs the draft in it
   TttAttentionImpl attention = TttAttentionImpl::efficient;
   // --draft mtp (MTP.md): the target's own shipped MTP layer, fine-tuned (head/mtp_head.h); "" for the
-  // EAGLE heads, else the family whose MTP forward it is ("mimo"). An MTP head is drafted and trained
-  // as an EAGLE-3 head (eagle_version 3, one layer, aux_layer_ids {L}, the full vocabulary).
+  // EAGLE heads, else the family whose MTP forward it is ("mimo", "qwen3_5"). An MTP head is drafted and
+  // trained as an EAGLE-3 head (eagle_version 3, one layer, aux_layer_ids {L}, the full vocabulary).
   std::string mtp_family;
   bool attention_bias = false;  // q/k/v bias of the draft layer (the MTP block of a Qwen2-type target)
   // --draft_layer deepseek (docs/heads.md): the MLA layer of vLLM's deepseek_eagle3.py
@@ -67,6 +67,9 @@ struct HeadConfig {
   // rope.head_dim qk_rope_head_dim; kv_lora_rank 0: not an MLA layer.
   std::int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
   bool mla() const { return kv_lora_rank > 0; }
+  // The MTP block of a Qwen3.5 target (head/mtp_layout.h): every RMSNorm x * (1 + w) in fp32, and
+  // q_proj emitting [query | gate] per head, the attention times sigmoid(gate) before o_proj.
+  bool norm_one_plus = false, attn_output_gate = false;
   bool mtp() const { return !mtp_family.empty(); }
   // --draft dflash (DFlash.md, head/dflash_head.h): num_layers Qwen3-style layers over the target's
   // features at aux_layer_ids (DFlash target layer t is aux id t + 1), drafting dflash_block_size - 1

@@ -9,15 +9,20 @@
 
 namespace eagle::head {
 
-// RMSNorm with one registered parameter "weight" (ones at start).
+// RMSNorm with one registered parameter "weight": x * w (ones at start), or with one_plus Gemma's
+// x * (1 + w) in fp32 (zeros at start; Qwen3.5's MTP layer).
 struct RmsNormImpl : torch::nn::Module {
-  RmsNormImpl(std::int64_t size, double eps);
-  torch::Tensor forward(const torch::Tensor& x) const { return model::rms_norm(x, weight, eps); }
+  RmsNormImpl(std::int64_t size, double eps, bool one_plus = false);
+  torch::Tensor forward(const torch::Tensor& x) const {
+    return one_plus ? model::rms_norm_one_plus(x, weight, eps) : model::rms_norm(x, weight, eps);
+  }
   torch::Tensor weight;
   double eps;
+  bool one_plus;
 };
 TORCH_MODULE(RmsNorm);
 
+// q_proj has heads * head_dim rows, or twice that with cfg.attn_output_gate ([query | gate] per head).
 struct HeadAttentionImpl : torch::nn::Module {
   HeadAttentionImpl(const HeadConfig& cfg, std::int64_t input_size);
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
@@ -68,7 +73,10 @@ std::int64_t attention_width(const HeadConfig& cfg);
 // attention kernels and a KV cache take). The MLA layer's are [B, heads, T, attention_width].
 struct Qkv {
   torch::Tensor q, k, v;  // q [B, h, T, d]; k, v [B, kv_heads, T, d]
+  torch::Tensor gate;     // [B, h, T, d] the output gate's logits (cfg.attn_output_gate), else undefined
 };
+// The attention [B, h, T, d] times sigmoid(gate) where the layer is gated (gate defined), else as it is.
+torch::Tensor gate_attention(const torch::Tensor& attention, const torch::Tensor& gate);
 Qkv project_qkv(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& x,
                 const torch::Tensor& inv_freq, const torch::Tensor& positions);
 // The same from the projections x q_proj^T, x k_proj^T, x v_proj^T [B, T, heads * d] made elsewhere

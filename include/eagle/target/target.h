@@ -74,9 +74,10 @@ struct TargetConfig {
   std::string dtype = "float32";    // torch_dtype (4.x) or dtype (5.x)
   std::vector<std::int64_t> eos_token_ids;
   std::int64_t bos_token_id = -1;
-  // MiMo: num_nextn_predict_layers, the shipped MTP layers (model.mtp_layers.{i}.*; DeepSeek-V3 and
-  // GLM-4.5: model.layers.{num_hidden_layers + i}.*). The target never loads them; --draft mtp trains
-  // MiMo's layer 0 (head/mtp_head.h).
+  // The shipped MTP layers: MiMo's num_nextn_predict_layers (model.mtp_layers.{i}.*; DeepSeek-V3 and
+  // GLM-4.5: model.layers.{num_hidden_layers + i}.*), Qwen3.5's mtp_num_hidden_layers and Qwen3-Next's
+  // num_nextn_predict_layers (mtp.*). The target never loads them; --draft mtp trains MiMo's and dense
+  // Qwen3.5's layer 0 (head/mtp_head.h).
   std::int64_t num_mtp_layers = 0;
   // Multi-head latent attention (DeepSeek-V3; kv_lora_rank > 0): q from q_a_proj, its norm and q_b_proj
   // (q_lora_rank 0: q_proj), keys and values from the latent kv_a_proj_with_mqa (kv_lora_rank, normed,
