@@ -131,8 +131,9 @@ torch::Tensor TargetModel::Impl::layer(std::size_t l, const torch::Tensor& x, co
       k = model::apply_rope(k, cos, sin, /*head_axis=*/2);
       if (cfg.value_norm) v = model::rms_norm_unscaled(v, cfg.rms_norm_eps);
       // Kept only where a KV-shared layer will read them (the walk would hold every layer's otherwise).
-      for (std::int64_t j = cfg.first_kv_shared; j < cfg.num_hidden_layers; ++j)
-        if (cfg.kv_source.at(static_cast<std::size_t>(j)) == li) walk.kv[l] = {k, v};
+      if (cfg.gemma4)
+        for (std::int64_t j = cfg.first_kv_shared; j < cfg.num_hidden_layers; ++j)
+          if (cfg.kv_source.at(static_cast<std::size_t>(j)) == li) walk.kv[l] = {k, v};
     }
   }
   if (!o.defined()) {
