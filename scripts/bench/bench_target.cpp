@@ -22,18 +22,17 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "bench_target_util.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/target/target.h"
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
+using namespace eagle::bench;
 
 namespace {
 
 constexpr std::int64_t kLayers = 4, kHidden = 512, kHeads = 8, kInter = 1536, kVocab = 32000;
 constexpr std::int64_t kBatch = 4, kSeq = 512;
-
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
 void write_model(const fs::path& dir) {
   fs::create_directories(dir);
@@ -62,23 +61,6 @@ void write_model(const fs::path& dir) {
   eagle::model::save_safetensors((dir / "model.safetensors").string(), t);
 }
 
-// Resident-set high-water mark in MiB; writing 5 to clear_refs resets it (Linux >= 4.0).
-double peak_rss_mib() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
-  return -1;
-}
-double rss_mib() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stod(line.substr(6)) / 1024.0;
-  return -1;
-}
-void reset_peak() { std::ofstream("/proc/self/clear_refs") << "5"; }
-
 double matmul_flops(int reps) {
   const std::int64_t n = 2048;
   auto a = torch::randn({n, n}), b = torch::randn({n, n});
@@ -90,35 +72,6 @@ double matmul_flops(int reps) {
     best = std::min(best, seconds_since(t0));
   }
   return 2.0 * n * n * n / best;
-}
-
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-}
-
-// Real tokens/s of the training forward of a random model of this config.json (median of reps).
-double forward_tokens_per_s(const nlohmann::json& config, int reps, std::int64_t* params, std::int64_t* active) {
-  const fs::path file = fs::temp_directory_path() / fmt::format("eagle_bench_config_{}.json", ::getpid());
-  std::ofstream(file) << config.dump();
-  const auto c = eagle::target::TargetConfig::from_json_file(file.string());
-  fs::remove(file);
-  torch::manual_seed(0);
-  auto m = eagle::target::TargetModel::random(c, torch::kFloat32, torch::kCPU);
-  *params = m.parameter_count();
-  *active = m.active_parameter_count();
-  eagle::target::TargetBatch batch{torch::randint(kVocab, {kBatch, kSeq}),
-                                  torch::arange(kSeq).unsqueeze(0).expand({kBatch, kSeq}).contiguous(),
-                                  torch::zeros({kBatch, kSeq}, torch::kInt64), {false, 0}};
-  const eagle::target::TeacherSpec teacher{torch::arange(0, kVocab, 4), 1024};
-  m.forward(batch, teacher);  // warm-up
-  std::vector<double> tps;
-  for (int i = 0; i < reps; ++i) {
-    auto t0 = Clock::now();
-    m.forward(batch, teacher);
-    tps.push_back(double(kBatch * kSeq) / seconds_since(t0));
-  }
-  return median_of(tps);
 }
 
 // A Qwen3-MoE target (16 experts of intermediate 768, 2 per token) and the dense Qwen3 whose MLP
@@ -138,13 +91,13 @@ void moe_versus_dense(int reps) {
   moe["num_experts_per_tok"] = 2;
   moe["moe_intermediate_size"] = 768;
   moe["norm_topk_prob"] = true;
-  std::int64_t dp = 0, da = 0, mp = 0, ma = 0;
-  const double dense_tps = forward_tokens_per_s(dense, reps, &dp, &da);
-  const double moe_tps = forward_tokens_per_s(moe, reps, &mp, &ma);
+  const auto d = forward_rate(dense, reps, kBatch, kSeq);
+  const auto e = forward_rate(moe, reps, kBatch, kSeq);
   std::cout << fmt::format(
       "dense Qwen3 ({:.1f} M parameters, {:.1f} M active): {:.0f} tokens/s (median of {})\n"
       "Qwen3-MoE, 16 experts top 2 ({:.1f} M parameters, {:.1f} M active): {:.0f} tokens/s ({:.2f}x the dense)\n",
-      dp / 1e6, da / 1e6, dense_tps, reps, mp / 1e6, ma / 1e6, moe_tps, moe_tps / dense_tps);
+      d.params / 1e6, d.active / 1e6, d.tokens_per_s, reps, e.params / 1e6, e.active / 1e6, e.tokens_per_s,
+      e.tokens_per_s / d.tokens_per_s);
 }
 
 // One row of kLongSeq tokens through a random Llama of wide MLPs (hidden 512, intermediate 8192, as
@@ -162,10 +115,7 @@ void long_row_memory(std::int64_t chunk) {
                            {"num_attention_heads", kHeads}, {"num_key_value_heads", kHeads}, {"rms_norm_eps", 1e-5},
                            {"max_position_embeddings", 32768}, {"rope_theta", 10000.0}, {"torch_dtype", "float32"},
                            {"tie_word_embeddings", false}};
-  const fs::path file = fs::temp_directory_path() / fmt::format("eagle_bench_long_{}.json", ::getpid());
-  std::ofstream(file) << config.dump();
-  const auto c = eagle::target::TargetConfig::from_json_file(file.string());
-  fs::remove(file);
+  const auto c = config_of(config);
   torch::manual_seed(0);
   auto m = eagle::target::TargetModel::random(c, torch::kFloat32, torch::kCPU);
   m.set_chunk_tokens(chunk);
