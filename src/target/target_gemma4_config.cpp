@@ -122,6 +122,7 @@ std::pair<model::RopeConfig, std::int64_t> gemma4_rope(const Reader& r, const js
   TargetConfig at = c;
   at.head_dim = head_dim;
   auto rope = parse_rope(r, params, where, at);
+  if (kind == "default") return {rope, 0};  // every pair turns
   return {rope, angles == head_dim / 2 ? 0 : (angles == 0 ? -1 : angles)};
 }
 
