@@ -200,6 +200,7 @@ TEST_CASE("a Qwen3.5 MTP checkpoint and export hold the mtp.* names and read bac
     for (auto& p : head->named_parameters()) p.value().add_(0.01 * torch::randn_like(p.value()));
   }
   const auto ckpt = dir / "checkpoint";
+  std::filesystem::create_directories(ckpt);
   head::write_head_files(*head, head::checkpoint_format(head->config()), ckpt.string());
   auto file = model::load_safetensors((ckpt / "model.safetensors").string());
   CHECK(file.size() == 15);
