@@ -1,5 +1,6 @@
-// Reading a model's config.json (target_config.cpp, target_rope_config.cpp): typed field access
-// whose errors name the file and the field, and the RoPE parameters in both transformers spellings.
+// Reading a model's config.json (target_config.cpp, target_config_moe.cpp, target_config_families.cpp,
+// target_rope_config.cpp, target_gemma4_config.cpp): typed field access whose errors name the file and the
+// field, the RoPE parameters in both transformers spellings, and the per-family readers.
 #pragma once
 
 #include <cstdint>
@@ -105,6 +106,23 @@ struct Reader {
 void read_rope_layers(const Reader& r, TargetConfig& c);
 // One RoPE from its parameter object `params` (named `where` in errors), over c.head_dim.
 model::RopeConfig parse_rope(const Reader& r, const json& params, const std::string& where, const TargetConfig& c);
+
+inline bool hybrid_family(Family f) {
+  return f == Family::qwen3_next || f == Family::qwen3_5 || f == Family::qwen3_5_moe;
+}
+
+// The expert layout and router of a MoE family (target_config_moe.cpp; c.family and the common fields set).
+void read_moe(const Reader& r, TargetConfig& c);
+
+// The readers of the fields only some families have (target_config_families.cpp), called from each
+// family's row after the common fields (read_mla_dims: before the RoPE, whose width it sets).
+void read_gemma(const Reader& r, TargetConfig& c);
+void read_phi3(const Reader& r, TargetConfig& c);
+void read_mimo(const Reader& r, TargetConfig& c);
+void read_mla_dims(const Reader& r, TargetConfig& c);
+void read_deepseek(const Reader& r, TargetConfig& c);
+void read_glm4_moe(const Reader& r, TargetConfig& c);
+void read_hybrid(const Reader& r, TargetConfig& c);
 
 // Gemma 4's own fields (target_gemma4_config.cpp): its layer types and windows, per-layer head widths and
 // key/value heads, RoPE per layer type, KV sharing, per-layer inputs; refuses what is not implemented by name.

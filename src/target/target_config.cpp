@@ -12,7 +12,6 @@
 #include <nlohmann/json.hpp>
 
 #include "config_reader.h"
-#include "eagle/model/mla.h"
 #include "eagle/target/target.h"
 #include "eagle/util/error.h"
 #include "eagle/util/json_file.h"
@@ -22,13 +21,6 @@ namespace eagle::target {
 namespace {
 
 using nlohmann::json;
-
-void read_gemma(const Reader& r, TargetConfig& c);
-void read_phi3(const Reader& r, TargetConfig& c);
-void read_mimo(const Reader& r, TargetConfig& c);
-void read_deepseek(const Reader& r, TargetConfig& c);
-void read_glm4_moe(const Reader& r, TargetConfig& c);
-void read_hybrid(const Reader& r, TargetConfig& c);
 
 // The families, one row each: how config.json names it, whether its MLP is a mixture of experts
 // (read_moe), the reader of the fields only it has (after the common ones), another model_type the
@@ -66,8 +58,6 @@ constexpr FamilyRow kFamilies[] = {
     {Family::gemma4_text, "Gemma4ForCausalLM", "gemma4_text", false, read_gemma4},
     {Family::gemma4_text, "Gemma4ForConditionalGeneration", "gemma4", false, read_gemma4, nullptr, true}};
 
-bool hybrid_family(Family f) { return f == Family::qwen3_next || f == Family::qwen3_5 || f == Family::qwen3_5_moe; }
-
 // "A, B, ... or Z": the supported architectures, for the refusal of any other.
 std::string family_list() {
   std::string out;
@@ -89,150 +79,6 @@ constexpr const char* kForeignMathFields[] = {
     "embedding_multiplier",   "residual_multiplier",     "attention_multiplier",
     "logits_scaling",         "no_rope_layers",          "use_qk_norm",
     "query_pre_attn_scalar"};
-
-// The expert layout of the MoE families (transformers' modeling_qwen3_moe, _mixtral, _gpt_oss).
-void read_sigmoid_moe(const Reader& r, TargetConfig& c);
-
-void read_moe(const Reader& r, TargetConfig& c) {
-  const auto t = c.family;
-  if (t == Family::deepseek_v3 || t == Family::glm4_moe || t == Family::glm4_moe_lite) return read_sigmoid_moe(r, c);
-  const bool qwen_moe = t == Family::qwen3_moe || t == Family::qwen3_next || t == Family::qwen3_5_moe;
-  const char* experts_key = (qwen_moe && r.has("num_experts")) || hybrid_family(t) ? "num_experts" : "num_local_experts";
-  // Bounded before anything is made per expert; the checkpoint is compared with it at load. The defaults are
-  // each config class's (Qwen3NextConfig 512 top 10, Qwen3_5MoeTextConfig 256 top 8).
-  const std::int64_t experts_default =
-      t == Family::mixtral ? 8 : (t == Family::qwen3_next ? 512 : (t == Family::qwen3_5_moe ? 256 : 128));
-  c.num_experts = r.bounded_or(experts_key, experts_default, t == Family::qwen3_moe ? 0 : 1, model::limits::kMaxExperts);
-  c.experts_per_token = r.integer_or(
-      "num_experts_per_tok",
-      t == Family::gpt_oss ? 4 : (t == Family::mixtral ? 2 : (t == Family::qwen3_next ? 10 : 8)));
-  EAGLE_CHECK(c.num_experts == 0 || (c.experts_per_token >= 1 && c.experts_per_token <= c.num_experts),
-              r.bad("num_experts_per_tok", "experts per token out of range")
-                  .expected(fmt::format("1..{} (the number of experts)", c.num_experts))
-                  .found(std::to_string(c.experts_per_token)));
-  c.sparse_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), c.num_experts > 0);
-  if (hybrid_family(t)) {
-    // Qwen3NextSparseMoeBlock / Qwen3_5MoeSparseMoeBlock: Qwen3-MoE's router (Qwen3.5-MoE always renormalises
-    // the top k), plus one shared expert of shared_expert_intermediate_size times sigmoid(shared_expert_gate(x)).
-    c.moe_intermediate_size = r.bounded_or("moe_intermediate_size", 512, 1, model::limits::kMaxSize);
-    c.norm_topk_prob = t == Family::qwen3_5_moe || r.boolean_or("norm_topk_prob", true);
-    c.shared_intermediate_size = r.bounded_or("shared_expert_intermediate_size", 512, 1, model::limits::kMaxSize);
-    c.shared_expert_gate = true;
-  }
-  if (t == Family::qwen3_moe || t == Family::qwen3_next) {
-    if (t == Family::qwen3_moe) {
-      c.moe_intermediate_size = r.bounded("moe_intermediate_size", 1, model::limits::kMaxSize);
-      c.norm_topk_prob = r.boolean_or("norm_topk_prob", false);
-    }
-    const auto step = r.integer_or("decoder_sparse_step", 1);
-    EAGLE_CHECK(step >= 1, r.bad("decoder_sparse_step", "must be positive").found(std::to_string(step)));
-    std::vector<std::int64_t> dense;
-    if (r.has("mlp_only_layers")) {
-      EAGLE_CHECK(r.j["mlp_only_layers"].is_array(), r.bad("mlp_only_layers", "not a list of layer indices"));
-      for (const auto& x : r.j["mlp_only_layers"]) {
-        EAGLE_CHECK(x.is_number_integer(), r.bad("mlp_only_layers", "not a layer index").found(x.dump()));
-        dense.push_back(x.get<std::int64_t>());
-      }
-    }
-    for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
-      c.sparse_layers[static_cast<std::size_t>(l)] =
-          c.num_experts > 0 && (l + 1) % step == 0 && std::find(dense.begin(), dense.end(), l) == dense.end();
-  } else if (!hybrid_family(t)) {
-    c.moe_intermediate_size = c.intermediate_size;
-    c.norm_topk_prob = true;
-  }
-  c.routing_weights_fp32 = t == Family::mixtral;
-  if (t == Family::gpt_oss) {
-    c.routing = MoeRouting::topk_softmax;
-    c.router_bias = c.expert_bias = c.clamped_swiglu = true;
-    c.swiglu_alpha = r.number_or("swiglu_alpha", 1.702);
-    c.swiglu_limit = r.number_or("swiglu_limit", 7.0);
-    EAGLE_CHECK(std::isfinite(c.swiglu_alpha) && c.swiglu_limit > 0 && std::isfinite(c.swiglu_limit),
-                r.bad("swiglu_limit", "gpt-oss's swiglu_alpha and swiglu_limit must be finite, the limit positive")
-                    .found(fmt::format("{} and {}", c.swiglu_alpha, c.swiglu_limit)));
-  }
-}
-
-// The defaults of transformers' configs for the sigmoid-routed families (DeepseekV3Config, Glm4MoeConfig,
-// Glm4MoeLiteConfig): experts, per token, expert width, scaling, groups kept of groups, dense first layers.
-struct SigmoidMoeDefaults {
-  std::int64_t experts, per_token, width;
-  double scaling;
-  std::int64_t groups, kept, dense;
-};
-SigmoidMoeDefaults sigmoid_moe_defaults(Family f) {
-  if (f == Family::deepseek_v3) return {256, 8, 2048, 2.5, 8, 4, 3};
-  if (f == Family::glm4_moe) return {128, 8, 1408, 1.0, 1, 1, 1};
-  return {64, 4, 1536, 1.8, 1, 1, 1};  // glm4_moe_lite
-}
-
-// DeepSeek-V3 and GLM-4.5's mixture of experts (transformers' DeepseekV3MoE, Glm4MoeMoE): n_routed_experts
-// behind the sigmoid router with grouped top-k (MoeRouting::sigmoid_grouped), n_shared_experts' MLP beside
-// them, dense MLPs (intermediate_size) in the first first_k_dense_replace layers (GLM-4.7-Flash:
-// mlp_layer_types, by default the first layer dense).
-void read_sigmoid_moe(const Reader& r, TargetConfig& c) {
-  const auto d = sigmoid_moe_defaults(c.family);
-  namespace lim = model::limits;
-  c.num_experts = r.bounded_or("n_routed_experts", d.experts, 1, lim::kMaxExperts);
-  c.experts_per_token = r.integer_or("num_experts_per_tok", d.per_token);
-  c.moe_intermediate_size = r.bounded_or("moe_intermediate_size", d.width, 1, lim::kMaxSize);
-  c.norm_topk_prob = r.boolean_or("norm_topk_prob", true);
-  c.routing = MoeRouting::sigmoid_grouped;
-  c.routing_weights_fp32 = true;  // the fp32 router's weights multiply each expert's output before the cast
-  c.routed_scaling_factor = r.number_in("routed_scaling_factor", d.scaling, 1e-6, 1e12);
-  c.n_group = r.bounded_or("n_group", d.groups, 1, lim::kMaxExperts);
-  c.topk_group = r.bounded_or("topk_group", d.kept, 1, lim::kMaxExperts);
-  EAGLE_CHECK(c.topk_group <= c.n_group, r.bad("topk_group", "more groups kept than there are")
-                                             .expected(fmt::format("1..{} (n_group)", c.n_group))
-                                             .found(std::to_string(c.topk_group)));
-  // Each group's score is the sum of its two best experts (topk(2) per group), so a group holds at least two.
-  EAGLE_CHECK(c.num_experts % c.n_group == 0 && c.num_experts / c.n_group >= 2,
-              r.bad("n_group", "the experts must split into groups of at least two")
-                  .found(fmt::format("{} experts in {} groups", c.num_experts, c.n_group)));
-  const auto candidates = c.topk_group * (c.num_experts / c.n_group);
-  EAGLE_CHECK(c.experts_per_token >= 1 && c.experts_per_token <= candidates,
-              r.bad("num_experts_per_tok", "experts per token out of range")
-                  .expected(fmt::format("1..{} (the experts of topk_group {} groups)", candidates, c.topk_group))
-                  .found(std::to_string(c.experts_per_token)));
-  const auto shared = r.bounded_or("n_shared_experts", 1, 0, 64);
-  c.shared_intermediate_size = shared * c.moe_intermediate_size;
-  c.sparse_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), true);
-  if (c.family == Family::glm4_moe_lite && r.has("mlp_layer_types")) {
-    // Glm4MoeLiteDecoderLayer: "sparse" or "dense" per layer (first_k_dense_replace is not read).
-    const auto& types = r.j["mlp_layer_types"];
-    EAGLE_CHECK(types.is_array() && static_cast<std::int64_t>(types.size()) == c.num_hidden_layers,
-                r.bad("mlp_layer_types", "expected one MLP type per layer")
-                    .expected(fmt::format("a list of {} entries", c.num_hidden_layers))
-                    .found(types.dump()));
-    for (std::size_t l = 0; l < types.size(); ++l) {
-      EAGLE_CHECK(types[l] == "sparse" || types[l] == "dense",
-                  r.bad(fmt::format("mlp_layer_types[{}]", l), "unknown MLP type")
-                      .expected("sparse or dense")
-                      .found(types[l].dump()));
-      c.sparse_layers[l] = types[l] == "sparse";
-    }
-  } else {
-    const auto dense = c.family == Family::glm4_moe_lite
-                           ? std::min<std::int64_t>(1, c.num_hidden_layers)
-                           : r.bounded_or("first_k_dense_replace", d.dense, 0, c.num_hidden_layers);
-    for (std::int64_t l = 0; l < dense; ++l) c.sparse_layers[static_cast<std::size_t>(l)] = false;
-  }
-  // The original DeepSeek-V3 configs name their router; transformers computes only this one.
-  const auto scoring = r.string_or("scoring_func", "sigmoid");
-  EAGLE_CHECK(scoring == "sigmoid",
-              r.bad("scoring_func", "only the sigmoid router is implemented").expected("sigmoid").found(scoring));
-  const auto method = r.string_or("topk_method", "noaux_tc");
-  EAGLE_CHECK(method == "noaux_tc", r.bad("topk_method", "only the grouped top-k with a correction bias is implemented")
-                                        .expected("noaux_tc")
-                                        .found(method)
-                                        .hint("DeepSeek-V2's greedy and group_limited_greedy are not supported"));
-  const auto freq = r.integer_or("moe_layer_freq", 1);
-  EAGLE_CHECK(freq == 1, r.bad("moe_layer_freq", "every layer after first_k_dense_replace is a MoE layer")
-                             .expected("1")
-                             .found(std::to_string(freq)));
-  // The MTP layers (model.layers.{L + i}.*): transformers' default is 1; they are never loaded.
-  c.num_mtp_layers = r.bounded_or("num_nextn_predict_layers", r.bounded_or("num_mtp_layers", 1, 0, 16), 0, 16);
-}
 
 void read_fp8(const Reader& r, const json& q, TargetConfig& c);
 
@@ -313,138 +159,6 @@ void read_attention_types(const Reader& r, TargetConfig& c) {
               r.bad("sliding_window", "sliding_attention layers need a window (0 and null mean none)")
                   .expected("a window of 1 or more tokens")
                   .found(r.has("sliding_window") ? r.j["sliding_window"].dump() : "null"));
-}
-
-// Gemma 2 and 3 (transformers' modeling_gemma2, _gemma3): norms, embedding scale, attention scale,
-// soft caps, the GELU MLP, q/k norm (Gemma 3).
-void read_gemma(const Reader& r, TargetConfig& c) {
-  c.norm_one_plus = c.embed_scaled = c.sandwich_norms = true;
-  c.qk_norm = c.family == Family::gemma3_text;
-  c.hidden_act = r.string_or("hidden_activation", r.string_or("hidden_act", "gelu_pytorch_tanh"));
-  EAGLE_CHECK(c.hidden_act == "gelu_pytorch_tanh",
-              r.bad("hidden_activation", "unsupported activation").expected("gelu_pytorch_tanh").found(c.hidden_act));
-  const double scalar = r.number_in("query_pre_attn_scalar", static_cast<double>(c.head_dim), 1e-6, 1e12);
-  c.attention_scale = 1.0 / std::sqrt(scalar);
-  // Gemma 3's attention never applies attn_logit_softcapping (transformers does not pass it on).
-  // A soft cap of 0 or null is no cap (kNoneMeansZero); each one is named by its own field.
-  c.attn_softcap = c.family == Family::gemma2 ? r.number_in("attn_logit_softcapping", 0.0, 0.0, 1e12) : 0.0;
-  c.final_softcap = r.number_in("final_logit_softcapping", 0.0, 0.0, 1e12);
-  EAGLE_CHECK(!r.boolean_or("use_bidirectional_attention", false),
-              r.bad("use_bidirectional_attention", "bidirectional attention (an encoder) is not a causal target")
-                  .found("true"));
-}
-
-// Phi-3 / Phi-4: fused qkv_proj and gate_up_proj in the checkpoint (split at load), no bias.
-void read_phi3(const Reader& r, TargetConfig& c) {
-  c.fused_checkpoint = true;
-  EAGLE_CHECK(!r.boolean_or("attention_bias", false),
-              r.bad("attention_bias", "Phi-3 has no attention bias").found("true"));
-}
-
-// MiMo-7B: a Qwen2 decoder plus num_nextn_predict_layers MTP layers (model.mtp_layers.{i}.*), which
-// the target does not load (MTP.md 2.4); 0 or absent: none.
-void read_mimo(const Reader& r, TargetConfig& c) {
-  c.num_mtp_layers = r.bounded_or("num_nextn_predict_layers", 0, 0, 16);
-}
-
-// DeepSeek-V3's multi-head latent attention (transformers' DeepseekV3Attention): the LoRA ranks and head
-// widths, read before the RoPE (whose rotary width is qk_rope_head_dim: DeepseekV3Config sets head_dim to it).
-void read_mla_dims(const Reader& r, TargetConfig& c) {
-  namespace lim = model::limits;
-  const bool lite = c.family == Family::glm4_moe_lite;  // Glm4MoeLiteConfig's defaults, else DeepseekV3Config's
-  // null: q_proj straight from the hidden state (Moonlight); absent: transformers' default.
-  c.q_lora_rank = r.j.contains("q_lora_rank") ? r.bounded_or("q_lora_rank", 0, 1, lim::kMaxSize) : (lite ? 768 : 1536);
-  c.kv_lora_rank = r.bounded_or("kv_lora_rank", 512, 1, lim::kMaxSize);
-  c.qk_nope_head_dim = r.bounded_or("qk_nope_head_dim", lite ? 192 : 128, 1, lim::kMaxHeadDim);
-  c.qk_rope_head_dim = r.bounded_or("qk_rope_head_dim", 64, 2, lim::kMaxHeadDim);
-  c.v_head_dim = r.bounded_or("v_head_dim", lite ? 256 : 128, 1, lim::kMaxHeadDim);
-  EAGLE_CHECK(c.qk_rope_head_dim % 2 == 0,
-              r.bad("qk_rope_head_dim", "must be even for RoPE").found(std::to_string(c.qk_rope_head_dim)));
-  EAGLE_CHECK(c.qk_nope_head_dim + c.qk_rope_head_dim <= lim::kMaxHeadDim,
-              r.bad("qk_nope_head_dim", "query/key head width (qk_nope_head_dim + qk_rope_head_dim) out of range")
-                  .expected(fmt::format("at most {}", lim::kMaxHeadDim))
-                  .found(std::to_string(c.qk_nope_head_dim + c.qk_rope_head_dim)));
-  // transformers builds one key and value per query head (kv_b_proj), then repeat_kv by heads / kv_heads:
-  // only equal counts compute.
-  EAGLE_CHECK(c.num_key_value_heads == c.num_attention_heads,
-              r.bad("num_key_value_heads", "multi-head latent attention has one key/value head per query head")
-                  .expected(std::to_string(c.num_attention_heads))
-                  .found(std::to_string(c.num_key_value_heads)));
-  c.head_dim = c.qk_rope_head_dim;  // the RoPE's width until read_rope_layers has read it
-}
-
-// DeepSeek-V3 (and Kimi-K2, Moonlight; transformers' modeling_deepseek_v3) and GLM-4.7-Flash
-// (glm4_moe_lite, whose attention is DeepseekV3Attention): MLA (read_mla_dims), the
-// softmax scale qk_head_dim^-1/2 times mscale^2 (yarn_apply_mscale: any non-default RoPE with
-// mscale_all_dim), attention_bias on q_a_proj, kv_a_proj_with_mqa and o_proj, the interleaved RoPE.
-void read_deepseek(const Reader& r, TargetConfig& c) {
-  c.attention_bias = c.o_bias = r.boolean_or("attention_bias", false);
-  c.rope_interleave = r.boolean_or("rope_interleave", true);
-  double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
-  const char* key = r.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
-  if (c.rope.type != "default" && r.has(key) && r.j[key].is_object()) {
-    const Reader p{r.path, r.j[key]};
-    const double all_dim = p.number_or("mscale_all_dim", 0.0);
-    // yarn_apply_mscale: yarn_get_mscale(factor, mscale_all_dim)^2 (1 for factors up to 1).
-    if (all_dim != 0.0) {
-      const double mscale = model::yarn_get_mscale(c.rope.factor, all_dim);
-      scale *= mscale * mscale;
-    }
-  }
-  c.attention_scale = scale;
-}
-
-// GLM-4.5 / 4.6 (transformers' modeling_glm4_moe): attention_bias on q/k/v only (o_proj never), q/k
-// RMSNorm per head with use_qk_norm, partial RoPE (partial_rotary_factor, default 0.5: read_rope_layers).
-void read_glm4_moe(const Reader& r, TargetConfig& c) {
-  c.attention_bias = r.boolean_or("attention_bias", false);
-  c.o_bias = false;
-  c.qk_norm = r.boolean_or("use_qk_norm", false);
-}
-
-// Qwen3.5 / Qwen3.5-MoE / Qwen3-Next (transformers' modeling_qwen3_5, _qwen3_5_moe, _qwen3_next): layer_types of
-// linear_attention (Gated DeltaNet) and full_attention (default: every full_attention_interval-th layer full,
-// 4), the Gated DeltaNet's sizes (the config classes' defaults), full attention with an output gate (q_proj
-// doubled), q/k norm and partial RoPE (partial_rotary_factor, default 0.25: read_rope_layers), every RMSNorm
-// x * (1 + w) in fp32 (Qwen3NextRMSNorm), but the Gated DeltaNet's gated norm (plain weight).
-void read_hybrid(const Reader& r, TargetConfig& c) {
-  namespace lim = model::limits;
-  const auto L = c.num_hidden_layers;
-  c.linear_layers.assign(static_cast<std::size_t>(L), false);
-  if (r.has("layer_types")) {
-    const auto& types = r.j["layer_types"];
-    EAGLE_CHECK(types.is_array() && static_cast<std::int64_t>(types.size()) == L,
-                r.bad("layer_types", "expected one layer type per layer")
-                    .expected(fmt::format("a list of {} entries", L))
-                    .found(types.dump()));
-    for (std::size_t l = 0; l < types.size(); ++l) {
-      EAGLE_CHECK(types[l] == "linear_attention" || types[l] == "full_attention",
-                  r.bad(fmt::format("layer_types[{}]", l), "unknown layer type")
-                      .expected("linear_attention or full_attention")
-                      .found(types[l].dump()));
-      c.linear_layers[l] = types[l] == "linear_attention";
-    }
-  } else {
-    const auto interval = r.bounded_or("full_attention_interval", 4, 1, lim::kMaxLayers);
-    for (std::int64_t l = 0; l < L; ++l) c.linear_layers[static_cast<std::size_t>(l)] = (l + 1) % interval != 0;
-  }
-  c.linear_conv_kernel = r.bounded_or("linear_conv_kernel_dim", 4, 1, 64);
-  c.linear_key_head_dim = r.bounded_or("linear_key_head_dim", 128, 1, lim::kMaxHeadDim);
-  c.linear_value_head_dim = r.bounded_or("linear_value_head_dim", 128, 1, lim::kMaxHeadDim);
-  c.linear_key_heads = r.bounded_or("linear_num_key_heads", 16, 1, lim::kMaxHeads);
-  c.linear_value_heads = r.bounded_or("linear_num_value_heads", 32, 1, lim::kMaxHeads);
-  EAGLE_CHECK(c.linear_value_heads % c.linear_key_heads == 0,
-              r.bad("linear_num_value_heads", "must be a multiple of linear_num_key_heads")
-                  .found(fmt::format("{} value heads, {} key heads", c.linear_value_heads, c.linear_key_heads)));
-  c.attn_output_gate = true;  // transformers doubles q_proj whatever attn_output_gate says
-  c.qk_norm = true;
-  c.norm_one_plus = true;
-  c.attention_bias = c.o_bias = r.boolean_or("attention_bias", false);
-  // The shipped MTP layers (mtp.*, never loaded by the target; --draft mtp reads them, head/mtp_io.h): Qwen3.5's
-  // mtp_num_hidden_layers (absent: none, as transformers writes the config), Qwen3-Next's
-  // num_nextn_predict_layers (vLLM's qwen3_next_mtp.py reads it with default 1).
-  c.num_mtp_layers = c.family == Family::qwen3_next ? r.bounded_or("num_nextn_predict_layers", 1, 0, 16)
-                                                    : r.bounded_or("mtp_num_hidden_layers", 0, 0, 16);
 }
 
 // FP8 block-scaled checkpoints (fine-grained FP8: e4m3 weights, weight_scale_inv per block).
