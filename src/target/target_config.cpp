@@ -602,7 +602,7 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
     for (auto [key, def] : {std::pair{"image_token_id", 248056}, std::pair{"video_token_id", 248057},
                             std::pair{"vision_start_token_id", 248053}, std::pair{"vision_end_token_id", 248054}}) {
       const auto id = top.integer_or(key, def);
-      if (id >= 0 && id < c.vocab_size) c.media_token_ids.push_back(id);
+      if (id >= 0 && id < c.vocab_size) c.media_tokens.push_back({id, key});
     }
   }
   return c;
