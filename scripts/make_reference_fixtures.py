@@ -35,6 +35,9 @@ GLM-4.7-Flash (glm4_moe_lite: DeepSeek-V3's attention with values wider than q/k
 checkpoints also hold an MTP layer model.layers.{L}.* as the releases do (add_mtp_layers), which neither
 transformers nor the target loads.
 
+Gemma 4 (tiny-gemma4, Gemma4ForCausalLM; see GEMMA4): per-layer head widths and key/value heads, K = V on the full
+layers, proportional RoPE, KV-shared layers with double-wide MLPs, per-layer inputs, layer scalars, a final soft cap.
+
 Also written: tests/fixtures/reference/rope.safetensors (scaled RoPE inverse frequencies, YaRN with
 its attention factor) and tests/fixtures/configs/llama31-4x.json (a config in the 4.x spelling).
 
@@ -135,6 +138,19 @@ QWEN3_5_MOE = {k: v for k, v in QWEN3_5.items() if k != "intermediate_size"} | d
 # Gemma 2's softcaps are 2 (attention) and 10 (logits), 50 and 30 in the real models: with weights of realistic
 # scale the scores stay below 3 and the logits reach 75, so these bind on some scores and a fifth of the logits
 # while keeping the top logits apart (a cap of 3 rounds several of them to exactly 3.0 in fp32, a tie).
+# Gemma 4's text model with every piece it adds: sliding layers of head_dim 16 and 2 key/value heads, full ones of
+# 32 (per_layer_config, from global_head_dim) with 1 (num_global_key_value_heads) whose values are k_proj's output
+# (attention_k_eq_v), proportional RoPE on the full layers (4 of 16 pairs turn), value norm, the last two layers
+# (one of each type) KV-shared with a double-wide MLP, per-layer inputs of 8, final logits capped at 10 (binding on
+# some), and layer scalars drawn in (0.5, 1.5) by randomize (transformers initialises them to 1).
+GEMMA4 = dict(
+    vocab_size=256, hidden_size=48, intermediate_size=48, num_hidden_layers=5, num_attention_heads=4,
+    num_key_value_heads=2, head_dim=16, global_head_dim=32, num_global_key_value_heads=1, attention_k_eq_v=True,
+    layer_types=["sliding_attention", "full_attention", "sliding_attention", "sliding_attention", "full_attention"],
+    sliding_window=4, num_kv_shared_layers=2, use_double_wide_mlp=True, hidden_size_per_layer_input=8,
+    vocab_size_per_layer_input=256, final_logit_softcapping=10.0, hidden_activation="gelu_pytorch_tanh",
+    rms_norm_eps=1e-6, max_position_embeddings=512, tie_word_embeddings=True, pad_token_id=0, bos_token_id=2,
+    eos_token_id=1)
 FAMILIES = {
     "tiny-llama": (transformers.LlamaConfig, dict(
         vocab_size=512, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
@@ -235,6 +251,8 @@ FAMILIES = {
                                                 out_hidden_size=64, num_position_embeddings=16),
         image_token_id=250, video_token_id=251, vision_start_token_id=252, vision_end_token_id=253,
         tie_word_embeddings=False)),
+    # Gemma 4 (see GEMMA4): every piece its text model adds to Gemma 3.
+    "tiny-gemma4": (transformers.Gemma4TextConfig, GEMMA4),
 }
 # Hybrid linear-attention families: also prompts c and d longer than the delta rule's chunk of 64 (c.*, d.*), so that
 # a packed row of both starts a document inside a chunk.
@@ -259,7 +277,9 @@ def randomize(model, gen):
     transposed [E, in, out] gpt-oss layout, shape[2] in the [E, out, in] Mixtral/Qwen3-MoE one); routers
     are linear weights (and a bias for gpt-oss); gpt-oss's attention sinks ([heads]) N(0, 1). Gemma's RMSNorm
     scales by (1 + weight), so its norm weights are the offsets alone, 0.1 N(0, 1)."""
-    one_plus = model.config.model_type.startswith(("gemma", "qwen3_5", "qwen3_next"))
+    # Gemma 4's RMSNorm scales by w itself.
+    one_plus = model.config.model_type.startswith(("gemma", "qwen3_5", "qwen3_next")) and \
+        not model.config.model_type.startswith("gemma4")
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("norm.weight") or "layernorm" in name:
@@ -289,6 +309,8 @@ def randomize(model, gen):
         for name, b in model.named_buffers():
             if name.endswith("e_score_correction_bias"):
                 b.copy_(0.1 * torch.randn(b.shape, generator=gen))
+            elif name.endswith("layer_scalar"):  # Gemma 4's per-layer output scale (a persistent buffer)
+                b.copy_(torch.empty(b.shape).uniform_(0.5, 1.5, generator=gen))
 
 
 FP4_E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
@@ -747,7 +769,8 @@ def make(name, cls, kwargs, index):
     with torch.no_grad():
         ref["a.input_ids"], ref["b.input_ids"] = ids_a, ids_b
         clamp, routing = ClampHits(model), Routing(model)
-        softcap = SoftcapHits(model) if getattr(config, "final_logit_softcapping", None) is not None else None
+        # Gemma 2's two caps (Gemma 4 has the final one only: its hits are counted below).
+        softcap = SoftcapHits(model) if getattr(config, "attn_logit_softcapping", None) is not None else None
         with clamp, routing, softcap or contextlib.nullcontext():
             ref["a.hidden_states"], ref["a.logits"] = run(model, ids_a)
         if clamp.experts:
@@ -760,6 +783,15 @@ def make(name, cls, kwargs, index):
                   f"|logit| > {config.final_logit_softcapping} for {softcap.logit} of {softcap.logit_total} logits "
                   f"(largest change {softcap.logit_change:.3g})")
             assert softcap.attn > 0 and softcap.logit > 0
+        if text.model_type == "gemma4_text":
+            cap = text.final_logit_softcapping
+            seen = []
+            hook = model.lm_head.register_forward_hook(lambda _m, _args, out: seen.append(out))
+            run(model, ids_a)
+            hook.remove()
+            raw = seen[0]
+            print(f"{name}: |logit| > {cap} for {int((raw.abs() > cap).sum())} of {raw.numel()} logits on prompt a")
+            assert (raw.abs() > cap).any()
         ref["b.hidden_states"], ref["b.logits"] = run(model, ids_b)
         ref["padded.input_ids"], ref["padded.attention_mask"] = padded, mask
         ref["padded.hidden_states"], ref["padded.logits"] = run(model, padded, mask)

@@ -1,10 +1,11 @@
-// --draft mtp end to end on the tiny MiMo fixture, as subprocesses: training logs the shipped layer's AR
-// at step 0, checkpoints hold the native names, export --format mtp writes the target folder with the
-// MTP tensors replaced, eval imports the export as it reads the checkpoint, a resume refuses another
+// --draft mtp end to end on the tiny MiMo and dense Qwen3.5 fixtures, as subprocesses: training logs the shipped
+// layer's AR at step 0, checkpoints hold the native names, export --format mtp writes the target folder with the MTP
+// tensors replaced, eval imports the export as it reads the checkpoint, a resume refuses another
 // --draft.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <filesystem>
 
 #include "eagle/model/safetensors.h"
@@ -113,6 +114,62 @@ TEST_CASE("train --draft mtp fine-tunes MiMo's MTP layer; export --format mtp wr
   INFO(resume.output);
   CHECK(resume.exit_code == 2);
   CHECK_THAT(resume.output, Catch::Contains("draft: checkpoint \"mtp\", now \"eagle\""));
+}
+
+TEST_CASE("train --draft mtp fine-tunes dense Qwen3.5's mtp.* layer; export --format mtp; eval reads it", "[cli]") {
+  const std::string qwen = EAGLE_SOURCE_DIR "/tests/fixtures/models/tiny-qwen3-5-mtp";
+  std::string common = kCommon;
+  common.replace(common.find(kMimo), kMimo.size(), qwen);
+  TempDir dir;
+  const auto run = dir / "run";
+  auto r = run_cli("train" + common +
+                   " --draft mtp --ttt_steps 3 --max_steps 4 --eval_steps 2 --save_steps 4 --learning_rate 0.001 "
+                   "--warmup_steps 0 --output_dir " +
+                   run.string());
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("'s mtp (") && Catch::Contains("3 TTT step(s)"));
+  std::map<std::int64_t, double> ar, loss;
+  for (const auto& j : read_jsonl(run / "metrics.jsonl")) {
+    if (j.contains("ar")) ar[j["step"].get<std::int64_t>()] = j["ar"].get<double>();
+    if (j.contains("loss")) loss[j["step"].get<std::int64_t>()] = j["loss"].get<double>();
+  }
+  REQUIRE(ar.count(0));
+  REQUIRE(ar.count(4));
+  CHECK(ar.at(0) >= 1.0);
+  REQUIRE(!loss.empty());
+  for (const auto& [step, l] : loss) CHECK(std::isfinite(l));
+  // The shipped layer as the target folder holds it: the AR the run logged at step 0.
+  auto shipped = eval_json(" --checkpoint " + qwen + common + " --eval_draft_len 3");
+  CHECK(shipped["ar"].get<double>() == Approx(ar.at(0)).epsilon(1e-12));
+
+  const auto ckpt = run / "checkpoint-4";
+  auto tensors = eagle::model::load_safetensors((ckpt / "model.safetensors").string());
+  CHECK(tensors.size() == 15);
+  for (const auto& [name, t] : tensors) CHECK(name.rfind("mtp.", 0) == 0);
+  const auto out = dir / "qwen-mtp";
+  auto ex = run_cli("export --checkpoint " + ckpt.string() + " --format mtp --output " + out.string());
+  INFO(ex.output);
+  REQUIRE(ex.exit_code == 0);
+  CHECK_THAT(ex.output, Catch::Contains("\"method\":\"mtp\",\"num_speculative_tokens\":3"));
+  auto before = eagle::model::load_safetensors(qwen + "/model.safetensors");
+  auto after = eagle::model::load_safetensors((out / "model.safetensors").string());
+  REQUIRE(before.size() == after.size());
+  for (const auto& [name, t] : before) {
+    INFO(name);
+    REQUIRE(after.count(name));
+    CHECK(torch::equal(after.at(name), name.rfind("mtp.", 0) == 0 ? tensors.at(name) : t));
+  }
+  auto config = json::parse(read_file(out / "config.json"));
+  CHECK(config["architectures"][0] == "Qwen3_5ForCausalLM");
+  CHECK(config["mtp_num_hidden_layers"] == 1);
+  CHECK(config["eagle_train"]["mtp_family"] == "qwen3_5");
+  // eval imports the export as it reads the checkpoint.
+  auto a = eval_json(" --checkpoint " + ckpt.string() + common);
+  auto b = eval_json(" --checkpoint " + out.string() + common);
+  CHECK(a["ar"] == b["ar"]);
+  CHECK(a["eval_loss"] == b["eval_loss"]);
+  CHECK(a["ar"].get<double>() == Approx(ar.at(4)).epsilon(1e-12));
 }
 
 TEST_CASE("--draft mtp refuses targets without MTP layers and the EAGLE-only switches", "[cli]") {

@@ -13,7 +13,8 @@ using namespace eagle;
 TEST_CASE("target forward on CUDA matches transformers", "[target][gpu]") {
   for (const char* name : {"tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral", "tiny-gpt-oss",
                            "tiny-gpt-oss-mxfp4", "tiny-gemma3", "tiny-gemma2", "tiny-phi3", "tiny-qwen3-fp8",
-                           "tiny-mistral-window", "tiny-deepseek-v3", "tiny-glm4-moe", "tiny-glm4-moe-lite"}) {
+                           "tiny-mistral-window", "tiny-deepseek-v3", "tiny-glm4-moe", "tiny-glm4-moe-lite",
+                           "tiny-gemma4"}) {
     INFO(name);
     const std::string root = EAGLE_SOURCE_DIR;
     auto ref = model::load_safetensors(root + "/tests/fixtures/reference/" + name + ".safetensors");

@@ -59,7 +59,7 @@ TEST_CASE("ragged prefill and decode equal the unbatched forward for every famil
                            "tiny-gemma3",     "tiny-gemma2",         "tiny-phi4",
                            "tiny-qwen3-yarn", "tiny-mistral-window", "tiny-qwen2-window",
                            "tiny-qwen3-fp8",  "tiny-deepseek-v3",    "tiny-deepseek-v3-nolora",
-                           "tiny-glm4-moe",   "tiny-glm4-moe-lite"}) {
+                           "tiny-glm4-moe",   "tiny-glm4-moe-lite",  "tiny-gemma4"}) {
     INFO(name);
     auto m = TargetModel::load(model_dir(name), torch::kFloat32, torch::kCPU);
     torch::manual_seed(7);
@@ -144,7 +144,8 @@ TEST_CASE("a malformed ragged step is refused by name", "[target]") {
 }
 
 TEST_CASE("forward_ragged_all gives every position's features and logits as forward_cached does", "[target]") {
-  for (const char* name : {"tiny-llama", "tiny-qwen3", "tiny-gpt-oss", "tiny-gemma2", "tiny-mistral-window"}) {
+  for (const char* name :
+       {"tiny-llama", "tiny-qwen3", "tiny-gpt-oss", "tiny-gemma2", "tiny-mistral-window", "tiny-gemma4"}) {
     INFO(name);
     auto m = TargetModel::load(model_dir(name), torch::kFloat32, torch::kCPU);
     torch::manual_seed(5);

@@ -140,3 +140,52 @@ TEST_CASE("a resume reads the checkpoint's config.json as eval and export do: an
   INFO(resumed.output);
   CHECK(resumed.exit_code == 0);
 }
+
+TEST_CASE("an MLA draft layer trains on a DeepSeek-V3 target, exports as Eagle3DeepseekV3ForCausalLM and is "
+          "evaluated from it",
+          "[train]") {
+  // --draft_layer deepseek: vLLM's deepseek_eagle3.py layer, shaped after the MLA target.
+  TempDir dir;
+  auto out = dir / "run";
+  const std::string target =
+      " --model_name_or_path " + std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/tiny-deepseek-v3";
+  auto r = run_cli("train " + kSmoke + target + " --draft_layer deepseek --max_steps 4 --eval_steps 4" +
+                   " --save_steps 4 --output_dir " + out.string());
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("step 4 AR: "));
+  const auto ckpt = out / "checkpoint-4";
+  const auto cj = json::parse(eagle::test::read_file(ckpt / "config.json"));
+  CHECK(cj["architectures"] == json::array({"Eagle3DeepseekV3ForCausalLM"}));
+  CHECK(cj["kv_lora_rank"] == 32);
+  auto ex = run_cli("export --checkpoint " + ckpt.string() + " --format sglang --output " + (dir / "mla").string());
+  INFO(ex.output);
+  REQUIRE(ex.exit_code == 0);
+  const auto ej = json::parse(eagle::test::read_file(dir / "mla" / "config.json"));
+  CHECK(ej["architectures"] == json::array({"Eagle3DeepseekV3ForCausalLM"}));
+  CHECK(ej["model_type"] == "deepseek_v3");
+  CHECK(ej["q_lora_rank"] == 24);
+  CHECK(ej["rope_scaling"]["rope_type"] == "yarn");
+  auto spec =
+      run_cli("export --checkpoint " + ckpt.string() + " --format speculators --output " + (dir / "spec").string());
+  CHECK(spec.exit_code == 2);
+  CHECK_THAT(spec.output, Catch::Contains("EAGLE layout only"));
+  auto a = run_cli("eval --json --checkpoint " + ckpt.string() + " " + kSmoke + target);
+  auto b = run_cli("eval --json --checkpoint " + (dir / "mla").string() + " " + kSmoke + target);
+  INFO(a.output << b.output);
+  REQUIRE(a.exit_code == 0);
+  REQUIRE(b.exit_code == 0);
+  const auto ja = last_json(a.output), jb = last_json(b.output);
+  CHECK(ja["ar"] == jb["ar"]);
+  CHECK(jb["head"]["draft_layer"] == "deepseek");
+  auto resumed = run_cli("train " + kSmoke + target + " --max_steps 6 --resume_from_checkpoint auto --output_dir " +
+                         out.string());
+  INFO(resumed.output);
+  CHECK(resumed.exit_code == 2);
+  CHECK_THAT(resumed.output, Catch::Contains("draft_layer"));
+  // A target without multi-head latent attention is refused by name before any training.
+  auto llama = run_cli("train " + kSmoke + " --draft_layer deepseek --max_steps 2 --output_dir " +
+                       (dir / "llama").string());
+  CHECK(llama.exit_code == 2);
+  CHECK_THAT(llama.output, Catch::Contains("multi-head latent attention"));
+}

@@ -137,7 +137,7 @@ void run_eval(const config::Options& opts, const Invocation& argv) {
       loaded.config.dflash()
           ? features::load_dflash_inputs(opts, device, loaded.config.aux_layer_ids, /*eval=*/true)
           : features::load_eval_inputs(opts, device, loaded.config.eagle_version, loaded.config.aux_layer_ids,
-                                       /*last_aux_pre_norm=*/loaded.config.mtp());
+                                       /*mtp_head=*/loaded.config.mtp());
   head.set_target_weights(inputs.ends.embed, inputs.ends.lm_head);
   const data::Dataset& heldout = *inputs.heldout;
 

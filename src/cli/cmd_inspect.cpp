@@ -1,6 +1,6 @@
 // eagle-train inspect: loads a target model folder (which checks config.json and every tensor),
-// reads every weight for NaN/Inf, runs one short forward, and prints the architecture, sizes,
-// dtype and the EAGLE-3 aux layers.
+// reads every weight for NaN/Inf, runs one short forward, and prints the architecture, sizes, dtype,
+// the attention kind, layer types, expert routing, shipped MTP layers and the EAGLE-3 aux layers.
 #include <algorithm>
 #include <iostream>
 
@@ -18,10 +18,12 @@ namespace eagle::cli {
 
 namespace {
 
+// Each layer's kind, as transformers' layer_types names them: linear_attention (a hybrid's Gated
+// DeltaNet), sliding_attention or full_attention.
 std::vector<std::string> layer_types(const target::TargetConfig& c) {
   std::vector<std::string> types;
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
-    types.push_back(c.window(l) > 0 ? "sliding_attention" : "full_attention");
+    types.push_back(c.linear(l) ? "linear_attention" : (c.window(l) > 0 ? "sliding_attention" : "full_attention"));
   return types;
 }
 
@@ -38,19 +40,62 @@ std::vector<std::int64_t> dense_layers(const target::TargetConfig& c) {
   return ids;
 }
 
-// The lines only MoE, windowed or sink models have.
+// The attention layers' kind: mla (DeepSeek-V3's latent attention), gated (an output gate on a
+// hybrid's full-attention layers), else mha or gqa by the key/value head count.
+std::string attention_kind(const target::TargetConfig& c) {
+  if (c.mla()) return "mla";
+  if (c.attn_output_gate) return "gated";
+  return c.num_key_value_heads == c.num_attention_heads ? "mha" : "gqa";
+}
+
+// How a token's experts are chosen, as the family's router computes it.
+std::string routing_name(const target::TargetConfig& c) {
+  if (!c.moe()) return "";
+  switch (c.routing) {
+    case target::MoeRouting::softmax_topk: return "softmax_topk";
+    case target::MoeRouting::topk_softmax: return "topk_softmax";
+    case target::MoeRouting::sigmoid_grouped: return "sigmoid_grouped";
+  }
+  return "";
+}
+
+std::string routing_line(const target::TargetConfig& c) {
+  std::string s = routing_name(c);
+  if (c.routing == target::MoeRouting::sigmoid_grouped)
+    s += fmt::format(" (sigmoid scores + correction bias, top {} of {} groups, scaling {})", c.topk_group, c.n_group,
+                     c.routed_scaling_factor);
+  else if (c.routing == target::MoeRouting::softmax_topk)
+    s += c.norm_topk_prob ? " (renormalised over the chosen)" : " (not renormalised)";
+  if (c.shared_intermediate_size > 0)
+    s += fmt::format("; shared expert intermediate {}{}", c.shared_intermediate_size,
+                     c.shared_expert_gate ? " with a sigmoid gate" : "");
+  return s;
+}
+
+// The lines only MoE, MLA, hybrid, windowed or sink models have.
 std::string extra_lines(const target::TargetConfig& c, const target::TargetModel& m) {
   std::string s;
   if (c.moe())
     s += fmt::format("experts:       {} per sparse layer, {} per token, expert intermediate {}; dense MLP layers {}; "
-                     "active parameters {} ({:.2f} M){}\n",
+                     "active parameters {} ({:.2f} M){}\n"
+                     "routing:       {}\n",
                      c.num_experts, c.experts_per_token, c.moe_intermediate_size, dense_layers(c),
                      m.active_parameter_count(), static_cast<double>(m.active_parameter_count()) / 1e6,
-                     c.quant_method.empty() ? "" : "; stored as " + c.quant_method);
-  if (!c.layer_windows.empty() || c.attention_sinks)
+                     c.quant_method.empty() ? "" : "; stored as " + c.quant_method, routing_line(c));
+  if (c.mla())
+    s += fmt::format("latent attn:   q_lora_rank {}, kv_lora_rank {}, qk nope/rope head dims {}/{}, v_head_dim {}\n",
+                     c.q_lora_rank, c.kv_lora_rank, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim);
+  if (c.hybrid())
+    s += fmt::format("linear attn:   Gated DeltaNet, {} key heads x {}, {} value heads x {}, conv kernel {}\n",
+                     c.linear_key_heads, c.linear_key_head_dim, c.linear_value_heads, c.linear_value_head_dim,
+                     c.linear_conv_kernel);
+  if (!c.layer_windows.empty() || c.attention_sinks || c.hybrid())
     s += fmt::format("layer types:   {}{}{}\n", layer_types(c),
                      sliding_window(c) > 0 ? fmt::format(" (sliding window {})", sliding_window(c)) : "",
                      c.attention_sinks ? ", attention sinks" : "");
+  if (c.num_mtp_layers > 0)
+    s += fmt::format("mtp layers:    {} shipped (not loaded by the target; --draft mtp fine-tunes them)\n",
+                     c.num_mtp_layers);
   return s;
 }
 
@@ -105,6 +150,22 @@ void run_inspect(const config::Options& opts, const Invocation& argv) {
         {"layer_types", layer_types(c)},
         {"sliding_window", sliding_window(c)},
         {"attention_sinks", c.attention_sinks},
+        {"attention_kind", attention_kind(c)},
+        {"rotary_dim", c.rope.head_dim},
+        {"routing", c.moe() ? nlohmann::ordered_json(routing_name(c)) : nlohmann::ordered_json()},
+        {"n_group", c.n_group},
+        {"topk_group", c.topk_group},
+        {"routed_scaling_factor", c.routed_scaling_factor},
+        {"shared_expert_intermediate_size", c.shared_intermediate_size},
+        {"shared_expert_gate", c.shared_expert_gate},
+        {"q_lora_rank", c.q_lora_rank},
+        {"kv_lora_rank", c.kv_lora_rank},
+        {"qk_nope_head_dim", c.qk_nope_head_dim},
+        {"qk_rope_head_dim", c.qk_rope_head_dim},
+        {"v_head_dim", c.v_head_dim},
+        {"linear_attention_layers", std::count(c.linear_layers.begin(), c.linear_layers.end(), true)},
+        {"mtp_layers", c.num_mtp_layers},
+        {"multimodal", c.multimodal},
         {"checkpoint_ok", true},
     };
     std::cout << j.dump(2) << "\n";
@@ -116,7 +177,7 @@ void run_inspect(const config::Options& opts, const Invocation& argv) {
       "parameters:    {} ({:.2f} M)\n"
       "dtype:         {} (checkpoint {})\n"
       "layers:        {}, hidden {}, intermediate {}\n"
-      "attention:     {} heads, {} key/value heads, head_dim {}{}{}\n"
+      "attention:     {}, {} heads, {} key/value heads, head_dim {}{}{}{}\n"
       "vocabulary:    {}{}\n"
       "rope:          {} (theta {}, factor {}), max positions {}\n"
       "aux layers:    {} (input-of-layer ids, hidden_states[id])\n"
@@ -124,8 +185,9 @@ void run_inspect(const config::Options& opts, const Invocation& argv) {
       "checkpoint:    ok (every tensor present with the right shape and finite; a forward is finite)\n",
       opts.model_name_or_path, c.architecture, c.model_type, m.parameter_count(),
       static_cast<double>(m.parameter_count()) / 1e6, dtype, c.dtype, c.num_hidden_layers, c.hidden_size,
-      c.intermediate_size, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
-      c.attention_bias ? ", q/k/v bias" : "", c.qk_norm ? ", q/k norm" : "", c.vocab_size,
+      c.intermediate_size, attention_kind(c), c.num_attention_heads, c.num_key_value_heads, c.head_dim,
+      c.attention_bias ? ", q/k/v bias" : "", c.qk_norm ? ", q/k norm" : "",
+      c.rope.head_dim < c.head_dim && !c.mla() ? fmt::format(", rotary dims {}", c.rope.head_dim) : "", c.vocab_size,
       c.tie_word_embeddings ? " (tied embeddings)" : "", c.rope.type, c.rope.theta, c.rope.factor,
       c.max_position_embeddings, m.aux_layer_ids(), extra_lines(c, m));
 }

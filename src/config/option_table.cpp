@@ -152,8 +152,8 @@ std::vector<OptionEntry> declare_options() {
   // Not an eval or export option: a head records its version and TTT steps, and those are used.
   t.add(&Options::draft, "draft", G::draft, kTrain,
         "The draft head: eagle (a new EAGLE head, eagle_version), mtp (fine-tune the target's shipped MTP "
-        "layer, read from model_name_or_path under its native names; MiMo) or dflash (a DFlash block draft: "
-        "dflash_block_size - 1 tokens from one forward, served by vLLM's method dflash); docs/heads.md")
+        "layer, read from model_name_or_path under its native names; MiMo, dense Qwen3.5) or dflash (a DFlash "
+        "block draft: dflash_block_size - 1 tokens from one forward, served by vLLM's method dflash); docs/heads.md")
       .check([](const std::string& v, const Options& o) {
         if (v != "eagle" && v != "mtp" && v != "dflash") return std::string("eagle, mtp or dflash");
         if (v == "mtp" && (o.eagle_version != 3 || o.parallel_drafting || o.draft_num_layers > 1 || o.fc_norm ||
@@ -186,9 +186,18 @@ std::vector<OptionEntry> declare_options() {
         "fc_norm; vLLM serves it, SGLang does not)")
       .check([](bool v, const Options& o) { return v && o.fc_norm ? "not together with fc_norm" : ""; });
   t.add(&Options::draft_layer, "draft_layer", G::draft, kTrain,
-        "The draft decoder layer: llama, or qwen3 (RMSNorm over each head's q and k before RoPE; vLLM's "
-        "Eagle3Qwen3ForCausalLM)")
-      .check([](const std::string& v, const Options&) { return v == "llama" || v == "qwen3" ? "" : "llama or qwen3"; });
+        "The draft decoder layer: llama, qwen3 (RMSNorm over each head's q and k before RoPE; vLLM's "
+        "Eagle3Qwen3ForCausalLM) or deepseek (an MLA layer with a dense MLP shaped after a DeepSeek-V3-family "
+        "target; vLLM's Eagle3DeepseekV3ForCausalLM)")
+      .check([](const std::string& v, const Options& o) {
+        if (v != "llama" && v != "qwen3" && v != "deepseek") return std::string("llama, qwen3 or deepseek");
+        if (v == "deepseek" &&
+            (o.eagle_version != 3 || o.parallel_drafting || o.norm_before_fc || o.draft_num_layers > 1))
+          return std::string(
+              "deepseek is one MLA layer as vLLM's deepseek_eagle3.py serves it: not with eagle_version 1, "
+              "parallel_drafting, norm_before_fc or draft_num_layers > 1");
+        return std::string();
+      });
   t.add(&Options::draft_num_layers, "draft_num_layers", G::draft, kTrain,
         "Decoder layers of the draft. EAGLE-3: the first takes [embedding; state], the rest are plain pre-norm "
         "layers on its output (vLLM and SGLang read num_hidden_layers); DFlash: its Qwen3-style layers. 0: the "

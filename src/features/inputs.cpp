@@ -21,6 +21,7 @@
 #include "eagle/features/target_identity.h"
 #include "eagle/config/option_table.h"
 #include "eagle/head/mtp_io.h"
+#include "eagle/head/mtp_layout.h"
 #include "eagle/model/dtype.h"
 #include "eagle/run/signals.h"
 #include "eagle/util/error.h"
@@ -283,17 +284,19 @@ RunInputs open_server(const config::Options& o, const HeadReads& head, torch::De
   return in;
 }
 
-// An MTP head's inputs (--draft mtp, MTP.md 2.4): online only, the target's last hidden state before
-// its final norm as the one aux feature (id L). Stored features and servers hold other states
-// (dump-features: the aux layers; vLLM's extract_hidden_states: pre-norm too, not wired yet).
+// An MTP head's inputs (--draft mtp, MTP.md 2.3, 2.4): online only, the target's last hidden state as
+// the one aux feature (id L), before its final norm for MiMo and after it for Qwen3.5 (the family's
+// step 1, MtpLayout::step1_pre_norm). Stored features and servers hold other states (dump-features:
+// the aux layers; vLLM's extract_hidden_states: pre-norm, not wired yet).
 RunInputs load_mtp_inputs(const config::Options& o, torch::Device device, bool eval) {
   EAGLE_CHECK(o.features_path.empty() && o.target_server.empty(),
               Error(ErrorKind::usage, "an MTP head trains and evaluates with the target in-process")
                   .place(o.features_path.empty() ? "target_server" : "features_path")
-                  .hint("give --model_name_or_path (MiMo-7B fits one GPU) and leave out features_path and "
-                        "target_server"));
+                  .hint("give --model_name_or_path (MiMo-7B and Qwen3.5 up to 27B fit one GPU) and leave out "
+                        "features_path and target_server"));
   const auto config = target::TargetConfig::from_model_dir(o.model_name_or_path);
-  head::mtp_config_from_target(config);  // refuses a target without MTP layers before anything loads
+  // Refuses a target without a trainable MTP layer before anything loads.
+  const auto& layout = head::mtp_layout(head::mtp_config_from_target(config).mtp_family);
   RunInputs in;
   if (eval) {
     in.heldout = load_eval_data(o, config);
@@ -303,7 +306,7 @@ RunInputs load_mtp_inputs(const config::Options& o, torch::Device device, bool e
     in.heldout = std::move(data.heldout);
   }
   auto target = target::load_target(o, device, {config.num_hidden_layers});
-  target.set_last_aux_pre_norm(true);
+  target.set_last_aux_pre_norm(layout.step1_pre_norm);
   auto online = online_inputs(std::move(target), o.model_name_or_path);
   online.train = std::move(in.train);
   online.heldout = std::move(in.heldout);
@@ -438,8 +441,8 @@ RunInputs load_train_inputs(const config::Options& opts, torch::Device device) {
 }
 
 RunInputs load_eval_inputs(const config::Options& opts, torch::Device device, std::int64_t eagle_version,
-                           const std::vector<std::int64_t>& aux_layer_ids, bool last_aux_pre_norm) {
-  if (last_aux_pre_norm) return load_mtp_inputs(opts, device, /*eval=*/true);
+                           const std::vector<std::int64_t>& aux_layer_ids, bool mtp_head) {
+  if (mtp_head) return load_mtp_inputs(opts, device, /*eval=*/true);
   const HeadReads head{eagle_version, eagle_version == 3 ? aux_layer_ids : opts.aux_hidden_state_layer_ids};
   if (!opts.features_path.empty()) return load_offline_inputs(opts, head, device, /*eval=*/true);
   if (!opts.target_server.empty()) return open_server(opts, head, device, /*eval=*/true);

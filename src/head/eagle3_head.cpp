@@ -18,6 +18,19 @@ Eagle3Head::Eagle3Head(HeadConfig cfg, const DraftVocab& vocab) : cfg_(std::move
               Error(ErrorKind::internal, "draft vocabulary does not match the head config")
                   .expected(fmt::format("{} of {}", cfg_.draft_vocab_size, cfg_.vocab_size))
                   .found(fmt::format("{} of {}", vocab.size(), vocab.target_vocab_size)));
+  if (cfg_.mla()) {  // vLLM's deepseek_eagle3.py: no input_norm, no P-EAGLE; one MLA layer here
+    const char* bad = cfg_.norm_before_fc      ? "norm_before_fc"
+                      : cfg_.parallel_drafting ? "parallel_drafting"
+                      : cfg_.num_layers > 1    ? "draft_num_layers"
+                      : cfg_.qk_norm           ? "the Qwen3-style q/k norm"
+                      : cfg_.attention_bias    ? "attention_bias"
+                                               : nullptr;
+    EAGLE_CHECK(!bad, Error(ErrorKind::usage, "the MLA draft layer (draft_layer deepseek) does not take this variant")
+                          .place(bad ? bad : "")
+                          .expected("one MLA layer, optionally with fc_norm and norm_output (what vLLM's "
+                                    "deepseek_eagle3.py serves and this tool trains)")
+                          .found(bad ? bad : ""));
+  }
   const auto n_aux = static_cast<std::int64_t>(cfg_.aux_layer_ids.size());
   fc = register_module(
       "fc", torch::nn::Linear(torch::nn::LinearOptions(n_aux * cfg_.target_hidden_size, cfg_.hidden_size).bias(false)));
@@ -115,15 +128,16 @@ Qkv Eagle3Head::step_qkv(std::int64_t l, const torch::Tensor& ids, const torch::
   };
   if (cfg_.recompute != RecomputeMode::layer) return qkv_of(ids, state, h, positions);
   auto& lay = layer(l);
-  if (lay.self_attn->q_norm) {
-    // Qwen3-style q/k norms read the projections: the whole half is made again in backward.
+  if (lay.self_attn->q_norm || cfg_.mla()) {
+    // Qwen3-style q/k norms (and MLA's latent norms) read the projections: the whole half is made again
+    // in backward.
     auto outs = recompute(
         [qkv_of](const std::vector<torch::Tensor>& x) {
           auto r = qkv_of(x[0], x[1], x[2], x[3]);
           return std::vector<torch::Tensor>{r.q, r.k, r.v};
         },
         {ids, state, h, positions}, lay.parameters());
-    return {outs[0], outs[1], outs[2]};
+    return {outs[0], outs[1], outs[2], {}};  // no output gate in an EAGLE layer
   }
   // Kept: the state (the previous step's output, alive anyway), the ids and h; the embedding, the
   // input norms and their concatenation are made again in backward, q/k/v projected once (their
@@ -164,7 +178,7 @@ template <typename Visit>
 void Eagle3Head::unroll(const HeadInputs& in, Visit&& visit) {
   const auto dev = fc->weight.device();
   if (inv_freq_.device() != dev) inv_freq_ = inv_freq_.to(dev);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(cfg_.head_dim));
+  const double scale = attention_scale(cfg_);
   auto hidden = combine(in.aux_hidden);
   const model::AttentionLayout layout(in.document_ids, in.attention);
   // Every layer keeps its own step-0 keys and diagonal keys; the same TTT mask in each.

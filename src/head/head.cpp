@@ -51,6 +51,45 @@ HeadConfig HeadConfig::from_target(const target::TargetConfig& target, std::int6
   return c;
 }
 
+void HeadConfig::use_mla_layer(const target::TargetConfig& target) {
+  auto refuse = [&](const char* what) {
+    return Error(ErrorKind::usage, fmt::format("the MLA draft layer (draft_layer deepseek) {}", what))
+        .place("draft_layer");
+  };
+  EAGLE_CHECK(eagle_version == 3 && !mtp() && !dflash(),
+              refuse("is an EAGLE-3 head's layer").expected("--draft eagle, eagle_version 3"));
+  EAGLE_CHECK(target.mla(), refuse("needs a target with multi-head latent attention")
+                                .expected("a DeepSeek-V3-family target (kv_lora_rank > 0: DeepSeek-V3, Kimi-K2)")
+                                .found(target.architecture)
+                                .hint("use draft_layer llama"));
+  // vLLM's DeepseekV2Eagle3Model maps q_a_proj and kv_a_proj_with_mqa onto fused_qkv_a_proj, which
+  // DeepseekV2MLAAttention builds only with a q_lora_rank: a q_proj layer would not load.
+  EAGLE_CHECK(target.q_lora_rank > 0, refuse("needs a q_lora_rank (vLLM's deepseek_eagle3 loader fuses q_a_proj "
+                                             "with kv_a_proj_with_mqa)")
+                                          .expected("a target with q_lora_rank > 0")
+                                          .found("q_lora_rank null (q_proj straight from the hidden state)"));
+  // vLLM serves every scaled RoPE of this layer as deepseek_yarn.
+  EAGLE_CHECK(target.rope.type == "default" || target.rope.type == "yarn",
+              refuse("rotates default RoPE or YaRN (vLLM serves every scaled type as deepseek_yarn)")
+                  .expected("rope_type default or yarn")
+                  .found(target.rope.type));
+  num_attention_heads = num_key_value_heads = target.num_attention_heads;
+  q_lora_rank = target.q_lora_rank;
+  kv_lora_rank = target.kv_lora_rank;
+  qk_nope_head_dim = target.qk_nope_head_dim;
+  qk_rope_head_dim = target.qk_rope_head_dim;
+  v_head_dim = target.v_head_dim;
+  head_dim = qk_nope_head_dim + qk_rope_head_dim;
+  attention_bias = false;  // vLLM's layer has no biases
+  rope = target.rope;
+  rope.head_dim = qk_rope_head_dim;
+  rope.truncate = true;         // deepseek_yarn floors and ceils the correction range always
+  rope.attention_factor = 0.0;  // vLLM reads attn_factor, not attention_factor: the factor from the mscales
+  // Unscaled, vLLM's layer builds get_rope from {"rope_type": "default"} alone: base 10000 whatever
+  // rope_theta says (deepseek_eagle3.py), so the head rotates at 10000 and its export says so.
+  if (rope.type == "default") rope.theta = 10000.0;
+}
+
 std::vector<std::pair<std::string, torch::Tensor>> named_parameters(DraftHead& head) {
   std::vector<std::pair<std::string, torch::Tensor>> out;
   for (const auto& p : head.module().named_parameters(/*recurse=*/true))

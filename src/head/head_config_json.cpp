@@ -142,6 +142,27 @@ model::RopeConfig rope_from_json(const Fields& layer, std::int64_t head_dim, std
   return r;
 }
 
+// The MLA draft layer's sizes (a DeepseekV3Config of one layer): the LoRA ranks and head widths, one
+// key/value head per query head; q_lora_rank required (vLLM's loader fuses q_a_proj, head.h).
+void read_mla_layer(const Fields& layer, HeadConfig& c) {
+  c.q_lora_rank = layer.integer("q_lora_rank", 1, lim::kMaxSize);
+  c.kv_lora_rank = layer.integer("kv_lora_rank", 1, lim::kMaxSize);
+  c.qk_nope_head_dim = layer.integer("qk_nope_head_dim", 1, lim::kMaxHeadDim);
+  c.qk_rope_head_dim = layer.integer("qk_rope_head_dim", 2, lim::kMaxHeadDim);
+  c.v_head_dim = layer.integer("v_head_dim", 1, lim::kMaxHeadDim);
+  EAGLE_CHECK(c.qk_rope_head_dim % 2 == 0,
+              layer.bad("qk_rope_head_dim", "must be even for RoPE").found(std::to_string(c.qk_rope_head_dim)));
+  EAGLE_CHECK(c.num_key_value_heads == c.num_attention_heads,
+              layer.bad("num_key_value_heads", "multi-head latent attention has one key/value head per query head")
+                  .expected(std::to_string(c.num_attention_heads))
+                  .found(std::to_string(c.num_key_value_heads)));
+  c.head_dim = c.qk_nope_head_dim + c.qk_rope_head_dim;
+  EAGLE_CHECK(c.head_dim <= lim::kMaxHeadDim,
+              layer.bad("qk_nope_head_dim", "query/key head width (qk_nope_head_dim + qk_rope_head_dim) out of range")
+                  .expected(fmt::format("at most {}", lim::kMaxHeadDim))
+                  .found(std::to_string(c.head_dim)));
+}
+
 // The aux layers the head fuses: input-of-layer ids, low -> high, inside the target (0..L when its
 // layer count is recorded). Others would select features the head was never trained on, or past
 // the target's last hidden state.
@@ -160,7 +181,7 @@ void check_aux_layer_ids(const HeadConfig& c, const std::string& file) {
 }  // namespace
 
 HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFormat* format_out) {
-  if (is_mtp_config(j)) {  // a MiMo target's config.json (the shipped MTP layer, an export, a checkpoint)
+  if (is_mtp_config(j)) {  // a MiMo or Qwen3.5 target's config.json (the shipped layer, an export, a checkpoint)
     if (format_out) *format_out = HeadFormat::mtp;
     return mtp_config_from_json(j, file);
   }
@@ -174,15 +195,16 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
   const std::string spec_type = top.string_or("speculators_model_type", "");
   if (spec_type == "eagle3" || spec_type == "peagle")
     format = HeadFormat::speculators;
-  else if (arch == "LlamaForCausalLMEagle3" || arch == "Eagle3LlamaForCausalLM" || arch == "Eagle3Qwen3ForCausalLM")
+  else if (arch == "LlamaForCausalLMEagle3" || arch == "Eagle3LlamaForCausalLM" || arch == "Eagle3Qwen3ForCausalLM" ||
+           arch == "Eagle3DeepseekV3ForCausalLM" || arch == "Eagle3DeepseekV2ForCausalLM")
     format = HeadFormat::sglang;
   else if (arch == "EagleLlamaForCausalLM")
     format = HeadFormat::vllm_eagle1;
   else
     throw config_error(file, "architectures", "not a draft head this tool reads")
         .expected(
-            "LlamaForCausalLMEagle3, Eagle3Speculator (speculators_model_type eagle3 or peagle) or "
-            "EagleLlamaForCausalLM")
+            "LlamaForCausalLMEagle3, Eagle3DeepseekV3ForCausalLM, Eagle3Speculator (speculators_model_type "
+            "eagle3 or peagle) or EagleLlamaForCausalLM")
         .found(arch.empty() ? "none" : arch);
   if (format_out) *format_out = format;
   EAGLE_CHECK(
@@ -208,6 +230,8 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
             .found(fmt::format("hidden_size {}, num_attention_heads {}", c.hidden_size, c.num_attention_heads)));
     c.head_dim = c.hidden_size / c.num_attention_heads;
   }
+  const bool mla = arch == "Eagle3DeepseekV3ForCausalLM" || arch == "Eagle3DeepseekV2ForCausalLM";
+  if (mla) read_mla_layer(layer, c);  // head_dim: qk_nope + qk_rope (DeepseekV3Config's head_dim is the RoPE's)
   EAGLE_CHECK(c.head_dim % 2 == 0, layer.bad("head_dim", "must be even for RoPE").found(std::to_string(c.head_dim)));
   c.rms_norm_eps = layer.number_or("rms_norm_eps", 1e-6, 0, lim::kMaxNormEps);
   EAGLE_CHECK(c.rms_norm_eps > 0 && c.rms_norm_eps < lim::kMaxNormEps,
@@ -216,7 +240,15 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
                   .found(fmt::format("{}", c.rms_norm_eps)));
   c.hidden_act = layer.string_or("hidden_act", "silu");
   c.max_position_embeddings = layer.integer_or("max_position_embeddings", 2048, 1, lim::kMaxPositions);
-  c.rope = rope_from_json(layer, c.head_dim, c.max_position_embeddings);
+  c.rope = rope_from_json(layer, mla ? c.qk_rope_head_dim : c.head_dim, c.max_position_embeddings);
+  if (mla) {  // as HeadConfig::use_mla_layer trains it: vLLM's deepseek_yarn, or default RoPE
+    EAGLE_CHECK(c.rope.type == "default" || c.rope.type == "yarn",
+                layer.bad("rope_scaling", "the MLA draft layer rotates default RoPE or YaRN")
+                    .expected("rope_type default or yarn")
+                    .found(c.rope.type));
+    c.rope.truncate = true;
+    c.rope.attention_factor = 0.0;
+  }
   if (c.eagle_version == 3) {  // EAGLE 3.1 switches at the top level (norm_before_fc also in eagle_config)
     const Fields eagle = top.object("eagle_config");
     auto flag = [&](const char* key) {

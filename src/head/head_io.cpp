@@ -89,6 +89,34 @@ json llama_fields(const HeadConfig& c) {
   return j;
 }
 
+// The MLA layer's config (docs/export.md "deepseek"): a DeepseekV3Config of the draft layer, as vLLM's
+// deepseek_eagle3.py reads it (its MoE fields left to the defaults: the layer's MLP is dense).
+json deepseek_fields(const HeadConfig& c) {
+  return {{"architectures", {"Eagle3DeepseekV3ForCausalLM"}},
+          {"model_type", "deepseek_v3"},
+          {"hidden_size", c.hidden_size},
+          {"intermediate_size", c.intermediate_size},
+          {"num_attention_heads", c.num_attention_heads},
+          {"num_key_value_heads", c.num_attention_heads},
+          {"q_lora_rank", c.q_lora_rank},
+          {"kv_lora_rank", c.kv_lora_rank},
+          {"qk_nope_head_dim", c.qk_nope_head_dim},
+          {"qk_rope_head_dim", c.qk_rope_head_dim},
+          {"v_head_dim", c.v_head_dim},
+          {"num_hidden_layers", 1},
+          {"rms_norm_eps", c.rms_norm_eps},
+          {"hidden_act", c.hidden_act},
+          {"max_position_embeddings", c.max_position_embeddings},
+          {"rope_theta", c.rope.theta},
+          {"rope_scaling", rope_scaling_json(c.rope)},
+          {"rope_interleave", true},
+          {"vocab_size", c.vocab_size},
+          {"attention_bias", false},
+          {"tie_word_embeddings", false},
+          {"torch_dtype", c.target_dtype},
+          {"dtype", c.target_dtype}};
+}
+
 json eagle_train_fields(const HeadConfig& c) {
   return {{"eagle_version", c.eagle_version},
           {"target_name_or_path", c.target_name_or_path},
@@ -106,7 +134,6 @@ json eagle_train_fields(const HeadConfig& c) {
 }  // namespace
 
 std::string format_tensor_name(const std::string& name, HeadFormat format) {
-  if (format == HeadFormat::mtp) return mtp_native_name(name);
   if (format == HeadFormat::speculators && name.rfind("midlayer.", 0) == 0) return "layers.0." + name.substr(9);
   const std::string extra = "extra_layers.";
   if (name.rfind(extra, 0) == 0) {
@@ -116,6 +143,8 @@ std::string format_tensor_name(const std::string& name, HeadFormat format) {
   }
   return name;
 }
+
+std::string draft_layer_name(const HeadConfig& c) { return c.mla() ? "deepseek" : c.qk_norm ? "qwen3" : "llama"; }
 
 std::string format_name(HeadFormat f) {
   switch (f) {
@@ -145,7 +174,8 @@ HeadFormat checkpoint_format(const HeadConfig& cfg) {
   if (cfg.dflash()) return HeadFormat::dflash;
   if (cfg.eagle_version == 1) return HeadFormat::vllm_eagle1;
   // What SGLang does not serve is kept in the speculators layout, which vLLM reads.
-  return cfg.qk_norm || cfg.norm_before_fc || cfg.parallel_drafting ? HeadFormat::speculators : HeadFormat::sglang;
+  return !cfg.mla() && (cfg.qk_norm || cfg.norm_before_fc || cfg.parallel_drafting) ? HeadFormat::speculators
+                                                                                    : HeadFormat::sglang;
 }
 
 nlohmann::json head_variant_json(const HeadConfig& c) {
@@ -160,7 +190,7 @@ nlohmann::json head_variant_json(const HeadConfig& c) {
             {"mask_token_id", c.mask_token_id}};
   if (c.eagle_version != 3) return j;
   j["num_hidden_layers"] = c.num_layers;
-  j["draft_layer"] = c.qk_norm ? "qwen3" : "llama";
+  j["draft_layer"] = draft_layer_name(c);
   variant_fields(c, j);
   j["parallel_drafting"] = c.parallel_drafting;
   if (c.parallel_drafting) j["mask_token_id"] = c.mask_token_id;
@@ -204,6 +234,23 @@ nlohmann::json head_config_json(const HeadConfig& c, HeadFormat format) {
   }
   std::vector<std::int64_t> output_of_layer;
   for (auto id : c.aux_layer_ids) output_of_layer.push_back(id - 1);
+  // The MLA layer: vLLM's Eagle3DeepseekV3ForCausalLM, in the EAGLE layout (midlayer.*, a top-level config).
+  EAGLE_CHECK(!c.mla() || format == HeadFormat::sglang,
+              Error(ErrorKind::usage, "the MLA draft layer exports in the EAGLE layout only")
+                  .place("--format")
+                  .expected("sglang (Eagle3DeepseekV3ForCausalLM, which vLLM's deepseek_eagle3.py loads)")
+                  .found(format_name(format))
+                  .hint("speculators describes a Llama or Qwen3 draft layer (transformer_layer_config)"));
+  if (c.mla()) {
+    json j = deepseek_fields(c);
+    variant_fields(c, j);
+    j["draft_vocab_size"] = c.draft_vocab_size;
+    j["target_hidden_size"] = c.target_hidden_size;
+    j["eagle_config"] = {{"eagle_aux_hidden_state_layer_ids", output_of_layer}, {"use_aux_hidden_state", true}};
+    j["eagle_aux_hidden_state_layer_ids"] = c.aux_layer_ids;
+    j["eagle_train"] = eagle_train_fields(c);
+    return j;
+  }
   if (format == HeadFormat::sglang) {
     EAGLE_CHECK(!c.parallel_drafting,
                 Error(ErrorKind::usage, "SGLang does not serve P-EAGLE (parallel drafting)")
@@ -268,8 +315,12 @@ nlohmann::json head_config_json(const HeadConfig& c, HeadFormat format) {
 std::map<std::string, torch::Tensor> head_tensors(DraftHead& head, HeadFormat format) {
   head_config_json(head.config(), format);  // refuses a format that does not fit
   std::map<std::string, torch::Tensor> out;
-  for (const auto& p : head.module().named_parameters())
-    out[format_tensor_name(p.key(), format)] = p.value().detach().to(torch::kCPU, torch::kFloat32).contiguous();
+  for (const auto& p : head.module().named_parameters()) {
+    // An MTP head's names are its family's (mtp_io.h); the EAGLE layouts' are the format's.
+    const auto name = format == HeadFormat::mtp ? mtp_native_name(p.key(), head.config().mtp_family)
+                                                : format_tensor_name(p.key(), format);
+    out[name] = p.value().detach().to(torch::kCPU, torch::kFloat32).contiguous();
+  }
   // The draft-vocabulary maps are buffers of the EAGLE-3 head (draft_ids, derived, is not written);
   // the MTP head's identity maps have no native name (vLLM's MiMo loader raises on unknown names).
   for (const auto& b : head.module().named_buffers())
@@ -306,6 +357,12 @@ void export_head(DraftHead& head, HeadFormat format, const std::string& dir, con
                                        .file(dir)
                                        .hint("choose a new --output folder"));
   head_config_json(head.config(), format);  // refuse before creating anything
+  EAGLE_CHECK(!fp8 || !head.config().mla(),
+              Error(ErrorKind::usage,
+                    "FP8 exports of the MLA draft layer are not written (its latent projections "
+                    "are not among the quantized linear weights; not checked)")
+                  .place("--quantize")
+                  .hint("export the MLA head unquantized"));
   EAGLE_CHECK(!fp8 || format == HeadFormat::sglang,
               Error(ErrorKind::usage, "FP8 exports are written in the sglang layout (LlamaForCausalLMEagle3, which vLLM "
                                       "loads with its compressed-tensors FP8 path); other layouts are not checked")

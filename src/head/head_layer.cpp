@@ -1,16 +1,18 @@
 // The decoder layer modules of the draft heads and their attention helpers (see head_layer.h).
 #include "eagle/head/head_layer.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
 
+#include "eagle/model/mla.h"
 #include "eagle/util/error.h"
 
 namespace eagle::head {
 
-RmsNormImpl::RmsNormImpl(std::int64_t size, double eps_) : eps(eps_) {
-  weight = register_parameter("weight", torch::ones({size}));
+RmsNormImpl::RmsNormImpl(std::int64_t size, double eps_, bool one_plus_) : eps(eps_), one_plus(one_plus_) {
+  weight = register_parameter("weight", one_plus ? torch::zeros({size}) : torch::ones({size}));
 }
 
 namespace {
@@ -20,14 +22,28 @@ torch::nn::Linear linear(std::int64_t in, std::int64_t out, bool bias = false) {
 }  // namespace
 
 HeadAttentionImpl::HeadAttentionImpl(const HeadConfig& cfg, std::int64_t input_size) {
+  value_dim = cfg.mla() ? cfg.v_head_dim : cfg.head_dim;
+  if (cfg.mla()) {  // vLLM's DeepseekV2MLAAttention with input_size (2H on layer 0), no biases
+    const auto nh = cfg.num_attention_heads;
+    q_a_proj = register_module("q_a_proj", linear(input_size, cfg.q_lora_rank));
+    q_a_layernorm = register_module("q_a_layernorm", RmsNorm(cfg.q_lora_rank, cfg.rms_norm_eps));
+    q_b_proj = register_module("q_b_proj", linear(cfg.q_lora_rank, nh * cfg.head_dim));
+    kv_a_proj_with_mqa =
+        register_module("kv_a_proj_with_mqa", linear(input_size, cfg.kv_lora_rank + cfg.qk_rope_head_dim));
+    kv_a_layernorm = register_module("kv_a_layernorm", RmsNorm(cfg.kv_lora_rank, cfg.rms_norm_eps));
+    kv_b_proj = register_module("kv_b_proj", linear(cfg.kv_lora_rank, nh * (cfg.qk_nope_head_dim + cfg.v_head_dim)));
+    o_proj = register_module("o_proj", linear(nh * cfg.v_head_dim, cfg.hidden_size));
+    return;
+  }
   const bool bias = cfg.attention_bias;
-  q_proj = register_module("q_proj", linear(input_size, cfg.num_attention_heads * cfg.head_dim, bias));
+  const auto q_rows = (cfg.attn_output_gate ? 2 : 1) * cfg.num_attention_heads * cfg.head_dim;
+  q_proj = register_module("q_proj", linear(input_size, q_rows, bias));
   k_proj = register_module("k_proj", linear(input_size, cfg.num_key_value_heads * cfg.head_dim, bias));
   v_proj = register_module("v_proj", linear(input_size, cfg.num_key_value_heads * cfg.head_dim, bias));
   o_proj = register_module("o_proj", linear(cfg.num_attention_heads * cfg.head_dim, cfg.hidden_size));
   if (cfg.qk_norm) {
-    q_norm = register_module("q_norm", RmsNorm(cfg.head_dim, cfg.rms_norm_eps));
-    k_norm = register_module("k_norm", RmsNorm(cfg.head_dim, cfg.rms_norm_eps));
+    q_norm = register_module("q_norm", RmsNorm(cfg.head_dim, cfg.rms_norm_eps, cfg.norm_one_plus));
+    k_norm = register_module("k_norm", RmsNorm(cfg.head_dim, cfg.rms_norm_eps, cfg.norm_one_plus));
   }
 }
 
@@ -43,11 +59,11 @@ HeadMlpImpl::HeadMlpImpl(const HeadConfig& cfg) {
 
 HeadLayerImpl::HeadLayerImpl(const HeadConfig& cfg, HeadLayerKind kind) {
   const bool first = kind == HeadLayerKind::eagle3_first;
-  if (kind != HeadLayerKind::eagle1)
-    input_layernorm = register_module("input_layernorm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
-  if (first) hidden_norm = register_module("hidden_norm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
+  const auto norm = [&] { return RmsNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_one_plus); };
+  if (kind != HeadLayerKind::eagle1) input_layernorm = register_module("input_layernorm", norm());
+  if (first) hidden_norm = register_module("hidden_norm", norm());
   self_attn = register_module("self_attn", HeadAttention(cfg, first ? 2 * cfg.hidden_size : cfg.hidden_size));
-  post_attention_layernorm = register_module("post_attention_layernorm", RmsNorm(cfg.hidden_size, cfg.rms_norm_eps));
+  post_attention_layernorm = register_module("post_attention_layernorm", norm());
   mlp = register_module("mlp", HeadMlp(cfg));
 }
 
@@ -56,8 +72,57 @@ torch::Tensor HeadLayerImpl::finish(const torch::Tensor& residual, const torch::
   return h + mlp->forward(post_attention_layernorm->forward(h));
 }
 
+double attention_scale(const HeadConfig& cfg) {
+  const double scale = 1.0 / std::sqrt(static_cast<double>(cfg.head_dim));
+  if (!cfg.mla() || cfg.rope.type == "default") return scale;
+  const double m = model::yarn_get_mscale(cfg.rope.factor, cfg.rope.mscale_all_dim);
+  return scale * m * m;
+}
+
+std::int64_t attention_width(const HeadConfig& cfg) {
+  return cfg.mla() ? std::max(cfg.head_dim, cfg.v_head_dim) : cfg.head_dim;
+}
+
+namespace {
+
+// What cos and sin are multiplied by in vLLM's DeepseekScalingRotaryEmbedding (deepseek_yarn):
+// yarn_get_mscale(factor, mscale) / yarn_get_mscale(factor, mscale_all_dim), mscale 1 when not given
+// (0 reads as not given); its attn_factor is not a key this head writes.
+double mla_rope_factor(const model::RopeConfig& r) {
+  if (r.type == "default") return 1.0;
+  return model::yarn_get_mscale(r.factor, r.mscale != 0 ? r.mscale : 1.0) /
+         model::yarn_get_mscale(r.factor, r.mscale_all_dim);
+}
+
+// The MLA layer's q, k, v [B, heads, T, attention_width] (model/mla.h), the narrower side zero-padded.
+Qkv mla_qkv(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& x, const torch::Tensor& inv_freq,
+            const torch::Tensor& positions) {
+  model::MlaDims d;
+  d.heads = cfg.num_attention_heads;
+  d.q_lora_rank = cfg.q_lora_rank;
+  d.kv_lora_rank = cfg.kv_lora_rank;
+  d.qk_nope_head_dim = cfg.qk_nope_head_dim;
+  d.qk_rope_head_dim = cfg.qk_rope_head_dim;
+  d.v_head_dim = cfg.v_head_dim;
+  d.latent_eps = cfg.rms_norm_eps;  // vLLM: RMSNorm(rank, eps=config.rms_norm_eps)
+  d.rope_interleave = true;         // vLLM: get_rope(..., is_neox_style=False)
+  auto [cos, sin] = model::rope_cos_sin(inv_freq, positions, x.scalar_type(), mla_rope_factor(cfg.rope));
+  const auto m = model::mla_heads(
+      d, {attn.q_a_layernorm->weight, attn.q_b_proj->weight, attn.kv_a_layernorm->weight, attn.kv_b_proj->weight},
+      torch::linear(x, attn.q_a_proj->weight), torch::linear(x, attn.kv_a_proj_with_mqa->weight), cos, sin);
+  const auto w = attention_width(cfg);
+  auto pad = [w](const torch::Tensor& t) {
+    const auto n = t.size(-1);
+    return (n == w ? t : torch::constant_pad_nd(t, {0, w - n})).transpose(1, 2);
+  };
+  return {pad(m.q), pad(m.k), pad(m.v)};
+}
+
+}  // namespace
+
 Qkv project_qkv(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& x,
                 const torch::Tensor& inv_freq, const torch::Tensor& positions) {
+  if (cfg.mla()) return mla_qkv(attn, cfg, x, inv_freq, positions);
   // The biases are undefined (none) unless cfg.attention_bias.
   return heads_of_projections(attn, cfg, torch::linear(x, attn.q_proj->weight, attn.q_proj->bias),
                               torch::linear(x, attn.k_proj->weight, attn.k_proj->bias),
@@ -68,7 +133,14 @@ Qkv heads_of_projections(const HeadAttentionImpl& attn, const HeadConfig& cfg, c
                          const torch::Tensor& k_flat, const torch::Tensor& v_flat, const torch::Tensor& inv_freq,
                          const torch::Tensor& positions) {
   const auto b = q_flat.size(0), t = q_flat.size(1), d = cfg.head_dim;
-  auto q = q_flat.view({b, t, cfg.num_attention_heads, d}).transpose(1, 2);
+  torch::Tensor q, gate;
+  if (cfg.attn_output_gate) {  // each head's rows: its query, then its output gate (transformers' Qwen3_5Attention)
+    const auto qg = q_flat.view({b, t, cfg.num_attention_heads, 2 * d});
+    q = qg.narrow(-1, 0, d).transpose(1, 2);
+    gate = qg.narrow(-1, d, d).transpose(1, 2);
+  } else {
+    q = q_flat.view({b, t, cfg.num_attention_heads, d}).transpose(1, 2);
+  }
   auto k = k_flat.view({b, t, cfg.num_key_value_heads, d}).transpose(1, 2);
   if (attn.q_norm) {  // Qwen3-style layer: each head's q and k normalised before RoPE
     q = attn.q_norm->forward(q);
@@ -76,19 +148,24 @@ Qkv heads_of_projections(const HeadAttentionImpl& attn, const HeadConfig& cfg, c
   }
   auto v = v_flat.view({b, t, cfg.num_key_value_heads, d}).transpose(1, 2);
   auto [cos, sin] = model::rope_cos_sin(inv_freq, positions, q.scalar_type(), model::rope_attention_factor(cfg.rope));
-  return {model::apply_rope(q, cos, sin), model::apply_rope(k, cos, sin), v};
+  return {model::apply_rope(q, cos, sin), model::apply_rope(k, cos, sin), v, gate};
+}
+
+torch::Tensor gate_attention(const torch::Tensor& attention, const torch::Tensor& gate) {
+  return gate.defined() ? attention * torch::sigmoid(gate) : attention;
 }
 
 torch::Tensor attention_output(const HeadAttentionImpl& attn, const torch::Tensor& a) {
   const auto b = a.size(0), t = a.size(2);
-  return torch::linear(a.transpose(1, 2).reshape({b, t, -1}), attn.o_proj->weight);
+  const auto v = a.size(-1) == attn.value_dim ? a : a.narrow(-1, 0, attn.value_dim);  // MLA: padding dropped
+  return torch::linear(v.transpose(1, 2).reshape({b, t, -1}), attn.o_proj->weight);
 }
 
 DraftCache make_draft_cache(const HeadConfig& cfg, std::int64_t batch, std::int64_t capacity,
                             torch::TensorOptions options) {
   DraftCache c;
   const auto layers = cfg.eagle_version == 3 ? cfg.num_layers : 1;
-  c.keys = torch::zeros({layers, batch, cfg.num_key_value_heads, capacity, cfg.head_dim}, options);
+  c.keys = torch::zeros({layers, batch, cfg.num_key_value_heads, capacity, attention_width(cfg)}, options);
   c.values = torch::zeros_like(c.keys);
   return c;
 }
@@ -129,7 +206,8 @@ torch::Tensor draft_attention(const HeadConfig& cfg, const torch::Tensor& q, con
                               const torch::Tensor& values, const torch::Tensor& mask) {
   const auto rep = cfg.num_attention_heads / cfg.num_key_value_heads;
   const auto k = model::repeat_kv(keys, rep), v = model::repeat_kv(values, rep);
-  auto s = torch::matmul(q, k.transpose(-1, -2)).to(torch::kFloat32) / std::sqrt(static_cast<double>(cfg.head_dim));
+  auto s = torch::matmul(q, k.transpose(-1, -2)).to(torch::kFloat32);
+  s = cfg.mla() ? s * attention_scale(cfg) : s / std::sqrt(static_cast<double>(cfg.head_dim));
   s = s.masked_fill(mask.logical_not(), -std::numeric_limits<double>::infinity());
   return torch::matmul(torch::softmax(s, -1).to(v.scalar_type()), v);
 }

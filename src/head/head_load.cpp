@@ -39,9 +39,17 @@ void check_head_sizes(const HeadConfig& c, const model::SafetensorsFile& file, H
   std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected = {
       {layer + "mlp.gate_proj.weight", {c.intermediate_size, c.hidden_size}},
       {layer + "mlp.down_proj.weight", {c.hidden_size, c.intermediate_size}},
-      {layer + "self_attn.q_proj.weight", {c.num_attention_heads * c.head_dim, in}},
-      {layer + "self_attn.k_proj.weight", {c.num_key_value_heads * c.head_dim, in}},
   };
+  if (c.mla())
+    expected.insert(expected.end(),
+                    {{layer + "self_attn.q_a_proj.weight", {c.q_lora_rank, in}},
+                     {layer + "self_attn.q_b_proj.weight", {c.num_attention_heads * c.head_dim, c.q_lora_rank}},
+                     {layer + "self_attn.kv_a_proj_with_mqa.weight", {c.kv_lora_rank + c.qk_rope_head_dim, in}},
+                     {layer + "self_attn.kv_b_proj.weight",
+                      {c.num_attention_heads * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank}}});
+  else
+    expected.insert(expected.end(), {{layer + "self_attn.q_proj.weight", {c.num_attention_heads * c.head_dim, in}},
+                                     {layer + "self_attn.k_proj.weight", {c.num_key_value_heads * c.head_dim, in}}});
   if (c.eagle_version == 3)
     expected.insert(expected.end(),
                     {{"lm_head.weight", {c.draft_vocab_size, c.hidden_size}},
@@ -157,7 +165,12 @@ std::vector<HeadDifference> head_config_differences(const HeadConfig& checkpoint
         // with other layers would fuse other features silently.
         {"eagle_aux_hidden_state_layer_ids", fmt::format("[{}]", fmt::join(c.aux_layer_ids, ", "))},
         {"num_hidden_layers", i(c.num_layers)},
-        {"model_type (the draft layer)", c.qk_norm ? "qwen3" : "llama"},
+        {"model_type (the draft layer)", draft_layer_name(c)},
+        {"q_lora_rank", i(c.q_lora_rank)},
+        {"kv_lora_rank", i(c.kv_lora_rank)},
+        {"qk_nope_head_dim", i(c.qk_nope_head_dim)},
+        {"qk_rope_head_dim", i(c.qk_rope_head_dim)},
+        {"v_head_dim", i(c.v_head_dim)},
         {"fc_norm", b(c.fc_norm)},
         {"norm_output", b(c.norm_output)},
         {"norm_before_fc", b(c.norm_before_fc)},

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "eagle/head/mtp_head.h"
+#include "eagle/head/mtp_layout.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/model/shape_check.h"
 #include "eagle/util/error.h"
@@ -21,8 +22,6 @@ using nlohmann::json;
 namespace eagle::head {
 
 namespace {
-
-constexpr const char* kPrefix = "model.mtp_layers.0.";
 
 // name -> shard file name of a model folder: model.safetensors.index.json's weight_map, else every
 // tensor of model.safetensors.
@@ -48,29 +47,64 @@ std::map<std::string, std::string> tensor_files(const fs::path& dir) {
   return out;
 }
 
+// The config field that counts a family's MTP layers.
+const char* mtp_layers_field(target::Family f) {
+  using target::Family;
+  return f == Family::mimo || f == Family::qwen3_next ? "num_nextn_predict_layers" : "mtp_num_hidden_layers";
+}
+
+// Qwen3.5 architectures (text and multimodal, dense and MoE) and Qwen3-Next's.
+bool qwen_hybrid_architecture(const std::string& arch) {
+  return arch == "Qwen3_5ForCausalLM" || arch == "Qwen3_5ForConditionalGeneration" || arch == "Qwen3_5MoeForCausalLM" ||
+         arch == "Qwen3_5MoeForConditionalGeneration" || arch == "Qwen3NextForCausalLM";
+}
+
 }  // namespace
 
-std::string mtp_native_name(const std::string& parameter) {
-  const std::string block = "mtp_block.";
-  return kPrefix + (parameter.rfind(block, 0) == 0 ? parameter.substr(block.size()) : parameter);
+std::string mtp_native_name(const std::string& parameter, const std::string& family) {
+  return mtp_native_name(mtp_layout(family), parameter);
 }
 
 HeadConfig mtp_config_from_target(const target::TargetConfig& t) {
-  EAGLE_CHECK(t.family == target::Family::mimo && t.num_mtp_layers >= 1,
+  using target::Family;
+  const bool ships = t.num_mtp_layers >= 1;
+  // The mixture-of-experts MTP layers (a Qwen3NextSparseMoeBlock with its shared expert, vLLM's
+  // qwen3_next_mtp.py and Qwen3_5MoeMTP) are not implemented: refused by name, not trained as dense.
+  EAGLE_CHECK(
+      !ships || (t.family != Family::qwen3_5_moe && t.family != Family::qwen3_next),
+      Error(ErrorKind::usage, "--draft mtp does not train the mixture-of-experts MTP layer of this target yet")
+          .place("draft")
+          .expected("a MiMoForCausalLM or dense Qwen3.5 target (Qwen3_5ForCausalLM, "
+                    "Qwen3_5ForConditionalGeneration)")
+          .found(fmt::format("{} ({}), whose mtp.layers.0.mlp is a mixture of experts", t.architecture, t.model_type))
+          .hint("--draft eagle trains a new head for any target"));
+  EAGLE_CHECK(ships && (t.family == Family::mimo || t.family == Family::qwen3_5),
               Error(ErrorKind::usage, "the target ships no MTP layer for --draft mtp")
                   .place("draft")
-                  .expected("a MiMoForCausalLM target with num_nextn_predict_layers >= 1")
+                  .expected("a MiMoForCausalLM target with num_nextn_predict_layers >= 1, or a dense Qwen3.5 one "
+                            "with mtp_num_hidden_layers >= 1")
                   .found(fmt::format("{} with {} MTP layers", t.architecture, t.num_mtp_layers))
                   .hint("--draft eagle trains a new head for any target"));
   // vLLM drafts k > 1 tokens with several MTP layers through MultiModuleMTPSpeculator, whose rules
-  // differ (MTP.md 8); MiMo-7B ships one layer.
+  // differ (MTP.md 8); MiMo-7B and the Qwen3.5 models ship one layer.
   EAGLE_CHECK(t.num_mtp_layers == 1, Error(ErrorKind::usage, "--draft mtp trains a target with one MTP layer")
-                                         .place("num_nextn_predict_layers")
+                                         .place(mtp_layers_field(t.family))
                                          .expected("1")
                                          .found(std::to_string(t.num_mtp_layers)));
+  const auto& l = mtp_layout(t.family == Family::mimo ? "mimo" : "qwen3_5");
+  // Qwen3.5's attention_bias puts a bias on o_proj as well, which the head's layer does not have.
+  EAGLE_CHECK(l.attention_bias || !t.attention_bias,
+              Error(ErrorKind::usage, "--draft mtp does not train a Qwen3.5 MTP layer with attention biases")
+                  .place("attention_bias")
+                  .expected("false")
+                  .found("true"));
   auto c = HeadConfig::from_target(t, 3, {t.num_hidden_layers}, t.vocab_size);
-  c.mtp_family = "mimo";
-  c.attention_bias = t.attention_bias;
+  c.mtp_family = l.family;
+  c.attention_bias = l.attention_bias && t.attention_bias;
+  c.qk_norm = l.qk_norm;
+  c.norm_one_plus = l.norm_one_plus;
+  c.attn_output_gate = l.attn_output_gate;
+  if (l.partial_rope) c.rope = t.rope;  // its rotary width: the first head_dim * partial_rotary_factor features
   c.num_layers = 1;
   c.draft_vocab_size = t.vocab_size;
   c.ttt_steps = t.num_mtp_layers;  // vLLM's default k: n_predict (MTP.md 1)
@@ -79,7 +113,17 @@ HeadConfig mtp_config_from_target(const target::TargetConfig& t) {
 
 bool is_mtp_config(const json& j) {
   const auto arch = j.find("architectures");
-  return arch != j.end() && arch->is_array() && !arch->empty() && (*arch)[0] == "MiMoForCausalLM";
+  if (arch == j.end() || !arch->is_array() || arch->empty() || !(*arch)[0].is_string()) return false;
+  const auto name = (*arch)[0].get<std::string>();
+  if (name == "MiMoForCausalLM") return true;
+  if (!qwen_hybrid_architecture(name)) return false;
+  const auto text = j.find("text_config");
+  const json& r = text != j.end() && text->is_object() ? *text : j;
+  const bool next = name == "Qwen3NextForCausalLM";
+  const char* key = next ? "num_nextn_predict_layers" : "mtp_num_hidden_layers";
+  const auto v = r.find(key);
+  if (v == r.end()) return next;  // Qwen3-Next: vLLM's default 1
+  return v->is_number_integer() && v->get<std::int64_t>() >= 1;
 }
 
 HeadConfig mtp_config_from_json(const json& j, const std::string& file) {
@@ -92,7 +136,7 @@ HeadConfig mtp_config_from_json(const json& j, const std::string& file) {
         .place(fmt::format("eagle_train.{}", key))
         .found(e.contains(key) ? e[key].dump() : "missing");
   };
-  EAGLE_CHECK(e.is_object() && e.value("mtp_family", "") == "mimo", bad("mtp_family"));
+  EAGLE_CHECK(e.is_object() && e.value("mtp_family", "") == c.mtp_family, bad("mtp_family"));
   EAGLE_CHECK(e.contains("ttt_steps") && e["ttt_steps"].is_number_integer() &&
                   e["ttt_steps"].get<std::int64_t>() >= 1 && e["ttt_steps"].get<std::int64_t>() <= 32,
               bad("ttt_steps"));
@@ -102,12 +146,44 @@ HeadConfig mtp_config_from_json(const json& j, const std::string& file) {
               bad("ttt_loss_decay"));
   c.ttt_loss_decay = e["ttt_loss_decay"].get<double>();
   c.target_name_or_path = e.value("target_name_or_path", "");
+  // A checkpoint's config.json is a text model's: the target's own architecture (a multimodal
+  // Qwen3_5ForConditionalGeneration) is recorded beside it.
+  if (e.contains("target_architecture") && e["target_architecture"].is_string())
+    c.target_architecture = e["target_architecture"].get<std::string>();
   return c;
 }
 
 json mtp_config_json(const HeadConfig& c) {
   EAGLE_CHECK(c.rope.type == "default",
               Error(ErrorKind::usage, "the MTP checkpoint writes default RoPE only").found(c.rope.type));
+  const json eagle_train = {{"mtp_family", c.mtp_family},
+                            {"ttt_steps", c.ttt_steps},
+                            {"ttt_loss_decay", c.ttt_loss_decay},
+                            {"target_name_or_path", c.target_name_or_path},
+                            {"target_architecture", c.target_architecture},
+                            {"target_dtype", c.target_dtype}};
+  if (c.mtp_family == "qwen3_5")  // a text Qwen3.5 config (Qwen3_5TextConfig's fields) the target reader reads
+    return {{"architectures", {"Qwen3_5ForCausalLM"}},
+            {"model_type", "qwen3_5_text"},
+            {"hidden_size", c.hidden_size},
+            {"intermediate_size", c.intermediate_size},
+            {"num_attention_heads", c.num_attention_heads},
+            {"num_key_value_heads", c.num_key_value_heads},
+            {"head_dim", c.head_dim},
+            {"num_hidden_layers", c.target_num_hidden_layers},
+            {"mtp_num_hidden_layers", 1},
+            {"rms_norm_eps", c.rms_norm_eps},
+            {"hidden_act", c.hidden_act},
+            {"max_position_embeddings", c.max_position_embeddings},
+            {"rope_parameters",
+             {{"rope_type", "default"},
+              {"rope_theta", c.rope.theta},
+              {"partial_rotary_factor", static_cast<double>(c.rope.head_dim) / static_cast<double>(c.head_dim)}}},
+            {"attention_bias", false},
+            {"vocab_size", c.vocab_size},
+            {"tie_word_embeddings", false},
+            {"dtype", c.target_dtype},
+            {"eagle_train", eagle_train}};
   return {{"architectures", {"MiMoForCausalLM"}},
           {"model_type", "mimo"},
           {"hidden_size", c.hidden_size},
@@ -125,21 +201,17 @@ json mtp_config_json(const HeadConfig& c) {
           {"tie_word_embeddings", false},
           {"use_sliding_window", false},
           {"torch_dtype", c.target_dtype},
-          {"eagle_train",
-           {{"mtp_family", c.mtp_family},
-            {"ttt_steps", c.ttt_steps},
-            {"ttt_loss_decay", c.ttt_loss_decay},
-            {"target_name_or_path", c.target_name_or_path},
-            {"target_dtype", c.target_dtype}}}};
+          {"eagle_train", eagle_train}};
 }
 
 void load_mtp_weights(DraftHead& head, const std::string& dir) {
+  const auto& layout = mtp_layout(head.config().mtp_family);
   const auto files = tensor_files(dir);
   std::map<std::string, model::SafetensorsFile> open;
   std::set<std::string> read;
   torch::NoGradGuard ng;
   for (auto& p : head.module().named_parameters()) {
-    const auto name = mtp_native_name(p.key());
+    const auto name = mtp_native_name(layout, p.key());
     read.insert(name);
     const auto it = files.find(name);
     EAGLE_CHECK(it != files.end(), Error(ErrorKind::input, "a tensor of the MTP layer is missing")
@@ -156,12 +228,15 @@ void load_mtp_weights(DraftHead& head, const std::string& dir) {
                            .place(fmt::format("tensor {}", name)));
     p.value().copy_(stored.to(p.value().device(), p.value().scalar_type()));
   }
+  const std::string replaced =
+      layout.replaced_by_target.empty() ? std::string() : layout.prefix + layout.replaced_by_target;
   for (const auto& [name, file] : files)
-    EAGLE_CHECK(name.rfind(kPrefix, 0) != 0 || read.count(name),
-                Error(ErrorKind::input, "a tensor of the MTP layer is not part of the head")
-                    .file((fs::path(dir) / file).string())
-                    .place(fmt::format("tensor {}", name))
-                    .hint("the MTP layer differs from MiMo's (MTP.md 2.4)"));
+    EAGLE_CHECK(
+        name.rfind(layout.prefix, 0) != 0 || read.count(name) || name == replaced,
+        Error(ErrorKind::input, "a tensor of the MTP layer is not part of the head")
+            .file((fs::path(dir) / file).string())
+            .place(fmt::format("tensor {}", name))
+            .hint(fmt::format("the MTP layer differs from the {} layer vLLM serves", layout.architecture_hint)));
 }
 
 std::shared_ptr<DraftHead> load_mtp_head(const std::string& dir, torch::Device device) {
@@ -184,14 +259,15 @@ void export_mtp_target(DraftHead& head, const std::string& target_dir, const std
   EAGLE_CHECK(fs::is_regular_file(src / "config.json"),
               Error(ErrorKind::input, "not a target model folder").file(target_dir).expected("config.json"));
   const json target_config = util::read_json_object(src / "config.json", "target config.json");
+  const auto& layout = mtp_layout(head.config().mtp_family);
   EAGLE_CHECK(is_mtp_config(target_config), Error(ErrorKind::input, "the target ships no MTP layer")
                                                 .file((src / "config.json").string())
-                                                .expected("MiMoForCausalLM"));
+                                                .expected(layout.architecture_hint + " with its MTP layer"));
   // The head's tensors by native name, grouped by the shard that holds each in the target.
   const auto files = tensor_files(src);
   std::map<std::string, std::map<std::string, torch::Tensor>> by_shard;
   for (const auto& p : head.module().named_parameters()) {
-    const auto name = mtp_native_name(p.key());
+    const auto name = mtp_native_name(layout, p.key());
     const auto it = files.find(name);
     EAGLE_CHECK(it != files.end(), Error(ErrorKind::input, "the target folder lacks a tensor of the MTP head")
                                        .file(target_dir)

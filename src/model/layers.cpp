@@ -30,6 +30,11 @@ torch::Tensor rms_norm_fp32_weight(const torch::Tensor& x, const torch::Tensor& 
   return (weight * h).to(x.scalar_type());
 }
 
+torch::Tensor rms_norm_unscaled(const torch::Tensor& x, double eps) {
+  auto h = x.to(torch::kFloat32);
+  return (h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps)).to(x.scalar_type());
+}
+
 namespace {
 
 // The dynamic-NTK base for a sequence length: theta * (factor * len / max_pos - factor + 1)^(d / (d - 2)).

@@ -103,5 +103,11 @@ struct Reader {
 // rope_parameters (5.x) or rope_theta + rope_scaling (4.x), partial_rotary_factor, and refuses
 // unsupported types by name. c.head_dim, c.max_position_embeddings and c.family must be set.
 void read_rope_layers(const Reader& r, TargetConfig& c);
+// One RoPE from its parameter object `params` (named `where` in errors), over c.head_dim.
+model::RopeConfig parse_rope(const Reader& r, const json& params, const std::string& where, const TargetConfig& c);
+
+// Gemma 4's own fields (target_gemma4_config.cpp): its layer types and windows, per-layer head widths and
+// key/value heads, RoPE per layer type, KV sharing, per-layer inputs; refuses what is not implemented by name.
+void read_gemma4(const Reader& r, TargetConfig& c);
 
 }  // namespace eagle::target

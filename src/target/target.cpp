@@ -90,6 +90,7 @@ TargetModel TargetModel::random(const TargetConfig& config_in, torch::ScalarType
       return config.norm_one_plus && !name.ends_with("linear_attn.norm.weight") ? torch::zeros(shape, opts)
                                                                                : torch::ones(shape, opts);
     if (name.ends_with("A_log")) return torch::zeros(shape, opts);  // decay rate exp(A_log) = 1
+    if (name.ends_with("layer_scalar")) return torch::ones(shape, opts);  // Gemma 4's, as initialised
     return torch::randn(shape, opts).mul_(0.02);  // transformers' initializer_range
   });
   log::info("model", "random {} ({} layers, hidden {}, vocab {}, {} parameters) as {} on {}", config.architecture,
@@ -164,6 +165,11 @@ TargetModel TargetModel::assemble(const TargetConfig& c, torch::ScalarType dtype
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const auto p = fmt::format("model.layers.{}.", l);
     TargetLayerWeights w;
+    if (c.gemma4) {
+      assemble_gemma4_layer(c, l, w, get);
+      impl->layers.push_back(std::move(w));
+      continue;
+    }
     w.input_norm = get(p + "input_layernorm.weight");
     w.post_norm = get(p + "post_attention_layernorm.weight");
     if (c.sandwich_norms) {
@@ -200,7 +206,13 @@ TargetModel TargetModel::assemble(const TargetConfig& c, torch::ScalarType dtype
     impl->layers.push_back(std::move(w));
   }
   std::tie(impl->parameter_count, impl->active_parameter_count) = parameter_counts(c);
-  impl->inv_freq = model::rope_inv_freq(c.rope).to(device);
+  impl->inv_freq = model::rope_inv_freq(c.rope);
+  // Gemma 4's proportional RoPE: the pairs past rope_angles have frequency 0 (cos 1, sin 0: they do not turn).
+  if (c.rope_angles > 0) impl->inv_freq.narrow(0, c.rope_angles, impl->inv_freq.size(0) - c.rope_angles).zero_();
+  impl->inv_freq = impl->inv_freq.to(device);
+  if (c.per_layer_input_dim > 0)
+    impl->per_layer = {get("model.embed_tokens_per_layer.weight"), get("model.per_layer_model_projection.weight"),
+                       get("model.per_layer_projection_norm.weight")};
   if (c.rope.type == "longrope") impl->long_inv_freq = model::rope_inv_freq_long(c.rope).to(device);
   if (c.local_rope) impl->local_inv_freq = model::rope_inv_freq(*c.local_rope).to(device);
   impl->aux_ids = default_aux_layer_ids(c.num_hidden_layers);
@@ -304,7 +316,14 @@ std::vector<std::string> TargetModel::non_finite_weights() const {
     check(p + "linear_attn.dt_bias", w.dt_bias);
     check(p + "linear_attn.A_log", w.a_log);
     check(p + "linear_attn.norm.weight", w.lin_norm);
+    check(p + "layer_scalar", w.layer_scalar);
+    check(p + "per_layer_input_gate.weight", w.ple_gate_w);
+    check(p + "per_layer_projection.weight", w.ple_proj_w);
+    check(p + "post_per_layer_input_norm.weight", w.ple_norm);
   }
+  check("model.embed_tokens_per_layer.weight", m.per_layer.embed);
+  check("model.per_layer_model_projection.weight", m.per_layer.projection);
+  check("model.per_layer_projection_norm.weight", m.per_layer.norm);
   return bad;
 }
 

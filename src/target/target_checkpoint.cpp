@@ -230,6 +230,7 @@ void check_tensors(const fs::path& dir, const CheckpointFiles& ck,
     // vision tower model.visual.* is never loaded for text-only data.
     if (c.hybrid() && name.starts_with("mtp.")) continue;
     if (c.multimodal && name.starts_with("model.visual.")) continue;
+    if (gemma4_ignored_tensor(c, name)) continue;  // what transformers ignores in Gemma 4 checkpoints
     unexpected.push_back(name);
   }
   if (missing.empty() && unexpected.empty() && wrong.empty()) return;

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config_reader.h"
+#include "eagle/model/mla.h"
 #include "eagle/target/target.h"
 #include "eagle/util/error.h"
 #include "eagle/util/json_file.h"
@@ -61,7 +62,9 @@ constexpr FamilyRow kFamilies[] = {
     {Family::qwen3_5, "Qwen3_5ForCausalLM", "qwen3_5_text", false, read_hybrid},
     {Family::qwen3_5, "Qwen3_5ForConditionalGeneration", "qwen3_5", false, read_hybrid, nullptr, true},
     {Family::qwen3_5_moe, "Qwen3_5MoeForCausalLM", "qwen3_5_moe_text", true, read_hybrid},
-    {Family::qwen3_5_moe, "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", true, read_hybrid, nullptr, true}};
+    {Family::qwen3_5_moe, "Qwen3_5MoeForConditionalGeneration", "qwen3_5_moe", true, read_hybrid, nullptr, true},
+    {Family::gemma4_text, "Gemma4ForCausalLM", "gemma4_text", false, read_gemma4},
+    {Family::gemma4_text, "Gemma4ForConditionalGeneration", "gemma4", false, read_gemma4, nullptr, true}};
 
 bool hybrid_family(Family f) { return f == Family::qwen3_next || f == Family::qwen3_5 || f == Family::qwen3_5_moe; }
 
@@ -242,7 +245,8 @@ void read_quantization(const Reader& r, TargetConfig& c) {
   const std::string method =
       q.contains("quant_method") && q["quant_method"].is_string() ? q["quant_method"].get<std::string>() : q.dump();
   // FP8 is read for the attention-only dense families (a hybrid's Gated DeltaNet projections are not covered).
-  if (method == "fp8" && !c.moe() && !c.hybrid()) return read_fp8(r, q, c);
+  // Gemma 4 is not: which of its per-layer-input projections a release would quantize is unknown.
+  if (method == "fp8" && !c.moe() && !c.hybrid() && !c.gemma4) return read_fp8(r, q, c);
   EAGLE_CHECK(c.family == Family::gpt_oss && method == "mxfp4",
               r.bad("quantization_config.quant_method", "quantized checkpoint not supported")
                   .expected(c.family == Family::gpt_oss ? "mxfp4, or no quantization_config"
@@ -264,7 +268,7 @@ void read_quantization(const Reader& r, TargetConfig& c) {
 // alternate (sliding first), Gemma 3 slides except every sliding_window_pattern-th layer.
 void read_attention_types(const Reader& r, TargetConfig& c) {
   const auto t = c.family;
-  if (hybrid_family(t)) return;  // layer_types linear/full attention (read_hybrid); none slides
+  if (hybrid_family(t) || t == Family::gemma4_text) return;  // read_hybrid's, read_gemma4's own
   const auto L = c.num_hidden_layers;
   const bool qwen = t == Family::qwen2 || t == Family::mimo || t == Family::qwen3 || t == Family::qwen3_moe;
   // DeepSeek-V3, GLM-4.5 and GLM-4.7-Flash never slide (transformers' masks ignore sliding_window there).
@@ -381,9 +385,9 @@ void read_deepseek(const Reader& r, TargetConfig& c) {
   if (c.rope.type != "default" && r.has(key) && r.j[key].is_object()) {
     const Reader p{r.path, r.j[key]};
     const double all_dim = p.number_or("mscale_all_dim", 0.0);
-    // yarn_get_mscale(factor, mscale_all_dim): 1 for factors up to 1.
-    if (all_dim != 0.0 && c.rope.factor > 1.0) {
-      const double mscale = 0.1 * all_dim * std::log(c.rope.factor) + 1.0;
+    // yarn_apply_mscale: yarn_get_mscale(factor, mscale_all_dim)^2 (1 for factors up to 1).
+    if (all_dim != 0.0) {
+      const double mscale = model::yarn_get_mscale(c.rope.factor, all_dim);
       scale *= mscale * mscale;
     }
   }
@@ -436,6 +440,11 @@ void read_hybrid(const Reader& r, TargetConfig& c) {
   c.qk_norm = true;
   c.norm_one_plus = true;
   c.attention_bias = c.o_bias = r.boolean_or("attention_bias", false);
+  // The shipped MTP layers (mtp.*, never loaded by the target; --draft mtp reads them, head/mtp_io.h): Qwen3.5's
+  // mtp_num_hidden_layers (absent: none, as transformers writes the config), Qwen3-Next's
+  // num_nextn_predict_layers (vLLM's qwen3_next_mtp.py reads it with default 1).
+  c.num_mtp_layers = c.family == Family::qwen3_next ? r.bounded_or("num_nextn_predict_layers", 1, 0, 16)
+                                                    : r.bounded_or("mtp_num_hidden_layers", 0, 0, 16);
 }
 
 // FP8 block-scaled checkpoints (fine-grained FP8: e4m3 weights, weight_scale_inv per block).
@@ -521,8 +530,9 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
                   .found(fmt::format("{} heads, {} key/value heads", c.num_attention_heads, c.num_key_value_heads)));
   if (t == Family::deepseek_v3 || t == Family::glm4_moe_lite) {
     read_mla_dims(r, c);  // head_dim: the RoPE's width here, each head's query/key width after read_rope_layers
-  } else if (r.has("head_dim") || hybrid_family(t)) {
-    c.head_dim = r.bounded_or("head_dim", 256, 1, lim::kMaxHeadDim);  // Qwen3.5, Qwen3-Next: 256 by default
+  } else if (r.has("head_dim") || hybrid_family(t) || t == Family::gemma4_text) {
+    // Qwen3.5, Qwen3-Next, Gemma 4 (its sliding layers'): 256 by default
+    c.head_dim = r.bounded_or("head_dim", 256, 1, lim::kMaxHeadDim);
   } else {
     EAGLE_CHECK(c.hidden_size % c.num_attention_heads == 0,
                 r.bad("hidden_size", "not divisible by num_attention_heads and no head_dim given"));
@@ -540,10 +550,12 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
                   .expected(fmt::format("a number in (0, {})", lim::kMaxNormEps))
                   .found(j["rms_norm_eps"].dump()));
   // A multimodal wrapper ties by its own (top-level) field, as transformers' get_expanded_tied_weights_keys reads it.
-  c.tie_word_embeddings = (c.multimodal ? top : r).boolean_or("tie_word_embeddings", false);
+  // Gemma4Config and Gemma4TextConfig tie by default.
+  c.tie_word_embeddings = (c.multimodal ? top : r).boolean_or("tie_word_embeddings", t == Family::gemma4_text);
   const bool gemma = t == Family::gemma2 || t == Family::gemma3_text;
-  c.hidden_act = gemma ? "gelu_pytorch_tanh" : r.string_or("hidden_act", "silu");
-  EAGLE_CHECK(c.hidden_act == "silu" || gemma,
+  const bool gemma_mlp = gemma || t == Family::gemma4_text;
+  c.hidden_act = gemma_mlp ? "gelu_pytorch_tanh" : r.string_or("hidden_act", "silu");
+  EAGLE_CHECK(c.hidden_act == "silu" || gemma_mlp,
               r.bad("hidden_act", "unsupported activation").expected("silu").found(c.hidden_act));
   const Reader& rd = c.multimodal && !r.has("dtype") && !r.has("torch_dtype") ? top : r;
   c.dtype = rd.has("dtype") ? rd.string_or("dtype", "float32") : rd.string_or("torch_dtype", "float32");
@@ -566,7 +578,8 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
   }
   c.qk_norm = t == Family::qwen3 || t == Family::qwen3_moe;
   if (fam->read != nullptr) fam->read(r, c);
-  c.attention_sinks = c.norm_weight_fp32 = t == Family::gpt_oss;
+  c.attention_sinks = t == Family::gpt_oss;
+  c.norm_weight_fp32 = t == Family::gpt_oss || t == Family::gemma4_text;  // Gemma4RMSNorm: x * w in fp32
   EAGLE_CHECK(!r.boolean_or("mlp_bias", false),
               r.bad("mlp_bias", "MLP bias is not supported").expected("false").found("true"));
   if (fam->moe) read_moe(r, c);
@@ -583,6 +596,7 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
     if (gemma && (k == "attn_logit_softcapping" || k == "final_logit_softcapping" || k == "query_pre_attn_scalar"))
       continue;  // Gemma's own fields (read above)
     if (t == Family::glm4_moe && k == "use_qk_norm") continue;  // GLM-4.5's own (read_glm4_moe)
+    if (c.gemma4 && k == "final_logit_softcapping") continue;    // Gemma 4's own (read_gemma4)
     // One rule in every family: a soft cap of 0 means none, as null does.
     if (std::find(std::begin(kNoneMeansZero), std::end(kNoneMeansZero), k) != std::end(kNoneMeansZero) && r.has(key) &&
         r.j[key].is_number() && r.j[key].get<double>() == 0.0)
@@ -599,8 +613,13 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
     // defaults), which a text-only target cannot compute (their embeddings come from the vision tower).
     if (c.eos_token_ids.empty()) c.eos_token_ids = top.id_list("eos_token_id", c.vocab_size);
     if (c.bos_token_id < 0) c.bos_token_id = top.integer_or("bos_token_id", -1);
-    for (auto [key, def] : {std::pair{"image_token_id", 248056}, std::pair{"video_token_id", 248057},
-                            std::pair{"vision_start_token_id", 248053}, std::pair{"vision_end_token_id", 248054}}) {
+    using Id = std::pair<const char*, std::int64_t>;
+    const std::vector<Id> qwen = {Id{"image_token_id", 248056}, Id{"video_token_id", 248057},
+                                  Id{"vision_start_token_id", 248053}, Id{"vision_end_token_id", 248054}};
+    // Gemma4Model replaces these three (get_placeholder_mask) by the towers' outputs; boi/eoi are plain tokens.
+    const std::vector<Id> gemma4 = {Id{"image_token_id", 258880}, Id{"video_token_id", 258884},
+                                    Id{"audio_token_id", 258881}};
+    for (auto [key, def] : c.gemma4 ? gemma4 : qwen) {
       const auto id = top.integer_or(key, def);
       if (id >= 0 && id < c.vocab_size) c.media_tokens.push_back({id, key});
     }

@@ -125,9 +125,12 @@ KvCache TargetModel::new_cache(std::int64_t batch, std::int64_t capacity) const 
   const auto opts = torch::TensorOptions().dtype(impl_->dtype).device(impl_->device);
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
     // A Gated DeltaNet layer keeps no keys: [B, kv_heads, capacity, 0] holds nothing and keeps the cache's sizes.
-    const auto d = c.linear(l) ? 0 : c.head_dim, dv = c.linear(l) ? 0 : c.value_head_dim();
-    cache.keys.push_back(torch::zeros({batch, c.num_key_value_heads, capacity, d}, opts));
-    cache.values.push_back(torch::zeros({batch, c.num_key_value_heads, capacity, dv}, opts));
+    // Gemma 4: each layer's own head width and key/value heads; a KV-shared layer keeps a copy of its source
+    // layer's keys and values (written again by its step), so every layer's cache stands alone.
+    const auto gd = c.layer_head_dim(l), kvh = c.layer_kv_heads_of(l);
+    const auto d = c.linear(l) ? 0 : gd, dv = c.linear(l) ? 0 : (c.mla() ? c.value_head_dim() : gd);
+    cache.keys.push_back(torch::zeros({batch, kvh, capacity, d}, opts));
+    cache.values.push_back(torch::zeros({batch, kvh, capacity, dv}, opts));
   }
   if (c.hybrid()) init_linear_states(c, cache, batch, opts);
   return cache;

@@ -76,7 +76,27 @@ struct TargetLayerWeights {
   // reordered at load), conv1d [conv_dim, K], dt_bias and A_log [value_heads], the gated norm [value_head_dim];
   // out_proj is o_w.
   torch::Tensor lin_in_w, conv_w, dt_bias, a_log, lin_norm;
+  // Gemma 4: layer_scalar [1]; the per-layer input's gate [Dp, H], projection [H, Dp] and norm [H] (or
+  // undefined). Its qkv_w holds q_proj alone in a KV-shared layer, q_proj and k_proj with attention_k_eq_v.
+  torch::Tensor layer_scalar, ple_gate_w, ple_proj_w, ple_norm;
 };
+
+// Gemma 4 (target_gemma4.cpp): its checkpoint's names and shapes, one layer's weights, the tensors
+// transformers ignores in its checkpoints (a KV-shared layer's k/v projections and norms, the multimodal
+// wrapper's towers), and the per-layer inputs [B, T, L, Dp] of a walk from ids and their scaled embedding x.
+void gemma4_tensors(const TargetConfig& c, std::map<std::string, std::vector<std::int64_t>>& e);
+void assemble_gemma4_layer(const TargetConfig& c, std::int64_t l, TargetLayerWeights& w,
+                           const std::function<torch::Tensor(const std::string&)>& get);
+bool gemma4_ignored_tensor(const TargetConfig& c, const std::string& name);
+struct Gemma4Inputs {
+  torch::Tensor embed, projection, norm;  // embed_tokens_per_layer [Vp, L Dp], per_layer_model_projection [L Dp, H],
+                                          // per_layer_projection_norm [Dp]; undefined without per-layer inputs
+};
+torch::Tensor gemma4_per_layer_inputs(const TargetConfig& c, const Gemma4Inputs& w, const torch::Tensor& ids,
+                                      const torch::Tensor& x);
+// A layer's per-layer-input step on its output h [.., H] with its input p [.., Dp], then the layer scalar.
+torch::Tensor gemma4_layer_tail(const TargetConfig& c, const TargetLayerWeights& w, const torch::Tensor& h,
+                                const torch::Tensor& p);
 
 // Gated DeltaNet (target_linear.cpp). linear_runs: the run index of each token's document [B, T] (a new run
 // wherever the document id changes), the sequences the training forward resets at. linear_attention: a layer's
@@ -166,6 +186,7 @@ struct TargetModel::Impl {
   torch::Tensor inv_freq;        // [rotary / 2] fp32 on device (dynamic RoPE rescales it per call)
   torch::Tensor long_inv_freq;   // longrope: the long factors' frequencies
   torch::Tensor local_inv_freq;  // cfg.local_rope's (Gemma 3's sliding layers), or undefined
+  Gemma4Inputs per_layer;        // Gemma 4's per-layer-input tensors, or undefined
   std::vector<std::int64_t> aux_ids;
   bool last_aux_pre_norm = false;  // aux id L is the last layer's output before the final norm (MiMo MTP)
   std::int64_t parameter_count = 0, active_parameter_count = 0;
@@ -182,9 +203,15 @@ struct TargetModel::Impl {
   // The token mixing of a Gated DeltaNet layer l (hybrid targets): its normed input [B, T, H] -> [B, T,
   // value_dim] before out_proj, with the forward's sequences (linear_attention) or cache states.
   using Mix = std::function<torch::Tensor(std::size_t l, const torch::Tensor& h)>;
+  // What one walk carries between Gemma 4's layers: the per-layer inputs [B, T, L, Dp] (undefined: none) and
+  // the keys and values [B, T, kv_heads, d] (normed, with RoPE) of the layers that KV-shared layers attend.
+  struct Walk {
+    torch::Tensor per_layer;
+    std::vector<std::pair<torch::Tensor, torch::Tensor>> kv;
+  };
   // One decoder layer with the layer's RoPE tables.
   torch::Tensor layer(std::size_t l, const torch::Tensor& x, const RopeTables& rope, const Attend& attend,
-                      const Mix& mix) const;
+                      const Mix& mix, Walk& walk) const;
   // The walk every forward shares: the embedding of ids, then each decoder layer, keep shown
   // hidden_states[0..L-1]; returns the last layer's output before the final norm (hidden_states[L]
   // is that norm, which each forward applies to the positions it needs).

@@ -84,11 +84,12 @@ torch::Tensor TargetModel::Impl::mlp(std::size_t l, const torch::Tensor& h) cons
 }
 
 torch::Tensor TargetModel::Impl::layer(std::size_t l, const torch::Tensor& x, const RopeTables& rope,
-                                       const Attend& attend, const Mix& mix) const {
+                                       const Attend& attend, const Mix& mix, Walk& walk) const {
   const auto& w = layers[l];
   const auto B = x.size(0), T = x.size(1);
-  const auto nh = cfg.num_attention_heads, kvh = cfg.num_key_value_heads, hd = cfg.head_dim;
-  const auto window = cfg.window(static_cast<std::int64_t>(l));
+  const auto li = static_cast<std::int64_t>(l);
+  const auto nh = cfg.num_attention_heads, kvh = cfg.layer_kv_heads_of(li), hd = cfg.layer_head_dim(li);
+  const auto window = cfg.window(li);
 
   auto h = norm(x, w.input_norm);
   const bool local = window > 0 && rope.local_cos.defined();
@@ -117,36 +118,47 @@ torch::Tensor TargetModel::Impl::layer(std::size_t l, const torch::Tensor& x, co
     } else {
       q = qkv.narrow(-1, 0, nh * hd).view({B, T, nh, hd});
     }
-    k = qkv.narrow(-1, qw, kvh * hd).view({B, T, kvh, hd});
-    v = qkv.narrow(-1, qw + kvh * hd, kvh * hd).view({B, T, kvh, hd});
-    if (cfg.qk_norm) {
-      q = norm(q, w.q_norm);
-      k = norm(k, w.k_norm);
-    }
+    if (cfg.qk_norm) q = norm(q, w.q_norm);
     q = model::apply_rope(q, cos, sin, /*head_axis=*/2);
-    k = model::apply_rope(k, cos, sin, /*head_axis=*/2);
+    if (cfg.kv_shared(li)) {
+      // Gemma 4: the keys and values of its source layer (normed, with RoPE), made earlier in this walk.
+      std::tie(k, v) = walk.kv.at(static_cast<std::size_t>(cfg.kv_source.at(l)));
+    } else {
+      k = qkv.narrow(-1, qw, kvh * hd).view({B, T, kvh, hd});
+      // attention_k_eq_v: the values are k_proj's output, before k_norm and RoPE.
+      v = cfg.values_from_keys(li) ? k : qkv.narrow(-1, qw + kvh * hd, kvh * hd).view({B, T, kvh, hd});
+      if (cfg.qk_norm) k = norm(k, w.k_norm);
+      k = model::apply_rope(k, cos, sin, /*head_axis=*/2);
+      if (cfg.value_norm) v = model::rms_norm_unscaled(v, cfg.rms_norm_eps);
+      // Kept only where a KV-shared layer will read them (the walk would hold every layer's otherwise).
+      for (std::int64_t j = cfg.first_kv_shared; j < cfg.num_hidden_layers; ++j)
+        if (cfg.kv_source.at(static_cast<std::size_t>(j)) == li) walk.kv[l] = {k, v};
+    }
   }
   if (!o.defined()) {
     const model::AttentionExtras extras{window, w.sinks, cfg.attn_softcap};
     o = attend(l, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), extras);  // [B, heads, T, d_v]
-    o = o.transpose(1, 2).reshape({B, T, nh * cfg.value_head_dim()});
+    o = o.transpose(1, 2).reshape({B, T, nh * o.size(-1)});  // each layer's value width (Gemma 4's vary)
     if (gate.defined()) o = o * torch::sigmoid(gate);
   }
   // The position-wise rest (o_proj, residual, MLP or experts) acts on each token alone, so it runs in
   // chunks of chunk_tokens positions: its [.., T, 2 I] temporaries are bounded by the chunk, not T.
-  const auto rest = [&](const torch::Tensor& xc, const torch::Tensor& oc) {
+  // Gemma 4: then the per-layer input and the layer scalar (gemma4_layer_tail), position-wise as well.
+  const auto per_layer = walk.per_layer.defined() ? walk.per_layer.select(2, li) : torch::Tensor();
+  const auto rest = [&](const torch::Tensor& xc, const torch::Tensor& oc, const torch::Tensor& pc) {
     auto a = torch::linear(oc, w.o_w, w.o_b);
     if (cfg.sandwich_norms) a = norm(a, w.post_norm);
     auto r = xc + a;
     auto m = mlp(l, norm(r, cfg.sandwich_norms ? w.pre_ff_norm : w.post_norm));
     if (cfg.sandwich_norms) m = norm(m, w.post_ff_norm);
-    return r + m;
+    return cfg.gemma4 ? gemma4_layer_tail(cfg, w, r + m, pc) : r + m;
   };
-  if (chunk_tokens <= 0 || T <= chunk_tokens) return rest(x, o);
+  if (chunk_tokens <= 0 || T <= chunk_tokens) return rest(x, o, per_layer);
   auto out = torch::empty_like(x);
   for (std::int64_t s = 0; s < T; s += chunk_tokens) {
     const auto n = std::min(chunk_tokens, T - s);
-    out.narrow(1, s, n).copy_(rest(x.narrow(1, s, n), o.narrow(1, s, n)));
+    out.narrow(1, s, n).copy_(
+        rest(x.narrow(1, s, n), o.narrow(1, s, n), per_layer.defined() ? per_layer.narrow(1, s, n) : per_layer));
   }
   return out;
 }
@@ -177,8 +189,13 @@ torch::Tensor TargetModel::Impl::run_layers(const torch::Tensor& ids, const Rope
   const auto L = static_cast<std::size_t>(cfg.num_hidden_layers);
   auto x = embed_scaled(ids);
   keep(0, x);
+  Walk walk;
+  if (cfg.gemma4) {
+    walk.kv.resize(L);
+    if (cfg.per_layer_input_dim > 0) walk.per_layer = gemma4_per_layer_inputs(cfg, per_layer, ids, x);
+  }
   for (std::size_t l = 0; l < L; ++l) {
-    x = layer(l, x, rope, attend, mix);
+    x = layer(l, x, rope, attend, mix, walk);
     if (l + 1 < L) keep(static_cast<std::int64_t>(l) + 1, x);
   }
   return x;

@@ -27,7 +27,8 @@ std::vector<double> factor_list(const Reader& p, const std::string& key, std::si
   return v;
 }
 
-// One RoPE from its parameter object `params` (named `where` in errors).
+}  // namespace
+
 model::RopeConfig parse_rope(const Reader& r, const json& params, const std::string& where, const TargetConfig& c) {
   model::RopeConfig rope;
   rope.max_position_embeddings = c.max_position_embeddings;
@@ -125,9 +126,8 @@ model::RopeConfig parse_rope(const Reader& r, const json& params, const std::str
   return rope;
 }
 
-}  // namespace
-
 void read_rope_layers(const Reader& r, TargetConfig& c) {
+  if (c.family == Family::gemma4_text) return;  // read_gemma4: each layer type's RoPE over its own head width
   const bool gemma3 = c.family == Family::gemma3_text;
   if (r.has("rope_parameters")) {
     const auto& rp = r.j["rope_parameters"];

@@ -111,6 +111,10 @@ std::map<std::string, std::vector<std::int64_t>> expected_tensors(const TargetCo
   const auto H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
   const auto q = c.num_attention_heads * D, kv = c.num_key_value_heads * D;
   auto e = end_tensors(c);
+  if (c.gemma4) {  // per-layer head widths, KV sharing, per-layer inputs (target_gemma4.cpp)
+    gemma4_tensors(c, e);
+    return e;
+  }
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const auto p = fmt::format("model.layers.{}.", l);
     e[p + "input_layernorm.weight"] = {H};

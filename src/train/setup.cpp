@@ -20,7 +20,8 @@ namespace eagle::train {
 namespace {
 
 // --draft mtp: the target's shipped MTP layer, read from the target folder under its native names.
-// Trained: every tensor of the layer (its norms, input_proj, the decoder block, final_layernorm).
+// Trained: every tensor of the layer (its input norms and projection, the decoder block, the output
+// norm: MiMo's model.mtp_layers.0.*, Qwen3.5's mtp.*).
 // Frozen: the embedding and the LM head, the target's (vLLM swaps in the target's; MTP.md 0).
 std::shared_ptr<head::DraftHead> make_mtp_head(const config::Options& opts, const features::RunInputs& inputs,
                                                torch::Device device) {
@@ -36,8 +37,10 @@ std::shared_ptr<head::DraftHead> make_mtp_head(const config::Options& opts, cons
   head::load_mtp_weights(*head, opts.model_name_or_path);
   head->module().to(device);
   head->set_target_weights(inputs.ends.embed, inputs.ends.lm_head);
-  log::info("model", "MTP head: {}'s model.mtp_layers.0 ({} parameters trained; embedding and LM head frozen), {} "
-            "TTT step(s)", opts.model_name_or_path, head::count_parameters(*head), cfg.ttt_steps);
+  auto prefix = head::mtp_layout(cfg.mtp_family).prefix;
+  prefix.pop_back();  // model.mtp_layers.0, mtp
+  log::info("model", "MTP head: {}'s {} ({} parameters trained; embedding and LM head frozen), {} TTT step(s)",
+            opts.model_name_or_path, prefix, head::count_parameters(*head), cfg.ttt_steps);
   return head;
 }
 
@@ -90,6 +93,7 @@ std::shared_ptr<head::DraftHead> make_head(const config::Options& opts, const fe
     cfg.qk_norm = opts.draft_layer == "qwen3";
     cfg.num_layers = config::resolved_draft_num_layers(opts.draft, opts.draft_num_layers);
     cfg.parallel_drafting = opts.parallel_drafting;
+    if (opts.draft_layer == "deepseek") cfg.use_mla_layer(tc);
     if (cfg.parallel_drafting) {
       EAGLE_CHECK(opts.mask_token_id >= 0 || !tc.eos_token_ids.empty(),
                   Error(ErrorKind::usage, "P-EAGLE needs a mask token and the target names no end-of-sequence id")

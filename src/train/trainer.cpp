@@ -1,7 +1,8 @@
 // The training run of `eagle-train train` (docs/training.md) as one object: set-up in the
 // constructor as named steps, then run(): per optimizer step (a) forward+backward of each
 // micro-batch, graphed per batch shape, and (b) clip + AdamW update, with evaluation, logging and
-// checkpoints in plain `step % every == 0` blocks, and one exit path that always writes summary.json.
+// checkpoints in plain `step % every == 0` blocks (the step line and the exit path that always writes
+// summary.json: trainer_end.cpp).
 #include "eagle/train/trainer.h"
 
 #include <chrono>
@@ -36,82 +37,9 @@
 #include "eagle/util/error.h"
 #include "eagle/util/log.h"
 #include "rank_check.h"
-#include "train_state.h"
+#include "trainer_impl.h"
 
-namespace eagle::train {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-using run::ExitReason;
-
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-class Trainer {
- public:
-  Trainer(const config::Options& o, const std::vector<std::string>& command_line, const TrainHooks& hooks);
-  run::RunSummary run();
-
- private:
-  // Set-up, in order.
-  void join_ranks();
-  void claim_output_dir();
-  void check_resume();
-  void build();
-  void restore();
-  void open_sinks(const std::vector<std::string>& command_line);
-  // The loop and its parts.
-  ExitReason loop();
-  void train_step();
-  void evaluate(bool with_step_line);
-  void save();
-  void mark_best();  // rank 0 (the one holding evaluations): checkpoint-best from the latest one
-  void log_window();
-  bool step_line_due(std::int64_t step) const { return step % o_.logging_steps == 0 || step == total_steps_; }
-  // Runs side work (evaluation, checkpoint) and books its time outside the training time.
-  template <typename F>
-  void side_work(F&& f);
-  // The end.
-  run::RunSummary finish(ExitReason reason, std::exception_ptr failure);
-  void agree_on_exit_code(int exit_code);
-
-  const config::Options o_;
-  const nlohmann::json options_json_;  // o_ as every checkpoint records it
-  const TrainHooks hooks_;
-  const Clock::time_point started_ = Clock::now();
-  torch::Device device_{torch::kCPU};
-  std::unique_ptr<device::ProcessGroup> group_;  // one process: a group of one, every collective the identity
-  std::optional<run::DirLock> lock_;             // rank 0: output_dir is this run's until the process ends
-  std::optional<run::CheckpointRef> resume_;
-  features::RunInputs inputs_;  // the data; the target, or the stored features standing in for it
-  std::shared_ptr<head::DraftHead> head_;
-  std::int64_t K_ = 0;
-  features::FeatureSources features_;  // the head inputs of each batch of each split
-  std::optional<data::Sampler> sampler_;
-  std::optional<device::CudaGraphCache> graphs_;
-  std::optional<AdamW> optimizer_;
-  std::int64_t total_steps_ = 0;
-  run::LrSchedule schedule_;
-  std::optional<RunEvaluations> evals_;  // rank 0: the latest evaluation, checkpoint-best, the summary's metrics
-  TrainerState state_;  // step_, the sampler position, the config and the tokens seen
-  std::optional<io::RunLogger> logger_;
-  std::optional<run::CheckpointDir> checkpoints_;
-  run::StopSignals signals_;
-  run::RunSummary summary_;
-
-  // Device state of the loop.
-  std::optional<LogWindow> window_;
-  device::FlatGradients comm_;  // the gradients (the parameters' .grad are views into it) and the
-                                // step's loss (its one extra value), summed over ranks in one collective
-  torch::Tensor step_loss_;     // comm_'s last element, 0-dim
-  std::optional<MicroBatchRunner> micro_batches_;  // the step's micro-batches on buffers per batch shape
-  double loop_seconds_ = 0, side_seconds_ = 0;  // training steps alone; evaluations and checkpoints
-  std::optional<Clock::time_point> loop_started_;  // set when the loop begins (summary.json's rate on any exit)
-  bool updating_ = false;                          // the step's optimizer update has begun (no longer the last step)
-  std::int64_t saved_step_ = 0;                    // the newest step with a checkpoint (written or resumed)
-  double process_real_tokens_ = 0;                 // real tokens of this process's steps
-  std::int64_t nonfinite_reported_ = 0;
-  double last_loss_ = std::numeric_limits<double>::quiet_NaN();
-};
+namespace eagle::train::detail {
 
 Trainer::Trainer(const config::Options& o, const std::vector<std::string>& command_line, const TrainHooks& hooks)
     : o_(o), options_json_(config::to_json(o_, config::Command::train)), hooks_(hooks) {
@@ -378,95 +306,14 @@ void Trainer::save() {
 
 void Trainer::mark_best() { evals_->mark_best(state_.step, *checkpoints_); }
 
-void Trainer::log_window() {
-  graphs_->synchronize();
-  LogWindow& w = *window_;
-  const double elapsed = std::max(1e-9, w.seconds());
-  group_->sum(w.metrics);  // every rank's positions (the loss and gradient norm are global already)
-  auto metrics = summarize_metrics(w.metrics.cpu());
-  io::StepStats s;
-  s.step = state_.step;
-  s.total_steps = total_steps_;
-  const auto steps = static_cast<double>(w.counts.steps);
-  // A window without one trained position has no loss (0 would read as a perfect head).
-  s.loss = metrics.positions > 0 ? w.loss.item<double>() / steps : std::numeric_limits<double>::quiet_NaN();
-  if (metrics.positions == 0)
-    log::warn("train",
-              "steps {}-{} had no position to train: loss n/a (a trained token needs two tokens before it "
-              "in its sample; check the loss masks)",
-              state_.step - w.counts.steps + 1, state_.step);
-  s.acc = metrics.acc;
-  s.tau = metrics.tau;
-  s.lr = schedule_.lr(state_.step - 1);
-  s.grad_norm = w.grad_norm.item<double>() / steps;
-  w.counts.fill(s, elapsed);
-  s.nonfinite_steps = static_cast<std::int64_t>(optimizer_->nonfinite_steps().item<double>());
-  if (auto peak = device::peak_memory_bytes(device_)) s.peak_memory_mib = static_cast<double>(*peak) / (1 << 20);
-  if (logger_) logger_->log_step(s, evals_->take_pending());
-  last_loss_ = s.loss;
-  w.reset();
-  if (s.nonfinite_steps > nonfinite_reported_) {
-    auto first = static_cast<std::int64_t>(optimizer_->first_nonfinite_step().item<double>());
-    nonfinite_reported_ = s.nonfinite_steps;
-    if (o_.nan_policy == config::NanPolicy::error)
-      throw Error(ErrorKind::training, "non-finite loss or gradient; the update was skipped")
-          .place(fmt::format("step {}", first))
-          .hint("lower learning_rate, check the data, or pass --nan_policy skip to go on");
-    log::warn("train", "{} step(s) skipped for non-finite values so far (first at step {})", s.nonfinite_steps, first);
-  }
-}
+}  // namespace eagle::train::detail
 
-run::RunSummary Trainer::finish(ExitReason reason, std::exception_ptr failure) {
-  run::RunSummary& s = summary_;
-  s.exit_reason = reason;
-  s.steps = state_.step;
-  s.final_loss = std::isfinite(last_loss_) ? std::optional<double>(last_loss_) : std::nullopt;
-  evals_->record(s);
-  s.real_tokens = state_.real_tokens;
-  s.tokens_per_s = process_real_tokens_ / std::max(1e-9, loop_seconds_);
-  s.wall_time_s = seconds_since(started_);
-  if (auto best = checkpoints_->best()) s.best_step = best->step;
-  // Gates are recorded for every run; only a completed run can miss one (rank 0 evaluates).
-  std::optional<Error> error;
-  if (group_->is_main()) error = run::apply_gates(s, o_.min_ar, o_.max_final_loss);
-  if (failure) {
-    error = device::to_error(failure);
-    s.detail = error->format();
-    s.exit_code = static_cast<int>(error->exit_code());
-  } else if (reason == ExitReason::interrupted) {
-    s.detail = *signals_.signal_name() ? signals_.signal_name() : "a signal on another rank";
-    s.exit_code = static_cast<int>(ExitCode::interrupted);
-    error = Error(ErrorKind::interrupted, fmt::format("stopped by {} after step {}", s.detail, state_.step))
-                .hint(fmt::format("resume with --resume_from_checkpoint auto --output_dir {}", o_.output_dir));
-  }
-  if (group_->is_main()) {
-    run::write_summary(o_.output_dir, s);
-    logger_->finish();
-    io::write_report_after_run(o_.output_dir);
-  }
-  if (failure) std::rethrow_exception(failure);
-  agree_on_exit_code(s.exit_code);
-  if (error) throw *error;
-  return s;
-}
-
-// Every rank ends with rank 0's exit code (a missed gate is known there only).
-void Trainer::agree_on_exit_code(int exit_code) {
-  if (group_->size() == 1) return;
-  const auto code = group_->broadcast_from_main(exit_code);
-  if (group_->is_main() || code == exit_code) return;
-  const auto kind = code == static_cast<int>(ExitCode::gate)          ? ErrorKind::gate
-                    : code == static_cast<int>(ExitCode::interrupted) ? ErrorKind::interrupted
-                                                                      : ErrorKind::training;
-  throw Error(kind, fmt::format("rank 0 ended the run with exit code {}", code));
-}
-
-}  // namespace
+namespace eagle::train {
 
 run::RunSummary train(const config::Options& opts, const std::vector<std::string>& command_line,
                       const TrainHooks& hooks) {
   if (auto done = already_completed(opts, device::launch_from_env().world_size)) return *done;
-  return Trainer(opts, command_line, hooks).run();
+  return detail::Trainer(opts, command_line, hooks).run();
 }
 
 }  // namespace eagle::train

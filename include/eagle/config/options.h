@@ -59,7 +59,7 @@ struct Options {
   bool fc_norm = false;               // EAGLE 3.1: an RMSNorm on each aux feature before the FC
   bool norm_output = false;           // EAGLE 3.1: the post-final-norm hidden is the next step's state
   bool norm_before_fc = false;        // one RMSNorm over the whole concatenation before the FC
-  std::string draft_layer = "llama";  // llama | qwen3 (q/k norm per head)
+  std::string draft_layer = "llama";  // llama | qwen3 (q/k norm per head) | deepseek (MLA, vLLM's deepseek_eagle3)
   std::int64_t draft_num_layers = 0;  // decoder layers; 0: the draft's default (EAGLE-3 1, DFlash 5)
   bool parallel_drafting = false;     // P-EAGLE: mask slots, all drafts in one forward
   std::int64_t mask_token_id = -1;    // P-EAGLE's / DFlash's mask token; -1: the target's first end-of-sequence id

@@ -69,10 +69,10 @@ RunInputs load_train_inputs(const config::Options& opts, torch::Device device);
 // The inputs of `eval` for a head of this version reading these target layers (its own, not the
 // options'): the held-out data as training chooses it, else data_path (or the folder's samples)
 // whole; the target or the features as for training.
-// last_aux_pre_norm: an MTP head's (--draft mtp): aux id L is the target's last hidden state before
-// its final norm, online only (target::TargetModel::set_last_aux_pre_norm).
+// mtp_head: an MTP head's (--draft mtp): aux id L is the target's last hidden state, before or after
+// its final norm as the target's MTP family reads it, online only (target::TargetModel::set_last_aux_pre_norm).
 RunInputs load_eval_inputs(const config::Options& opts, torch::Device device, std::int64_t eagle_version,
-                           const std::vector<std::int64_t>& aux_layer_ids, bool last_aux_pre_norm = false);
+                           const std::vector<std::int64_t>& aux_layer_ids, bool mtp_head = false);
 
 // The folder holding the target's config.json for these options: model_name_or_path when given,
 // else the copy of a dump-features folder (features_path); empty when neither has one.

@@ -57,10 +57,19 @@ struct HeadConfig {
                                                    // exports' torch_dtype: SGLang runs the draft in it
   TttAttentionImpl attention = TttAttentionImpl::efficient;
   // --draft mtp (MTP.md): the target's own shipped MTP layer, fine-tuned (head/mtp_head.h); "" for the
-  // EAGLE heads, else the family whose MTP forward it is ("mimo"). An MTP head is drafted and trained
-  // as an EAGLE-3 head (eagle_version 3, one layer, aux_layer_ids {L}, the full vocabulary).
+  // EAGLE heads, else the family whose MTP forward it is ("mimo", "qwen3_5"). An MTP head is drafted and
+  // trained as an EAGLE-3 head (eagle_version 3, one layer, aux_layer_ids {L}, the full vocabulary).
   std::string mtp_family;
   bool attention_bias = false;  // q/k/v bias of the draft layer (the MTP block of a Qwen2-type target)
+  // --draft_layer deepseek (docs/heads.md): the MLA layer of vLLM's deepseek_eagle3.py
+  // (DeepseekV2MLAAttention: q_a_proj, q_a_layernorm, q_b_proj, kv_a_proj_with_mqa, kv_a_layernorm,
+  // kv_b_proj, o_proj) with a dense MLP. head_dim is qk_nope + qk_rope, num_key_value_heads the heads,
+  // rope.head_dim qk_rope_head_dim; kv_lora_rank 0: not an MLA layer.
+  std::int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
+  bool mla() const { return kv_lora_rank > 0; }
+  // The MTP block of a Qwen3.5 target (head/mtp_layout.h): every RMSNorm x * (1 + w) in fp32, and
+  // q_proj emitting [query | gate] per head, the attention times sigmoid(gate) before o_proj.
+  bool norm_one_plus = false, attn_output_gate = false;
   bool mtp() const { return !mtp_family.empty(); }
   // --draft dflash (DFlash.md, head/dflash_head.h): num_layers Qwen3-style layers over the target's
   // features at aux_layer_ids (DFlash target layer t is aux id t + 1), drafting dflash_block_size - 1
@@ -74,6 +83,11 @@ struct HeadConfig {
   // The head shaped after its target: H, heads, head_dim, intermediate size, eps, RoPE.
   static HeadConfig from_target(const target::TargetConfig& target, std::int64_t eagle_version,
                                 std::vector<std::int64_t> aux_layer_ids, std::int64_t draft_vocab_size);
+  // Makes this EAGLE-3 config's layer the MLA draft layer shaped after the MLA target (its heads, LoRA
+  // ranks and head widths; the RoPE vLLM's deepseek_eagle3 rotates with). Throws Error(usage) for a
+  // target without MLA, without a q_lora_rank (vLLM's loader fuses q_a_proj with kv_a_proj_with_mqa), or
+  // a RoPE other than default and YaRN (vLLM serves every scaled type as deepseek_yarn).
+  void use_mla_layer(const target::TargetConfig& target);
   std::int64_t steps() const { return dflash() ? dflash_block_size - 1 : eagle_version == 3 ? ttt_steps : 1; }
 };
 

@@ -22,6 +22,8 @@ namespace eagle::head {
 // the layout vLLM 0.32 loads (dflash_io.h), its checkpoints and exports alike.
 enum class HeadFormat { sglang, speculators, vllm_eagle1, mtp, dflash };
 std::string format_name(HeadFormat f);
+// The draft layer as --draft_layer names it: llama, qwen3 or deepseek (the MLA layer).
+std::string draft_layer_name(const HeadConfig& c);
 
 // A new head of cfg's version (vocab ignored for EAGLE-1).
 std::shared_ptr<DraftHead> make_head(const HeadConfig& cfg, const DraftVocab& vocab);

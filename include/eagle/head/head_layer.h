@@ -9,19 +9,30 @@
 
 namespace eagle::head {
 
-// RMSNorm with one registered parameter "weight" (ones at start).
+// RMSNorm with one registered parameter "weight": x * w (ones at start), or with one_plus Gemma's
+// x * (1 + w) in fp32 (zeros at start; Qwen3.5's MTP layer).
 struct RmsNormImpl : torch::nn::Module {
-  RmsNormImpl(std::int64_t size, double eps);
-  torch::Tensor forward(const torch::Tensor& x) const { return model::rms_norm(x, weight, eps); }
+  RmsNormImpl(std::int64_t size, double eps, bool one_plus = false);
+  torch::Tensor forward(const torch::Tensor& x) const {
+    return one_plus ? model::rms_norm_one_plus(x, weight, eps) : model::rms_norm(x, weight, eps);
+  }
   torch::Tensor weight;
   double eps;
+  bool one_plus;
 };
 TORCH_MODULE(RmsNorm);
 
+// q_proj has heads * head_dim rows, or twice that with cfg.attn_output_gate ([query | gate] per head).
 struct HeadAttentionImpl : torch::nn::Module {
   HeadAttentionImpl(const HeadConfig& cfg, std::int64_t input_size);
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RmsNorm q_norm{nullptr}, k_norm{nullptr};  // [head_dim], the Qwen3-style layer only (cfg.qk_norm)
+  // The MLA layer (cfg.mla(), vLLM's DeepseekV2MLAAttention names; q/k/v_proj null): q_a_proj [q_lora_rank,
+  // in], q_a_layernorm, q_b_proj [heads * head_dim, q_lora_rank], kv_a_proj_with_mqa [kv_lora_rank +
+  // qk_rope, in], kv_a_layernorm, kv_b_proj [heads * (qk_nope + v), kv_lora_rank]; o_proj [H, heads * v].
+  torch::nn::Linear q_a_proj{nullptr}, q_b_proj{nullptr}, kv_a_proj_with_mqa{nullptr}, kv_b_proj{nullptr};
+  RmsNorm q_a_layernorm{nullptr}, kv_a_layernorm{nullptr};
+  std::int64_t value_dim = 0;  // each head's value width before o_proj (MLA's v_head_dim; else head_dim)
 };
 TORCH_MODULE(HeadAttention);
 
@@ -50,11 +61,22 @@ struct HeadLayerImpl : torch::nn::Module {
 };
 TORCH_MODULE(HeadLayer);
 
+// The attention's score scale: head_dim^-1/2; the MLA layer's (vLLM's DeepseekV2MLAAttention) is
+// (qk_nope + qk_rope)^-1/2, times yarn_get_mscale(factor, mscale_all_dim)^2 under YaRN.
+double attention_scale(const HeadConfig& cfg);
+// The width of each head's queries, keys and values in the attention and the draft cache: head_dim; the
+// MLA layer's max(qk_nope + qk_rope, v_head_dim), the narrower side zero-padded (zeros in q and k change
+// no score, in v no output; attention_output drops the padding).
+std::int64_t attention_width(const HeadConfig& cfg);
+
 // q, k, v of x [B, T, in] with RoPE at positions [B, T]; k and v keep the key/value heads (what the
-// attention kernels and a KV cache take).
+// attention kernels and a KV cache take). The MLA layer's are [B, heads, T, attention_width].
 struct Qkv {
   torch::Tensor q, k, v;  // q [B, h, T, d]; k, v [B, kv_heads, T, d]
+  torch::Tensor gate;     // [B, h, T, d] the output gate's logits (cfg.attn_output_gate), else undefined
 };
+// The attention [B, h, T, d] times sigmoid(gate) where the layer is gated (gate defined), else as it is.
+torch::Tensor gate_attention(const torch::Tensor& attention, const torch::Tensor& gate);
 Qkv project_qkv(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& x,
                 const torch::Tensor& inv_freq, const torch::Tensor& positions);
 // The same from the projections x q_proj^T, x k_proj^T, x v_proj^T [B, T, heads * d] made elsewhere
@@ -62,12 +84,12 @@ Qkv project_qkv(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torc
 Qkv heads_of_projections(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& q_flat,
                          const torch::Tensor& k_flat, const torch::Tensor& v_flat, const torch::Tensor& inv_freq,
                          const torch::Tensor& positions);
-// [B, h, T, d] -> o_proj([B, T, h*d])
+// [B, h, T, d] -> o_proj([B, T, h*d]) (the MLA layer: d narrowed to its value width first)
 torch::Tensor attention_output(const HeadAttentionImpl& attn, const torch::Tensor& a);
 
 // The drafting attention of queries q [B, h, n, d] over cached keys and values [B, kv_heads, S, d]
 // (grouped heads repeated) where mask (bool, broadcast to [B, h, n, S]) allows: fp32 scores scaled by
-// head_dim^-1/2, softmax, weighted values. Every drafting path (draft(), the tree's nodes, many rows
+// attention_scale, softmax, weighted values. Every drafting path (draft(), the tree's nodes, many rows
 // at once) computes its attention here, so they agree bit for bit on equal inputs.
 torch::Tensor draft_attention(const HeadConfig& cfg, const torch::Tensor& q, const torch::Tensor& keys,
                               const torch::Tensor& values, const torch::Tensor& mask);

@@ -1,27 +1,31 @@
-// The target's shipped MTP layer as a draft head (--draft mtp; MTP.md 2.0, 2.4): MiMo's
-// u = input_proj([hidden_layernorm(h); token_layernorm(e)]), one Qwen2 decoder layer on u,
-// o = final_layernorm(u + attn + mlp), logits = the target's lm_head(o), o fed back. Trained with
-// the EAGLE-3 training-time test (the same TTT attention: step-1 keys causally plus the chain's own
+// The target's shipped MTP layer as a draft head (--draft mtp; MTP.md 2.0, 2.3, 2.4), one class for
+// every family, what differs read from its MtpLayout (head/mtp_layout.h): u = projection of the
+// normed embedding e and the normed state h (MiMo: [h; e], e zeroed at position 0; Qwen3.5: [e; h]),
+// one decoder layer on u (Qwen3.5: gated attention, q/k norm, partial RoPE, (1 + w) norms),
+// o = output_norm(u + attn + mlp), logits = the target's lm_head(o), o fed back. Trained with the
+// EAGLE-3 training-time test (the same TTT attention: step-1 keys causally plus the chain's own
 // earlier steps, RoPE position t+k) over the full vocabulary; drafted k times with the one layer.
 #pragma once
 
 #include "eagle/head/draft_vocab.h"
 #include "eagle/head/head.h"
 #include "eagle/head/head_layer.h"
+#include "eagle/head/mtp_layout.h"
 
 namespace eagle::head {
 
 class MtpHead : public torch::nn::Module, public DraftHead {
  public:
   // cfg.mtp() with eagle_version 3 and draft_vocab_size = vocab_size. Weights start at nn::Linear's
-  // default (norms at 1); the shipped ones come from the target folder (mtp_io.h).
+  // default (norms at identity); the shipped ones come from the target folder (mtp_io.h).
   explicit MtpHead(HeadConfig cfg);
 
   const HeadConfig& config() const override { return cfg_; }
   torch::nn::Module& module() override { return *this; }
   HeadStepOutput train_step_forward(const HeadInputs& in, const torch::Tensor& denominators) override;
   DraftCache new_cache(std::int64_t batch, std::int64_t capacity) const override;
-  // features [B, n, H]: the target's last hidden states before the final norm (aux id L, pre-norm).
+  // features [B, n, H]: the target's last hidden states (aux id L), before its final norm for MiMo and
+  // after it for Qwen3.5 (MtpLayout::step1_pre_norm).
   torch::Tensor draft(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids,
                       std::int64_t draft_len) override;
   // draft()'s steps for trees and sampled chains: the prefix pass, and nodes under an explicit mask;
@@ -39,33 +43,41 @@ class MtpHead : public torch::nn::Module, public DraftHead {
   }
   target::TeacherSpec teacher_spec() const override { return target::TeacherSpec{draft_ids}; }
 
-  // The native names, under model.mtp_layers.0.: token_layernorm, hidden_layernorm, input_proj,
-  // final_layernorm, and the decoder layer's input_layernorm, self_attn.*, post_attention_layernorm,
-  // mlp.* (registered here as mtp_block.*; mtp_io.h maps the names).
-  RmsNorm token_layernorm{nullptr}, hidden_layernorm{nullptr}, final_layernorm{nullptr};
-  torch::nn::Linear input_proj{nullptr};
+  // Registered under the family's native names (layout().embedding_norm, hidden_norm, projection,
+  // output_norm; MiMo: token_layernorm, hidden_layernorm, input_proj, final_layernorm) and the decoder
+  // layer as mtp_block.* (input_layernorm, self_attn.*, post_attention_layernorm, mlp.*); mtp_io.h maps
+  // them to the checkpoint's names.
+  RmsNorm embedding_norm{nullptr}, hidden_norm{nullptr}, output_norm{nullptr};
+  torch::nn::Linear projection{nullptr};
   HeadLayer mtp_block{nullptr};
   torch::Tensor d2t, t2d, draft_ids;  // buffers of the identity draft vocabulary (the full one)
 
  private:
   // One step over tokens ids [B, T] and states [B, T, H] at RoPE positions [B, T]: the embedding
-  // (zeroed where the position is 0: vLLM's mask), the input projection, q/k/v of the block.
+  // (MiMo: zeroed where the position is 0, vLLM's mask), the input projection, q/k/v (and the output
+  // gate) of the block.
   struct StepInput {
     torch::Tensor u;  // the block's input and residual [B, T, H]
     Qkv qkv;
   };
   StepInput step_input(const torch::Tensor& ids, const torch::Tensor& state, const torch::Tensor& positions);
-  // o = final_layernorm(block after its attention), the logits' input and the next step's state.
-  torch::Tensor step_output(const torch::Tensor& u, const torch::Tensor& attention);
+  // The block after its attention (gated where the layer is): o = output_norm(z), the logits' input, and
+  // the next step's state (o, or z where the family feeds back the pre-norm output).
+  struct StepOutput {
+    torch::Tensor o, state;
+  };
+  StepOutput step_output(const torch::Tensor& u, const torch::Tensor& attention, const torch::Tensor& gate);
   torch::Tensor logits(const torch::Tensor& o) const;  // the target's LM head in its dtype, as fp32 [.., V]
   template <typename Visit>
   void unroll(const HeadInputs& in, Visit&& visit);  // visit(k, o) after each TTT step
+  const MtpLayout& layout() const { return *layout_; }
   // Tokens ids [B, n] and states [B, n, H] written at cache slots [start, start + n) at RoPE
-  // positions pos0..; returns their outputs o [B, n, H].
-  torch::Tensor cached_step(DraftCache& cache, const torch::Tensor& state, const torch::Tensor& ids, std::int64_t start,
-                            std::int64_t pos0);
+  // positions pos0..; returns their outputs.
+  StepOutput cached_step(DraftCache& cache, const torch::Tensor& state, const torch::Tensor& ids, std::int64_t start,
+                         std::int64_t pos0);
 
   HeadConfig cfg_;
+  const MtpLayout* layout_;
   torch::Tensor embedding_, lm_head_;  // the target's, frozen, not registered
   torch::Tensor inv_freq_;
 };

@@ -14,12 +14,17 @@
 
 namespace eagle::head {
 
-// The MTP head of a target that ships MTP layers (MiMo, num_nextn_predict_layers >= 1): the
-// target's sizes, eps and RoPE, q/k/v bias, one layer, the full vocabulary, aux id L (the pre-norm
-// last hidden state). Throws Error(usage) for a target without MTP layers.
+// The MTP head of a target that ships one MTP layer (MiMo with num_nextn_predict_layers 1, dense
+// Qwen3.5 with mtp_num_hidden_layers 1): its family's layout (mtp_layout.h), the target's sizes, eps
+// and RoPE (Qwen3.5: its partial rotary width), one layer, the full vocabulary, aux id L (the last
+// hidden state, before or after the final norm as the family's step 1 reads it). Throws Error(usage)
+// for a target without MTP layers, with several, or with a mixture-of-experts one (Qwen3.5-MoE,
+// Qwen3-Next: not implemented), each by name.
 HeadConfig mtp_config_from_target(const target::TargetConfig& target);
 
-// Whether a config.json is one the MTP head is read from: a target with MTP layers (MiMoForCausalLM).
+// Whether a config.json is one the MTP head is read from: MiMoForCausalLM, or a Qwen3.5, Qwen3.5-MoE or
+// Qwen3-Next architecture that ships MTP layers (mtp_num_hidden_layers, in text_config for a multimodal
+// one; num_nextn_predict_layers, default 1, for Qwen3-Next).
 bool is_mtp_config(const nlohmann::json& j);
 // The MTP head config of a config.json at `file` (a target folder's, an export's or a checkpoint's):
 // mtp_config_from_target plus its eagle_train block (ttt_steps, loss decay, the target's name);
@@ -27,12 +32,13 @@ bool is_mtp_config(const nlohmann::json& j);
 HeadConfig mtp_config_from_json(const nlohmann::json& j, const std::string& file);
 // config.json of an MTP checkpoint: the target's fields the config reader needs plus eagle_train.
 nlohmann::json mtp_config_json(const HeadConfig& cfg);
-// The native name of an MTP head parameter: model.mtp_layers.0. + the name (mtp_block. dropped).
-std::string mtp_native_name(const std::string& parameter);
+// The native name of an MTP head parameter of a family (HeadConfig::mtp_family): MiMo's
+// model.mtp_layers.0. + the name (mtp_block. dropped), Qwen3.5's mtp. + the name (mtp_block. as layers.0.).
+std::string mtp_native_name(const std::string& parameter, const std::string& family = "mimo");
 
 // Copies the MTP layer's tensors of a folder (model.safetensors.index.json's shards, or
 // model.safetensors) into the head's parameters, checking that each is present with its shape and
-// that no other model.mtp_layers.0.* tensor is left unread.
+// that no other tensor under the family's MTP prefix (model.mtp_layers.0., mtp.) is left unread.
 void load_mtp_weights(DraftHead& head, const std::string& dir);
 // The MTP head of a folder: its config.json (mtp_config_from_json) and its weights.
 std::shared_ptr<DraftHead> load_mtp_head(const std::string& dir, torch::Device device);

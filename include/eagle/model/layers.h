@@ -18,6 +18,8 @@ torch::Tensor rms_norm_one_plus(const torch::Tensor& x, const torch::Tensor& wei
 torch::Tensor soft_cap(const torch::Tensor& x, double cap);
 // GptOssRMSNorm: the same, but the weight multiplies in fp32 before the cast back.
 torch::Tensor rms_norm_fp32_weight(const torch::Tensor& x, const torch::Tensor& weight, double eps);
+// RMSNorm without a weight, in fp32, cast back (Gemma 4's value norm: Gemma4RMSNorm with_scale=False).
+torch::Tensor rms_norm_unscaled(const torch::Tensor& x, double eps);
 
 struct RopeConfig {
   std::int64_t head_dim = 64;     // the rotated dimensions (partial rotary: fewer than the head's)

@@ -53,7 +53,8 @@ enum class Family {
   glm4_moe_lite,
   qwen3_next,   // Qwen3NextForCausalLM
   qwen3_5,      // Qwen3_5ForCausalLM (qwen3_5_text) or the multimodal Qwen3_5ForConditionalGeneration (qwen3_5)
-  qwen3_5_moe   // Qwen3_5MoeForCausalLM (qwen3_5_moe_text) or Qwen3_5MoeForConditionalGeneration (qwen3_5_moe)
+  qwen3_5_moe,  // Qwen3_5MoeForCausalLM (qwen3_5_moe_text) or Qwen3_5MoeForConditionalGeneration (qwen3_5_moe)
+  gemma4_text   // Gemma4ForCausalLM (gemma4_text) or the multimodal Gemma4ForConditionalGeneration (gemma4)
 };
 
 struct TargetConfig {
@@ -74,9 +75,10 @@ struct TargetConfig {
   std::string dtype = "float32";    // torch_dtype (4.x) or dtype (5.x)
   std::vector<std::int64_t> eos_token_ids;
   std::int64_t bos_token_id = -1;
-  // MiMo: num_nextn_predict_layers, the shipped MTP layers (model.mtp_layers.{i}.*; DeepSeek-V3 and
-  // GLM-4.5: model.layers.{num_hidden_layers + i}.*). The target never loads them; --draft mtp trains
-  // MiMo's layer 0 (head/mtp_head.h).
+  // The shipped MTP layers: MiMo's num_nextn_predict_layers (model.mtp_layers.{i}.*; DeepSeek-V3 and
+  // GLM-4.5: model.layers.{num_hidden_layers + i}.*), Qwen3.5's mtp_num_hidden_layers and Qwen3-Next's
+  // num_nextn_predict_layers (mtp.*). The target never loads them; --draft mtp trains MiMo's and dense
+  // Qwen3.5's layer 0 (head/mtp_head.h).
   std::int64_t num_mtp_layers = 0;
   // Multi-head latent attention (DeepSeek-V3; kv_lora_rank > 0): q from q_a_proj, its norm and q_b_proj
   // (q_lora_rank 0: q_proj), keys and values from the latent kv_a_proj_with_mqa (kv_lora_rank, normed,
@@ -133,6 +135,20 @@ struct TargetConfig {
   double attention_scale = 0.0;                    // 0: head_dim^-1/2
   double attn_softcap = 0.0, final_softcap = 0.0;  // 0: none
   bool fused_checkpoint = false;                   // Phi-3: qkv_proj and gate_up_proj stored fused
+
+  // Gemma 4 (transformers' modeling_gemma4; docs/models.md): the full-attention layers' own head width and
+  // key/value heads (per_layer_config, or global_head_dim and num_global_key_value_heads), their values
+  // k_proj's output (attention_k_eq_v: no v_proj), values RMS-normed per head without a weight, each layer's
+  // output times its layer_scalar [1], proportional RoPE on the full layers (only the first rope_angles
+  // frequency pairs of c.rope turn; 0: all), per-layer inputs (PLE: embed_tokens_per_layer of
+  // per_layer_input_dim per layer, 0: none), and the last layers from first_kv_shared on attending the keys
+  // and values of kv_source (the last earlier layer of their type), their MLP twice as wide with
+  // double_wide_mlp.
+  bool gemma4 = false, k_eq_v = false, value_norm = false, layer_scalar = false, double_wide_mlp = false;
+  std::vector<std::int64_t> layer_head_dims, layer_kv_heads;  // per layer; empty: head_dim, num_key_value_heads
+  std::int64_t rope_angles = 0, per_layer_input_dim = 0, per_layer_vocab = 0;
+  std::int64_t first_kv_shared = 0;     // num_hidden_layers - num_kv_shared_layers (Gemma 4; else unused)
+  std::vector<std::int64_t> kv_source;  // per layer: the layer whose keys and values it attends (itself mostly)
   // FP8 checkpoints (quantization_config.quant_method fp8): e4m3 weights with weight_scale_inv
   // per block of fp8_block[0] x fp8_block[1]; empty: none.
   std::vector<std::int64_t> fp8_block;
@@ -153,6 +169,19 @@ struct TargetConfig {
   bool sparse(std::int64_t layer) const { return moe() && sparse_layers.at(static_cast<std::size_t>(layer)); }
   std::int64_t window(std::int64_t layer) const {
     return layer_windows.empty() ? 0 : layer_windows.at(static_cast<std::size_t>(layer));
+  }
+  // Gemma 4's per-layer attention geometry (every other family: the same in every layer).
+  std::int64_t layer_head_dim(std::int64_t layer) const {
+    return layer_head_dims.empty() ? head_dim : layer_head_dims.at(static_cast<std::size_t>(layer));
+  }
+  std::int64_t layer_kv_heads_of(std::int64_t layer) const {
+    return layer_kv_heads.empty() ? num_key_value_heads : layer_kv_heads.at(static_cast<std::size_t>(layer));
+  }
+  bool kv_shared(std::int64_t layer) const { return gemma4 && layer >= first_kv_shared; }
+  // Values from k_proj (Gemma 4's attention_k_eq_v, full-attention layers only).
+  bool values_from_keys(std::int64_t layer) const { return k_eq_v && window(layer) == 0; }
+  std::int64_t layer_intermediate(std::int64_t layer) const {
+    return double_wide_mlp && kv_shared(layer) ? 2 * intermediate_size : intermediate_size;
   }
 
   // Reads config.json (transformers 4.x and 5.x spellings); refuses unsupported architectures and
