@@ -13,8 +13,8 @@
 
 namespace eagle::data {
 
-// A token id no sample may hold: a multimodal target's media placeholder (image, video, vision start
-// and end), whose embedding its vision tower computes; a target read as its text model has none loaded.
+// A token id no sample may hold: a multimodal target's media placeholder (image, video, audio, vision
+// start and end), whose embedding its towers compute; a target read as its text model loads none.
 struct MediaToken {
   std::int64_t id = 0;
   std::string name;  // the config.json key naming it, e.g. image_token_id
@@ -26,8 +26,8 @@ inline Error media_token_error(const MediaToken& token, std::string place) {
       .place(std::move(place))
       .expected("text tokens only")
       .found(std::to_string(token.id) + " (the target's " + token.name + ")")
-      .hint("give text-only data: the target is read as its text model, its vision tower is not loaded, so "
-            "nothing computes the placeholder's embedding");
+      .hint("give text-only data: the target is read as its text model (its vision tower is not loaded, nor an "
+            "audio one), so nothing computes the placeholder's embedding");
 }
 
 struct ReadOptions {

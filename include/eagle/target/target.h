@@ -97,8 +97,8 @@ struct TargetConfig {
   bool attn_output_gate = false;  // q_proj doubled per head: [query; gate], the output times sigmoid(gate)
   // A multimodal checkpoint read as its text model (Qwen3_5ForConditionalGeneration): config.json's
   // text_config, the tensors model.language_model.* read as model.*, the vision tower model.visual.* not
-  // loaded; media_tokens (image, video, vision start and end, by their config.json keys) are refused in
-  // every dataset read against it (data::LoadOptions::media_tokens).
+  // loaded; media_tokens (Qwen3.5: image, video, vision start and end; Gemma 4: image, video, audio; by
+  // their config.json keys) are refused in every dataset read against it (data::LoadOptions::media_tokens).
   bool multimodal = false;
   std::vector<data::MediaToken> media_tokens;
 
