@@ -70,8 +70,8 @@ TEST_CASE("a multimodal target's media placeholders in the data are refused by n
     const auto id = config[key].get<std::int64_t>();
     const auto data = tmp / (std::string(key) + ".jsonl");
     write(data, id);
-    auto train = test::run_cli("train " + common + " --data_path " + data.string() + " --output_dir " +
-                               (tmp / "run").string());
+    auto train =
+        test::run_cli("train " + common + " --data_path " + data.string() + " --output_dir " + (tmp / "run").string());
     INFO(train.output);
     CHECK(train.exit_code == 3);
     CHECK_THAT(train.output, Catch::Contains(data.filename().string() + ": line 3, field input_ids[5]") &&
@@ -88,14 +88,14 @@ TEST_CASE("a multimodal target's media placeholders in the data are refused by n
   CHECK(gen.exit_code == 3);
   CHECK_THAT(gen.output, Catch::Contains("line 3, field input_ids[5]") && Catch::Contains("image_token_id"));
   CHECK_FALSE(fs::exists(tmp / "out.jsonl"));
-  auto dump = test::run_cli("dump-features " + common + " --data_path " + bad.string() + " --output " +
-                            (tmp / "f").string());
+  auto dump =
+      test::run_cli("dump-features " + common + " --data_path " + bad.string() + " --output " + (tmp / "f").string());
   INFO(dump.output);
   CHECK(dump.exit_code == 3);
   CHECK_THAT(dump.output, Catch::Contains("line 3, field input_ids[5]") && Catch::Contains("image_token_id"));
   // Prepared data (prepare knows no target): train refuses it by file, sample and position.
-  auto prep = test::run_cli("prepare --input " + bad.string() + " --training_seq_len 256 --output " +
-                            (tmp / "P").string());
+  auto prep =
+      test::run_cli("prepare --input " + bad.string() + " --training_seq_len 256 --output " + (tmp / "P").string());
   INFO(prep.output);
   REQUIRE(prep.exit_code == 0);
   auto prepared = test::run_cli("train " + common + " --data_path " + (tmp / "P").string() + " --output_dir " +
