@@ -70,8 +70,8 @@ TEST_CASE("a multimodal target's media placeholders in the data are refused by n
     const auto id = config[key].get<std::int64_t>();
     const auto data = tmp / (std::string(key) + ".jsonl");
     write(data, id);
-    auto train =
-        test::run_cli("train " + common + " --data_path " + data.string() + " --output_dir " + (tmp / "run").string());
+    auto train = test::run_cli("train " + common + " --data_path " + data.string() + " --output_dir " +
+                               (tmp / ("run-" + std::string(key))).string());
     INFO(train.output);
     CHECK(train.exit_code == 3);
     CHECK_THAT(train.output, Catch::Contains(data.filename().string() + ": line 3, field input_ids[5]") &&
@@ -93,13 +93,14 @@ TEST_CASE("a multimodal target's media placeholders in the data are refused by n
   INFO(dump.output);
   CHECK(dump.exit_code == 3);
   CHECK_THAT(dump.output, Catch::Contains("line 3, field input_ids[5]") && Catch::Contains("image_token_id"));
-  // Prepared data (prepare knows no target): train refuses it by file, sample and position.
+  // Prepared data (prepare knows no target): train refuses it by file, sample and position (no split held
+  // out in memory: the sample is train.bin's).
   auto prep =
       test::run_cli("prepare --input " + bad.string() + " --training_seq_len 256 --output " + (tmp / "P").string());
   INFO(prep.output);
   REQUIRE(prep.exit_code == 0);
-  auto prepared = test::run_cli("train " + common + " --data_path " + (tmp / "P").string() + " --output_dir " +
-                                (tmp / "run").string());
+  auto prepared = test::run_cli("train " + common + " --data_path " + (tmp / "P").string() +
+                                " --validation_fraction 0 --output_dir " + (tmp / "run-prepared").string());
   INFO(prepared.output);
   CHECK(prepared.exit_code == 3);
   CHECK_THAT(prepared.output, Catch::Contains("train.bin: sample ") && Catch::Contains(", position 5") &&
