@@ -123,6 +123,12 @@ TEST_CASE("a speculators folder's rows are its source samples, clipped, without 
   small_vocab.vocab_size = 100;
   CHECK_THAT(error_of([&] { data::read_speculators_folder(kSpeculators.string(), small_vocab); }),
              Catch::Contains("outside the target's vocabulary") && Catch::Contains("hs_0.safetensors"));
+  // A multimodal target's media placeholder in a row: refused by row and position, naming which.
+  auto media = lo;
+  media.media_tokens = {{static_cast<std::int64_t>(rows.samples.token(0, 3)), "image_token_id"}};
+  CHECK_THAT(error_of([&] { data::read_speculators_folder(kSpeculators.string(), media); }),
+             Catch::Contains("row 0 (hidden_states/hs_0.safetensors), position") &&
+                 Catch::Contains("a media placeholder token") && Catch::Contains("image_token_id"));
 
   // A state.json whose file entry has a filename of another JSON type: refused by name (was a type_error).
   test::TempDir tmp;

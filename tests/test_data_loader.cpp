@@ -227,6 +227,48 @@ TEST_CASE("validation split: seeded, exact size, disjoint, deterministic", "[dat
   CHECK(one.train.size() == 1);
 }
 
+TEST_CASE("a multimodal target's media placeholders are refused by file and line or sample, naming which", "[data]") {
+  TempDir dir;
+  write_file(dir / "m.jsonl", "{\"input_ids\": [1, 2, 3]}\n{\"input_ids\": [4, 250, 6], \"loss_mask\": [0, 1, 1]}\n");
+  auto text = opts();
+  text.vocab_size = 256;
+  auto media = text;
+  media.media_tokens = {{250, "image_token_id"}, {252, "vision_start_token_id"}};
+  auto error_of = [](const std::string& path, const eagle::data::LoadOptions& lo) {
+    try {
+      eagle::data::load_dataset(path, lo);
+    } catch (const eagle::Error& e) {
+      CHECK(e.kind() == eagle::ErrorKind::input);
+      return e.format();
+    }
+    FAIL("loaded");
+    return std::string();
+  };
+  const auto jsonl = (dir / "m.jsonl").string();
+  CHECK_THAT(error_of(jsonl, media), Catch::Contains("m.jsonl: line 2, field input_ids[1]") &&
+                                         Catch::Contains("a media placeholder token") &&
+                                         Catch::Contains("found 250 (the target's image_token_id)") &&
+                                         Catch::Contains("text-only data") && Catch::Contains("vision tower"));
+  CHECK(eagle::data::load_dataset(jsonl, text).train.size() == 2);  // a text-only target takes the same file
+  auto skip = media;
+  skip.bad_sample_policy = eagle::config::BadSamplePolicy::skip;
+  auto kept = eagle::data::load_dataset(jsonl, skip).train;
+  CHECK(kept.size() == 1);
+  CHECK(kept.stats().skipped == 1);
+
+  // A prepared file: by sample and position.
+  auto ds = eagle::data::Dataset::from_samples({{{1, 2, 3}, {1, 1, 1}}, {{7, 8, 252, 9}, {1, 1, 1, 1}}});
+  const auto bin = (dir / "m.bin").string();
+  eagle::data::write_dataset_file(bin, ds, {0, 1}, {}, 2048);
+  CHECK_THAT(error_of(bin, media), Catch::Contains("m.bin: sample 1, position 2") &&
+                                       Catch::Contains("found 252 (the target's vision_start_token_id)"));
+  CHECK(eagle::data::load_dataset(bin, text).train.size() == 2);
+  // check_token_ids alone: placeholders above the data's largest id are never met.
+  CHECK_NOTHROW(eagle::data::check_token_ids(ds, 256, {{253, "vision_end_token_id"}}));
+  CHECK_THROWS_WITH(eagle::data::check_token_ids(ds, 256, {{9, "video_token_id"}}),
+                    Catch::Contains("sample 1, position 3") && Catch::Contains("video_token_id"));
+}
+
 TEST_CASE("max_token_id is kept in the stats (O(1)) and correct for in-memory data", "[data]") {
   auto ds = eagle::data::Dataset::from_samples({{{4, 70000, 2}, {1, 0, 1}}, {{9}, {1}}});
   CHECK(ds.max_token_id() == 70000);

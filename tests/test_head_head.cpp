@@ -8,9 +8,11 @@
 
 #include "eagle/data/dataset.h"
 #include "eagle/head/head_loss.h"
+#include "eagle/target/target.h"
 #include "eagle/train/loss_metrics.h"
 #include "eagle/util/error.h"
 #include "head_fixtures.h"
+#include "helpers.h"
 
 using namespace eagle;
 using namespace eagle::test;
@@ -347,4 +349,18 @@ TEST_CASE("EAGLE-3 step refuses inputs of the wrong shape by name", "[head]") {
     CHECK_THAT(e.format(), Catch::Contains("teacher_logits"));
   }
   CHECK_THROWS_AS(head.train_step_forward(in, torch::ones({3})), eagle::Error);
+}
+
+TEST_CASE("a head takes its target's MLP width; every layer MoE without one: 8/3 H rounded up to 256", "[head]") {
+  // Qwen3_5MoeTextConfig names no intermediate_size (a zero-wide MLP failed to initialise).
+  auto t =
+      target::TargetConfig::from_model_dir(std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/tiny-qwen3-5-moe");
+  REQUIRE(t.intermediate_size == 0);
+  CHECK(head::HeadConfig::from_target(t, 3, {}, 256).intermediate_size == 256);  // 8/3 of 64 is 170
+  t.hidden_size = 3072;  // SpecForge's Qwen3.5-122B-A10B draft: 8192
+  CHECK(head::HeadConfig::from_target(t, 3, {}, 256).intermediate_size == 8192);
+  t.hidden_size = 4096;  // Llama 2 7B's rule: 11008
+  CHECK(head::HeadConfig::from_target(t, 1, {}, 256).intermediate_size == 11008);
+  t.intermediate_size = 96;
+  CHECK(head::HeadConfig::from_target(t, 3, {}, 256).intermediate_size == 96);
 }

@@ -161,7 +161,10 @@ TEST_CASE("Gemma4ForConditionalGeneration is read as its text model", "[target]"
   CHECK(c.family == target::Family::gemma4_text);
   CHECK(c.multimodal);
   CHECK(c.tie_word_embeddings);  // Gemma4Config's default
-  CHECK(c.media_token_ids == I{250, 252, 251});
+  I media;
+  for (const auto& t : c.media_tokens) media.push_back(t.id);
+  CHECK(media == I{250, 252, 251});  // image, video, audio
+  CHECK(c.media_tokens.at(2).name == "audio_token_id");
   auto m = TargetModel::load(dir.path().string(), torch::kFloat32, torch::kCPU);
   const auto ref = test::reference("tiny-gemma4");
   auto out = m.forward(test::unpadded(ref.at("a.input_ids")), {torch::arange(c.vocab_size), 1024});

@@ -64,7 +64,12 @@ TEST_CASE("hybrid targets read their layer types, Gated DeltaNet sizes and the m
   CHECK(vl.multimodal);
   CHECK(vl.hidden_size == 64);  // text_config's
   CHECK(vl.linear_layers == std::vector<bool>{true, false, true, true});
-  CHECK(vl.media_token_ids == std::vector<std::int64_t>{250, 251, 252, 253});
+  std::vector<std::pair<std::int64_t, std::string>> media;
+  for (const auto& m : vl.media_tokens) media.emplace_back(m.id, m.name);
+  CHECK(media == std::vector<std::pair<std::int64_t, std::string>>{{250, "image_token_id"},
+                                                                   {251, "video_token_id"},
+                                                                   {252, "vision_start_token_id"},
+                                                                   {253, "vision_end_token_id"}});
   CHECK(vl.eos_token_ids == std::vector<std::int64_t>{5});
   // The vision tower is not loaded: the parameters are the text model's (159836 of the file's 194748).
   const auto vlm = TargetModel::load(model_dir("tiny-qwen3-5-vl"), torch::kFloat32, torch::kCPU);

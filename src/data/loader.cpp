@@ -101,15 +101,24 @@ LoadOptions LoadOptions::from(const config::Options& o) {
                      static_cast<std::uint64_t>(o.seed)};
 }
 
-void check_token_ids(const Dataset& dataset, std::int64_t vocab_size) {
-  if (vocab_size <= 0 || dataset.size() == 0 || static_cast<std::int64_t>(dataset.max_token_id()) < vocab_size) return;
+void check_token_ids(const Dataset& dataset, std::int64_t vocab_size, const std::vector<MediaToken>& media_tokens) {
+  const auto max_id = static_cast<std::int64_t>(dataset.max_token_id());
+  std::vector<MediaToken> media;  // the placeholders the data could hold
+  for (const auto& m : media_tokens)
+    if (m.id <= max_id) media.push_back(m);
+  const bool vocab = vocab_size > 0 && max_id >= vocab_size;
+  if (dataset.size() == 0 || (!vocab && media.empty())) return;
   for (std::size_t i = 0; i < dataset.size(); ++i)
-    for (std::int64_t p = 0; p < dataset.length(i); ++p)
-      if (static_cast<std::int64_t>(dataset.token(i, p)) >= vocab_size)
+    for (std::int64_t p = 0; p < dataset.length(i); ++p) {
+      const auto id = static_cast<std::int64_t>(dataset.token(i, p));
+      const auto place = [&] { return fmt::format("sample {}, position {}", i, p); };
+      if (vocab && id >= vocab_size)
         throw Error(ErrorKind::input, "token id outside the target's vocabulary").file(dataset.source())
-            .place(fmt::format("sample {}, position {}", i, p)).expected(fmt::format("ids < {}", vocab_size))
-            .found(std::to_string(dataset.token(i, p)))
+            .place(place()).expected(fmt::format("ids < {}", vocab_size)).found(std::to_string(id))
             .hint("the data was tokenized for another model");
+      for (const auto& m : media)
+        if (id == m.id) throw media_token_error(m, place()).file(dataset.source());
+    }
 }
 
 bool is_prepared_dataset(const std::string& path) {
@@ -136,7 +145,7 @@ LoadedData load_dataset(const std::string& path, const LoadOptions& opts) {
     for (const auto& f : files) total += fs::file_size(f);
     FlatBuilder builder;
     ReadOptions ro{opts.training_seq_len, opts.bad_sample_policy, opts.overlong_policy, opts.vocab_size,
-                   opts.allow_untrained};
+                   opts.allow_untrained, opts.media_tokens};
     ByteProgress progress("read", total);
     ReadCounts rc =
         read_sample_files(files, ro, builder, [&](std::uint64_t b, std::uint64_t n) { progress.update(b, n); });
@@ -151,8 +160,8 @@ LoadedData load_dataset(const std::string& path, const LoadOptions& opts) {
                                  .found(std::to_string(rc.records) + " samples read, none kept"));
     out = split(builder.finish(path, counts), opts, path);
   }
-  check_token_ids(out.train, opts.vocab_size);
-  if (out.validation) check_token_ids(*out.validation, opts.vocab_size);
+  check_token_ids(out.train, opts.vocab_size, opts.media_tokens);
+  if (out.validation) check_token_ids(*out.validation, opts.vocab_size, opts.media_tokens);
   log_summary("train", out.train);
   if (out.validation) log_summary("validation", *out.validation);
   return out;

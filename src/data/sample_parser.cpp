@@ -231,6 +231,9 @@ struct SampleParser::Impl {
       throw bad("both labels and loss_mask are given", "fields labels, loss_mask")
                           .hint("give one: loss_mask (0/1 per token) or labels (-100 for masked tokens)");
     if (ids.empty()) throw bad("empty sample", "field input_ids").expected("at least one token").found("[]");
+    for (const auto& m : opts.media_tokens)  // a multimodal target's placeholders: the data must be text only
+      if (auto at = std::find(ids.begin(), ids.end(), m.id); at != ids.end())
+        throw media_token_error(m, element("input_ids", static_cast<std::size_t>(at - ids.begin())));
     if (has_mask && mask.size() != ids.size())
       throw bad("loss_mask length differs from input_ids", "field loss_mask")
                           .expected(std::to_string(ids.size()) + " entries")

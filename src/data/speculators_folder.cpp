@@ -97,6 +97,9 @@ SpeculatorsRows read_speculators_folder(const std::string& path, const LoadOptio
                           .place(fmt::format("{}, position {}", place(), p))
                           .expected(fmt::format("ids in [0, {})", opts.vocab_size))
                           .found(std::to_string(id)));
+          for (const auto& media : opts.media_tokens)
+            EAGLE_CHECK(id != media.id,
+                        media_token_error(media, fmt::format("{}, position {}", place(), p)).file(file));
           EAGLE_CHECK(m == 0 || m == 1, Error(ErrorKind::input, "loss_mask values must be 0 or 1")
                                             .file(file)
                                             .place(fmt::format("{}, position {}", place(), p))

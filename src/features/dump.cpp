@@ -289,7 +289,7 @@ DumpPlan start_dump(const config::Options& o, const fs::path& out, const target:
                     const std::vector<std::int64_t>& aux_ids, const json& options, const json& identity) {
   const auto& tc = target.config();
   DumpPlan p;
-  p.data = load_train_data(o, tc.vocab_size);
+  p.data = load_train_data(o, tc);
   write_data(out, p.data, o);
   p.ends_bytes = write_ends(out, o, target.ends());
   FeatureManifest& m = p.m;

@@ -38,13 +38,20 @@ struct HeadReads {
   std::vector<std::int64_t> aux_layer_ids;  // empty: the default (or, offline, the stored) ones
 };
 
+// The run's loading options against this target: ids below its vocabulary, none of its media placeholders.
+data::LoadOptions checked_against(const config::Options& opts, const target::TargetConfig& target) {
+  auto lo = data::LoadOptions::from(opts);
+  lo.vocab_size = target.vocab_size;
+  lo.media_tokens = target.media_tokens;
+  return lo;
+}
+
 // eval_data_path, whole, when given; else the validation split of data_path as loaded.
-std::optional<data::Dataset> heldout_split(const config::Options& opts, std::int64_t vocab_size,
+std::optional<data::Dataset> heldout_split(const config::Options& opts, const target::TargetConfig& target,
                                            std::optional<data::Dataset> validation) {
   if (opts.eval_data_path.empty()) return validation;
-  auto lo = data::LoadOptions::from(opts);
+  auto lo = checked_against(opts, target);
   lo.validation_fraction = 0;
-  lo.vocab_size = vocab_size;
   return data::load_dataset(opts.eval_data_path, lo).train;
 }
 
@@ -158,7 +165,7 @@ RunInputs open_dumped(const config::Options& o, const HeadReads& head, torch::De
             .expected(fmt::format("at most {} tokens", o.training_seq_len))
             .found(std::to_string(ds->stats().max_length))
             .hint(fmt::format("train with --training_seq_len {} (the dump's), or dump again", ds->stats().max_length)));
-    data::check_token_ids(*ds, c.vocab_size);
+    data::check_token_ids(*ds, c.vocab_size, c.media_tokens);
   }
   in.store = open_dumped_features(dir, m, train, val ? &*val : nullptr, c.vocab_size);
   std::vector<std::int64_t> train_ids(train.size()), val_ids(val ? val->size() : 0);
@@ -176,9 +183,7 @@ RunInputs open_speculators(const config::Options& o, const HeadReads& head, torc
                   .hint("give --model_name_or_path: its final norm and LM head turn the stored last hidden states "
                         "into the teacher, and the head uses its embedding"));
   const auto config = target::TargetConfig::from_model_dir(o.model_name_or_path);
-  auto lo = data::LoadOptions::from(o);
-  lo.vocab_size = config.vocab_size;
-  auto rows = data::read_speculators_folder(dir, lo);
+  auto rows = data::read_speculators_folder(dir, checked_against(o, config));
   RunInputs in;
   if (head.eagle_version == 3) {
     in.aux_layer_ids =
@@ -226,12 +231,10 @@ RunInputs load_offline_inputs(const config::Options& o, const HeadReads& head, t
 }
 
 // The held-out data of `eval`: the same choice as training, else data_path whole.
-data::Dataset load_eval_data(const config::Options& opts, std::int64_t vocab_size) {
-  if (!opts.eval_data_path.empty()) return *heldout_split(opts, vocab_size, std::nullopt);
-  auto lo = data::LoadOptions::from(opts);
-  lo.vocab_size = vocab_size;
-  auto loaded = data::load_dataset(opts.data_path, lo);
-  if (auto heldout = heldout_split(opts, vocab_size, std::move(loaded.validation))) return std::move(*heldout);
+data::Dataset load_eval_data(const config::Options& opts, const target::TargetConfig& target) {
+  if (!opts.eval_data_path.empty()) return *heldout_split(opts, target, std::nullopt);
+  auto loaded = data::load_dataset(opts.data_path, checked_against(opts, target));
+  if (auto heldout = heldout_split(opts, target, std::move(loaded.validation))) return std::move(*heldout);
   log::info("eval", "{} has no validation split: evaluating on all of it", opts.data_path);
   return std::move(loaded.train);
 }
@@ -255,9 +258,9 @@ RunInputs open_server(const config::Options& o, const HeadReads& head, torch::De
   }
   RunInputs in;
   if (eval) {
-    in.heldout = load_eval_data(lo, config.vocab_size);
+    in.heldout = load_eval_data(lo, config);
   } else {
-    auto data = load_train_data(lo, config.vocab_size);
+    auto data = load_train_data(lo, config);
     in.train = std::move(data.train);
     in.heldout = std::move(data.heldout);
   }
@@ -296,9 +299,9 @@ RunInputs load_mtp_inputs(const config::Options& o, torch::Device device, bool e
   const auto& layout = head::mtp_layout(head::mtp_config_from_target(config).mtp_family);
   RunInputs in;
   if (eval) {
-    in.heldout = load_eval_data(o, config.vocab_size);
+    in.heldout = load_eval_data(o, config);
   } else {
-    auto data = load_train_data(o, config.vocab_size);
+    auto data = load_train_data(o, config);
     in.train = std::move(data.train);
     in.heldout = std::move(data.heldout);
   }
@@ -312,11 +315,9 @@ RunInputs load_mtp_inputs(const config::Options& o, torch::Device device, bool e
 
 }  // namespace
 
-TrainData load_train_data(const config::Options& opts, std::int64_t vocab_size) {
-  auto lo = data::LoadOptions::from(opts);
-  lo.vocab_size = vocab_size;
-  auto loaded = data::load_dataset(opts.data_path, lo);
-  TrainData out{std::move(loaded.train), heldout_split(opts, vocab_size, std::move(loaded.validation))};
+TrainData load_train_data(const config::Options& opts, const target::TargetConfig& target) {
+  auto loaded = data::load_dataset(opts.data_path, checked_against(opts, target));
+  TrainData out{std::move(loaded.train), heldout_split(opts, target, std::move(loaded.validation))};
   EAGLE_CHECK(out.train.size() > 0,
               Error(ErrorKind::input, "the training data holds no usable sample").file(opts.data_path));
   check_trainable(out.train);
@@ -387,12 +388,12 @@ RunInputs load_dflash_inputs(const config::Options& o, torch::Device device,
   } else if (!o.target_server.empty()) {
     in = open_server(o, head, device, eval);  // vLLM's aux states are un-normed, aux id L included
   } else {
-    const auto vocab = target::TargetConfig::from_model_dir(o.model_name_or_path).vocab_size;
+    const auto config = target::TargetConfig::from_model_dir(o.model_name_or_path);
     RunInputs data;
     if (eval) {
-      data.heldout = load_eval_data(o, vocab);
+      data.heldout = load_eval_data(o, config);
     } else {
-      auto d = load_train_data(o, vocab);
+      auto d = load_train_data(o, config);
       data.train = std::move(d.train);
       data.heldout = std::move(d.heldout);
     }
@@ -431,8 +432,8 @@ RunInputs load_train_inputs(const config::Options& opts, torch::Device device) {
   const HeadReads head{opts.eagle_version, opts.aux_hidden_state_layer_ids};
   if (!opts.features_path.empty()) return load_offline_inputs(opts, head, device, /*eval=*/false);
   if (!opts.target_server.empty()) return open_server(opts, head, device, /*eval=*/false);
-  // The data is checked against the target's vocabulary (its config.json) before the weights load.
-  auto data = load_train_data(opts, target::TargetConfig::from_model_dir(opts.model_name_or_path).vocab_size);
+  // The data is checked against the target's config.json (vocabulary, media placeholders) before the weights.
+  auto data = load_train_data(opts, target::TargetConfig::from_model_dir(opts.model_name_or_path));
   RunInputs in = online_inputs(target::load_target(opts, device), opts.model_name_or_path);
   in.train = std::move(data.train);
   in.heldout = std::move(data.heldout);
@@ -445,7 +446,7 @@ RunInputs load_eval_inputs(const config::Options& opts, torch::Device device, st
   const HeadReads head{eagle_version, eagle_version == 3 ? aux_layer_ids : opts.aux_hidden_state_layer_ids};
   if (!opts.features_path.empty()) return load_offline_inputs(opts, head, device, /*eval=*/true);
   if (!opts.target_server.empty()) return open_server(opts, head, device, /*eval=*/true);
-  auto data = load_eval_data(opts, target::TargetConfig::from_model_dir(opts.model_name_or_path).vocab_size);
+  auto data = load_eval_data(opts, target::TargetConfig::from_model_dir(opts.model_name_or_path));
   RunInputs in = online_inputs(target::load_target(opts, device, head.aux_layer_ids), opts.model_name_or_path);
   in.heldout = std::move(data);
   return in;

@@ -116,6 +116,7 @@ void regenerate(const config::Options& opts) {
   lo.validation_fraction = 0;
   lo.allow_untrained = true;
   lo.vocab_size = config.vocab_size;
+  lo.media_tokens = config.media_tokens;  // a multimodal target's placeholders: text-only data
   const data::Dataset dataset = data::load_dataset(opts.data_path, lo).train;
   if (data::is_prepared_dataset(opts.data_path))
     log::info("generate", "{}: regenerating its train split (its validation.bin is a --data_path of its own)",

@@ -18,7 +18,11 @@ HeadConfig HeadConfig::from_target(const target::TargetConfig& target, std::int6
   HeadConfig c;
   c.eagle_version = eagle_version;
   c.hidden_size = target.hidden_size;
-  c.intermediate_size = target.intermediate_size;
+  // A target whose every layer is MoE may name no dense MLP width (Qwen3_5MoeTextConfig has no
+  // intermediate_size: 0 here, and a zero-wide MLP cannot be initialised): the Llama rule then, 8/3 H
+  // rounded up to a multiple of 256 (SpecForge's configs/qwen3.5-122b-a10b-eagle3-moe.json: H 3072, 8192).
+  c.intermediate_size =
+      target.intermediate_size > 0 ? target.intermediate_size : (8 * target.hidden_size / 3 + 255) / 256 * 256;
   c.num_attention_heads = target.num_attention_heads;
   c.num_key_value_heads = target.num_key_value_heads > 0 ? target.num_key_value_heads : target.num_attention_heads;
   c.head_dim = target.head_dim > 0 ? target.head_dim : target.hidden_size / target.num_attention_heads;

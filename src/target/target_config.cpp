@@ -335,7 +335,7 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
                                     Id{"audio_token_id", 258881}};
     for (auto [key, def] : c.gemma4 ? gemma4 : qwen) {
       const auto id = top.integer_or(key, def);
-      if (id >= 0 && id < c.vocab_size) c.media_token_ids.push_back(id);
+      if (id >= 0 && id < c.vocab_size) c.media_tokens.push_back({id, key});
     }
   }
   return c;

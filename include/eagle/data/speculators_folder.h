@@ -26,7 +26,7 @@ bool is_speculators_folder(const std::string& path);
 // Reads the Arrow files in state.json's order (columns input_ids and loss_mask, lists of
 // integers). A row longer than training_seq_len follows overlong_policy: truncated, it keeps the
 // hidden states of its first tokens (they do not depend on later ones). Ids at or above
-// vocab_size (when set) and malformed rows are refused by file and row.
+// vocab_size (when set), media_tokens and malformed rows are refused by file and row.
 SpeculatorsRows read_speculators_folder(const std::string& path, const LoadOptions& opts);
 
 // path/hidden_states/hs_<row>.safetensors

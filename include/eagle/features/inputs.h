@@ -30,9 +30,10 @@ struct TrainData {
   data::Dataset train;
   std::optional<data::Dataset> heldout;
 };
-// Every token id must index the target's vocabulary (vocab_size; JSON data is refused by file and
-// line, prepared data by file, sample and position), checked while loading, before the weights.
-TrainData load_train_data(const config::Options& opts, std::int64_t vocab_size);
+// Every token id must index the target's vocabulary (vocab_size) and none be one of its media
+// placeholders (media_tokens; JSON data is refused by file and line, prepared data by file, sample
+// and position), checked while loading, before the weights.
+TrainData load_train_data(const config::Options& opts, const target::TargetConfig& target);
 
 // Where the head's inputs of each split come from (built once, for the head's teacher).
 struct FeatureSources {

@@ -17,6 +17,7 @@
 #include <torch/torch.h>
 
 #include "eagle/config/options.h"
+#include "eagle/data/read_options.h"
 #include "eagle/model/attention.h"
 #include "eagle/model/layers.h"
 
@@ -96,9 +97,10 @@ struct TargetConfig {
   bool attn_output_gate = false;  // q_proj doubled per head: [query; gate], the output times sigmoid(gate)
   // A multimodal checkpoint read as its text model (Qwen3_5ForConditionalGeneration): config.json's
   // text_config, the tensors model.language_model.* read as model.*, the vision tower model.visual.* not
-  // loaded; media_token_ids (image, video, vision start and end) are refused in datasets.
+  // loaded; media_tokens (Qwen3.5: image, video, vision start and end; Gemma 4: image, video, audio; by
+  // their config.json keys) are refused in every dataset read against it (data::LoadOptions::media_tokens).
   bool multimodal = false;
-  std::vector<std::int64_t> media_token_ids;
+  std::vector<data::MediaToken> media_tokens;
 
   // Mixture of experts; num_experts 0: a dense MLP (intermediate_size) in every layer.
   std::int64_t num_experts = 0, experts_per_token = 0;
