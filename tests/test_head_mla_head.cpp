@@ -125,9 +125,10 @@ TEST_CASE("the MLA draft layer drafts what its unroll predicts, by chain, steps,
   // draft_extend and draft_nodes: the logits of TTT steps 0 and 1 at the prefix's last position.
   head::HeadInputs in;
   in.input_ids = torch::cat({ids, chain.narrow(1, 0, 1)}, 1);
-  in.position_ids = torch::arange(n + 1, torch::kInt64).unsqueeze(0);
-  in.document_ids = torch::zeros({1, n + 1}, torch::kInt64);
-  in.aux_hidden = torch::cat({feats, torch::randn({1, 1, F})}, 1);
+  // x_0..x_n, d_1 (n + 2 tokens); the features after n - 1 are never read at anchor n - 1.
+  in.position_ids = torch::arange(n + 2, torch::kInt64).unsqueeze(0);
+  in.document_ids = torch::zeros({1, n + 2}, torch::kInt64);
+  in.aux_hidden = torch::cat({feats, torch::randn({1, 2, F})}, 1);
   const auto unrolled = head->ttt_logits(in);
   auto steps = head->new_cache(1, 32);
   auto first = head->draft_extend(steps, feats, ids.narrow(1, 1, n));
