@@ -59,7 +59,7 @@ struct ExpertActivation {
 // The weighted sum of each token's k experts [N, H] in x's dtype, x [N, H]. grouped_mm: at::_grouped_mm
 // where it runs (fp32 on CPU, bf16 on CUDA from sm90; device-side offsets); false, or where it does not
 // run, one matmul per expert with rows (the counts read on the host). torch 2.11's _grouped_mm has no
-// working CPU backward: a trained module passes false while gradients are on.
+// working CPU backward: a trained module passes false.
 torch::Tensor run_experts(const torch::Tensor& x, const MoeRoute& route, const ExpertWeights& w,
                           const ExpertActivation& act = {}, bool grouped_mm = true);
 
