@@ -1,7 +1,7 @@
-// --draft mtp end to end on the tiny MiMo, dense Qwen3.5 and Qwen3.5-MoE fixtures, as subprocesses: training logs the shipped
-// layer's AR at step 0, checkpoints hold the native names, export --format mtp writes the target folder with the MTP
-// tensors replaced, eval imports the export as it reads the checkpoint, a resume refuses another
-// --draft.
+// --draft mtp end to end on the tiny MiMo, dense Qwen3.5 and Qwen3.5-MoE fixtures, as subprocesses: training logs
+// the shipped layer's AR at step 0, checkpoints hold the native names, export --format mtp writes the target folder
+// with the MTP tensors replaced (Qwen3.5-MoE's experts per expert, as the target holds them), eval imports the export
+// as it reads the checkpoint, a resume refuses another --draft.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -224,8 +224,10 @@ TEST_CASE("train --draft mtp fine-tunes Qwen3.5-MoE's mtp.* layer, router and ex
   for (const auto& [name, t] : before) {
     INFO(name);
     REQUIRE(after.count(name));
-    if (name.rfind("mtp.", 0) != 0) CHECK(torch::equal(after.at(name), t));
-    else if (tensors.count(name)) CHECK(torch::equal(after.at(name), tensors.at(name)));
+    if (name.rfind("mtp.", 0) != 0)
+      CHECK(torch::equal(after.at(name), t));
+    else if (tensors.count(name))
+      CHECK(torch::equal(after.at(name), tensors.at(name)));
   }
   auto config = json::parse(read_file(out / "config.json"));
   CHECK(config["architectures"][0] == "Qwen3_5MoeForCausalLM");

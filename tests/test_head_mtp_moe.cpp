@@ -30,8 +30,8 @@ const std::string kRoot = std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/";
 struct Fixture {
   std::string family, folder, reference, architecture;
 };
-const Fixture kMoe{"qwen3_5_moe", kRoot + "models/tiny-qwen3-5-moe-mtp", kRoot + "reference/mtp-qwen3-5-moe.safetensors",
-                   "Qwen3_5MoeForCausalLM"};
+const Fixture kMoe{"qwen3_5_moe", kRoot + "models/tiny-qwen3-5-moe-mtp",
+                   kRoot + "reference/mtp-qwen3-5-moe.safetensors", "Qwen3_5MoeForCausalLM"};
 const Fixture kNext{"qwen3_next", kRoot + "models/tiny-qwen3-next-mtp", kRoot + "reference/mtp-qwen3-next.safetensors",
                     "Qwen3NextForCausalLM"};
 constexpr std::int64_t kExperts = 4, kParameters = 19;  // fc, 3 norms, 8 of attention, router, 2 experts, 4 shared
@@ -297,8 +297,8 @@ TEST_CASE("the MoE Qwen MTP head refuses a missing expert, an extra one, a wrong
   CHECK_THAT(refused([&](auto& t) { t.erase(x + "3.up_proj.weight"); }),
              Catch::Contains("a tensor of the MTP layer is missing") && Catch::Contains(x + "3.up_proj.weight"));
   CHECK_THAT(refused([&](auto& t) { t[x + "4.gate_proj.weight"] = t.at(x + "0.gate_proj.weight"); }),
-             Catch::Contains("more experts than the config's num_experts") && Catch::Contains(x + "4.gate_proj.weight") &&
-                 Catch::Contains("experts 0..3"));
+             Catch::Contains("more experts than the config's num_experts") &&
+                 Catch::Contains(x + "4.gate_proj.weight") && Catch::Contains("experts 0..3"));
   CHECK_THAT(refused([&](auto& t) { t.erase("mtp.layers.0.mlp.shared_expert_gate.weight"); }),
              Catch::Contains("missing") && Catch::Contains("mtp.layers.0.mlp.shared_expert_gate.weight"));
   // Fused experts of another count: their shape names it.
@@ -308,7 +308,9 @@ TEST_CASE("the MoE Qwen MTP head refuses a missing expert, an extra one, a wrong
              }),
              Catch::Contains("wrong shape") && Catch::Contains(x + "gate_up_proj"));
   // Both layouts at once: the per-expert tensors are read, the fused one is foreign.
-  CHECK_THAT(refused([&](auto& t) { t[x + "down_proj"] = torch::zeros({kExperts, 32, 16}); }),
+  CHECK_THAT(refused([&](auto& t) {
+               t[x + "down_proj"] = torch::zeros({kExperts, 32, 16});
+             }),
              Catch::Contains("not part of the head") && Catch::Contains(x + "down_proj"));
 
   // A Qwen3-Next target whose layer index 0 is dense (vLLM's MTP layer would be too, in some builds): refused.

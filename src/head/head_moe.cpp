@@ -19,14 +19,14 @@ HeadExpertsImpl::HeadExpertsImpl(std::int64_t experts, std::int64_t hidden, std:
 }
 
 HeadMoeImpl::HeadMoeImpl(const HeadConfig& cfg) : router(cfg.moe_router) {
-  EAGLE_CHECK(router.routing == model::MoeRouting::softmax_topk && router.num_experts >= 1 &&
-                  router.experts_per_token >= 1 && router.experts_per_token <= router.num_experts &&
-                  cfg.moe_intermediate_size >= 1 && cfg.shared_intermediate_size >= 1,
-              Error(ErrorKind::internal, "not a Qwen-style mixture of experts for the head's layer")
-                  .expected("softmax top-k routing, 1 <= k <= experts, expert and shared expert widths >= 1")
-                  .found(fmt::format("{} experts, top {}, widths {} and {}", router.num_experts,
-                                     router.experts_per_token, cfg.moe_intermediate_size,
-                                     cfg.shared_intermediate_size)));
+  EAGLE_CHECK(
+      router.routing == model::MoeRouting::softmax_topk && router.num_experts >= 1 && router.experts_per_token >= 1 &&
+          router.experts_per_token <= router.num_experts && cfg.moe_intermediate_size >= 1 &&
+          cfg.shared_intermediate_size >= 1,
+      Error(ErrorKind::internal, "not a Qwen-style mixture of experts for the head's layer")
+          .expected("softmax top-k routing, 1 <= k <= experts, expert and shared expert widths >= 1")
+          .found(fmt::format("{} experts, top {}, widths {} and {}", router.num_experts, router.experts_per_token,
+                             cfg.moe_intermediate_size, cfg.shared_intermediate_size)));
   EAGLE_CHECK(cfg.hidden_act == "silu", Error(ErrorKind::usage, "unsupported hidden_act for the head's experts")
                                             .place("hidden_act")
                                             .expected("silu")

@@ -178,8 +178,13 @@ json mtp_config_json(const HeadConfig& c) {
     // A text config of the family (Qwen3_5TextConfig's, Qwen3_5MoeTextConfig's or Qwen3NextConfig's fields) that
     // the target reader reads back into this head's config.
     const bool next = c.mtp_family == "qwen3_next", moe = c.mtp_family != "qwen3_5";
-    json j = {{"architectures", {next ? "Qwen3NextForCausalLM" : moe ? "Qwen3_5MoeForCausalLM" : "Qwen3_5ForCausalLM"}},
-              {"model_type", next ? "qwen3_next" : moe ? "qwen3_5_moe_text" : "qwen3_5_text"},
+    json j = {{"architectures",
+               {next  ? "Qwen3NextForCausalLM"
+                : moe ? "Qwen3_5MoeForCausalLM"
+                      : "Qwen3_5ForCausalLM"}},
+              {"model_type", next  ? "qwen3_next"
+                             : moe ? "qwen3_5_moe_text"
+                                   : "qwen3_5_text"},
               {"hidden_size", c.hidden_size},
               {"intermediate_size", c.intermediate_size},
               {"num_attention_heads", c.num_attention_heads},

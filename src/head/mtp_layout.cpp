@@ -68,7 +68,9 @@ const MtpLayout& mtp_layout(const std::string& family) {
       qwen("qwen3_next", "Qwen3NextForCausalLM")};
   for (const auto& l : kLayouts)
     if (l.family == family) return l;
-  throw Error(ErrorKind::internal, "unknown MTP family").found(family).expected("mimo, qwen3_5, qwen3_5_moe or qwen3_next");
+  throw Error(ErrorKind::internal, "unknown MTP family")
+      .found(family)
+      .expected("mimo, qwen3_5, qwen3_5_moe or qwen3_next");
 }
 
 std::string mtp_native_name(const MtpLayout& layout, const std::string& parameter) {

@@ -49,7 +49,8 @@ std::shared_ptr<DraftHead> load_mtp_head(const std::string& dir, torch::Device d
 // tensors rewritten with the head's weights in each stored tensor's dtype (the other tensors of
 // those shards as stored), every other safetensors file hard-linked (copied where linking fails,
 // e.g. across file systems), other files copied, config.json with the head's eagle_train block.
-// Only names the target already holds are written (its experts fused or per expert as it holds them). Built under a temporary name, then renamed.
+// Only names the target already holds are written (its experts fused or per expert as it holds them).
+// Built under a temporary name, then renamed.
 void export_mtp_target(DraftHead& head, const std::string& target_dir, const std::string& out_dir);
 
 }  // namespace eagle::head

@@ -28,7 +28,7 @@ struct MoeRouter {
   MoeRouting routing = MoeRouting::softmax_topk;
   std::int64_t num_experts = 0, experts_per_token = 0;  // num_experts 0: no mixture of experts
   bool norm_topk_prob = true;                           // renormalise the chosen k weights
-  bool routing_weights_fp32 = false;  // softmax_topk: weights kept fp32 (Mixtral), else the logits' dtype
+  bool routing_weights_fp32 = false;         // softmax_topk: weights kept fp32 (Mixtral), else the logits' dtype
   std::int64_t n_group = 1, topk_group = 1;  // sigmoid_grouped only
   double routed_scaling_factor = 1.0;        // sigmoid_grouped only
 };
