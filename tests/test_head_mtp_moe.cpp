@@ -316,7 +316,7 @@ TEST_CASE("the MoE Qwen MTP head refuses a missing expert, an extra one, a wrong
   // A Qwen3-Next target whose layer index 0 is dense (vLLM's MTP layer would be too, in some builds): refused.
   test::TempDir dir;
   auto j = nlohmann::json::parse(test::read_file(fs::path(kNext.folder) / "config.json"));
-  j["mlp_only_layers"] = {0};
+  j["mlp_only_layers"] = nlohmann::json::array({0});
   test::write_file(dir / "config.json", j.dump());
   CHECK_THROWS_WITH(head::mtp_config_from_target(target::TargetConfig::from_json_file((dir / "config.json").string())),
                     Catch::Contains("dense Qwen3-Next MTP layer") && Catch::Contains("mlp_only_layers"));
