@@ -292,8 +292,8 @@ RunInputs load_mtp_inputs(const config::Options& o, torch::Device device, bool e
   EAGLE_CHECK(o.features_path.empty() && o.target_server.empty(),
               Error(ErrorKind::usage, "an MTP head trains and evaluates with the target in-process")
                   .place(o.features_path.empty() ? "target_server" : "features_path")
-                  .hint("give --model_name_or_path (MiMo-7B and Qwen3.5 up to 27B fit one GPU) and leave out "
-                        "features_path and target_server"));
+                  .hint("give --model_name_or_path (MiMo-7B, Qwen3.5 up to 27B and Qwen3.5-35B-A3B fit one GPU) "
+                        "and leave out features_path and target_server"));
   const auto config = target::TargetConfig::from_model_dir(o.model_name_or_path);
   // Refuses a target without a trainable MTP layer before anything loads.
   const auto& layout = head::mtp_layout(head::mtp_config_from_target(config).mtp_family);

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "eagle/head/head_moe.h"
 #include "eagle/model/mla.h"
 #include "eagle/util/error.h"
 
@@ -47,14 +48,15 @@ HeadAttentionImpl::HeadAttentionImpl(const HeadConfig& cfg, std::int64_t input_s
   }
 }
 
-HeadMlpImpl::HeadMlpImpl(const HeadConfig& cfg) {
+HeadMlpImpl::HeadMlpImpl(const HeadConfig& cfg, std::int64_t intermediate_size) {
+  const auto width = intermediate_size > 0 ? intermediate_size : cfg.intermediate_size;
   EAGLE_CHECK(cfg.hidden_act == "silu", Error(ErrorKind::usage, "unsupported hidden_act for the draft head")
                                             .place("hidden_act")
                                             .expected("silu")
                                             .found(cfg.hidden_act));
-  gate_proj = register_module("gate_proj", linear(cfg.hidden_size, cfg.intermediate_size));
-  up_proj = register_module("up_proj", linear(cfg.hidden_size, cfg.intermediate_size));
-  down_proj = register_module("down_proj", linear(cfg.intermediate_size, cfg.hidden_size));
+  gate_proj = register_module("gate_proj", linear(cfg.hidden_size, width));
+  up_proj = register_module("up_proj", linear(cfg.hidden_size, width));
+  down_proj = register_module("down_proj", linear(width, cfg.hidden_size));
 }
 
 HeadLayerImpl::HeadLayerImpl(const HeadConfig& cfg, HeadLayerKind kind) {
@@ -64,12 +66,16 @@ HeadLayerImpl::HeadLayerImpl(const HeadConfig& cfg, HeadLayerKind kind) {
   if (first) hidden_norm = register_module("hidden_norm", norm());
   self_attn = register_module("self_attn", HeadAttention(cfg, first ? 2 * cfg.hidden_size : cfg.hidden_size));
   post_attention_layernorm = register_module("post_attention_layernorm", norm());
-  mlp = register_module("mlp", HeadMlp(cfg));
+  if (cfg.moe())
+    moe = register_module("mlp", std::make_shared<HeadMoeImpl>(cfg));
+  else
+    mlp = register_module("mlp", HeadMlp(cfg));
 }
 
 torch::Tensor HeadLayerImpl::finish(const torch::Tensor& residual, const torch::Tensor& attention) {
   auto h = residual + attention_output(*self_attn, attention);
-  return h + mlp->forward(post_attention_layernorm->forward(h));
+  const auto x = post_attention_layernorm->forward(h);
+  return h + (moe ? moe->forward(x) : mlp->forward(x));
 }
 
 double attention_scale(const HeadConfig& cfg) {

@@ -9,6 +9,7 @@
 
 #include "eagle/head/mtp_head.h"
 #include "eagle/head/mtp_layout.h"
+#include "eagle/head/mtp_tensors.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/model/shape_check.h"
 #include "eagle/util/error.h"
@@ -68,22 +69,22 @@ std::string mtp_native_name(const std::string& parameter, const std::string& fam
 HeadConfig mtp_config_from_target(const target::TargetConfig& t) {
   using target::Family;
   const bool ships = t.num_mtp_layers >= 1;
-  // The mixture-of-experts MTP layers (a Qwen3NextSparseMoeBlock with its shared expert, vLLM's
-  // qwen3_next_mtp.py and Qwen3_5MoeMTP) are not implemented: refused by name, not trained as dense.
-  EAGLE_CHECK(
-      !ships || (t.family != Family::qwen3_5_moe && t.family != Family::qwen3_next),
-      Error(ErrorKind::usage, "--draft mtp does not train the mixture-of-experts MTP layer of this target yet")
-          .place("draft")
-          .expected("a MiMoForCausalLM or dense Qwen3.5 target (Qwen3_5ForCausalLM, "
-                    "Qwen3_5ForConditionalGeneration)")
-          .found(fmt::format("{} ({}), whose mtp.layers.0.mlp is a mixture of experts", t.architecture, t.model_type))
-          .hint("--draft eagle trains a new head for any target"));
-  EAGLE_CHECK(ships && (t.family == Family::mimo || t.family == Family::qwen3_5),
+  const bool qwen = t.family == Family::qwen3_5 || t.family == Family::qwen3_5_moe || t.family == Family::qwen3_next;
+  EAGLE_CHECK(ships && (t.family == Family::mimo || qwen),
               Error(ErrorKind::usage, "the target ships no MTP layer for --draft mtp")
                   .place("draft")
-                  .expected("a MiMoForCausalLM target with num_nextn_predict_layers >= 1, or a dense Qwen3.5 one "
-                            "with mtp_num_hidden_layers >= 1")
+                  .expected("a MiMoForCausalLM target with num_nextn_predict_layers >= 1, a Qwen3.5 or Qwen3.5-MoE "
+                            "one with mtp_num_hidden_layers >= 1, or a Qwen3NextForCausalLM")
                   .found(fmt::format("{} with {} MTP layers", t.architecture, t.num_mtp_layers))
+                  .hint("--draft eagle trains a new head for any target"));
+  // vLLM's Qwen3NextDecoderLayer makes its MLP a mixture of experts by its layer index (0 in mtp.layers.0) as the
+  // target's layers (mlp_only_layers, decoder_sparse_step): Qwen3-Next's released models have experts everywhere;
+  // a dense MTP layer is not what every vLLM build serves, so it is refused by name.
+  EAGLE_CHECK(t.family != Family::qwen3_next || t.sparse(0),
+              Error(ErrorKind::usage, "--draft mtp does not train a dense Qwen3-Next MTP layer")
+                  .place("decoder_sparse_step, mlp_only_layers")
+                  .expected("layer index 0 a mixture of experts (decoder_sparse_step 1, 0 not in mlp_only_layers)")
+                  .found(fmt::format("{}: layer 0 dense", t.architecture))
                   .hint("--draft eagle trains a new head for any target"));
   // vLLM drafts k > 1 tokens with several MTP layers through MultiModuleMTPSpeculator, whose rules
   // differ (MTP.md 8); MiMo-7B and the Qwen3.5 models ship one layer.
@@ -91,7 +92,10 @@ HeadConfig mtp_config_from_target(const target::TargetConfig& t) {
                                          .place(mtp_layers_field(t.family))
                                          .expected("1")
                                          .found(std::to_string(t.num_mtp_layers)));
-  const auto& l = mtp_layout(t.family == Family::mimo ? "mimo" : "qwen3_5");
+  const auto& l = mtp_layout(t.family == Family::mimo          ? "mimo"
+                             : t.family == Family::qwen3_5     ? "qwen3_5"
+                             : t.family == Family::qwen3_5_moe ? "qwen3_5_moe"
+                                                               : "qwen3_next");
   // Qwen3.5's attention_bias puts a bias on o_proj as well, which the head's layer does not have.
   EAGLE_CHECK(l.attention_bias || !t.attention_bias,
               Error(ErrorKind::usage, "--draft mtp does not train a Qwen3.5 MTP layer with attention biases")
@@ -108,6 +112,14 @@ HeadConfig mtp_config_from_target(const target::TargetConfig& t) {
   c.num_layers = 1;
   c.draft_vocab_size = t.vocab_size;
   c.ttt_steps = t.num_mtp_layers;  // vLLM's default k: n_predict (MTP.md 1)
+  if (t.family == Family::qwen3_5_moe || t.family == Family::qwen3_next) {
+    // The block's MLP: a Qwen3NextSparseMoeBlock with the target's router (softmax top k; Qwen3.5-MoE always
+    // renormalised), its experts' width and the gated shared expert (vLLM's qwen3_next.py, qwen3_5.py).
+    c.moe_router = t.moe_router();
+    c.moe_intermediate_size = t.moe_intermediate_size;
+    c.shared_intermediate_size = t.shared_intermediate_size;
+    c.shared_expert_gate = t.shared_expert_gate;
+  }
   return c;
 }
 
@@ -162,28 +174,49 @@ json mtp_config_json(const HeadConfig& c) {
                             {"target_name_or_path", c.target_name_or_path},
                             {"target_architecture", c.target_architecture},
                             {"target_dtype", c.target_dtype}};
-  if (c.mtp_family == "qwen3_5")  // a text Qwen3.5 config (Qwen3_5TextConfig's fields) the target reader reads
-    return {{"architectures", {"Qwen3_5ForCausalLM"}},
-            {"model_type", "qwen3_5_text"},
-            {"hidden_size", c.hidden_size},
-            {"intermediate_size", c.intermediate_size},
-            {"num_attention_heads", c.num_attention_heads},
-            {"num_key_value_heads", c.num_key_value_heads},
-            {"head_dim", c.head_dim},
-            {"num_hidden_layers", c.target_num_hidden_layers},
-            {"mtp_num_hidden_layers", 1},
-            {"rms_norm_eps", c.rms_norm_eps},
-            {"hidden_act", c.hidden_act},
-            {"max_position_embeddings", c.max_position_embeddings},
-            {"rope_parameters",
-             {{"rope_type", "default"},
-              {"rope_theta", c.rope.theta},
-              {"partial_rotary_factor", static_cast<double>(c.rope.head_dim) / static_cast<double>(c.head_dim)}}},
-            {"attention_bias", false},
-            {"vocab_size", c.vocab_size},
-            {"tie_word_embeddings", false},
-            {"dtype", c.target_dtype},
-            {"eagle_train", eagle_train}};
+  if (c.mtp_family != "mimo") {
+    // A text config of the family (Qwen3_5TextConfig's, Qwen3_5MoeTextConfig's or Qwen3NextConfig's fields) that
+    // the target reader reads back into this head's config.
+    const bool next = c.mtp_family == "qwen3_next", moe = c.mtp_family != "qwen3_5";
+    json j = {{"architectures",
+               {next  ? "Qwen3NextForCausalLM"
+                : moe ? "Qwen3_5MoeForCausalLM"
+                      : "Qwen3_5ForCausalLM"}},
+              {"model_type", next  ? "qwen3_next"
+                             : moe ? "qwen3_5_moe_text"
+                                   : "qwen3_5_text"},
+              {"hidden_size", c.hidden_size},
+              {"intermediate_size", c.intermediate_size},
+              {"num_attention_heads", c.num_attention_heads},
+              {"num_key_value_heads", c.num_key_value_heads},
+              {"head_dim", c.head_dim},
+              {"num_hidden_layers", c.target_num_hidden_layers},
+              {next ? "num_nextn_predict_layers" : "mtp_num_hidden_layers", 1},
+              {"rms_norm_eps", c.rms_norm_eps},
+              {"hidden_act", c.hidden_act},
+              {"max_position_embeddings", c.max_position_embeddings},
+              {"rope_parameters",
+               {{"rope_type", "default"},
+                {"rope_theta", c.rope.theta},
+                {"partial_rotary_factor", static_cast<double>(c.rope.head_dim) / static_cast<double>(c.head_dim)}}},
+              {"attention_bias", false},
+              {"vocab_size", c.vocab_size},
+              {"tie_word_embeddings", false},
+              {"dtype", c.target_dtype},
+              {"eagle_train", eagle_train}};
+    if (moe) {
+      j["num_experts"] = c.moe_router.num_experts;
+      j["num_experts_per_tok"] = c.moe_router.experts_per_token;
+      j["moe_intermediate_size"] = c.moe_intermediate_size;
+      j["shared_expert_intermediate_size"] = c.shared_intermediate_size;
+    }
+    if (next) {
+      j["norm_topk_prob"] = c.moe_router.norm_topk_prob;
+      j["decoder_sparse_step"] = 1;
+      j["mlp_only_layers"] = json::array();
+    }
+    return j;
+  }
   return {{"architectures", {"MiMoForCausalLM"}},
           {"model_type", "mimo"},
           {"hidden_size", c.hidden_size},
@@ -210,8 +243,8 @@ void load_mtp_weights(DraftHead& head, const std::string& dir) {
   std::map<std::string, model::SafetensorsFile> open;
   std::set<std::string> read;
   torch::NoGradGuard ng;
-  for (auto& p : head.module().named_parameters()) {
-    const auto name = mtp_native_name(layout, p.key());
+  for (auto& t : mtp_tensors(head, layout, expert_names_of(layout, files))) {
+    const auto& name = t.name;
     read.insert(name);
     const auto it = files.find(name);
     EAGLE_CHECK(it != files.end(), Error(ErrorKind::input, "a tensor of the MTP layer is missing")
@@ -222,21 +255,30 @@ void load_mtp_weights(DraftHead& head, const std::string& dir) {
       open.emplace(it->second, model::SafetensorsFile::open((fs::path(dir) / it->second).string()));
     const auto& file = open.at(it->second);
     auto stored = file.get(name);
-    model::check_shape(stored.sizes().vec(), p.value().sizes(),
+    model::check_shape(stored.sizes().vec(), t.value.sizes(),
                        Error(ErrorKind::input, "a tensor of the MTP layer has the wrong shape")
                            .file(file.path())
                            .place(fmt::format("tensor {}", name)));
-    p.value().copy_(stored.to(p.value().device(), p.value().scalar_type()));
+    t.value.copy_(stored.to(t.value.device(), t.value.scalar_type()));
   }
+  // An expert past the config's count is named as such.
+  const auto experts = head.config().moe_router.num_experts;
+  const auto extra = layout.prefix + layout.block + fmt::format("mlp.experts.{}.", experts);
   const std::string replaced =
       layout.replaced_by_target.empty() ? std::string() : layout.prefix + layout.replaced_by_target;
-  for (const auto& [name, file] : files)
+  for (const auto& [name, file] : files) {
+    EAGLE_CHECK(!head.config().moe() || name.rfind(extra, 0) != 0,
+                Error(ErrorKind::input, "the MTP layer holds more experts than the config's num_experts")
+                    .file((fs::path(dir) / file).string())
+                    .place(fmt::format("tensor {}", name))
+                    .expected(fmt::format("experts 0..{}", experts - 1)));
     EAGLE_CHECK(
         name.rfind(layout.prefix, 0) != 0 || read.count(name) || name == replaced,
         Error(ErrorKind::input, "a tensor of the MTP layer is not part of the head")
             .file((fs::path(dir) / file).string())
             .place(fmt::format("tensor {}", name))
             .hint(fmt::format("the MTP layer differs from the {} layer vLLM serves", layout.architecture_hint)));
+  }
 }
 
 std::shared_ptr<DraftHead> load_mtp_head(const std::string& dir, torch::Device device) {
@@ -266,14 +308,15 @@ void export_mtp_target(DraftHead& head, const std::string& target_dir, const std
   // The head's tensors by native name, grouped by the shard that holds each in the target.
   const auto files = tensor_files(src);
   std::map<std::string, std::map<std::string, torch::Tensor>> by_shard;
-  for (const auto& p : head.module().named_parameters()) {
-    const auto name = mtp_native_name(layout, p.key());
+  // The experts as the target holds them, fused or per expert.
+  for (const auto& t : mtp_tensors(head, layout, expert_names_of(layout, files))) {
+    const auto& name = t.name;
     const auto it = files.find(name);
     EAGLE_CHECK(it != files.end(), Error(ErrorKind::input, "the target folder lacks a tensor of the MTP head")
                                        .file(target_dir)
                                        .place(fmt::format("tensor {}", name))
                                        .hint("export into the target the head was trained from"));
-    by_shard[it->second][name] = p.value().detach().to(torch::kCPU);
+    by_shard[it->second][name] = t.value.detach().to(torch::kCPU);
   }
   const auto tmp = util::temporary_name(out);
   fs::create_directories(tmp);

@@ -1,114 +1,33 @@
-// The mixture-of-experts layers of the target (Qwen3-MoE, Mixtral, gpt-oss, DeepSeek-V3, GLM-4.5): routing as each
-// family's transformers module computes it, the tokens sorted by expert and run through grouped
-// matmuls, and the MXFP4 dequantization of gpt-oss checkpoints.
-#include <limits>
-
+// The mixture-of-experts layers of the target (Qwen3-MoE, Mixtral, gpt-oss, DeepSeek-V3, GLM-4.5, Qwen3-Next,
+// Qwen3.5-MoE): the routing and the experts of model/moe.h (shared with the MTP head's MoE block), and the
+// MXFP4 dequantization of gpt-oss checkpoints.
 #include <fmt/format.h>
 
+#include "eagle/model/moe.h"
 #include "eagle/util/error.h"
 #include "target_impl.h"
 
-#ifdef EAGLE_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#endif
-
 namespace eagle::target {
 
-namespace {
-
-// Whether at::_grouped_mm takes these operands: 16-byte aligned rows; fp32 on CPU (its reference
-// loop, which runs the same operator sequence as the device path, so the host-sync probe sees it),
-// bf16 on CUDA from sm90 (the CUTLASS kernel reading the offsets on the device).
-bool grouped_mm_runs(const torch::Tensor& x, std::int64_t in, std::int64_t out) {
-  const auto bytes = static_cast<std::int64_t>(x.element_size());
-  if ((in * bytes) % 16 != 0 || (out * bytes) % 16 != 0) return false;
-  if (x.is_cpu()) return x.scalar_type() == torch::kFloat32;
-#ifdef EAGLE_WITH_CUDA
-  return x.is_cuda() && x.scalar_type() == torch::kBFloat16 &&
-         at::cuda::getDeviceProperties(x.device().index())->major >= 9;
-#else
-  return false;
-#endif
+model::MoeRouter TargetConfig::moe_router() const {
+  model::MoeRouter r;
+  r.routing = routing;
+  r.num_experts = num_experts;
+  r.experts_per_token = experts_per_token;
+  r.norm_topk_prob = norm_topk_prob;
+  r.routing_weights_fp32 = routing_weights_fp32;
+  r.n_group = n_group;
+  r.topk_group = topk_group;
+  r.routed_scaling_factor = routed_scaling_factor;
+  return r;
 }
-
-// x [M, in] sorted by expert, counts [E] int64 rows per expert, w [E, out, in] -> [M, out].
-torch::Tensor grouped_linear(const torch::Tensor& x, const torch::Tensor& counts, const torch::Tensor& w) {
-  if (grouped_mm_runs(x, w.size(2), w.size(1)))
-    return at::_grouped_mm(x, w.transpose(1, 2), counts.cumsum(0).to(torch::kInt32));
-  // Elsewhere one matmul per expert with rows, the counts read on the host (not graph-safe on CUDA).
-  const auto host = counts.to(torch::kCPU);
-  const auto* n = host.data_ptr<std::int64_t>();
-  auto out = torch::empty({x.size(0), w.size(1)}, x.options());
-  std::int64_t start = 0;
-  for (std::int64_t e = 0; e < w.size(0); start += n[e], ++e)
-    if (n[e] > 0) out.narrow(0, start, n[e]).copy_(torch::linear(x.narrow(0, start, n[e]), w[e]));
-  return out;
-}
-
-// DeepSeek-V3 / GLM-4.5's router (DeepseekV3TopkRouter, Glm4MoeTopkRouter) on fp32 logits [N, E]: the
-// (weights [N, k] fp32, chosen [N, k]) pairs. Device work only (no host synchronisation).
-std::pair<torch::Tensor, torch::Tensor> sigmoid_grouped_route(const TargetConfig& c, const torch::Tensor& logits,
-                                                              const torch::Tensor& score_bias) {
-  const auto E = c.num_experts, G = c.n_group;
-  const auto scores = logits.sigmoid();
-  const auto choice = scores + score_bias;
-  // A group's score: the sum of its two best; the topk_group best groups stay, the other experts drop out.
-  const auto group_scores = std::get<0>(choice.view({-1, G, E / G}).topk(2, -1)).sum(-1);
-  const auto groups = std::get<1>(group_scores.topk(c.topk_group, -1, /*largest=*/true, /*sorted=*/false));
-  const auto group_mask = torch::zeros_like(group_scores).scatter_(1, groups, 1.0);
-  const auto keep = group_mask.unsqueeze(-1).expand({-1, G, E / G}).reshape({-1, E}).to(torch::kBool);
-  const auto masked = choice.masked_fill(keep.logical_not(), -std::numeric_limits<float>::infinity());
-  auto chosen = std::get<1>(masked.topk(c.experts_per_token, -1, /*largest=*/true, /*sorted=*/false));
-  auto weights = scores.gather(1, chosen);
-  if (c.norm_topk_prob) weights = weights / (weights.sum(-1, /*keepdim=*/true) + 1e-20);
-  return {weights * c.routed_scaling_factor, chosen};
-}
-
-}  // namespace
 
 torch::Tensor TargetModel::Impl::moe(const TargetLayerWeights& w, const torch::Tensor& x) const {
-  const auto H = x.size(-1), k = cfg.experts_per_token, E = cfg.num_experts;
-  const auto flat = x.reshape({-1, H});
-  torch::Tensor weights, chosen;
-  if (cfg.routing == MoeRouting::sigmoid_grouped) {  // the router in fp32, whatever the model's dtype
-    const auto logits = torch::linear(flat.to(torch::kFloat32), w.router_w.to(torch::kFloat32));
-    std::tie(weights, chosen) = sigmoid_grouped_route(cfg, logits, w.router_score_bias);
-  } else if (cfg.routing == MoeRouting::softmax_topk) {
-    const auto logits = torch::linear(flat, w.router_w, w.router_b);  // [N, E]
-    std::tie(weights, chosen) = torch::softmax(logits.to(torch::kFloat32), -1).topk(k, -1);
-    if (cfg.norm_topk_prob) weights = weights / weights.sum(-1, /*keepdim=*/true);
-    if (!cfg.routing_weights_fp32) weights = weights.to(logits.scalar_type());
-  } else {
-    const auto logits = torch::linear(flat, w.router_w, w.router_b);
-    auto [top, idx] = logits.topk(k, -1);
-    weights = torch::softmax(top, -1);
-    chosen = idx;
-  }
-  // The N k (token, expert) pairs sorted by expert: one contiguous run of rows per expert.
-  const auto pairs = chosen.reshape({-1});
-  const auto order = torch::argsort(pairs, /*stable=*/true);
-  const auto sorted_expert = pairs.index_select(0, order);
-  const auto xs = flat.index_select(0, order.floor_divide(k));
-  const auto counts = torch::zeros({E}, pairs.options()).scatter_add_(0, pairs, torch::ones_like(pairs));
-
-  auto gate_up = grouped_linear(xs, counts, w.experts_gate_up);  // [N k, 2 I]
-  if (w.experts_gate_up_b.defined()) gate_up = gate_up + w.experts_gate_up_b.index_select(0, sorted_expert);
-  const auto I = gate_up.size(1) / 2;
-  auto gate = gate_up.narrow(1, 0, I), up = gate_up.narrow(1, I, I);
-  torch::Tensor act;
-  if (cfg.clamped_swiglu) {  // GptOssExperts._apply_gate
-    gate = gate.clamp_max(cfg.swiglu_limit);
-    up = up.clamp(-cfg.swiglu_limit, cfg.swiglu_limit);
-    act = (up + 1) * (gate * torch::sigmoid(gate * cfg.swiglu_alpha));
-  } else {
-    act = torch::silu(gate) * up;
-  }
-  auto y = grouped_linear(act, counts, w.experts_down);  // [N k, H]
-  if (w.experts_down_b.defined()) y = y + w.experts_down_b.index_select(0, sorted_expert);
-  y = (y * weights.reshape({-1}).index_select(0, order).unsqueeze(1)).to(x.scalar_type());
-  // Back to (token, choice) order, then each token's k outputs summed.
-  auto unsorted = torch::empty_like(y).index_copy_(0, order, y);
-  return unsorted.view({-1, k, H}).sum(1).view(x.sizes());
+  const auto flat = x.reshape({-1, x.size(-1)});
+  const auto route = model::route_experts(cfg.moe_router(), flat, w.router_w, w.router_b, w.router_score_bias);
+  const model::ExpertWeights experts{w.experts_gate_up, w.experts_gate_up_b, w.experts_down, w.experts_down_b};
+  return model::run_experts(flat, route, experts, {cfg.clamped_swiglu, cfg.swiglu_alpha, cfg.swiglu_limit})
+      .view(x.sizes());
 }
 
 torch::Tensor dequantize_mxfp4(const torch::Tensor& blocks, const torch::Tensor& scales, torch::ScalarType dtype,

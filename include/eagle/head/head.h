@@ -71,6 +71,13 @@ struct HeadConfig {
   // q_proj emitting [query | gate] per head, the attention times sigmoid(gate) before o_proj.
   bool norm_one_plus = false, attn_output_gate = false;
   bool mtp() const { return !mtp_family.empty(); }
+  // The MTP block's mixture of experts (Qwen3.5-MoE, Qwen3-Next; head/head_moe.h): the target's router
+  // (num_experts 0: the dense MLP of intermediate_size), each routed expert's and the shared expert's
+  // widths, and the shared expert's sigmoid gate.
+  model::MoeRouter moe_router;
+  std::int64_t moe_intermediate_size = 0, shared_intermediate_size = 0;
+  bool shared_expert_gate = false;
+  bool moe() const { return moe_router.num_experts > 0; }
   // --draft dflash (DFlash.md, head/dflash_head.h): num_layers Qwen3-style layers over the target's
   // features at aux_layer_ids (DFlash target layer t is aux id t + 1), drafting dflash_block_size - 1
   // tokens in one forward of the block [anchor, mask_token_id x (block - 1)]; 0: not a DFlash head.

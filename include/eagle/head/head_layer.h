@@ -37,7 +37,8 @@ struct HeadAttentionImpl : torch::nn::Module {
 TORCH_MODULE(HeadAttention);
 
 struct HeadMlpImpl : torch::nn::Module {
-  explicit HeadMlpImpl(const HeadConfig& cfg);
+  // intermediate_size 0: cfg.intermediate_size (a MoE block's shared expert passes its own width).
+  explicit HeadMlpImpl(const HeadConfig& cfg, std::int64_t intermediate_size = 0);
   torch::Tensor forward(const torch::Tensor& x) {
     return model::swiglu(x, gate_proj->weight, up_proj->weight, down_proj->weight);
   }
@@ -50,6 +51,8 @@ TORCH_MODULE(HeadMlp);
 // layers >= 1: input_layernorm, no hidden_norm).
 enum class HeadLayerKind { eagle3_first, eagle1, decoder };
 
+struct HeadMoeImpl;  // head_moe.h
+
 struct HeadLayerImpl : torch::nn::Module {
   HeadLayerImpl(const HeadConfig& cfg, HeadLayerKind kind);
   // The layer after its attention: h = residual + o_proj(attention); h + mlp(norm(h)).
@@ -58,6 +61,8 @@ struct HeadLayerImpl : torch::nn::Module {
   RmsNorm input_layernorm{nullptr}, hidden_norm{nullptr}, post_attention_layernorm{nullptr};
   HeadAttention self_attn{nullptr};
   HeadMlp mlp{nullptr};
+  // cfg.moe(): the mixture-of-experts MLP (head_moe.h) registered as "mlp" in place of the dense one.
+  std::shared_ptr<HeadMoeImpl> moe;
 };
 TORCH_MODULE(HeadLayer);
 

@@ -14,12 +14,13 @@
 
 namespace eagle::head {
 
-// The MTP head of a target that ships one MTP layer (MiMo with num_nextn_predict_layers 1, dense
-// Qwen3.5 with mtp_num_hidden_layers 1): its family's layout (mtp_layout.h), the target's sizes, eps
-// and RoPE (Qwen3.5: its partial rotary width), one layer, the full vocabulary, aux id L (the last
-// hidden state, before or after the final norm as the family's step 1 reads it). Throws Error(usage)
-// for a target without MTP layers, with several, or with a mixture-of-experts one (Qwen3.5-MoE,
-// Qwen3-Next: not implemented), each by name.
+// The MTP head of a target that ships one MTP layer (MiMo with num_nextn_predict_layers 1, Qwen3.5 and
+// Qwen3.5-MoE with mtp_num_hidden_layers 1, Qwen3-Next with num_nextn_predict_layers 1): its family's layout
+// (mtp_layout.h), the target's sizes, eps and RoPE (Qwen: its partial rotary width), for Qwen3.5-MoE and
+// Qwen3-Next the target's router, expert widths and gated shared expert (head_moe.h), one layer, the full
+// vocabulary, aux id L (the last hidden state, before or after the final norm as the family's step 1
+// reads it). Throws Error(usage) for a target without MTP layers, with several, or with a dense Qwen3-Next
+// one, each by name.
 HeadConfig mtp_config_from_target(const target::TargetConfig& target);
 
 // Whether a config.json is one the MTP head is read from: MiMoForCausalLM, or a Qwen3.5, Qwen3.5-MoE or
@@ -37,8 +38,9 @@ nlohmann::json mtp_config_json(const HeadConfig& cfg);
 std::string mtp_native_name(const std::string& parameter, const std::string& family = "mimo");
 
 // Copies the MTP layer's tensors of a folder (model.safetensors.index.json's shards, or
-// model.safetensors) into the head's parameters, checking that each is present with its shape and
-// that no other tensor under the family's MTP prefix (model.mtp_layers.0., mtp.) is left unread.
+// model.safetensors) into the head's parameters, the experts fused or per expert as the folder holds
+// them (mtp_tensors.h), checking that each is present with its shape and that no other tensor under the
+// family's MTP prefix (model.mtp_layers.0., mtp.) is left unread (an expert past num_experts by name).
 void load_mtp_weights(DraftHead& head, const std::string& dir);
 // The MTP head of a folder: its config.json (mtp_config_from_json) and its weights.
 std::shared_ptr<DraftHead> load_mtp_head(const std::string& dir, torch::Device device);
@@ -47,7 +49,8 @@ std::shared_ptr<DraftHead> load_mtp_head(const std::string& dir, torch::Device d
 // tensors rewritten with the head's weights in each stored tensor's dtype (the other tensors of
 // those shards as stored), every other safetensors file hard-linked (copied where linking fails,
 // e.g. across file systems), other files copied, config.json with the head's eagle_train block.
-// Only names the target already holds are written. Built under a temporary name, then renamed.
+// Only names the target already holds are written (its experts fused or per expert as it holds them).
+// Built under a temporary name, then renamed.
 void export_mtp_target(DraftHead& head, const std::string& target_dir, const std::string& out_dir);
 
 }  // namespace eagle::head

@@ -1,7 +1,8 @@
 // What differs between the families' shipped MTP layers (MTP.md 2, 7), as one descriptor the MTP head
 // reads instead of asking for a family: the input's concat order and position-0 mask, the norm
 // formula, which target state feeds step 1 and which output feeds the next step, the decoder
-// block's attention, and the native tensor names (vLLM's mimo_mtp.py, qwen3_5_mtp.py).
+// block's attention, and the native tensor names (vLLM's mimo_mtp.py, qwen3_5_mtp.py, qwen3_next_mtp.py).
+// The block's MLP, dense or a mixture of experts, is the config's (HeadConfig::moe_router).
 #pragma once
 
 #include <string>
@@ -9,7 +10,7 @@
 namespace eagle::head {
 
 struct MtpLayout {
-  std::string family;  // HeadConfig::mtp_family: "mimo", "qwen3_5"
+  std::string family;  // HeadConfig::mtp_family: "mimo", "qwen3_5", "qwen3_5_moe", "qwen3_next"
   // Native names: prefix + module + ".weight"; the decoder block's tensors are prefix + block + their
   // names (input_layernorm, self_attn.*, post_attention_layernorm, mlp.*).
   std::string prefix;                       // "model.mtp_layers.0." (MiMo), "mtp." (Qwen)

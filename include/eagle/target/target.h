@@ -20,19 +20,12 @@
 #include "eagle/data/read_options.h"
 #include "eagle/model/attention.h"
 #include "eagle/model/layers.h"
+#include "eagle/model/moe.h"
 
 namespace eagle::target {
 
-// How a mixture-of-experts layer weighs its experts.
-enum class MoeRouting {
-  softmax_topk,  // Qwen3-MoE, Mixtral: softmax over all experts in fp32, the k largest (renormalised
-                 // over the k when norm_topk_prob)
-  topk_softmax,  // gpt-oss: the k largest logits (router with bias), softmax over those k
-  // DeepSeek-V3, GLM-4.5: fp32 sigmoid scores; the choice from scores + e_score_correction_bias within the
-  // topk_group best of n_group groups (a group's score: its two best); weights the chosen raw scores
-  // (renormalised when norm_topk_prob) times routed_scaling_factor, kept in fp32
-  sigmoid_grouped,
-};
+// How a mixture-of-experts layer weighs its experts (model/moe.h, shared with the MTP head's MoE block).
+using MoeRouting = model::MoeRouting;
 
 // The supported families, one per row of target_config.cpp's family table (its architecture,
 // model_type, MoE bit and reader); the forward code never asks for a family, only for the flags below.
@@ -155,6 +148,7 @@ struct TargetConfig {
   std::vector<std::string> fp8_skip;  // modules_to_not_convert: names containing one stay float
 
   bool moe() const { return num_experts > 0; }
+  model::MoeRouter moe_router() const;  // the sparse layers' router (target_moe.cpp)
   bool mla() const { return kv_lora_rank > 0; }
   bool hybrid() const { return !linear_layers.empty(); }
   bool linear(std::int64_t layer) const {

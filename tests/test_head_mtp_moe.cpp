@@ -1,0 +1,331 @@
+// The MTP head (--draft mtp) of the mixture-of-experts Qwen families on the tiny Qwen3.5-MoE and Qwen3-Next
+// fixtures against scripts/make_mtp_qwen_moe_reference.py's PyTorch forward of vLLM's MTP layer (transformers'
+// Qwen3_5MoeDecoderLayer / Qwen3NextDecoderLayer for the block, its sparse MoE block with router, experts and
+// gated shared expert): the TTT unroll's logits, one training step's loss and gradients (router and experts
+// included), drafting against a cache-based serving loop and the unroll, the checkpoint round trip, the export
+// with the experts per expert or fused as the target holds them, and the refusals by name.
+#include <torch/torch.h>
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <functional>
+
+#include <nlohmann/json.hpp>
+
+#include "eagle/head/head_io.h"
+#include "eagle/head/head_moe.h"
+#include "eagle/head/mtp_head.h"
+#include "eagle/head/mtp_io.h"
+#include "eagle/model/safetensors.h"
+#include "eagle/target/target.h"
+#include "helpers.h"
+
+using namespace eagle;
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kRoot = std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/";
+
+struct Fixture {
+  std::string family, folder, reference, architecture;
+};
+const Fixture kMoe{"qwen3_5_moe", kRoot + "models/tiny-qwen3-5-moe-mtp",
+                   kRoot + "reference/mtp-qwen3-5-moe.safetensors", "Qwen3_5MoeForCausalLM"};
+const Fixture kNext{"qwen3_next", kRoot + "models/tiny-qwen3-next-mtp", kRoot + "reference/mtp-qwen3-next.safetensors",
+                    "Qwen3NextForCausalLM"};
+constexpr std::int64_t kExperts = 4, kParameters = 19;  // fc, 3 norms, 8 of attention, router, 2 experts, 4 shared
+
+std::shared_ptr<head::MtpHead> head_of(const std::string& folder, head::RecomputeMode mode = head::RecomputeMode::off,
+                                       std::int64_t chunk = 0) {
+  auto cfg = head::read_head_folder_config(folder);
+  cfg.ttt_steps = 3;
+  cfg.ttt_loss_decay = 0.8;
+  cfg.recompute = mode;
+  cfg.loss_chunk_size = chunk;
+  auto head = std::make_shared<head::MtpHead>(cfg);
+  head::load_mtp_weights(*head, folder);
+  auto target = target::TargetModel::load_ends(folder, torch::kFloat32, torch::kCPU);
+  head->set_target_weights(target.embed, target.lm_head);
+  return head;
+}
+
+head::HeadInputs inputs_of(std::map<std::string, torch::Tensor>& ref) {
+  head::HeadInputs in;
+  in.input_ids = ref.at("input_ids");
+  in.position_ids = ref.at("position_ids");
+  in.document_ids = ref.at("document_ids");
+  in.aux_hidden = ref.at("hidden");
+  in.teacher_logits = ref.at("target_logits");
+  in.target_argmax = ref.at("target_argmax");
+  in.loss_mask = ref.at("loss_mask");
+  return in;
+}
+
+// A copy of a fixture folder whose model.safetensors is edited by `edit`.
+fs::path edited_copy(const fs::path& out, const std::string& folder,
+                     const std::function<void(std::map<std::string, torch::Tensor>&)>& edit) {
+  fs::create_directories(out);
+  fs::copy_file(fs::path(folder) / "config.json", out / "config.json");
+  std::map<std::string, torch::Tensor> copy;
+  for (const auto& [name, t] : model::load_safetensors(folder + "/model.safetensors")) copy[name] = t.clone();
+  edit(copy);
+  model::save_safetensors((out / "model.safetensors").string(), copy);
+  return out;
+}
+
+// The per-expert mtp.layers.0.mlp.experts.{e}.* tensors replaced by transformers 5's fused two.
+void fuse_experts(std::map<std::string, torch::Tensor>& t) {
+  const std::string x = "mtp.layers.0.mlp.experts.";
+  std::vector<torch::Tensor> gate_up, down;
+  for (std::int64_t e = 0; e < kExperts; ++e) {
+    const auto p = x + std::to_string(e) + ".";
+    gate_up.push_back(torch::cat({t.at(p + "gate_proj.weight"), t.at(p + "up_proj.weight")}));
+    down.push_back(t.at(p + "down_proj.weight"));
+    for (const char* n : {"gate_proj.weight", "up_proj.weight", "down_proj.weight"}) t.erase(p + n);
+  }
+  t[x + "gate_up_proj"] = torch::stack(gate_up);
+  t[x + "down_proj"] = torch::stack(down);
+}
+
+}  // namespace
+
+TEST_CASE("the MoE Qwen folders read as MTP heads with the target's router, experts and shared expert", "[head]") {
+  for (const auto& f : {kMoe, kNext}) {
+    INFO(f.family);
+    auto loaded = head::load_head(f.folder);
+    CHECK(loaded.format == head::HeadFormat::mtp);
+    const auto& c = loaded.config;
+    CHECK(c.mtp_family == f.family);
+    CHECK(c.moe());
+    CHECK(c.moe_router.routing == model::MoeRouting::softmax_topk);
+    CHECK(c.moe_router.num_experts == kExperts);
+    CHECK(c.moe_router.experts_per_token == 2);
+    CHECK(c.moe_router.norm_topk_prob);
+    CHECK(c.moe_intermediate_size == 16);
+    CHECK(c.shared_intermediate_size == 24);
+    CHECK(c.shared_expert_gate);
+    CHECK(c.attn_output_gate);
+    CHECK(c.norm_one_plus);
+    CHECK(c.rope.head_dim == 4);
+    CHECK(c.ttt_steps == 1);
+    CHECK(c.target_architecture == f.architecture);
+    auto* mtp = dynamic_cast<head::MtpHead*>(loaded.head.get());
+    REQUIRE(mtp != nullptr);
+    REQUIRE(mtp->mtp_block->moe != nullptr);
+    CHECK(mtp->mtp_block->mlp.is_empty());
+    CHECK(head::named_parameters(*loaded.head).size() == kParameters);
+    // Every per-expert tensor of the file is the slice of the fused parameter the head holds.
+    auto file = model::load_safetensors(f.folder + "/model.safetensors");
+    const auto& experts = *mtp->mtp_block->moe->experts;
+    for (std::int64_t e = 0; e < kExperts; ++e) {
+      const auto p = "mtp.layers.0.mlp.experts." + std::to_string(e) + ".";
+      CHECK(torch::equal(experts.gate_up_proj[e].narrow(0, 0, 16), file.at(p + "gate_proj.weight")));
+      CHECK(torch::equal(experts.gate_up_proj[e].narrow(0, 16, 16), file.at(p + "up_proj.weight")));
+      CHECK(torch::equal(experts.down_proj[e], file.at(p + "down_proj.weight")));
+    }
+    CHECK(torch::equal(mtp->mtp_block->moe->gate->weight, file.at("mtp.layers.0.mlp.gate.weight")));
+    CHECK(torch::equal(mtp->mtp_block->moe->shared_expert_gate->weight,
+                       file.at("mtp.layers.0.mlp.shared_expert_gate.weight")));
+  }
+}
+
+TEST_CASE("the MoE Qwen targets hand the MTP head their last hidden state after the final norm", "[head]") {
+  for (const auto& f : {kMoe, kNext}) {
+    INFO(f.family);
+    auto ref = model::load_safetensors(f.reference);
+    const auto c = target::TargetConfig::from_model_dir(f.folder);
+    CHECK(c.num_mtp_layers == 1);
+    auto model = target::TargetModel::load(f.folder, torch::kFloat32, torch::kCPU);
+    model.set_aux_layer_ids({c.num_hidden_layers});
+    target::TargetBatch batch;
+    batch.input_ids = ref.at("input_ids");
+    batch.position_ids = ref.at("position_ids");
+    batch.document_ids = ref.at("document_ids");
+    const auto out = model.forward(batch, target::TeacherSpec{torch::arange(c.vocab_size, torch::kInt64)});
+    CHECK((out.aux_hidden - ref.at("hidden")).abs().max().item<double>() <= 2.5e-4);  // packed vs alone
+    CHECK((out.teacher_logits - ref.at("target_logits")).abs().max().item<double>() <= 2.5e-4);
+  }
+}
+
+TEST_CASE("the MoE Qwen MTP heads' unroll and training step equal vLLM's forward in PyTorch, router and experts",
+          "[head]") {
+  for (const auto& f : {kMoe, kNext}) {
+    auto ref = model::load_safetensors(f.reference);
+    for (auto mode : {head::RecomputeMode::off, head::RecomputeMode::mlp}) {
+      for (std::int64_t chunk : {0, 5}) {
+        INFO(f.family << ", recompute " << head::recompute_mode_name(mode) << ", loss_chunk_size " << chunk);
+        auto head = head_of(f.folder, mode, chunk);
+        auto in = inputs_of(ref);
+        {
+          torch::NoGradGuard ng;
+          auto logits = head->ttt_logits(in);
+          REQUIRE(logits.size() == 3);
+          for (std::size_t k = 0; k < 3; ++k) {
+            INFO("step " << k);
+            CHECK(torch::allclose(logits[k], ref.at("logits_" + std::to_string(k)), 1e-4, 1e-5));
+          }
+        }
+        auto out = head->train_step_forward(in, ref.at("denominators"));
+        CHECK(out.loss.item<double>() == Approx(ref.at("loss").item<double>()).epsilon(1e-5));
+        out.loss.backward();
+        std::size_t compared = 0;
+        for (auto& p : head->named_parameters()) {
+          const auto name = "grad." + head::mtp_native_name(p.key(), f.family);
+          INFO(name);
+          REQUIRE(ref.count(name));
+          CHECK(torch::allclose(p.value().grad(), ref.at(name), 1e-4, 1e-5));
+          ++compared;
+        }
+        CHECK(compared == kParameters);
+        // The router and the experts train (the reference's gradients are not all zero there).
+        CHECK(ref.at("grad.mtp.layers.0.mlp.gate.weight").abs().sum().item<double>() > 0);
+        CHECK(ref.at("grad.mtp.layers.0.mlp.experts.gate_up_proj").abs().sum().item<double>() > 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("the MoE Qwen MTP heads draft what a serving loop drafts, and what their unroll predicts", "[head]") {
+  for (const auto& f : {kMoe, kNext}) {
+    INFO(f.family);
+    auto ref = model::load_safetensors(f.reference);
+    auto head = head_of(f.folder);
+    const auto hidden = ref.at("hidden"), ids = ref.at("input_ids");
+    const std::int64_t p = 3;
+    auto cache = head->new_cache(1, 16);
+    auto drafts = head->draft(cache, hidden.narrow(1, 0, p + 1), ids.narrow(1, 1, p + 1), 3);
+    CHECK(torch::equal(drafts, ref.at("served_drafts")));
+    auto steps = head->new_cache(1, 16);
+    auto step = head->draft_extend(steps, hidden.narrow(1, 0, p + 1), ids.narrow(1, 1, p + 1));
+    for (std::int64_t k = 0; k < 3; ++k) {
+      auto token = step.logits.argmax(-1);
+      CHECK(token.item<std::int64_t>() == drafts[0][k].item<std::int64_t>());
+      CHECK(torch::allclose(step.logits[0][0], ref.at("served_logits")[0][k], 1e-4, 1e-5));
+      if (k == 2) break;
+      const auto slot = p + 1 + k;
+      step = head->draft_nodes(steps, step.state, token, torch::full({1, 1}, slot, torch::kInt64), slot,
+                               torch::ones({1, slot + 1}, torch::kBool));
+    }
+    // Teacher forcing on the drafted tokens at anchor p predicts them at steps 1, 2, 3.
+    head::HeadInputs in;
+    in.input_ids = torch::cat({ids.narrow(1, 0, p + 2), drafts.narrow(1, 0, 2)}, 1);
+    const auto n = in.input_ids.size(1);
+    in.position_ids = torch::arange(n, torch::kInt64).unsqueeze(0);
+    in.document_ids = torch::zeros({1, n}, torch::kInt64);
+    in.aux_hidden = torch::cat({hidden.narrow(1, 0, p + 1), torch::zeros({1, n - p - 1, hidden.size(2)})}, 1);
+    torch::NoGradGuard ng;
+    auto logits = head->ttt_logits(in);
+    for (std::int64_t k = 0; k < 3; ++k) {
+      INFO("step " << k);
+      const auto& row = logits[static_cast<std::size_t>(k)][0][p];
+      CHECK(row.argmax().item<std::int64_t>() == drafts[0][k].item<std::int64_t>());
+      CHECK(torch::allclose(row, ref.at("served_logits")[0][k], 1e-4, 1e-5));
+    }
+  }
+}
+
+TEST_CASE("a MoE Qwen MTP checkpoint and export keep the experts per expert or fused as the target, bit for bit",
+          "[head]") {
+  for (const auto& f : {kMoe, kNext}) {
+    INFO(f.family);
+    test::TempDir dir;
+    auto head = head_of(f.folder);
+    {
+      torch::NoGradGuard ng;
+      for (auto& p : head->named_parameters()) p.value().add_(0.01 * torch::randn_like(p.value()));
+    }
+    // The checkpoint: the head's own (fused) names, read back bit for bit.
+    const auto ckpt = dir / "checkpoint";
+    head::write_head_files(*head, head::checkpoint_format(head->config()), ckpt.string());
+    auto file = model::load_safetensors((ckpt / "model.safetensors").string());
+    CHECK(file.size() == kParameters);
+    CHECK(file.count("mtp.layers.0.mlp.experts.gate_up_proj"));
+    auto config = nlohmann::json::parse(test::read_file(ckpt / "config.json"));
+    CHECK(config["architectures"][0] == f.architecture);
+    CHECK(config["num_experts"] == kExperts);
+    CHECK(config["eagle_train"]["mtp_family"] == f.family);
+    auto loaded = head::load_head(ckpt.string());
+    CHECK(loaded.config.moe_router.num_experts == kExperts);
+    CHECK(loaded.config.shared_intermediate_size == 24);
+    // Export into the per-expert target, and into a copy holding the experts fused.
+    const auto per_expert = dir / "per-expert";
+    head::export_mtp_target(*head, f.folder, per_expert.string());
+    const auto fused_target = edited_copy(dir / "fused-target", f.folder, fuse_experts);
+    const auto fused = dir / "fused";
+    head::export_mtp_target(*head, fused_target.string(), fused.string());
+    auto a = model::load_safetensors((per_expert / "model.safetensors").string());
+    auto b = model::load_safetensors((fused / "model.safetensors").string());
+    const auto before = model::load_safetensors(f.folder + "/model.safetensors");
+    REQUIRE(a.size() == before.size());
+    CHECK(a.count("mtp.layers.0.mlp.experts.3.up_proj.weight"));
+    CHECK_FALSE(a.count("mtp.layers.0.mlp.experts.gate_up_proj"));
+    CHECK(b.count("mtp.layers.0.mlp.experts.gate_up_proj"));
+    CHECK_FALSE(b.count("mtp.layers.0.mlp.experts.0.gate_proj.weight"));
+    for (const auto& [name, t] : before)
+      if (name.rfind("mtp.", 0) != 0) CHECK(torch::equal(a.at(name), t));
+    auto x = head::load_head(per_expert.string()), y = head::load_head(fused.string());
+    auto c = loaded.head->module().named_parameters(), d = x.head->module().named_parameters(),
+         e = y.head->module().named_parameters();
+    for (const auto& p : head->named_parameters()) {
+      INFO(p.key());
+      CHECK(torch::equal(p.value(), c[p.key()]));
+      CHECK(torch::equal(p.value(), d[p.key()]));
+      CHECK(torch::equal(p.value(), e[p.key()]));
+      CHECK(torch::equal(p.value(), b.at(head::mtp_native_name(p.key(), f.family))));
+    }
+    CHECK(torch::equal(a.at("mtp.layers.0.mlp.experts.2.down_proj.weight"),
+                       head->named_parameters()["mtp_block.mlp.experts.down_proj"][2]));
+  }
+}
+
+TEST_CASE("the MoE Qwen MTP head refuses a missing expert, an extra one, a wrong count and a dense Qwen3-Next layer",
+          "[head]") {
+  auto cfg = head::read_head_folder_config(kMoe.folder);
+  auto refused = [&](const std::function<void(std::map<std::string, torch::Tensor>&)>& edit) {
+    test::TempDir dir;
+    const auto folder = edited_copy(dir / "edited", kMoe.folder, edit);
+    auto head = std::make_shared<head::MtpHead>(cfg);
+    try {
+      head::load_mtp_weights(*head, folder.string());
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string x = "mtp.layers.0.mlp.experts.";
+  CHECK_THAT(refused([&](auto& t) { t.erase(x + "3.up_proj.weight"); }),
+             Catch::Contains("a tensor of the MTP layer is missing") && Catch::Contains(x + "3.up_proj.weight"));
+  CHECK_THAT(refused([&](auto& t) { t[x + "4.gate_proj.weight"] = t.at(x + "0.gate_proj.weight"); }),
+             Catch::Contains("more experts than the config's num_experts") &&
+                 Catch::Contains(x + "4.gate_proj.weight") && Catch::Contains("experts 0..3"));
+  CHECK_THAT(refused([&](auto& t) { t.erase("mtp.layers.0.mlp.shared_expert_gate.weight"); }),
+             Catch::Contains("missing") && Catch::Contains("mtp.layers.0.mlp.shared_expert_gate.weight"));
+  // Fused experts of another count: their shape names it.
+  CHECK_THAT(refused([&](auto& t) {
+               fuse_experts(t);
+               t[x + "gate_up_proj"] = t.at(x + "gate_up_proj").narrow(0, 0, 3).clone();
+             }),
+             Catch::Contains("wrong shape") && Catch::Contains(x + "gate_up_proj"));
+  // Both layouts at once: the per-expert tensors are read, the fused one is foreign.
+  CHECK_THAT(refused([&](auto& t) {
+               t[x + "down_proj"] = torch::zeros({kExperts, 32, 16});
+             }),
+             Catch::Contains("not part of the head") && Catch::Contains(x + "down_proj"));
+
+  // A Qwen3-Next target whose layer index 0 is dense (vLLM's MTP layer would be too, in some builds): refused.
+  test::TempDir dir;
+  auto j = nlohmann::json::parse(test::read_file(fs::path(kNext.folder) / "config.json"));
+  j["mlp_only_layers"] = nlohmann::json::array({0});
+  test::write_file(dir / "config.json", j.dump());
+  CHECK_THROWS_WITH(head::mtp_config_from_target(target::TargetConfig::from_json_file((dir / "config.json").string())),
+                    Catch::Contains("dense Qwen3-Next MTP layer") && Catch::Contains("mlp_only_layers"));
+  // The transformers-written Qwen3.5-MoE target with its layer declared: the target's 8 experts, top 2.
+  auto moe = nlohmann::json::parse(test::read_file(fs::path(kRoot) / "models/tiny-qwen3-5-moe/config.json"));
+  moe["mtp_num_hidden_layers"] = 1;
+  test::write_file(dir / "moe.json", moe.dump());
+  const auto c = head::mtp_config_from_target(target::TargetConfig::from_json_file((dir / "moe.json").string()));
+  CHECK(c.mtp_family == "qwen3_5_moe");
+  CHECK(c.moe_router.num_experts == 8);
+  CHECK(c.moe_router.experts_per_token == 2);
+}
