@@ -378,4 +378,7 @@ inline constexpr double kMaxTimeoutS = 7 * 24 * 3600;  // a week, in seconds
 // The eval group of the table (option_table_eval.cpp).
 void declare_eval_options(Table& t);
 
+// Every option, in the order --help lists them (option_table.cpp); option_table() holds them once.
+std::vector<OptionEntry> declare_options();
+
 }  // namespace eagle::config::detail
