@@ -8,8 +8,11 @@
 #include <filesystem>
 
 #include "eagle/model/safetensors.h"
+#include "cli_helpers.h"
 #include "helpers.h"
 
+using eagle::test::eval_json;
+using eagle::test::check_same_tensors;
 using eagle::test::logged_losses;
 using eagle::test::read_file;
 using eagle::test::read_jsonl;
@@ -31,24 +34,6 @@ const std::string kCommon = std::string(" --model_name_or_path ") + kQwen3 +
 const std::string kDFlash =
     " --draft dflash --dflash_block_size 4 --draft_num_layers 2 --dflash_num_anchors 32 --learning_rate 0.001"
     " --warmup_steps 0 --logging_steps 1 --gradient_accumulation_steps 2";
-
-json eval_json(const std::string& args) {
-  auto r = run_cli("eval --json" + args);
-  INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  return json::parse(r.output.substr(r.output.find("{\n")));
-}
-
-void check_same_tensors(const fs::path& a, const fs::path& b) {
-  auto ta = eagle::model::load_safetensors(a.string());
-  auto tb = eagle::model::load_safetensors(b.string());
-  REQUIRE(ta.size() == tb.size());
-  for (const auto& [name, t] : ta) {
-    INFO(name);
-    REQUIRE(tb.count(name));
-    CHECK(torch::equal(t, tb.at(name)));
-  }
-}
 
 }  // namespace
 

@@ -8,8 +8,10 @@
 #include <fstream>
 #include <map>
 
+#include "cli_helpers.h"
 #include "helpers.h"
 
+using eagle::test::eval_json;
 using eagle::test::read_jsonl;
 using eagle::test::run_cli;
 using eagle::test::TempDir;
@@ -18,13 +20,6 @@ using nlohmann::json;
 namespace {
 
 const std::string kRoot = EAGLE_SOURCE_DIR;
-
-json eval_json(const std::string& args) {
-  auto r = run_cli("eval " + args + " --json");
-  INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  return json::parse(r.output.substr(r.output.find("{\n")));
-}
 
 // The smoke data with a category on most samples: coding, math, or none (every third).
 std::filesystem::path categorized_smoke(const std::filesystem::path& dir) {

@@ -5,23 +5,14 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "cli_helpers.h"
 #include "helpers.h"
 
+using eagle::test::eval_json;
 using eagle::test::read_jsonl;
 using eagle::test::run_cli;
 using eagle::test::TempDir;
 using nlohmann::json;
-
-namespace {
-
-json eval_json(const std::string& args) {
-  auto r = run_cli("eval " + args + " --json");
-  INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  return json::parse(r.output.substr(r.output.find("{\n")));
-}
-
-}  // namespace
 
 TEST_CASE("eval: a chain tree and temperature -> 0 equal the greedy AR; seeded sampling repeats", "[cli]") {
   TempDir dir;

@@ -9,8 +9,10 @@
 #include <filesystem>
 
 #include "eagle/model/safetensors.h"
+#include "cli_helpers.h"
 #include "helpers.h"
 
+using eagle::test::eval_json;
 using eagle::test::read_file;
 using eagle::test::read_jsonl;
 using eagle::test::run_cli;
@@ -27,13 +29,6 @@ const std::string kCommon = std::string(" --model_name_or_path ") + kMimo +
                             "/tests/fixtures/data/smoke.jsonl --training_seq_len 256 --bucket_granularity 64"
                             " --validation_fraction 0.1 --per_device_train_batch_size 4 --eval_num_prompts 2"
                             " --eval_max_new_tokens 8 --device cpu --num_threads 1 --seed 42";
-
-json eval_json(const std::string& args) {
-  auto r = run_cli("eval --json" + args);
-  INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  return json::parse(r.output.substr(r.output.find("{\n")));
-}
 
 }  // namespace
 

@@ -12,9 +12,11 @@
 #include <thread>
 
 #include "eagle/model/safetensors.h"
+#include "cli_helpers.h"
 #include "helpers.h"
 #include "train_helpers.h"
 
+using eagle::test::check_same_tensors;
 using eagle::test::logged_losses;
 using eagle::test::read_jsonl;
 using eagle::test::run_cli;
@@ -25,17 +27,6 @@ namespace fs = std::filesystem;
 namespace {
 
 const std::string kSmoke = eagle::test::smoke_args();
-
-void check_same_tensors(const fs::path& a, const fs::path& b) {
-  auto ta = eagle::model::load_safetensors(a.string());
-  auto tb = eagle::model::load_safetensors(b.string());
-  REQUIRE(ta.size() == tb.size());
-  for (const auto& [name, t] : ta) {
-    INFO(name);
-    REQUIRE(tb.count(name));
-    CHECK(torch::equal(t, tb.at(name)));
-  }
-}
 
 }  // namespace
 
