@@ -55,6 +55,7 @@ std::string routing_name(const target::TargetConfig& c) {
     case target::MoeRouting::softmax_topk: return "softmax_topk";
     case target::MoeRouting::topk_softmax: return "topk_softmax";
     case target::MoeRouting::sigmoid_grouped: return "sigmoid_grouped";
+    case target::MoeRouting::softmax_grouped: return "softmax_grouped";
   }
   return "";
 }
@@ -63,6 +64,9 @@ std::string routing_line(const target::TargetConfig& c) {
   std::string s = routing_name(c);
   if (c.routing == target::MoeRouting::sigmoid_grouped)
     s += fmt::format(" (sigmoid scores + correction bias, top {} of {} groups, scaling {})", c.topk_group, c.n_group,
+                     c.routed_scaling_factor);
+  else if (c.routing == target::MoeRouting::softmax_grouped)
+    s += fmt::format(" (softmax scores, top {} of {} groups by their best, scaling {})", c.topk_group, c.n_group,
                      c.routed_scaling_factor);
   else if (c.routing == target::MoeRouting::softmax_topk)
     s += c.norm_topk_prob ? " (renormalised over the chosen)" : " (not renormalised)";

@@ -12,7 +12,8 @@ torch::Tensor mla_rope(const torch::Tensor& x, const torch::Tensor& cos, const t
   const auto half = cos.size(-1) / 2;
   const auto c = cos.narrow(-1, 0, half).unsqueeze(2), s = sin.narrow(-1, 0, half).unsqueeze(2);
   const auto x1 = x.index({"...", Slice(0, None, 2)}), x2 = x.index({"...", Slice(1, None, 2)});
-  return torch::cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1);
+  // Back to x's dtype: fp32 tables turn a bf16 x in fp32 (DeepSeek-V2's apply_rotary_emb).
+  return torch::cat({x1 * c - x2 * s, x2 * c + x1 * s}, -1).to(x.scalar_type());
 }
 
 MlaHeads mla_heads(const MlaDims& d, const MlaLatentWeights& w, const torch::Tensor& q_a, const torch::Tensor& kv_a,

@@ -61,14 +61,34 @@ MoeRoute sigmoid_grouped_route(const MoeRouter& c, const torch::Tensor& logits, 
   return {weights * c.routed_scaling_factor, chosen};
 }
 
+// DeepSeek-V2's router (DeepseekV2TopkRouter) on fp32 logits [N, E]: softmax scores; group_limited_greedy
+// (n_group > 1) keeps the topk_group groups whose best score is largest and zeroes the others' scores, as
+// transformers does (masked_fill 0.0, not -inf; the reader keeps k within the kept experts); greedy: the k
+// best of all. No renormalisation (transformers never applies norm_topk_prob here).
+MoeRoute softmax_grouped_route(const MoeRouter& c, const torch::Tensor& logits) {
+  const auto E = c.num_experts, G = c.n_group;
+  auto scores = logits.softmax(-1);
+  if (G > 1) {
+    const auto group_scores = std::get<0>(scores.view({-1, G, E / G}).max(-1));
+    const auto groups = std::get<1>(group_scores.topk(c.topk_group, -1, /*largest=*/true, /*sorted=*/false));
+    const auto group_mask = torch::zeros_like(group_scores).scatter_(1, groups, 1.0);
+    const auto keep = group_mask.unsqueeze(-1).expand({-1, G, E / G}).reshape({-1, E}).to(torch::kBool);
+    scores = scores.masked_fill(keep.logical_not(), 0.0);
+  }
+  auto [weights, chosen] = scores.topk(c.experts_per_token, -1, /*largest=*/true, /*sorted=*/false);
+  return {weights * c.routed_scaling_factor, chosen};
+}
+
 }  // namespace
 
 MoeRoute route_experts(const MoeRouter& r, const torch::Tensor& x, const torch::Tensor& router_w,
                        const torch::Tensor& router_b, const torch::Tensor& score_bias) {
   const auto k = r.experts_per_token;
-  if (r.routing == MoeRouting::sigmoid_grouped) {  // the router in fp32, whatever the model's dtype
+  if (r.routing == MoeRouting::sigmoid_grouped || r.routing == MoeRouting::softmax_grouped) {
+    // the router in fp32, whatever the model's dtype
     const auto logits = torch::linear(x.to(torch::kFloat32), router_w.to(torch::kFloat32));
-    return sigmoid_grouped_route(r, logits, score_bias);
+    return r.routing == MoeRouting::sigmoid_grouped ? sigmoid_grouped_route(r, logits, score_bias)
+                                                    : softmax_grouped_route(r, logits);
   }
   const auto logits = torch::linear(x, router_w, router_b);  // [N, E]
   if (r.routing == MoeRouting::softmax_topk) {

@@ -47,6 +47,7 @@ constexpr FamilyRow kFamilies[] = {
     {Family::gemma2, "Gemma2ForCausalLM", "gemma2", false, read_gemma},
     {Family::gemma3_text, "Gemma3ForCausalLM", "gemma3_text", false, read_gemma},
     {Family::phi3, "Phi3ForCausalLM", "phi3", false, read_phi3},
+    {Family::deepseek_v2, "DeepseekV2ForCausalLM", "deepseek_v2", true, read_deepseek},
     {Family::deepseek_v3, "DeepseekV3ForCausalLM", "deepseek_v3", true, read_deepseek, "kimi_k2"},
     {Family::glm4_moe, "Glm4MoeForCausalLM", "glm4_moe", true, read_glm4_moe},
     {Family::glm4_moe_lite, "Glm4MoeLiteForCausalLM", "glm4_moe_lite", true, read_deepseek},
@@ -117,8 +118,9 @@ void read_attention_types(const Reader& r, TargetConfig& c) {
   if (hybrid_family(t) || t == Family::gemma4_text) return;  // read_hybrid's, read_gemma4's own
   const auto L = c.num_hidden_layers;
   const bool qwen = t == Family::qwen2 || t == Family::mimo || t == Family::qwen3 || t == Family::qwen3_moe;
-  // DeepSeek-V3, GLM-4.5 and GLM-4.7-Flash never slide (transformers' masks ignore sliding_window there).
-  const bool full_only = t == Family::deepseek_v3 || t == Family::glm4_moe || t == Family::glm4_moe_lite;
+  // DeepSeek-V2/V3, GLM-4.5 and GLM-4.7-Flash never slide (transformers' masks ignore sliding_window there).
+  const bool full_only = t == Family::deepseek_v2 || t == Family::deepseek_v3 || t == Family::glm4_moe ||
+                         t == Family::glm4_moe_lite;
   const bool slides = qwen ? r.boolean_or("use_sliding_window", false) : !full_only;
   const bool gemma = t == Family::gemma2 || t == Family::gemma3_text;
   const std::int64_t default_window = t == Family::gpt_oss ? 128 : (gemma ? 4096 : 0);
@@ -242,7 +244,7 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
   EAGLE_CHECK(c.num_attention_heads % c.num_key_value_heads == 0,
               r.bad("num_key_value_heads", "must divide num_attention_heads")
                   .found(fmt::format("{} heads, {} key/value heads", c.num_attention_heads, c.num_key_value_heads)));
-  if (t == Family::deepseek_v3 || t == Family::glm4_moe_lite) {
+  if (t == Family::deepseek_v2 || t == Family::deepseek_v3 || t == Family::glm4_moe_lite) {
     read_mla_dims(r, c);  // head_dim: the RoPE's width here, each head's query/key width after read_rope_layers
   } else if (r.has("head_dim") || hybrid_family(t) || t == Family::gemma4_text) {
     // Qwen3.5, Qwen3-Next, Gemma 4 (its sliding layers'): 256 by default

@@ -1,5 +1,5 @@
 // The fields of config.json only some families have (target_config.cpp reads the common ones and calls
-// these from each family's row): Gemma 2/3, Phi-3, MiMo, DeepSeek-V3's MLA and softmax scale, GLM-4.5,
+// these from each family's row): Gemma 2/3, Phi-3, MiMo, DeepSeek-V2/V3's MLA and softmax scale, GLM-4.5,
 // and the hybrid linear-attention families (Qwen3.5, Qwen3-Next).
 #include <algorithm>
 #include <cmath>
@@ -49,7 +49,8 @@ void read_mimo(const Reader& r, TargetConfig& c) {
 // widths, read before the RoPE (whose rotary width is qk_rope_head_dim: DeepseekV3Config sets head_dim to it).
 void read_mla_dims(const Reader& r, TargetConfig& c) {
   namespace lim = model::limits;
-  const bool lite = c.family == Family::glm4_moe_lite;  // Glm4MoeLiteConfig's defaults, else DeepseekV3Config's
+  // Glm4MoeLiteConfig's defaults, else DeepseekV3Config's (DeepseekV2Config's are the same)
+  const bool lite = c.family == Family::glm4_moe_lite;
   // null: q_proj straight from the hidden state (Moonlight); absent: transformers' default.
   c.q_lora_rank = r.j.contains("q_lora_rank") ? r.bounded_or("q_lora_rank", 0, 1, lim::kMaxSize) : (lite ? 768 : 1536);
   c.kv_lora_rank = r.bounded_or("kv_lora_rank", 512, 1, lim::kMaxSize);
@@ -75,9 +76,13 @@ void read_mla_dims(const Reader& r, TargetConfig& c) {
 // (glm4_moe_lite, whose attention is DeepseekV3Attention): MLA (read_mla_dims), the
 // softmax scale qk_head_dim^-1/2 times mscale^2 (yarn_apply_mscale: any non-default RoPE with
 // mscale_all_dim), attention_bias on q_a_proj, kv_a_proj_with_mqa and o_proj, the interleaved RoPE.
+// DeepSeek-V2 (modeling_deepseek_v2's DeepseekV2Attention) is the same attention but for its RoPE: always
+// interleaved pairs (no rope_interleave field), turned as complex numbers in fp32.
 void read_deepseek(const Reader& r, TargetConfig& c) {
   c.attention_bias = c.o_bias = r.boolean_or("attention_bias", false);
-  c.rope_interleave = r.boolean_or("rope_interleave", true);
+  const bool v2 = c.family == Family::deepseek_v2;
+  c.rope_interleave = v2 || r.boolean_or("rope_interleave", true);
+  c.rope_fp32 = v2;
   double scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   const char* key = r.has("rope_parameters") ? "rope_parameters" : "rope_scaling";
   if (c.rope.type != "default" && r.has(key) && r.j[key].is_object()) {

@@ -1,6 +1,7 @@
 // The mixture-of-experts fields of config.json (target_config.cpp reads the rest): the expert
 // layout and router of each MoE family (transformers' modeling_qwen3_moe, _mixtral, _gpt_oss,
-// _qwen3_next, _qwen3_5_moe), and DeepSeek-V3 / GLM-4.5's sigmoid-routed grouped top-k with shared experts.
+// _qwen3_next, _qwen3_5_moe), DeepSeek-V3 / GLM-4.5's sigmoid-routed grouped top-k with shared experts, and
+// DeepSeek-V2's softmax-routed one (_deepseek_v2).
 #include <algorithm>
 #include <cmath>
 
@@ -87,13 +88,67 @@ void read_sigmoid_moe(const Reader& r, TargetConfig& c) {
   EAGLE_CHECK(method == "noaux_tc", r.bad("topk_method", "only the grouped top-k with a correction bias is implemented")
                                         .expected("noaux_tc")
                                         .found(method)
-                                        .hint("DeepSeek-V2's greedy and group_limited_greedy are not supported"));
+                                        .hint("DeepSeek-V2's greedy and group_limited_greedy: DeepseekV2ForCausalLM"));
   const auto freq = r.integer_or("moe_layer_freq", 1);
   EAGLE_CHECK(freq == 1, r.bad("moe_layer_freq", "every layer after first_k_dense_replace is a MoE layer")
                              .expected("1")
                              .found(std::to_string(freq)));
   // The MTP layers (model.layers.{L + i}.*): transformers' default is 1; they are never loaded.
   c.num_mtp_layers = r.bounded_or("num_nextn_predict_layers", r.bounded_or("num_mtp_layers", 1, 0, 16), 0, 16);
+}
+
+// DeepSeek-V2's mixture of experts (transformers' DeepseekV2Moe): n_routed_experts behind the softmax router
+// (MoeRouting::softmax_grouped; topk_method greedy, or group_limited_greedy over n_group groups), no score
+// correction bias, n_shared_experts' MLP beside them, dense MLPs in the first first_k_dense_replace layers.
+// DeepseekV2Config's defaults: 64 experts of 1407, 2 shared, scaling 1, no dense layer; k has none.
+void read_softmax_moe(const Reader& r, TargetConfig& c) {
+  namespace lim = model::limits;
+  c.num_experts = r.bounded_or("n_routed_experts", 64, 1, lim::kMaxExperts);
+  c.experts_per_token = r.bounded("num_experts_per_tok", 1, c.num_experts);
+  c.moe_intermediate_size = r.bounded_or("moe_intermediate_size", 1407, 1, lim::kMaxSize);
+  c.routing = MoeRouting::softmax_grouped;
+  c.routing_weights_fp32 = true;  // the fp32 router's weights multiply each expert's output before the cast
+  c.norm_topk_prob = false;
+  c.routed_scaling_factor = r.number_in("routed_scaling_factor", 1.0, 1e-6, 1e12);
+  // transformers' router never renormalises; DeepSeek's own modeling_deepseek.py would, so a true is ambiguous.
+  EAGLE_CHECK(!r.boolean_or("norm_topk_prob", false),
+              r.bad("norm_topk_prob", "DeepSeek-V2's renormalised top-k weights are not implemented")
+                  .expected("false (as every DeepSeek-V2 release ships it)")
+                  .found("true")
+                  .hint("transformers' DeepseekV2TopkRouter ignores it; vLLM's deepseek_v2.py renormalises by it"));
+  const auto scoring = r.string_or("scoring_func", "softmax");
+  EAGLE_CHECK(scoring == "softmax",
+              r.bad("scoring_func", "DeepSeek-V2's router scores by softmax").expected("softmax").found(scoring));
+  const auto method = r.string_or("topk_method", "greedy");
+  EAGLE_CHECK(method == "greedy" || method == "group_limited_greedy",
+              r.bad("topk_method", "unknown DeepSeek-V2 expert choice")
+                  .expected("greedy or group_limited_greedy")
+                  .found(method)
+                  .hint("noaux_tc (with a score correction bias) is DeepSeek-V3's: DeepseekV3ForCausalLM"));
+  c.n_group = c.topk_group = 1;  // greedy: the k best of all experts (n_group and topk_group unread)
+  if (method == "group_limited_greedy") {
+    c.n_group = r.bounded("n_group", 1, c.num_experts);
+    c.topk_group = r.bounded("topk_group", 1, c.n_group);
+    EAGLE_CHECK(c.num_experts % c.n_group == 0, r.bad("n_group", "the experts must split into equal groups")
+                                                    .found(fmt::format("{} experts in {} groups", c.num_experts,
+                                                                       c.n_group)));
+    // Beyond the kept groups' experts transformers would pick zeroed scores (ties): refused.
+    const auto candidates = c.topk_group * (c.num_experts / c.n_group);
+    EAGLE_CHECK(c.experts_per_token <= candidates,
+                r.bad("num_experts_per_tok", "more experts per token than the kept groups hold")
+                    .expected(fmt::format("1..{} (the experts of topk_group {} groups)", candidates, c.topk_group))
+                    .found(std::to_string(c.experts_per_token)));
+  }
+  c.shared_intermediate_size = r.bounded_or("n_shared_experts", 2, 1, 64) * c.moe_intermediate_size;
+  c.sparse_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), true);
+  const auto dense = r.bounded_or("first_k_dense_replace", 0, 0, c.num_hidden_layers);
+  for (std::int64_t l = 0; l < dense; ++l) c.sparse_layers[static_cast<std::size_t>(l)] = false;
+  // transformers reads no moe_layer_freq; DeepSeek's own code skips layers by it: only 1 means the same.
+  const auto freq = r.integer_or("moe_layer_freq", 1);
+  EAGLE_CHECK(freq == 1, r.bad("moe_layer_freq", "every layer after first_k_dense_replace is a MoE layer")
+                             .expected("1")
+                             .found(std::to_string(freq)));
+  c.num_mtp_layers = 0;  // DeepSeek-V2 ships no MTP layers
 }
 
 }  // namespace
@@ -103,6 +158,7 @@ void read_sigmoid_moe(const Reader& r, TargetConfig& c) {
 void read_moe(const Reader& r, TargetConfig& c) {
   const auto t = c.family;
   if (t == Family::deepseek_v3 || t == Family::glm4_moe || t == Family::glm4_moe_lite) return read_sigmoid_moe(r, c);
+  if (t == Family::deepseek_v2) return read_softmax_moe(r, c);
   const bool qwen_moe = t == Family::qwen3_moe || t == Family::qwen3_next || t == Family::qwen3_5_moe;
   const char* experts_key = (qwen_moe && r.has("num_experts")) || hybrid_family(t) ? "num_experts" : "num_local_experts";
   // Bounded before anything is made per expert; the checkpoint is compared with it at load. The defaults are

@@ -34,7 +34,9 @@ std::pair<torch::Tensor, torch::Tensor> tables(const model::RopeConfig& rope, co
 TargetModel::Impl::RopeTables TargetModel::Impl::rope(const torch::Tensor& position_ids,
                                                       const torch::Tensor& lengths) const {
   RopeTables t;
-  std::tie(t.cos, t.sin) = tables(cfg.rope, inv_freq, long_inv_freq, position_ids, lengths, dtype);
+  // DeepSeek-V2 turns its queries and keys in fp32 (TargetConfig::rope_fp32; model::mla_rope casts back).
+  std::tie(t.cos, t.sin) =
+      tables(cfg.rope, inv_freq, long_inv_freq, position_ids, lengths, cfg.rope_fp32 ? torch::kFloat32 : dtype);
   if (cfg.local_rope)
     std::tie(t.local_cos, t.local_sin) =
         tables(*cfg.local_rope, local_inv_freq, torch::Tensor(), position_ids, lengths, dtype);

@@ -24,6 +24,11 @@ ExpertNames expert_names(const TargetConfig& c, const std::string& p) {
 }
 std::string expert(const std::string& pattern, std::int64_t e) { return fmt::format(fmt::runtime(pattern), e); }
 
+// DeepSeek-V2/V3 and GLM-4.5's grouped routers: shared experts beside the routed ones (mlp.shared_experts.*).
+bool grouped(const TargetConfig& c) {
+  return c.routing == MoeRouting::sigmoid_grouped || c.routing == MoeRouting::softmax_grouped;
+}
+
 // gpt-oss keeps all experts of a layer in one tensor per projection: [E, in, out] in bf16 (gate and
 // up columns interleaved), or MXFP4 blocks [E, out, in / 32, 16] and scales [E, out, in / 32].
 void gpt_oss_experts(const TargetConfig& c, const std::string& p, std::map<std::string, std::vector<std::int64_t>>& e) {
@@ -163,14 +168,13 @@ std::map<std::string, std::vector<std::int64_t>> expected_tensors(const TargetCo
     const auto E = c.num_experts, Ie = c.moe_intermediate_size;
     e[n.router] = {E, H};
     if (c.router_bias) e[n.router_bias] = {E};
-    if (c.routing == MoeRouting::sigmoid_grouped) {  // DeepSeek-V3, GLM-4.5
-      e[p + "mlp.gate.e_score_correction_bias"] = {E};
-      if (c.shared_intermediate_size > 0) {
-        const auto Is = c.shared_intermediate_size;
-        e[p + "mlp.shared_experts.gate_proj.weight"] = {Is, H};
-        e[p + "mlp.shared_experts.up_proj.weight"] = {Is, H};
-        e[p + "mlp.shared_experts.down_proj.weight"] = {H, Is};
-      }
+    // DeepSeek-V3, GLM-4.5: a score correction bias; DeepSeek-V2 (softmax_grouped) has none.
+    if (c.routing == MoeRouting::sigmoid_grouped) e[p + "mlp.gate.e_score_correction_bias"] = {E};
+    if (grouped(c) && c.shared_intermediate_size > 0) {
+      const auto Is = c.shared_intermediate_size;
+      e[p + "mlp.shared_experts.gate_proj.weight"] = {Is, H};
+      e[p + "mlp.shared_experts.up_proj.weight"] = {Is, H};
+      e[p + "mlp.shared_experts.down_proj.weight"] = {H, Is};
     }
     if (c.shared_expert_gate) {  // Qwen3-Next, Qwen3.5-MoE: one gated shared expert
       const auto Is = c.shared_intermediate_size;
@@ -258,14 +262,13 @@ void assemble_experts(const TargetConfig& c, const std::string& p, TargetLayerWe
   const auto n = expert_names(c, p);
   w.router_w = get(n.router);
   if (c.router_bias) w.router_b = get(n.router_bias);
-  if (c.routing == MoeRouting::sigmoid_grouped) {
-    // fp32 as transformers keeps it (_keep_in_fp32_modules_strict), whatever the model's dtype.
+  // fp32 as transformers keeps it (_keep_in_fp32_modules_strict), whatever the model's dtype.
+  if (c.routing == MoeRouting::sigmoid_grouped)
     w.router_score_bias = get(p + "mlp.gate.e_score_correction_bias").to(torch::kFloat32);
-    if (c.shared_intermediate_size > 0) {
-      w.shared_gate_up =
-          torch::cat({get(p + "mlp.shared_experts.gate_proj.weight"), get(p + "mlp.shared_experts.up_proj.weight")});
-      w.shared_down = get(p + "mlp.shared_experts.down_proj.weight");
-    }
+  if (grouped(c) && c.shared_intermediate_size > 0) {
+    w.shared_gate_up =
+        torch::cat({get(p + "mlp.shared_experts.gate_proj.weight"), get(p + "mlp.shared_experts.up_proj.weight")});
+    w.shared_down = get(p + "mlp.shared_experts.down_proj.weight");
   }
   if (c.shared_expert_gate) {
     w.shared_gate_up =

@@ -40,7 +40,8 @@ MlaHeads mla_heads(const MlaDims& d, const MlaLatentWeights& w, const torch::Ten
 // RoPE on x [B, T, heads, r] with cos, sin [B, T, r]: rotate-half, or DeepSeek's interleaved pairs
 // (transformers' apply_rotary_pos_emb_interleave: even features x1, odd x2, each pair turned by one angle,
 // written back as [x1 cos - x2 sin, x2 cos + x1 sin]; vLLM's GPT-J style keeps the pairs in place, the
-// same scores since queries and keys are permuted alike).
+// same scores since queries and keys are permuted alike). Interleaved, cos and sin may be fp32 for a bf16 x
+// (DeepSeek-V2 turns in fp32); the result is in x's dtype.
 torch::Tensor mla_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin, bool interleave);
 
 // yarn_get_mscale (transformers and vLLM alike): 1 for scales up to 1, else 0.1 * m * ln(scale) + 1.

@@ -1,7 +1,7 @@
 // Mixture-of-experts routing and the routed experts' forward, shared by the targets' sparse layers
 // (target_moe.cpp) and the trainable MoE block of an MTP head (head/head_moe.h), so that both route
 // every token bit for bit alike: the routers of transformers' Qwen3-MoE, Mixtral, gpt-oss and
-// DeepSeek-V3 / GLM-4.5 modules, then the tokens sorted by expert through grouped matmuls. Both are
+// DeepSeek-V2, DeepSeek-V3 / GLM-4.5 modules, then the tokens sorted by expert through grouped matmuls. Both are
 // differentiable (the head trains its router and experts through them).
 #pragma once
 
@@ -21,6 +21,10 @@ enum class MoeRouting {
   // topk_group best of n_group groups (a group's score: its two best); weights the chosen raw scores
   // (renormalised when norm_topk_prob) times routed_scaling_factor, kept in fp32
   sigmoid_grouped,
+  // DeepSeek-V2 (DeepseekV2TopkRouter): fp32 softmax over all experts; with n_group > 1
+  // (group_limited_greedy) only the topk_group groups of the largest single score stay (the others' scores
+  // zeroed); the k largest scores, never renormalised, times routed_scaling_factor, kept in fp32
+  softmax_grouped,
 };
 
 // A router's rule and sizes (TargetConfig::moe_router, HeadConfig::moe_router).
@@ -29,8 +33,8 @@ struct MoeRouter {
   std::int64_t num_experts = 0, experts_per_token = 0;  // num_experts 0: no mixture of experts
   bool norm_topk_prob = true;                           // renormalise the chosen k weights
   bool routing_weights_fp32 = false;         // softmax_topk: weights kept fp32 (Mixtral), else the logits' dtype
-  std::int64_t n_group = 1, topk_group = 1;  // sigmoid_grouped only
-  double routed_scaling_factor = 1.0;        // sigmoid_grouped only
+  std::int64_t n_group = 1, topk_group = 1;  // sigmoid_grouped, softmax_grouped (1 of 1: greedy)
+  double routed_scaling_factor = 1.0;        // sigmoid_grouped, softmax_grouped
 };
 
 // Each token's k experts and their weights, [N, k] each (chosen int64).
@@ -39,8 +43,8 @@ struct MoeRoute {
 };
 
 // The routing of tokens x [N, H] by the router weight [E, H] (router_b [E] or undefined: gpt-oss's
-// bias; score_bias [E] fp32 or undefined: sigmoid_grouped's e_score_correction_bias). sigmoid_grouped
-// computes its logits in fp32 whatever x's dtype. Device work only (no host synchronisation).
+// bias; score_bias [E] fp32 or undefined: sigmoid_grouped's e_score_correction_bias). sigmoid_grouped and
+// softmax_grouped compute their logits in fp32 whatever x's dtype. Device work only (no host synchronisation).
 MoeRoute route_experts(const MoeRouter& r, const torch::Tensor& x, const torch::Tensor& router_w,
                        const torch::Tensor& router_b = {}, const torch::Tensor& score_bias = {});
 

@@ -41,6 +41,7 @@ enum class Family {
   gemma2,
   gemma3_text,
   phi3,
+  deepseek_v2,  // DeepseekV2ForCausalLM: DeepSeek-V3's MLA (RoPE in fp32) with the softmax router
   deepseek_v3,
   glm4_moe,
   glm4_moe_lite,
@@ -79,6 +80,9 @@ struct TargetConfig {
   // the rotary features come in (even, odd) pairs, as DeepSeek-V3 ships them.
   std::int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
   bool rope_interleave = false;
+  // DeepSeek-V2 (apply_rotary_emb's complex product): queries and keys turned in fp32 by fp32 cos and sin,
+  // the result cast back to the model's dtype.
+  bool rope_fp32 = false;
 
   // Hybrid linear attention (Qwen3.5, Qwen3-Next; layer_types linear_attention / full_attention): per layer
   // whether it is a Gated DeltaNet layer (else attention). Its causal depthwise conv1d of linear_conv_kernel
@@ -103,8 +107,9 @@ struct TargetConfig {
   bool norm_topk_prob = true;         // softmax_topk: renormalise the chosen k weights
   bool routing_weights_fp32 = false;  // Mixtral weighs the experts' outputs in fp32 (Qwen3-MoE: model dtype)
   bool router_bias = false, expert_bias = false;  // gpt-oss
-  // sigmoid_grouped routing (DeepSeek-V3, GLM-4.5): expert groups, the groups kept, the weights' factor,
-  // and the shared experts' MLP beside the routed ones (n_shared_experts x moe_intermediate_size; 0: none).
+  // sigmoid_grouped routing (DeepSeek-V3, GLM-4.5) and softmax_grouped (DeepSeek-V2): expert groups, the
+  // groups kept, the weights' factor, and the shared experts' MLP beside the routed ones (n_shared_experts x
+  // moe_intermediate_size; 0: none).
   std::int64_t n_group = 1, topk_group = 1, shared_intermediate_size = 0;
   bool shared_expert_gate = false;  // Qwen3-Next, Qwen3.5-MoE: the shared expert times sigmoid(shared_expert_gate(x))
   double routed_scaling_factor = 1.0;
