@@ -29,6 +29,9 @@ saved as block-scaled FP8 as the Qwen3-*-FP8 releases are (see fp8_projections),
 the weights as transformers' Fp8Dequantize makes them; the folder is checked to load back through
 transformers (FineGrainedFP8Config(dequantize=True)) when accelerate is installed (5.23 requires it for FP8).
 
+DeepSeek-V2 (tiny-deepseek-v2, see DEEPSEEK_V2): the same attention without q LoRA, the RoPE turned in fp32, the
+softmax router with group_limited_greedy and no correction bias (a group gap is printed beside the top-k gap).
+
 DeepSeek-V3 (multi-head latent attention with q LoRA, interleaved RoPE and YaRN's mscale; the sigmoid router with
 a correction bias, grouped top-k and shared experts; one without q LoRA as Moonlight), GLM-4.5 (glm4_moe) and
 GLM-4.7-Flash (glm4_moe_lite: DeepSeek-V3's attention with values wider than q/k, mlp_layer_types): their
@@ -113,6 +116,20 @@ DEEPSEEK_V3 = dict(
     rope_interleave=True, rms_norm_eps=1e-6, max_position_embeddings=256, tie_word_embeddings=False,
     rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0,
                      "mscale": 1.0, "mscale_all_dim": 0.8, "original_max_position_embeddings": 16},
+    bos_token_id=0, eos_token_id=1)
+# DeepSeek-V2: DeepSeek-V3's MLA without q LoRA (as DeepSeek-V2-Lite), its RoPE always interleaved and turned in fp32,
+# YaRN with DeepSeek-V2's mscale 0.707 (both); the softmax router with group_limited_greedy (as DeepSeek-V2: the
+# topk_group groups of the best single score; with k 3 of 2 groups of 2 the choice then differs from greedy's for
+# some tokens), weights never renormalised, times routed_scaling_factor; no correction bias; shared experts; one
+# dense layer first.
+DEEPSEEK_V2 = dict(
+    vocab_size=256, hidden_size=64, intermediate_size=96, moe_intermediate_size=16, num_hidden_layers=3,
+    num_attention_heads=4, num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=32, qk_nope_head_dim=12,
+    qk_rope_head_dim=8, v_head_dim=10, n_routed_experts=8, n_shared_experts=2, num_experts_per_tok=3, n_group=4,
+    topk_group=2, topk_method="group_limited_greedy", routed_scaling_factor=2.0, norm_topk_prob=False,
+    first_k_dense_replace=1, rms_norm_eps=1e-6, max_position_embeddings=256, tie_word_embeddings=False,
+    rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                     "mscale": 0.707, "mscale_all_dim": 0.707, "original_max_position_embeddings": 16},
     bos_token_id=0, eos_token_id=1)
 # The hybrid linear-attention families (Qwen3.5 dense and MoE, Qwen3-Next): Gated DeltaNet layers (linear_attention)
 # among gated full-attention ones, 2 key heads of 8 serving 4 value heads of 12 (grouped), a conv of 4 taps, q/k
@@ -253,6 +270,8 @@ FAMILIES = {
         tie_word_embeddings=False)),
     # Gemma 4 (see GEMMA4): every piece its text model adds to Gemma 3.
     "tiny-gemma4": (transformers.Gemma4TextConfig, GEMMA4),
+    # DeepSeek-V2 (see DEEPSEEK_V2), last so that the other fixtures keep their seeds.
+    "tiny-deepseek-v2": (transformers.DeepseekV2Config, DEEPSEEK_V2),
 }
 # Hybrid linear-attention families: also prompts c and d longer than the delta rule's chunk of 64 (c.*, d.*), so that
 # a packed row of both starts a document inside a chunk.
@@ -611,7 +630,7 @@ class Routing:
     def __init__(self, model):
         self.routers = [(int(n.split(".layers.")[1].split(".")[0]), m) for n, m in model.named_modules()
                         if type(m).__name__.endswith(("TopKRouter", "TopkRouter"))]
-        self.layers, self.hooks = {}, []
+        self.layers, self.hooks, self.group_gap = {}, [], math.inf
 
     def __enter__(self):
         for layer, m in self.routers:
@@ -621,6 +640,14 @@ class Routing:
                 logits = out[0].detach().double()
                 bias = getattr(m, "e_score_correction_bias", None)
                 scores = logits.sigmoid() + bias.double() if bias is not None else torch.softmax(logits, -1)
+                if getattr(m, "topk_method", None) == "group_limited_greedy":
+                    # DeepSeek-V2: the gap between the topk_group-th and the next group's best score, then the
+                    # choice among the kept groups' experts (the others' scores zeroed, as the router does).
+                    g = scores.view(-1, m.num_group, m.num_experts // m.num_group).max(-1).values
+                    top = g.sort(-1, descending=True).values
+                    self.group_gap = min(self.group_gap, (top[:, m.topk_group - 1] - top[:, m.topk_group]).min().item())
+                    keep = torch.zeros_like(g).scatter_(1, g.topk(m.topk_group, -1).indices, 1.0).bool()
+                    scores = scores.masked_fill(~keep.repeat_interleave(m.num_experts // m.num_group, -1), 0.0)
                 self.layers[layer] = (scores, out[2].detach())
             self.hooks.append(m.register_forward_hook(hook))
         return self
@@ -829,6 +856,8 @@ def make(name, cls, kwargs, index):
             ref["a.bf16.routing_agrees"], ref["a.bf16.first_flip_layer"] = agrees, first
             summary += (f"; {int((agrees == 0).sum())} of {len(routing.layers) * LEN_A} (token, sparse layer) "
                         f"expert sets differ, first in layer {int(first)}; smallest fp32 top-k gap {gap:.3g}")
+            if routing.group_gap < math.inf:
+                summary += f", group gap {routing.group_gap:.3g}"
         print(f"{name}: {summary} (max |bf16 - fp32| / max |fp32|)")
     REFS.mkdir(parents=True, exist_ok=True)
     save_file({k: t.contiguous() for k, t in ref.items()}, str(REFS / f"{name}.safetensors"),
