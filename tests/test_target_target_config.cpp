@@ -296,12 +296,14 @@ TEST_CASE("target config: each family's row gives its Family, MoE layout and ref
       {"tiny-llama", Family::llama},     {"tiny-mistral", Family::mistral},     {"tiny-qwen2", Family::qwen2},
       {"tiny-qwen3", Family::qwen3},     {"tiny-qwen3-moe", Family::qwen3_moe}, {"tiny-mixtral", Family::mixtral},
       {"tiny-gpt-oss", Family::gpt_oss}, {"tiny-gemma2", Family::gemma2},       {"tiny-gemma3", Family::gemma3_text},
-      {"tiny-phi3", Family::phi3},       {"tiny-mimo", Family::mimo},           {"tiny-gemma4", Family::gemma4_text}};
+      {"tiny-phi3", Family::phi3},       {"tiny-mimo", Family::mimo},           {"tiny-gemma4", Family::gemma4_text},
+      {"tiny-deepseek-v2", Family::deepseek_v2}};
   for (const auto& [name, family] : fixtures) {
     INFO(name);
     const auto c = TargetConfig::from_model_dir((fs::path(EAGLE_SOURCE_DIR) / "tests/fixtures/models" / name).string());
     CHECK(c.family == family);
-    CHECK(c.moe() == (family == Family::qwen3_moe || family == Family::mixtral || family == Family::gpt_oss));
+    CHECK(c.moe() == (family == Family::qwen3_moe || family == Family::mixtral || family == Family::gpt_oss ||
+                      family == Family::deepseek_v2));
   }
   // The refusal lists every row's architecture, in the table's order.
   test::TempDir dir;
@@ -310,9 +312,9 @@ TEST_CASE("target config: each family's row gives its Family, MoE layout and ref
   CHECK_THAT(config_error(dir, c),
              Catch::Contains("LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, MiMoForCausalLM, "
                              "Qwen3ForCausalLM, Qwen3MoeForCausalLM, MixtralForCausalLM, GptOssForCausalLM, "
-                             "Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM, DeepseekV3ForCausalLM, "
-                             "Glm4MoeForCausalLM, Glm4MoeLiteForCausalLM, Qwen3NextForCausalLM, Qwen3_5ForCausalLM, "
-                             "Qwen3_5ForConditionalGeneration, Qwen3_5MoeForCausalLM, "
+                             "Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM, DeepseekV2ForCausalLM, "
+                             "DeepseekV3ForCausalLM, Glm4MoeForCausalLM, Glm4MoeLiteForCausalLM, Qwen3NextForCausalLM, "
+                             "Qwen3_5ForCausalLM, Qwen3_5ForConditionalGeneration, Qwen3_5MoeForCausalLM, "
                              "Qwen3_5MoeForConditionalGeneration, Gemma4ForCausalLM or "
                              "Gemma4ForConditionalGeneration"));
 }

@@ -1,6 +1,6 @@
 // DeepSeek-V3 and GLM-4.7-Flash (multi-head latent attention, the sigmoid router with grouped top-k,
-// shared experts) and GLM-4.5 targets: their config fields and refusals, the MTP layers left unloaded,
-// the decompressed KV cache, and tree verification. Their parity with transformers on the other paths
+// shared experts), DeepSeek-V2 (the same attention, the softmax router) and GLM-4.5 targets: their config
+// fields and refusals, the MTP layers left unloaded, the decompressed KV cache, and tree verification. Their parity with transformers on the other paths
 // (full, padded, packed, bf16, KV cache, greedy, chunks, ragged) runs with every family in
 // test_target_target.cpp and test_target_target_ragged.cpp.
 #include <torch/torch.h>
@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "eagle/model/moe.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/target/target.h"
 #include "eagle/util/error.h"
@@ -173,6 +174,137 @@ TEST_CASE("GLM-4.7-Flash configs: DeepSeek-V3's attention, GLM-4.5's router, mlp
   CHECK_THAT(config_error(dir, k), Catch::Contains("\"mlp_layer_types\"") && Catch::Contains("3 entries"));
 }
 
+TEST_CASE("DeepSeek-V2 configs: MLA without q LoRA, the RoPE in fp32, the softmax router's two methods", "[target]") {
+  test::TempDir dir;
+  const auto j = config_of("tiny-deepseek-v2");
+  const auto c = parse(dir, j);
+  CHECK(c.family == target::Family::deepseek_v2);
+  CHECK(c.mla());
+  CHECK(c.q_lora_rank == 0);  // q_lora_rank null, as DeepSeek-V2-Lite
+  CHECK(c.head_dim == 20);
+  CHECK(c.value_head_dim() == 10);
+  CHECK(c.rope.type == "yarn");
+  CHECK(c.rope_interleave);
+  CHECK(c.rope_fp32);
+  const double mscale = 0.1 * 0.707 * std::log(4.0) + 1.0;  // yarn_apply_mscale, as DeepSeek-V3's
+  CHECK(c.attention_scale == Approx(mscale * mscale / std::sqrt(20.0)).epsilon(1e-12));
+  CHECK(c.routing == target::MoeRouting::softmax_grouped);
+  CHECK(c.routing_weights_fp32);
+  CHECK_FALSE(c.norm_topk_prob);
+  CHECK(c.num_experts == 8);
+  CHECK(c.experts_per_token == 3);
+  CHECK(c.n_group == 4);  // group_limited_greedy
+  CHECK(c.topk_group == 2);
+  CHECK(c.routed_scaling_factor == 2.0);
+  CHECK(c.shared_intermediate_size == 32);  // two shared experts of 16
+  CHECK(c.sparse_layers == std::vector<bool>{false, true, true});
+  CHECK(c.num_mtp_layers == 0);
+
+  SECTION("greedy (the default, DeepSeek-V2-Lite's) reads no groups; rope_interleave is not read") {
+    auto k = j;
+    k["topk_method"] = "greedy";
+    auto g = parse(dir, k);
+    CHECK(g.routing == target::MoeRouting::softmax_grouped);
+    CHECK(g.n_group == 1);
+    CHECK(g.topk_group == 1);
+    k.erase("topk_method");
+    k["n_group"] = nullptr;
+    k["topk_group"] = nullptr;
+    k["num_experts_per_tok"] = 6;  // more than 2 groups of 2 hold: greedy chooses among all 8
+    g = parse(dir, k);
+    CHECK(g.n_group == 1);
+    CHECK(g.experts_per_token == 6);
+    k = j;
+    k["rope_interleave"] = false;  // DeepseekV2Attention always turns interleaved pairs
+    CHECK(parse(dir, k).rope_interleave);
+    k = j;
+    k.erase("first_k_dense_replace");  // DeepseekV2Config's default: no dense layer
+    CHECK(parse(dir, k).sparse_layers == std::vector<bool>{true, true, true});
+  }
+  SECTION("what transformers' DeepSeek-V2 does not compute is refused by name") {
+    auto k = j;
+    k["topk_method"] = "noaux_tc";
+    CHECK_THAT(config_error(dir, k), Catch::Contains("\"topk_method\"") && Catch::Contains("noaux_tc") &&
+                                         Catch::Contains("DeepseekV3ForCausalLM"));
+    k = j;
+    k["scoring_func"] = "sigmoid";
+    CHECK_THAT(config_error(dir, k), Catch::Contains("\"scoring_func\"") && Catch::Contains("sigmoid"));
+    k = j;
+    k["norm_topk_prob"] = true;
+    CHECK_THAT(config_error(dir, k), Catch::Contains("\"norm_topk_prob\""));
+    k = j;
+    k["moe_layer_freq"] = 2;
+    CHECK_THAT(config_error(dir, k), Catch::Contains("\"moe_layer_freq\""));
+    k = j;
+    k["mlp_bias"] = true;
+    CHECK_THAT(config_error(dir, k), Catch::Contains("\"mlp_bias\""));
+    k = j;
+    k["n_group"] = 3;
+    CHECK_THAT(config_error(dir, k), Catch::Contains("\"n_group\"") && Catch::Contains("8 experts in 3 groups"));
+    k = j;
+    k.erase("n_group");  // group_limited_greedy needs its groups
+    CHECK_THAT(config_error(dir, k), Catch::Contains("\"n_group\"") && Catch::Contains("required"));
+    k = j;
+    k["num_experts_per_tok"] = 5;  // 2 groups of 2 experts hold 4 candidates
+    CHECK_THAT(config_error(dir, k), Catch::Contains("\"num_experts_per_tok\"") && Catch::Contains("1..4"));
+    k = j;
+    k.erase("num_experts_per_tok");  // DeepseekV2Config has no default
+    CHECK_THAT(config_error(dir, k), Catch::Contains("\"num_experts_per_tok\"") && Catch::Contains("required"));
+  }
+}
+
+TEST_CASE("DeepSeek-V2's router: softmax scores, groups by their best, no renormalisation", "[target]") {
+  // One token (H 1, x = 1): the logits are the router weights. Groups of 2: {3, 0} {2.5, 0.1} {2, 1.9} {-1, -1}.
+  const auto logits = torch::tensor({3.0f, 0.0f, 2.5f, 0.1f, 2.0f, 1.9f, -1.0f, -1.0f});
+  const auto x = torch::ones({1, 1}), w = logits.view({8, 1});
+  model::MoeRouter r;
+  r.routing = model::MoeRouting::softmax_grouped;
+  r.num_experts = 8;
+  r.experts_per_token = 3;
+  r.routed_scaling_factor = 2.0;
+  const auto p = torch::softmax(logits, 0);
+  auto chosen_of = [](const model::MoeRoute& route) {
+    const auto c = std::get<0>(route.chosen.squeeze(0).sort());
+    return std::vector<std::int64_t>(c.data_ptr<std::int64_t>(), c.data_ptr<std::int64_t>() + c.numel());
+  };
+  auto weight_of = [](const model::MoeRoute& route, std::int64_t e) {
+    const auto at = (route.chosen.squeeze(0) == e).nonzero().item<std::int64_t>();
+    return route.weights.squeeze(0)[at].item<float>();
+  };
+  // greedy (1 group of 8): the three best of all.
+  const auto greedy = model::route_experts(r, x, w);
+  CHECK(chosen_of(greedy) == std::vector<std::int64_t>{0, 2, 4});
+  // group_limited_greedy: the groups of 3 and 2.5 stay, so expert 3 (0.1) comes before expert 4 (2.0).
+  r.n_group = 4;
+  r.topk_group = 2;
+  const auto limited = model::route_experts(r, x, w);
+  CHECK(chosen_of(limited) == std::vector<std::int64_t>{0, 2, 3});
+  CHECK(limited.weights.scalar_type() == torch::kFloat32);
+  for (std::int64_t e : {0, 2, 3}) CHECK(weight_of(limited, e) == Approx(2.0 * p[e].item<float>()).epsilon(1e-6));
+}
+
+TEST_CASE("DeepSeek-V2 checkpoints: no correction bias, the shared experts named", "[target]") {
+  auto t = tensors_of("tiny-deepseek-v2");
+  REQUIRE(t.count("model.layers.1.mlp.gate.weight") == 1);
+  CHECK(t.count("model.layers.1.mlp.gate.e_score_correction_bias") == 0);
+  auto m = TargetModel::load(fixture("tiny-deepseek-v2").string(), torch::kFloat32, torch::kCPU);
+  // A token runs 3 of the 8 routed experts (3 x 64 x 16 each) of the two sparse layers.
+  CHECK(m.parameter_count() - m.active_parameter_count() == 2 * 5 * 3 * 64 * 16);
+  test::TempDir dir;
+  SECTION("a DeepSeek-V3 correction bias is unexpected") {
+    auto u = t;
+    u["model.layers.1.mlp.gate.e_score_correction_bias"] = torch::zeros({8});
+    CHECK_THAT(test::model_load_error(dir.path(), config_of("tiny-deepseek-v2"), u),
+               Catch::Contains("1 unexpected: model.layers.1.mlp.gate.e_score_correction_bias"));
+  }
+  SECTION("a missing shared expert is named") {
+    auto u = t;
+    u.erase("model.layers.2.mlp.shared_experts.up_proj.weight");
+    CHECK_THAT(test::model_load_error(dir.path(), config_of("tiny-deepseek-v2"), u),
+               Catch::Contains("model.layers.2.mlp.shared_experts.up_proj.weight"));
+  }
+}
+
 TEST_CASE("DeepSeek-V3 and GLM-4.5 checkpoints: the MTP layers after the last are left unloaded", "[target]") {
   for (const char* name : {"tiny-deepseek-v3", "tiny-glm4-moe", "tiny-glm4-moe-lite"}) {
     INFO(name);
@@ -215,7 +347,8 @@ TEST_CASE("the MLA KV cache holds decompressed per-head keys and narrower values
 }
 
 TEST_CASE("MLA and GLM-4.5 targets: a draft tree's verification equals the chains it holds", "[target]") {
-  for (const char* name : {"tiny-deepseek-v3", "tiny-deepseek-v3-nolora", "tiny-glm4-moe", "tiny-glm4-moe-lite"}) {
+  for (const char* name :
+       {"tiny-deepseek-v3", "tiny-deepseek-v3-nolora", "tiny-glm4-moe", "tiny-glm4-moe-lite", "tiny-deepseek-v2"}) {
     INFO(name);
     auto m = TargetModel::load(fixture(name).string(), torch::kFloat32, torch::kCPU);
     const auto ids = reference(name).at("a.input_ids");

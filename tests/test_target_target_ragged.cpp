@@ -59,7 +59,8 @@ TEST_CASE("ragged prefill and decode equal the unbatched forward for every famil
                            "tiny-gemma3",     "tiny-gemma2",         "tiny-phi4",
                            "tiny-qwen3-yarn", "tiny-mistral-window", "tiny-qwen2-window",
                            "tiny-qwen3-fp8",  "tiny-deepseek-v3",    "tiny-deepseek-v3-nolora",
-                           "tiny-glm4-moe",   "tiny-glm4-moe-lite",  "tiny-gemma4"}) {
+                           "tiny-glm4-moe",   "tiny-glm4-moe-lite",  "tiny-gemma4",
+                           "tiny-deepseek-v2"}) {
     INFO(name);
     auto m = TargetModel::load(model_dir(name), torch::kFloat32, torch::kCPU);
     torch::manual_seed(7);

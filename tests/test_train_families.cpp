@@ -41,6 +41,7 @@ const std::vector<Family> kFamilies = {
     {"tiny-qwen3-5-moe", true},     // every layer MoE, no dense intermediate_size
     {"tiny-qwen3-5-vl", true},      // the multimodal wrapper read as its text model
     {"tiny-gemma4", false},         // per-layer head widths, KV sharing, per-layer inputs
+    {"tiny-deepseek-v2", false},    // MLA without q LoRA, softmax group-limited MoE
 };
 
 const std::string kRoot = EAGLE_SOURCE_DIR;
