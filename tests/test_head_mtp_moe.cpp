@@ -237,6 +237,7 @@ TEST_CASE("a MoE Qwen MTP checkpoint and export keep the experts per expert or f
     }
     // The checkpoint: the head's own (fused) names, read back bit for bit.
     const auto ckpt = dir / "checkpoint";
+    std::filesystem::create_directories(ckpt);
     head::write_head_files(*head, head::checkpoint_format(head->config()), ckpt.string());
     auto file = model::load_safetensors((ckpt / "model.safetensors").string());
     CHECK(file.size() == kParameters);

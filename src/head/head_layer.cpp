@@ -48,17 +48,6 @@ HeadAttentionImpl::HeadAttentionImpl(const HeadConfig& cfg, std::int64_t input_s
   }
 }
 
-HeadMlpImpl::HeadMlpImpl(const HeadConfig& cfg, std::int64_t intermediate_size) {
-  const auto width = intermediate_size > 0 ? intermediate_size : cfg.intermediate_size;
-  EAGLE_CHECK(cfg.hidden_act == "silu", Error(ErrorKind::usage, "unsupported hidden_act for the draft head")
-                                            .place("hidden_act")
-                                            .expected("silu")
-                                            .found(cfg.hidden_act));
-  gate_proj = register_module("gate_proj", linear(cfg.hidden_size, width));
-  up_proj = register_module("up_proj", linear(cfg.hidden_size, width));
-  down_proj = register_module("down_proj", linear(width, cfg.hidden_size));
-}
-
 HeadLayerImpl::HeadLayerImpl(const HeadConfig& cfg, HeadLayerKind kind) {
   const bool first = kind == HeadLayerKind::eagle3_first;
   const auto norm = [&] { return RmsNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg.norm_one_plus); };

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "eagle/head/head.h"
+#include "eagle/head/head_mlp.h"
 
 namespace eagle::head {
 
@@ -35,16 +36,6 @@ struct HeadAttentionImpl : torch::nn::Module {
   std::int64_t value_dim = 0;  // each head's value width before o_proj (MLA's v_head_dim; else head_dim)
 };
 TORCH_MODULE(HeadAttention);
-
-struct HeadMlpImpl : torch::nn::Module {
-  // intermediate_size 0: cfg.intermediate_size (a MoE block's shared expert passes its own width).
-  explicit HeadMlpImpl(const HeadConfig& cfg, std::int64_t intermediate_size = 0);
-  torch::Tensor forward(const torch::Tensor& x) {
-    return model::swiglu(x, gate_proj->weight, up_proj->weight, down_proj->weight);
-  }
-  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
-};
-TORCH_MODULE(HeadMlp);
 
 // The forms of a head's decoder layer: EAGLE-3's first (input [e; s] of 2H, input_layernorm on e and
 // hidden_norm on s), EAGLE-1's (input H, no input norm), and a plain pre-norm layer on H (EAGLE-3's

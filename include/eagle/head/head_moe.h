@@ -13,7 +13,8 @@
 #include <torch/torch.h>
 
 #include "eagle/head/head.h"
-#include "eagle/head/head_layer.h"
+#include "eagle/head/head_mlp.h"
+#include "eagle/model/moe.h"
 
 namespace eagle::head {
 
