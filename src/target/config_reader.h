@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -98,6 +99,27 @@ struct Reader {
     return ids;
   }
 };
+
+// config.json's layer_types, when given: one of two names per layer (`other` or `flagged`; `what` names
+// them in errors: "attention type", "layer type"); per layer whether it is `flagged`. nullopt: absent.
+inline std::optional<std::vector<bool>> read_layer_types(const Reader& r, std::int64_t layers, const char* other,
+                                                         const char* flagged, const char* what) {
+  if (!r.has("layer_types")) return std::nullopt;
+  const auto& types = r.j["layer_types"];
+  EAGLE_CHECK(types.is_array() && static_cast<std::int64_t>(types.size()) == layers,
+              r.bad("layer_types", fmt::format("expected one {} per layer", what))
+                  .expected(fmt::format("a list of {} entries", layers))
+                  .found(types.dump()));
+  std::vector<bool> out(types.size(), false);
+  for (std::size_t l = 0; l < types.size(); ++l) {
+    EAGLE_CHECK(types[l] == other || types[l] == flagged,
+                r.bad(fmt::format("layer_types[{}]", l), fmt::format("unknown {}", what))
+                    .expected(fmt::format("{} or {}", other, flagged))
+                    .found(types[l].dump()));
+    out[l] = types[l] == flagged;
+  }
+  return out;
+}
 
 // The RoPE of every layer: c.rope (full-attention layers), and c.local_rope where sliding layers
 // use another (Gemma 3's rope_local_base_freq, or 5.x rope_parameters per layer type). Reads

@@ -128,19 +128,8 @@ void read_attention_types(const Reader& r, TargetConfig& c) {
   EAGLE_CHECK(window >= 0,
               r.bad("sliding_window", "must be positive, or 0 or null for none").found(std::to_string(window)));
   std::vector<bool> sliding(static_cast<std::size_t>(L), false);
-  if (r.has("layer_types")) {
-    const auto& types = r.j["layer_types"];
-    EAGLE_CHECK(types.is_array() && static_cast<std::int64_t>(types.size()) == L,
-                r.bad("layer_types", "expected one attention type per layer")
-                    .expected(fmt::format("a list of {} entries", L))
-                    .found(types.dump()));
-    for (std::size_t l = 0; l < sliding.size(); ++l) {
-      EAGLE_CHECK(types[l] == "full_attention" || types[l] == "sliding_attention",
-                  r.bad(fmt::format("layer_types[{}]", l), "unknown attention type")
-                      .expected("full_attention or sliding_attention")
-                      .found(types[l].dump()));
-      sliding[l] = types[l] == "sliding_attention";
-    }
+  if (auto types = read_layer_types(r, L, "full_attention", "sliding_attention", "attention type")) {
+    sliding = std::move(*types);
   } else {
     const auto pattern = t == Family::gemma3_text ? r.integer_or("sliding_window_pattern", 6) : 2;
     EAGLE_CHECK(pattern >= 1, r.bad("sliding_window_pattern", "must be positive").found(std::to_string(pattern)));

@@ -114,19 +114,8 @@ void read_hybrid(const Reader& r, TargetConfig& c) {
   namespace lim = model::limits;
   const auto L = c.num_hidden_layers;
   c.linear_layers.assign(static_cast<std::size_t>(L), false);
-  if (r.has("layer_types")) {
-    const auto& types = r.j["layer_types"];
-    EAGLE_CHECK(types.is_array() && static_cast<std::int64_t>(types.size()) == L,
-                r.bad("layer_types", "expected one layer type per layer")
-                    .expected(fmt::format("a list of {} entries", L))
-                    .found(types.dump()));
-    for (std::size_t l = 0; l < types.size(); ++l) {
-      EAGLE_CHECK(types[l] == "linear_attention" || types[l] == "full_attention",
-                  r.bad(fmt::format("layer_types[{}]", l), "unknown layer type")
-                      .expected("linear_attention or full_attention")
-                      .found(types[l].dump()));
-      c.linear_layers[l] = types[l] == "linear_attention";
-    }
+  if (auto types = read_layer_types(r, L, "full_attention", "linear_attention", "layer type")) {
+    c.linear_layers = std::move(*types);
   } else {
     const auto interval = r.bounded_or("full_attention_interval", 4, 1, lim::kMaxLayers);
     for (std::int64_t l = 0; l < L; ++l) c.linear_layers[static_cast<std::size_t>(l)] = (l + 1) % interval != 0;

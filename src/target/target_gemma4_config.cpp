@@ -16,19 +16,8 @@ namespace lim = model::limits;
 // forced to full_attention as transformers forces it. Returns per layer whether it is full.
 std::vector<bool> gemma4_full_layers(const Reader& r, std::int64_t L) {
   std::vector<bool> full(static_cast<std::size_t>(L), false);
-  if (r.has("layer_types")) {
-    const auto& types = r.j["layer_types"];
-    EAGLE_CHECK(types.is_array() && static_cast<std::int64_t>(types.size()) == L,
-                r.bad("layer_types", "expected one attention type per layer")
-                    .expected(fmt::format("a list of {} entries", L))
-                    .found(types.dump()));
-    for (std::size_t l = 0; l < types.size(); ++l) {
-      EAGLE_CHECK(types[l] == "full_attention" || types[l] == "sliding_attention",
-                  r.bad(fmt::format("layer_types[{}]", l), "unknown attention type")
-                      .expected("full_attention or sliding_attention")
-                      .found(types[l].dump()));
-      full[l] = types[l] == "full_attention";
-    }
+  if (auto types = read_layer_types(r, L, "sliding_attention", "full_attention", "attention type")) {
+    full = std::move(*types);
   } else {
     for (std::int64_t l = 0; l < L; ++l) full[static_cast<std::size_t>(l)] = (l + 1) % 6 == 0;
   }
