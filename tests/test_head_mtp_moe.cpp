@@ -19,11 +19,18 @@
 #include "eagle/model/safetensors.h"
 #include "eagle/target/target.h"
 #include "helpers.h"
+#include "mtp_fixtures.h"
 
 using namespace eagle;
 namespace fs = std::filesystem;
 
 namespace {
+
+using test::mtp_reference_inputs;
+std::shared_ptr<head::MtpHead> head_of(const std::string& folder, head::RecomputeMode mode = head::RecomputeMode::off,
+                                       std::int64_t chunk = 0) {
+  return test::mtp_three_step_head(folder, mode, chunk);
+}
 
 const std::string kRoot = std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/";
 
@@ -35,32 +42,6 @@ const Fixture kMoe{"qwen3_5_moe", kRoot + "models/tiny-qwen3-5-moe-mtp",
 const Fixture kNext{"qwen3_next", kRoot + "models/tiny-qwen3-next-mtp", kRoot + "reference/mtp-qwen3-next.safetensors",
                     "Qwen3NextForCausalLM"};
 constexpr std::int64_t kExperts = 4, kParameters = 19;  // fc, 3 norms, 8 of attention, router, 2 experts, 4 shared
-
-std::shared_ptr<head::MtpHead> head_of(const std::string& folder, head::RecomputeMode mode = head::RecomputeMode::off,
-                                       std::int64_t chunk = 0) {
-  auto cfg = head::read_head_folder_config(folder);
-  cfg.ttt_steps = 3;
-  cfg.ttt_loss_decay = 0.8;
-  cfg.recompute = mode;
-  cfg.loss_chunk_size = chunk;
-  auto head = std::make_shared<head::MtpHead>(cfg);
-  head::load_mtp_weights(*head, folder);
-  auto target = target::TargetModel::load_ends(folder, torch::kFloat32, torch::kCPU);
-  head->set_target_weights(target.embed, target.lm_head);
-  return head;
-}
-
-head::HeadInputs inputs_of(std::map<std::string, torch::Tensor>& ref) {
-  head::HeadInputs in;
-  in.input_ids = ref.at("input_ids");
-  in.position_ids = ref.at("position_ids");
-  in.document_ids = ref.at("document_ids");
-  in.aux_hidden = ref.at("hidden");
-  in.teacher_logits = ref.at("target_logits");
-  in.target_argmax = ref.at("target_argmax");
-  in.loss_mask = ref.at("loss_mask");
-  return in;
-}
 
 // A copy of a fixture folder whose model.safetensors is edited by `edit`.
 fs::path edited_copy(const fs::path& out, const std::string& folder,
@@ -156,7 +137,7 @@ TEST_CASE("the MoE Qwen MTP heads' unroll and training step equal vLLM's forward
       for (std::int64_t chunk : {0, 5}) {
         INFO(f.family << ", recompute " << head::recompute_mode_name(mode) << ", loss_chunk_size " << chunk);
         auto head = head_of(f.folder, mode, chunk);
-        auto in = inputs_of(ref);
+        auto in = mtp_reference_inputs(ref);
         {
           torch::NoGradGuard ng;
           auto logits = head->ttt_logits(in);

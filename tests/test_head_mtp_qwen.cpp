@@ -18,6 +18,7 @@
 #include "eagle/target/target.h"
 #include "eagle/util/error.h"
 #include "helpers.h"
+#include "mtp_fixtures.h"
 
 using namespace eagle;
 namespace fs = std::filesystem;
@@ -33,28 +34,7 @@ std::map<std::string, torch::Tensor> reference() {
 
 std::shared_ptr<head::MtpHead> three_step_head(head::RecomputeMode mode = head::RecomputeMode::off,
                                                std::int64_t chunk = 0) {
-  auto cfg = head::read_head_folder_config(kQwen);
-  cfg.ttt_steps = 3;
-  cfg.ttt_loss_decay = 0.8;
-  cfg.recompute = mode;
-  cfg.loss_chunk_size = chunk;
-  auto head = std::make_shared<head::MtpHead>(cfg);
-  head::load_mtp_weights(*head, kQwen);
-  auto target = target::TargetModel::load_ends(kQwen, torch::kFloat32, torch::kCPU);
-  head->set_target_weights(target.embed, target.lm_head);
-  return head;
-}
-
-head::HeadInputs reference_inputs(std::map<std::string, torch::Tensor>& ref) {
-  head::HeadInputs in;
-  in.input_ids = ref.at("input_ids");
-  in.position_ids = ref.at("position_ids");
-  in.document_ids = ref.at("document_ids");
-  in.aux_hidden = ref.at("hidden");
-  in.teacher_logits = ref.at("target_logits");
-  in.target_argmax = ref.at("target_argmax");
-  in.loss_mask = ref.at("loss_mask");
-  return in;
+  return test::mtp_three_step_head(kQwen, mode, chunk);
 }
 
 // A copy of the fixture folder whose model.safetensors is edited by `edit`.
@@ -124,7 +104,7 @@ TEST_CASE("the Qwen3.5 MTP head's unroll and one training step equal vLLM's forw
     for (std::int64_t chunk : {0, 5}) {
       INFO("recompute " << head::recompute_mode_name(mode) << ", loss_chunk_size " << chunk);
       auto head = three_step_head(mode, chunk);
-      auto in = reference_inputs(ref);
+      auto in = test::mtp_reference_inputs(ref);
       {
         torch::NoGradGuard ng;
         auto logits = head->ttt_logits(in);
