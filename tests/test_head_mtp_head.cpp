@@ -31,10 +31,7 @@ std::map<std::string, torch::Tensor> reference() {
   return model::load_safetensors(kRoot + "reference/mtp-mimo.safetensors");
 }
 
-std::shared_ptr<head::MtpHead> three_step_head(head::RecomputeMode mode = head::RecomputeMode::off,
-                                               std::int64_t chunk = 0) {
-  return test::mtp_three_step_head(kMimo, mode, chunk);
-}
+std::shared_ptr<head::MtpHead> three_step_head() { return test::mtp_three_step_head(kMimo); }
 
 }  // namespace
 
@@ -65,78 +62,12 @@ TEST_CASE("the tiny MiMo folder reads as an MTP head under its native names", "[
 }
 
 TEST_CASE("the MTP head's unroll and one training step equal vLLM's MiMo MTP forward in PyTorch", "[head]") {
-  auto ref = reference();
-  for (auto mode : {head::RecomputeMode::off, head::RecomputeMode::mlp}) {
-    for (std::int64_t chunk : {0, 5}) {
-      INFO("recompute " << head::recompute_mode_name(mode) << ", loss_chunk_size " << chunk);
-      auto head = three_step_head(mode, chunk);
-      auto in = test::mtp_reference_inputs(ref);
-      {
-        torch::NoGradGuard ng;
-        auto logits = head->ttt_logits(in);
-        REQUIRE(logits.size() == 3);
-        for (std::size_t k = 0; k < 3; ++k) {
-          INFO("step " << k);
-          CHECK(torch::allclose(logits[k], ref.at("logits_" + std::to_string(k)), 1e-4, 1e-5));
-        }
-      }
-      auto out = head->train_step_forward(in, ref.at("denominators"));
-      CHECK(out.loss.item<double>() == Approx(ref.at("loss").item<double>()).epsilon(1e-5));
-      out.loss.backward();
-      std::size_t compared = 0;
-      for (auto& p : head->named_parameters()) {
-        const auto name = "grad." + head::mtp_native_name(p.key());
-        INFO(name);
-        REQUIRE(ref.count(name));
-        CHECK(torch::allclose(p.value().grad(), ref.at(name), 1e-4, 1e-5));
-        ++compared;
-      }
-      CHECK(compared == 16);
-      // Valid positions per step (the reference's denominators): every id is in the full vocabulary.
-      CHECK(torch::equal(out.metric_sums.select(1, head::kValid), ref.at("denominators")));
-    }
-  }
+  // 3 MTP norms, input_proj, 2 block norms, q/k/v weights and biases, o_proj, 3 MLP
+  test::check_mtp_training_step(kMimo, "mimo", reference(), 16);
 }
 
 TEST_CASE("the MTP head drafts what a cache-based serving loop drafts, and what its unroll predicts", "[head]") {
-  auto ref = reference();
-  auto head = three_step_head();
-  const auto hidden = ref.at("hidden"), ids = ref.at("input_ids");
-  const std::int64_t p = 3;  // the anchor: the prefix is positions 0..3 of sample 0
-  auto cache = head->new_cache(1, 16);
-  auto drafts = head->draft(cache, hidden.narrow(1, 0, p + 1), ids.narrow(1, 1, p + 1), 3);
-  CHECK(torch::equal(drafts, ref.at("served_drafts")));
-  CHECK(cache.length == p + 1);
-  // The prefix in two calls (the cache keeps the first positions) drafts the same.
-  auto split = head->new_cache(1, 16);
-  head->draft(split, hidden.narrow(1, 0, 2), ids.narrow(1, 1, 2), 1);
-  CHECK(torch::equal(head->draft(split, hidden.narrow(1, 2, p - 1), ids.narrow(1, 3, p - 1), 3), drafts));
-  // The same chain in explicit steps (trees, sampled chains): the prefix pass, then one node at a time.
-  auto steps = head->new_cache(1, 16);
-  auto step = head->draft_extend(steps, hidden.narrow(1, 0, p + 1), ids.narrow(1, 1, p + 1));
-  for (std::int64_t k = 0; k < 3; ++k) {
-    auto token = step.logits.argmax(-1);  // [1, 1]
-    CHECK(token.item<std::int64_t>() == drafts[0][k].item<std::int64_t>());
-    if (k == 2) break;
-    const auto slot = p + 1 + k;
-    step = head->draft_nodes(steps, step.state, token, torch::full({1, 1}, slot, torch::kInt64), slot,
-                             torch::ones({1, slot + 1}, torch::kBool));
-  }
-  // Teacher forcing on the drafted tokens: the row x_0..x_{p+1}, d_1, d_2 unrolled at anchor p predicts
-  // d_1, d_2, d_3 at steps 1, 2, 3 (the hidden states after p are never read at that anchor).
-  head::HeadInputs in;
-  in.input_ids = torch::cat({ids.narrow(1, 0, p + 2), drafts.narrow(1, 0, 2)}, 1);
-  const auto n = in.input_ids.size(1);
-  in.position_ids = torch::arange(n, torch::kInt64).unsqueeze(0);
-  in.document_ids = torch::zeros({1, n}, torch::kInt64);
-  in.aux_hidden = torch::cat({hidden.narrow(1, 0, p + 1), torch::zeros({1, n - p - 1, hidden.size(2)})}, 1);
-  torch::NoGradGuard ng;
-  auto logits = head->ttt_logits(in);
-  for (std::int64_t k = 0; k < 3; ++k) {
-    INFO("step " << k);
-    CHECK(logits[static_cast<std::size_t>(k)][0][p].argmax().item<std::int64_t>() == drafts[0][k].item<std::int64_t>());
-    CHECK(torch::allclose(logits[static_cast<std::size_t>(k)][0][p], ref.at("served_logits")[0][k], 1e-4, 1e-5));
-  }
+  test::check_mtp_drafting(*three_step_head(), reference());
 }
 
 TEST_CASE("an MTP checkpoint holds the native names alone and reads back bit for bit", "[head]") {

@@ -26,11 +26,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-using test::mtp_reference_inputs;
-std::shared_ptr<head::MtpHead> head_of(const std::string& folder, head::RecomputeMode mode = head::RecomputeMode::off,
-                                       std::int64_t chunk = 0) {
-  return test::mtp_three_step_head(folder, mode, chunk);
-}
+std::shared_ptr<head::MtpHead> head_of(const std::string& folder) { return test::mtp_three_step_head(folder); }
 
 const std::string kRoot = std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/";
 
@@ -132,77 +128,18 @@ TEST_CASE("the MoE Qwen targets hand the MTP head their last hidden state after 
 TEST_CASE("the MoE Qwen MTP heads' unroll and training step equal vLLM's forward in PyTorch, router and experts",
           "[head]") {
   for (const auto& f : {kMoe, kNext}) {
-    auto ref = model::load_safetensors(f.reference);
-    for (auto mode : {head::RecomputeMode::off, head::RecomputeMode::mlp}) {
-      for (std::int64_t chunk : {0, 5}) {
-        INFO(f.family << ", recompute " << head::recompute_mode_name(mode) << ", loss_chunk_size " << chunk);
-        auto head = head_of(f.folder, mode, chunk);
-        auto in = mtp_reference_inputs(ref);
-        {
-          torch::NoGradGuard ng;
-          auto logits = head->ttt_logits(in);
-          REQUIRE(logits.size() == 3);
-          for (std::size_t k = 0; k < 3; ++k) {
-            INFO("step " << k);
-            CHECK(torch::allclose(logits[k], ref.at("logits_" + std::to_string(k)), 1e-4, 1e-5));
-          }
-        }
-        auto out = head->train_step_forward(in, ref.at("denominators"));
-        CHECK(out.loss.item<double>() == Approx(ref.at("loss").item<double>()).epsilon(1e-5));
-        out.loss.backward();
-        std::size_t compared = 0;
-        for (auto& p : head->named_parameters()) {
-          const auto name = "grad." + head::mtp_native_name(p.key(), f.family);
-          INFO(name);
-          REQUIRE(ref.count(name));
-          CHECK(torch::allclose(p.value().grad(), ref.at(name), 1e-4, 1e-5));
-          ++compared;
-        }
-        CHECK(compared == kParameters);
-        // The router and the experts train (the reference's gradients are not all zero there).
-        CHECK(ref.at("grad.mtp.layers.0.mlp.gate.weight").abs().sum().item<double>() > 0);
-        CHECK(ref.at("grad.mtp.layers.0.mlp.experts.gate_up_proj").abs().sum().item<double>() > 0);
-      }
-    }
+    const auto ref = model::load_safetensors(f.reference);
+    test::check_mtp_training_step(f.folder, f.family, ref, kParameters);
+    // The router and the experts train (the reference's gradients are not all zero there).
+    CHECK(ref.at("grad.mtp.layers.0.mlp.gate.weight").abs().sum().item<double>() > 0);
+    CHECK(ref.at("grad.mtp.layers.0.mlp.experts.gate_up_proj").abs().sum().item<double>() > 0);
   }
 }
 
 TEST_CASE("the MoE Qwen MTP heads draft what a serving loop drafts, and what their unroll predicts", "[head]") {
   for (const auto& f : {kMoe, kNext}) {
     INFO(f.family);
-    auto ref = model::load_safetensors(f.reference);
-    auto head = head_of(f.folder);
-    const auto hidden = ref.at("hidden"), ids = ref.at("input_ids");
-    const std::int64_t p = 3;
-    auto cache = head->new_cache(1, 16);
-    auto drafts = head->draft(cache, hidden.narrow(1, 0, p + 1), ids.narrow(1, 1, p + 1), 3);
-    CHECK(torch::equal(drafts, ref.at("served_drafts")));
-    auto steps = head->new_cache(1, 16);
-    auto step = head->draft_extend(steps, hidden.narrow(1, 0, p + 1), ids.narrow(1, 1, p + 1));
-    for (std::int64_t k = 0; k < 3; ++k) {
-      auto token = step.logits.argmax(-1);
-      CHECK(token.item<std::int64_t>() == drafts[0][k].item<std::int64_t>());
-      CHECK(torch::allclose(step.logits[0][0], ref.at("served_logits")[0][k], 1e-4, 1e-5));
-      if (k == 2) break;
-      const auto slot = p + 1 + k;
-      step = head->draft_nodes(steps, step.state, token, torch::full({1, 1}, slot, torch::kInt64), slot,
-                               torch::ones({1, slot + 1}, torch::kBool));
-    }
-    // Teacher forcing on the drafted tokens at anchor p predicts them at steps 1, 2, 3.
-    head::HeadInputs in;
-    in.input_ids = torch::cat({ids.narrow(1, 0, p + 2), drafts.narrow(1, 0, 2)}, 1);
-    const auto n = in.input_ids.size(1);
-    in.position_ids = torch::arange(n, torch::kInt64).unsqueeze(0);
-    in.document_ids = torch::zeros({1, n}, torch::kInt64);
-    in.aux_hidden = torch::cat({hidden.narrow(1, 0, p + 1), torch::zeros({1, n - p - 1, hidden.size(2)})}, 1);
-    torch::NoGradGuard ng;
-    auto logits = head->ttt_logits(in);
-    for (std::int64_t k = 0; k < 3; ++k) {
-      INFO("step " << k);
-      const auto& row = logits[static_cast<std::size_t>(k)][0][p];
-      CHECK(row.argmax().item<std::int64_t>() == drafts[0][k].item<std::int64_t>());
-      CHECK(torch::allclose(row, ref.at("served_logits")[0][k], 1e-4, 1e-5));
-    }
+    test::check_mtp_drafting(*head_of(f.folder), model::load_safetensors(f.reference));
   }
 }
 

@@ -32,10 +32,7 @@ std::map<std::string, torch::Tensor> reference() {
   return model::load_safetensors(kRoot + "reference/mtp-qwen3-5.safetensors");
 }
 
-std::shared_ptr<head::MtpHead> three_step_head(head::RecomputeMode mode = head::RecomputeMode::off,
-                                               std::int64_t chunk = 0) {
-  return test::mtp_three_step_head(kQwen, mode, chunk);
-}
+std::shared_ptr<head::MtpHead> three_step_head() { return test::mtp_three_step_head(kQwen); }
 
 // A copy of the fixture folder whose model.safetensors is edited by `edit`.
 fs::path edited_copy(const test::TempDir& dir, const std::function<void(std::map<std::string, torch::Tensor>&)>& edit) {
@@ -99,77 +96,11 @@ TEST_CASE("the Qwen3.5 target hands the MTP head its last hidden state after the
 }
 
 TEST_CASE("the Qwen3.5 MTP head's unroll and one training step equal vLLM's forward in PyTorch", "[head]") {
-  auto ref = reference();
-  for (auto mode : {head::RecomputeMode::off, head::RecomputeMode::mlp}) {
-    for (std::int64_t chunk : {0, 5}) {
-      INFO("recompute " << head::recompute_mode_name(mode) << ", loss_chunk_size " << chunk);
-      auto head = three_step_head(mode, chunk);
-      auto in = test::mtp_reference_inputs(ref);
-      {
-        torch::NoGradGuard ng;
-        auto logits = head->ttt_logits(in);
-        REQUIRE(logits.size() == 3);
-        for (std::size_t k = 0; k < 3; ++k) {
-          INFO("step " << k);
-          CHECK(torch::allclose(logits[k], ref.at("logits_" + std::to_string(k)), 1e-4, 1e-5));
-        }
-      }
-      auto out = head->train_step_forward(in, ref.at("denominators"));
-      CHECK(out.loss.item<double>() == Approx(ref.at("loss").item<double>()).epsilon(1e-5));
-      out.loss.backward();
-      std::size_t compared = 0;
-      for (auto& p : head->named_parameters()) {
-        const auto name = "grad." + head::mtp_native_name(p.key(), "qwen3_5");
-        INFO(name);
-        REQUIRE(ref.count(name));
-        CHECK(torch::allclose(p.value().grad(), ref.at(name), 1e-4, 1e-5));
-        ++compared;
-      }
-      CHECK(compared == 15);
-      CHECK(torch::equal(out.metric_sums.select(1, head::kValid), ref.at("denominators")));
-    }
-  }
+  test::check_mtp_training_step(kQwen, "qwen3_5", reference(), 15);
 }
 
 TEST_CASE("the Qwen3.5 MTP head drafts what a serving loop drafts, and what its unroll predicts", "[head]") {
-  auto ref = reference();
-  auto head = three_step_head();
-  const auto hidden = ref.at("hidden"), ids = ref.at("input_ids");
-  const std::int64_t p = 3;
-  auto cache = head->new_cache(1, 16);
-  auto drafts = head->draft(cache, hidden.narrow(1, 0, p + 1), ids.narrow(1, 1, p + 1), 3);
-  CHECK(torch::equal(drafts, ref.at("served_drafts")));
-  CHECK(cache.length == p + 1);
-  auto split = head->new_cache(1, 16);
-  head->draft(split, hidden.narrow(1, 0, 2), ids.narrow(1, 1, 2), 1);
-  CHECK(torch::equal(head->draft(split, hidden.narrow(1, 2, p - 1), ids.narrow(1, 3, p - 1), 3), drafts));
-  // The same chain in explicit steps (trees, sampled chains): bit for bit.
-  auto steps = head->new_cache(1, 16);
-  auto step = head->draft_extend(steps, hidden.narrow(1, 0, p + 1), ids.narrow(1, 1, p + 1));
-  for (std::int64_t k = 0; k < 3; ++k) {
-    auto token = step.logits.argmax(-1);
-    CHECK(token.item<std::int64_t>() == drafts[0][k].item<std::int64_t>());
-    CHECK(torch::allclose(step.logits[0][0], ref.at("served_logits")[0][k], 1e-4, 1e-5));
-    if (k == 2) break;
-    const auto slot = p + 1 + k;
-    step = head->draft_nodes(steps, step.state, token, torch::full({1, 1}, slot, torch::kInt64), slot,
-                             torch::ones({1, slot + 1}, torch::kBool));
-  }
-  // Teacher forcing on the drafted tokens at anchor p predicts them at steps 1, 2, 3.
-  head::HeadInputs in;
-  in.input_ids = torch::cat({ids.narrow(1, 0, p + 2), drafts.narrow(1, 0, 2)}, 1);
-  const auto n = in.input_ids.size(1);
-  in.position_ids = torch::arange(n, torch::kInt64).unsqueeze(0);
-  in.document_ids = torch::zeros({1, n}, torch::kInt64);
-  in.aux_hidden = torch::cat({hidden.narrow(1, 0, p + 1), torch::zeros({1, n - p - 1, hidden.size(2)})}, 1);
-  torch::NoGradGuard ng;
-  auto logits = head->ttt_logits(in);
-  for (std::int64_t k = 0; k < 3; ++k) {
-    INFO("step " << k);
-    const auto& row = logits[static_cast<std::size_t>(k)][0][p];
-    CHECK(row.argmax().item<std::int64_t>() == drafts[0][k].item<std::int64_t>());
-    CHECK(torch::allclose(row, ref.at("served_logits")[0][k], 1e-4, 1e-5));
-  }
+  test::check_mtp_drafting(*three_step_head(), reference());
 }
 
 TEST_CASE("a Qwen3.5 MTP checkpoint and export hold the mtp.* names and read back bit for bit", "[head]") {
