@@ -100,11 +100,10 @@ AcceptanceStats measure(const target::TargetModel& target, head::DraftHead& head
   std::vector<std::vector<std::int64_t>> prompts;
   for (auto i : samples) prompts.push_back(*eval_prompt(heldout, i));
   const auto start = std::chrono::steady_clock::now();
-  // A hybrid linear-attention target's recurrent state has no batched (ragged) rows yet: its prompts are
-  // decoded one by one, the same acceptance per prompt, whatever eval_batch_size says.
-  const bool hybrid = target.config().hybrid();
-  const bool batched = s.batch_size > 1 && head.drafts_ragged() && !hybrid;
-  if (s.batch_size > 1 && hybrid) {
+  // A target without batched (ragged) rows decodes its prompts one by one, the same acceptance per prompt,
+  // whatever eval_batch_size says.
+  const bool batched = s.batch_size > 1 && head.drafts_ragged() && target.decodes_ragged();
+  if (s.batch_size > 1 && !target.decodes_ragged()) {
     static bool told = false;  // once per process: a training run evaluates many times
     if (!told)
       log::info("eval", "{} has linear-attention layers: prompts are decoded one at a time (batched rows of their "

@@ -51,11 +51,12 @@ torch::Tensor ragged_layers(const TargetModel::Impl& m, KvCache& cache, const Ra
                             std::vector<torch::Tensor>* aux) {
   torch::NoGradGuard no_grad;
   const auto L = m.cfg.num_hidden_layers;
-  EAGLE_CHECK(!m.cfg.hybrid(),
+  EAGLE_CHECK(!m.cfg.hybrid(),  // TargetModel::decodes_ragged
               Error(ErrorKind::usage, "batched generation and batched verification (per-row cache lengths) are not "
                                       "implemented for hybrid linear-attention targets")
                   .found(m.cfg.architecture)
-                  .hint("evaluate with --eval_batch_size 1 (one prompt at a time); generate with --target_server"));
+                  .hint("generate with --target_server (the acceptance evaluation decodes one prompt at a time "
+                        "by itself)"));
   EAGLE_CHECK(static_cast<std::int64_t>(cache.keys.size()) == L,
               Error(ErrorKind::internal, "KV cache was not made by this model's new_cache"));
   const auto B = cache.keys[0].size(0), capacity = cache.keys[0].size(2);

@@ -320,6 +320,9 @@ class TargetModel {
   // dynamic NTK scales with the step's key length, which graphed steps round up), else 0 (eager).
   enum class Step { training, decoding };
   std::int64_t graphed_steps(std::int64_t max_cuda_graphs, Step step) const;
+  // Whether forward_ragged and forward_ragged_all run here (rows of their own cache lengths): not for a
+  // hybrid linear-attention target, whose recurrent state has no per-row form yet.
+  bool decodes_ragged() const;
   // Input-of-layer ids (hidden_states[id]); default EAGLE-3 [2, L/2, L-3] (see EAGLE.md).
   const std::vector<std::int64_t>& aux_layer_ids() const;
   void set_aux_layer_ids(std::vector<std::int64_t> ids);  // validated: each in [0, L]
