@@ -5,8 +5,9 @@
 # [gpu] tests (the real training step per batch shape: graphed == eager in fp32, one capture per
 # shape then replays, no host synchronisation, graph memory near eager's; flash attention; CUDA
 # parity, MoE grouped matmuls and sliding-window/sink flash attention in bf16), trains the smoke config
-# eagerly and with CUDA graphs (same losses; also on the MXFP4 gpt-oss fixture), generates eagerly and
-# with graphed decode steps (same file), and benchmarks the
+# eagerly and with CUDA graphs (same losses; also on the MXFP4 gpt-oss fixture), trains a DFlash draft
+# eagerly and with CUDA graphs, padded and packed (same losses; the graphed runs must capture and
+# replay), generates eagerly and with graphed decode steps (same file), and benchmarks the
 # training step at Llama-3.1-8B shapes with random weights made on the device (granularity 0 / 128 /
 # padding-free, eager / graphed: real tokens/s, peak memory, MFU). Everything goes under $OUT
 # (default output/gpu-check); the summary and the table are printed and written to
@@ -97,7 +98,8 @@ else
   # Stand-ins where no GPU is needed: the CPU tests of the same step body and attention kernels.
   phase "CPU stand-ins of the [gpu] tests"
   (cd "$BUILD" && ctest -R gpu) >"$OUT/gpu_tests.log" 2>&1 || fail "ctest -R gpu"
-  "$BUILD/eagle_tests" "*reads nothing back*,*log-sum-exp*,*per document when packed*,*most frequent shapes*" \
+  "$BUILD/eagle_tests" \
+    "*reads nothing back*,*whatever its anchors*,*log-sum-exp*,*per document when packed*,*most frequent shapes*" \
     -r compact >"$OUT/gpu_tests_detail.log" 2>&1 || fail "CPU stand-in tests"
   echo "CPU stand-in tests: $(grep -E 'test cases' "$OUT/gpu_tests_detail.log" | tail -1)" >>"$OUT/summary.txt"
 fi
@@ -123,19 +125,41 @@ for mode in moe-eager moe-graphed; do
     --target_dtype bfloat16 --max_cuda_graphs "$graphs" --output_dir "$OUT/$mode" \
     >"$OUT/$mode.log" 2>&1 || fail "MoE smoke training ($mode)"
 done
-"$PY" - "$OUT" >>"$OUT/summary.txt" <<'PYEOF' || fail "smoke training: graphed losses differ from eager"
+phase "DFlash training, eager and with CUDA graphs"
+# --draft dflash on the tiny Qwen3 fixture, padded and packed: the step with each batch's anchors
+# copied into its shape's buffer (a fixed anchor count per shape), eager and replayed from graphs.
+dflash=(--model_name_or_path "$ROOT/tests/fixtures/models/tiny-qwen3" --data_path "$ROOT/tests/fixtures/data/smoke.jsonl"
+  --training_seq_len 256 --bucket_granularity 64 --validation_fraction 0.1 --per_device_train_batch_size 4
+  --draft dflash --dflash_block_size 4 --draft_num_layers 2 --dflash_num_anchors 32 --learning_rate 0.001
+  --warmup_steps 0 --logging_steps 5 --max_steps 20 --eval_steps 0 --save_steps 0 --eval_num_prompts 0
+  --device "$DEVICE" --num_threads 4 --seed 42 --overwrite_output_dir)
+for mode in dflash-eager dflash-graphed dflash-packed-eager dflash-packed-graphed; do
+  graphs=8
+  [[ "$mode" = *eager ]] && graphs=0
+  extra=()
+  [[ "$mode" = *packed* ]] && extra=(--padding_free)
+  "$BUILD/eagle-train" train "${dflash[@]}" "${extra[@]}" --max_cuda_graphs "$graphs" --output_dir "$OUT/$mode" \
+    >"$OUT/$mode.log" 2>&1 || fail "DFlash training ($mode)"
+done
+"$PY" - "$OUT" "$DEVICE" >>"$OUT/summary.txt" <<'PYEOF' || fail "graphed losses differ from eager, or a DFlash run replayed no graph"
 import json, re, sys
-out = sys.argv[1]
+out, device = sys.argv[1], sys.argv[2]
 def losses(run):
     return [j["loss"] for j in map(json.loads, open(f"{out}/{run}/metrics.jsonl")) if "loss" in j]
 ok = True
-for e, g in (("eager", "graphed"), ("packed-eager", "packed-graphed"), ("moe-eager", "moe-graphed")):
+for e, g in (("eager", "graphed"), ("packed-eager", "packed-graphed"), ("moe-eager", "moe-graphed"),
+             ("dflash-eager", "dflash-graphed"), ("dflash-packed-eager", "dflash-packed-graphed")):
     a, b = losses(e), losses(g)
     worst = max(abs(x - y) for x, y in zip(a, b)) if a and len(a) == len(b) else float("inf")
     graphs = re.findall(r"CUDA graphs: .*", open(f"{out}/{g}.log").read())
     counts = graphs[-1] if graphs else "no CUDA graphs"
     print(f"smoke {g} vs {e}: {len(a)} logged losses, max |difference| {worst:.2e}; {counts}")
     ok &= worst < 1e-4
+    # A DFlash run on a GPU must have replayed graphs: its shapes and the update captured, then replays.
+    m = re.search(r"(\d+) captured, (\d+) replays", counts)
+    if device == "cuda" and g.startswith("dflash") and not (m and int(m.group(1)) > 1 and int(m.group(2)) > 0):
+        print(f"smoke {g}: no CUDA graph replayed")
+        ok = False
 sys.exit(0 if ok else 1)
 PYEOF
 
