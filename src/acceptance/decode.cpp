@@ -121,16 +121,12 @@ PromptAcceptance decode_prompt(const target::TargetModel& target, head::DraftHea
     const auto& hidden = eagle3 ? vout.aux_hidden : vout.final_hidden;
     if (round.chain) {
       features = hidden.narrow(1, 0, 1 + acc);
+      target.truncate(tcache, before + 1 + acc);
     } else {
-      // The accepted nodes' keys and values move to the slots after the root, as a chain's sit.
-      auto nodes = torch::tensor(verdict.path).to(device);
-      for (std::size_t l = 0; l < tcache.keys.size(); ++l) {
-        tcache.keys[l].narrow(2, before, 1 + acc).copy_(tcache.keys[l].index_select(2, before + nodes));
-        tcache.values[l].narrow(2, before, 1 + acc).copy_(tcache.values[l].index_select(2, before + nodes));
-      }
-      features = hidden.index_select(1, nodes);
+      // The cache keeps the accepted path as if decoded as a chain (its keys and values, its linear states).
+      features = hidden.index_select(1, torch::tensor(verdict.path).to(device));
+      target.accept_tree_path(tcache, before, verdict.path);
     }
-    target.truncate(tcache, before + 1 + acc);
     std::vector<std::int64_t> accepted;
     for (std::size_t j = 1; j < verdict.path.size(); ++j)
       accepted.push_back(tree.token[static_cast<std::size_t>(verdict.path[j])]);

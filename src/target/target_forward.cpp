@@ -158,14 +158,16 @@ TargetStepOutput TargetModel::forward_tree(KvCache& cache, const torch::Tensor& 
                                          .found(fmt::format("{} + {}", start, n)));
   const auto iopts = torch::TensorOptions().dtype(torch::kInt64).device(m.device);
   const bool tree = depth.defined();
-  EAGLE_CHECK(!tree || !m.cfg.hybrid(),
-              Error(ErrorKind::usage, "tree verification is not implemented for hybrid linear-attention targets")
-                  .found(m.cfg.architecture)
-                  .hint("verify chains (--eval_tree_topk 0): a tree's branches would each need their own "
-                        "Gated DeltaNet state"));
+  EAGLE_CHECK(!m.cfg.hybrid() || cache.rollback.tree_parent.empty(),
+              Error(ErrorKind::internal, "a hybrid target's cache after forward_tree holds the tree's root states")
+                  .hint("call accept_tree_path (or truncate) before the next forward"));
   EAGLE_CHECK(!tree || (B == 1 && depth.numel() == n && tree_mask.dim() == 2 && tree_mask.size(0) == n &&
                         tree_mask.size(1) == n),
               Error(ErrorKind::internal, "forward_tree needs ids [1, n], depth [n] and tree_mask [n, n]"));
+  // Gated DeltaNet layers: a branched tree runs each node along its own path (target_linear_tree.cpp); a
+  // chain-shaped one is a chain, forward_cached's call.
+  const auto paths = tree && m.cfg.hybrid() ? linear_tree(depth, tree_mask, m.device) : LinearTree();
+  const bool branched = tree && m.cfg.hybrid() && !paths.chain();
   const auto offsets = tree ? depth.to(m.device, torch::kInt64) : torch::arange(n, iopts);
   const auto positions = (start + offsets).unsqueeze(0).expand({B, n});
   // longrope: transformers decides per call from its longest position (here start + n; a tree's
@@ -190,9 +192,13 @@ TargetStepOutput TargetModel::forward_tree(KvCache& cache, const torch::Tensor& 
   };
   CacheWrite write;
   write.cache = &cache;
-  if (m.cfg.hybrid()) begin_linear_step(m.cfg, cache, n);
+  if (branched)
+    begin_linear_tree(m.cfg, cache, paths);
+  else if (m.cfg.hybrid())
+    begin_linear_step(m.cfg, cache, n);
   const Impl::Mix mix = [&](std::size_t l, const torch::Tensor& h) {
-    return linear_attention_cached(m.cfg, m.layers[l], l, h, cache);
+    return branched ? linear_attention_tree(m.cfg, m.layers[l], l, h, cache, paths)
+                    : linear_attention_cached(m.cfg, m.layers[l], l, h, cache);
   };
   const auto x = m.run_layers(ids, rope, m.cached_attend(write, mask, query_pos, key_pos), keep, mix);
   cache.length = start + n;
@@ -204,13 +210,41 @@ TargetStepOutput TargetModel::forward_tree(KvCache& cache, const torch::Tensor& 
   return out;
 }
 
+void TargetModel::accept_tree_path(KvCache& cache, std::int64_t before, const std::vector<std::int64_t>& path) const {
+  const auto& m = *impl_;
+  const auto n = cache.length - before, P = static_cast<std::int64_t>(path.size());
+  EAGLE_CHECK(before >= 0 && P > 0 && P <= n,
+              Error(ErrorKind::internal, "accept_tree_path keeps a path of the last forward_tree's nodes")
+                  .expected(fmt::format("1..{} nodes after cache length {}", n, before))
+                  .found(fmt::format("{} nodes", P)));
+  for (auto node : path)
+    EAGLE_CHECK(node >= 0 && node < n, Error(ErrorKind::internal, "accept_tree_path: a node outside the tree")
+                                           .expected(fmt::format("0..{}", n - 1))
+                                           .found(std::to_string(node)));
+  // The Gated DeltaNet states first: it checks the path against the tree before anything changes.
+  if (m.cfg.hybrid()) accept_linear_path(m.cfg, m.layers, cache, before, path);
+  // The accepted nodes' keys and values move to the slots after the root, as a chain's sit; entries past the
+  // path are overwritten by the next forward and never attended.
+  const auto nodes = torch::tensor(path, torch::kInt64).to(m.device);
+  for (std::size_t l = 0; l < cache.keys.size(); ++l) {
+    cache.keys[l].narrow(2, before, P).copy_(cache.keys[l].index_select(2, before + nodes));
+    cache.values[l].narrow(2, before, P).copy_(cache.values[l].index_select(2, before + nodes));
+  }
+  cache.length = before + P;
+}
+
 void TargetModel::truncate(KvCache& cache, std::int64_t length) const {
   EAGLE_CHECK(length >= 0 && length <= cache.length, Error(ErrorKind::internal, "KV cache can only be rolled back")
                                                          .expected(fmt::format("0..{}", cache.length))
                                                          .found(std::to_string(length)));
   // Entries past the new length are overwritten by the next forward_cached and never attended. The Gated
-  // DeltaNet layers' states are recomputed at the new length (inside the last call only).
-  if (impl_->cfg.hybrid() && length != cache.length) rollback_linear_states(impl_->cfg, impl_->layers, cache, length);
+  // DeltaNet layers' states are recomputed at the new length (inside the last call only; after a tree call,
+  // whose states are the root's, inside a chain of its first nodes).
+  const auto& c = impl_->cfg;
+  if (c.hybrid() && !cache.rollback.tree_parent.empty())
+    truncate_linear_tree(c, impl_->layers, cache, length);
+  else if (c.hybrid() && length != cache.length)
+    rollback_linear_states(c, impl_->layers, cache, length);
   cache.length = length;
 }
 

@@ -114,6 +114,28 @@ torch::Tensor linear_attention_cached(const TargetConfig& c, const TargetLayerWe
 void rollback_linear_states(const TargetConfig& c, const std::vector<TargetLayerWeights>& layers, KvCache& cache,
                             std::int64_t length);
 
+// Tree verification on hybrid targets (target_linear_tree.cpp). linear_tree: the tree of forward_tree's depth [n]
+// and tree_mask [n, n] (Error(internal) unless the mask is a tree's: each node sees itself and its ancestors, one
+// per depth above it). A branched tree's call: begin_linear_tree instead of begin_linear_step, then per layer
+// linear_attention_tree (each node's output along its own root-to-node path; the cache's states stay the root's).
+// accept_linear_path sets the cache's states to those of an accepted path of the last call (tree or chain) at
+// `before`; truncate_linear_tree is truncate after a tree call (to a chain of its first nodes only).
+struct LinearTree {
+  std::vector<std::int64_t> parent;               // per node; -1: the node follows the cached tokens
+  std::vector<std::vector<std::int64_t>> levels;  // the nodes of depth 0, 1, ..., each level in node order
+  std::vector<std::int64_t> row;                  // per node: its index within its level
+  std::vector<torch::Tensor> level_nodes, parent_rows;  // per level, int64 on the device: levels[d], row of parents
+  bool chain() const;  // node i + 1 the only child of node i: forward_cached's chain
+};
+LinearTree linear_tree(const torch::Tensor& depth, const torch::Tensor& tree_mask, torch::Device device);
+void begin_linear_tree(const TargetConfig& c, KvCache& cache, const LinearTree& tree);
+torch::Tensor linear_attention_tree(const TargetConfig& c, const TargetLayerWeights& w, std::size_t l,
+                                    const torch::Tensor& h, KvCache& cache, const LinearTree& tree);
+void accept_linear_path(const TargetConfig& c, const std::vector<TargetLayerWeights>& layers, KvCache& cache,
+                        std::int64_t before, const std::vector<std::int64_t>& path);
+void truncate_linear_tree(const TargetConfig& c, const std::vector<TargetLayerWeights>& layers, KvCache& cache,
+                          std::int64_t length);
+
 // The attention inputs of an MLA layer (target_mla.cpp) from its normed input h [B, T, H]: q and k
 // [B, T, heads, qk_nope + qk_rope] (k's rope part the one shared key, broadcast), v [B, T, heads, v_head_dim],
 // with RoPE applied (interleaved pairs where rope_interleave) from cos, sin [B, T, qk_rope_head_dim].

@@ -255,10 +255,14 @@ struct KvCache {
   // and the recurrent state [B, value_heads, key_head_dim, value_head_dim] fp32, both at `length`. `rollback`
   // keeps what the last forward_cached appended (calls of at most 256 tokens): the states before it and, per
   // token, the conv's inputs and outputs and the b, a projections, so that truncate inside that call recomputes
-  // the states at the accepted length (target_linear.cpp).
+  // the states at the accepted length (target_linear.cpp). After a forward_tree of a branched tree (its per-node
+  // inputs kept in node order, whatever its size) the states stay the root's, from before the call, until
+  // accept_tree_path recomputes the accepted path's (target_linear_tree.cpp).
   struct LinearStep {
     std::int64_t start = -1, count = 0;  // the call's first position and its token count (start -1: none)
     std::vector<torch::Tensor> conv_before, state_before, conv_inputs, conv_outputs, b, a;  // per layer
+    // The last call's tree, not yet accepted: each node's parent (-1: it follows the cached tokens); empty: a chain.
+    std::vector<std::int64_t> tree_parent;
   };
   std::vector<torch::Tensor> conv_states, recurrent_states;
   LinearStep rollback;
@@ -354,9 +358,17 @@ class TargetModel {
   // A draft tree's verification (acceptance/decode.cpp): ids [1, n] written at cache slots
   // cache.length.., token i at position cache.length + depth[i] (depth [n] int64), attending every
   // cached key and the new tokens tree_mask [n, n] (bool, i sees j) allows. A chain (depth 0..n-1,
-  // causal mask) equals forward_cached bit for bit.
+  // causal mask) equals forward_cached bit for bit. tree_mask must be the tree's: each node sees itself and
+  // its ancestors, one per depth above it (its parent the one of depth - 1). Hybrid targets: each Gated
+  // DeltaNet layer gives every node the output of its own root-to-node path (docs/models.md); the cache then
+  // waits for accept_tree_path (or a truncate to the call's start or inside a chain of its first nodes).
   TargetStepOutput forward_tree(KvCache& cache, const torch::Tensor& ids, const torch::Tensor& depth,
                                 const torch::Tensor& tree_mask) const;
+  // After forward_tree at cache length `before`: keeps the accepted root-to-node path (node indices of that
+  // call, root first) as if it had been decoded as a chain: its nodes' keys and values moved to the slots
+  // before, before + 1, ..., the Gated DeltaNet layers' conv windows and recurrent states the path's, and the
+  // length before + path.size().
+  void accept_tree_path(KvCache& cache, std::int64_t before, const std::vector<std::int64_t>& path) const;
   void truncate(KvCache& cache, std::int64_t length) const;  // roll back to the accepted length
   // Batched generation with per-row lengths: writes the step's keys and values into the cache and
   // returns [R, V] fp32 logits of each row's `last` token. No host synchronisation, so a fixed-shape
