@@ -89,6 +89,7 @@ struct Logged {
 Logged logged(const std::string& run) {
   Logged out;
   for (const auto& j : test::read_jsonl(fs::path(run) / "metrics.jsonl")) {
+    if (!j.contains("step")) continue;
     const auto step = j["step"].get<std::int64_t>();
     if (j.contains("loss") && j["loss"].is_number()) out.loss[step] = j["loss"].get<double>();
     if (j.contains("eval_loss") && j["eval_loss"].is_number()) out.eval_loss[step] = j["eval_loss"].get<double>();
