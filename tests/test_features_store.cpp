@@ -1,5 +1,6 @@
 // Feature stores read back: a dump's shards range-checked when opened (target_argmax inside the
-// vocabulary), NaN or Inf refused by shard, tensor, sample and position when read, fuzzed shards
+// vocabulary), its manifest's last_hidden (before or after the final norm) read back and a read
+// without aux features, NaN or Inf refused by shard, tensor, sample and position when read, fuzzed shards
 // read or refused, never read outside; a speculators folder's hidden-state headers checked when it
 // is opened and its NaN named by file.
 #include <catch2/catch.hpp>
@@ -143,6 +144,43 @@ TEST_CASE("a features manifest with other than EAGLE-3's 3 aux ids is refused by
       CHECK_THAT(e.format(), Catch::Contains("manifest.json") && Catch::Contains("aux_layer_ids"));
     }
   }
+}
+
+TEST_CASE("a manifest says where its last hidden state was taken; a store reads it without the aux features",
+          "[features]") {
+  test::TempDir tmp;
+  auto s = tiny_store(tmp.path());
+  const auto path = tmp / features::kFeaturesManifest;
+  auto read_back = [&](const json& j) {
+    test::write_file(path, j.dump());
+    return features::read_manifest(tmp.path().string());
+  };
+  for (bool pre_norm : {false, true}) {
+    auto m = s.manifest;
+    m.layout.pre_norm = pre_norm;  // dump-features --features_pre_norm
+    const auto j = features::to_json(m);
+    CHECK(j["layout"]["last_hidden"] == (pre_norm ? "before the final norm" : "after the final norm"));
+    CHECK(read_back(j).layout.pre_norm == pre_norm);
+  }
+  auto j = features::to_json(s.manifest);
+  j["layout"].erase("last_hidden");  // a manifest without the field holds the state after the norm
+  CHECK_FALSE(read_back(j).layout.pre_norm);
+  j["layout"]["last_hidden"] = "normed";
+  try {
+    read_back(j);
+    FAIL("accepted");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::input);
+    CHECK_THAT(e.format(), Catch::Contains("layout.last_hidden") && Catch::Contains("normed"));
+  }
+  // An MTP head reads the last hidden state alone: no aux buffer, the aux features skipped.
+  const auto store = open(s);
+  std::vector<float> last(3 * kHidden);
+  std::vector<std::int64_t> argmax(3);
+  store->read(1, 1, 3, nullptr, nullptr, last.data(), argmax.data());  // tokens 4..6 of the shard
+  for (std::int64_t k = 0; k < 3 * kHidden; ++k)
+    CHECK(last[static_cast<std::size_t>(k)] == static_cast<float>(4 * kHidden + k));  // rows 4..6 of the arange
+  CHECK(argmax == std::vector<std::int64_t>{5, 6, 15});
 }
 
 TEST_CASE("NaN or Inf in stored features is refused naming the shard, tensor, sample and position", "[features]") {

@@ -126,6 +126,10 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::features_shard_mb, "features_shard_mb", G::data, kDump,
         "dump-features: largest shard file in MiB (a longer sample gets a shard of its own)")
       .range(1, 1 << 24);
+  t.add(&Options::features_pre_norm, "features_pre_norm", G::data, kDump,
+        "dump-features: store the last hidden state before the target's final norm instead of after it (the "
+        "manifest says which): what MiMo's MTP layer reads at step 1 (train --draft mtp); the teacher applies "
+        "the final norm itself. Not with an aux layer id of num_hidden_layers");
   t.add(&Options::json, "json", G::log, kStats | kInspect | kEval, "Print the result as JSON");
   // model
   t.add(&Options::model_name_or_path, "model_name_or_path", G::model,

@@ -52,19 +52,22 @@ std::string canonical(const std::string& p) {
 // The options that decide what the folder holds: a resumed dump must be given the same ones
 // (batching, device and threads only change how fast it goes).
 json content_options(const config::Options& o, const std::vector<std::int64_t>& aux_ids) {
-  return json{{"model_name_or_path", canonical(o.model_name_or_path)},
-              {"data_path", canonical(o.data_path)},
-              {"eval_data_path", canonical(o.eval_data_path)},
-              {"training_seq_len", o.training_seq_len},
-              {"overlong_policy", config::name_of(o.overlong_policy)},
-              {"bad_sample_policy", config::name_of(o.bad_sample_policy)},
-              {"validation_fraction", o.validation_fraction},
-              {"seed", o.seed},
-              {"target_dtype", config::name_of(o.target_dtype)},
-              {"eagle_version", o.eagle_version},
-              {"aux_hidden_state_layer_ids", aux_ids},
-              {"features_dtype", config::name_of(o.features_dtype)},
-              {"features_shard_mb", o.features_shard_mb}};
+  json j{{"model_name_or_path", canonical(o.model_name_or_path)},
+         {"data_path", canonical(o.data_path)},
+         {"eval_data_path", canonical(o.eval_data_path)},
+         {"training_seq_len", o.training_seq_len},
+         {"overlong_policy", config::name_of(o.overlong_policy)},
+         {"bad_sample_policy", config::name_of(o.bad_sample_policy)},
+         {"validation_fraction", o.validation_fraction},
+         {"seed", o.seed},
+         {"target_dtype", config::name_of(o.target_dtype)},
+         {"eagle_version", o.eagle_version},
+         {"aux_hidden_state_layer_ids", aux_ids},
+         {"features_dtype", config::name_of(o.features_dtype)},
+         {"features_shard_mb", o.features_shard_mb}};
+  // Only when set: the folders dumped before the flag existed hold the same options.
+  if (o.features_pre_norm) j["features_pre_norm"] = true;
+  return j;
 }
 
 void check_same_options(const FeatureManifest& m, const json& now, const fs::path& out) {
@@ -73,6 +76,8 @@ void check_same_options(const FeatureManifest& m, const json& now, const fs::pat
     if (!m.options.contains(key) || m.options[key] != value)
       diff.push_back(fmt::format("{}: folder {}, now {}", key, m.options.contains(key) ? m.options[key].dump() : "none",
                                  value.dump()));
+  for (const auto& [key, value] : m.options.items())
+    if (!now.contains(key)) diff.push_back(fmt::format("{}: folder {}, now none", key, value.dump()));
   if (diff.empty()) return;
   throw Error(ErrorKind::usage, fmt::format("the folder was dumped with other options ({} differ):\n  {}", diff.size(),
                                             fmt::join(diff, "\n  ")))
@@ -165,9 +170,11 @@ class Dumper {
       graphs_.run(shape, [&] {
         auto out = target_.forward(
             target::TargetBatch{b.in.input_ids, b.in.position_ids, b.in.document_ids, b.in.attention}, {});
-        // Outputs copied into fixed buffers: a replayed graph rewrites them in place.
-        if (b.aux.defined()) b.aux.copy_(out.aux_hidden);
-        b.last.copy_(out.final_hidden);
+        // Outputs copied into fixed buffers: a replayed graph rewrites them in place. features_pre_norm:
+        // the target's last aux id is L, kept before the final norm (dump_features), after the dump's own.
+        const auto A = layout_.aux_width;
+        if (b.aux.defined()) b.aux.copy_(layout_.pre_norm ? out.aux_hidden.narrow(-1, 0, A) : out.aux_hidden);
+        b.last.copy_(layout_.pre_norm ? out.aux_hidden.narrow(-1, A, layout_.hidden_size) : out.final_hidden);
         b.argmax.copy_(out.target_argmax);
       });
       const auto last = b.last.to(torch::kCPU, layout_.dtype);
@@ -297,6 +304,7 @@ DumpPlan start_dump(const config::Options& o, const fs::path& out, const target:
   m.layout.hidden_size = tc.hidden_size;
   m.layout.dtype =
       o.features_dtype == config::TargetDtype::auto_ ? target.dtype() : model::target_dtype(o.features_dtype);
+  m.layout.pre_norm = o.features_pre_norm;
   m.layout.has_argmax = true;
   m.aux_layer_ids = aux_ids;
   m.target = identity;
@@ -335,11 +343,12 @@ ShardsDone check_space(const config::Options& o, const fs::path& out, const Dump
   std::error_code ec;
   const auto space = fs::space(out, ec);
   log::info("dump",
-            "{} samples, {} tokens at {} bytes per token ({} {} values + the target's argmax): {:.3f} GB in "
+            "{} samples, {} tokens at {} bytes per token ({} {} values, the last hidden state {} the final norm, + "
+            "the target's argmax): {:.3f} GB in "
             "{} shards of at most {} MiB, plus the target's ends ({:.3f} GB); {:.3f} GB still to write, {:.1f} GB "
             "free",
             summary.samples, summary.tokens, m.bytes_per_token(), m.layout.aux_width + m.layout.hidden_size,
-            model::dtype_name(m.layout.dtype),
+            model::dtype_name(m.layout.dtype), m.layout.pre_norm ? "before" : "after",
             1e-9 * static_cast<double>(summary.tokens) * static_cast<double>(m.bytes_per_token()), m.shards.size(),
             o.features_shard_mb, 1e-9 * static_cast<double>(p.ends_bytes), 1e-9 * static_cast<double>(todo_bytes),
             ec ? -1.0 : 1e-9 * static_cast<double>(space.available));
@@ -397,6 +406,14 @@ DumpSummary dump_features(const config::Options& o, const DumpHooks& hooks) {
   if (o.eagle_version == 3)
     aux_ids = o.aux_hidden_state_layer_ids.empty() ? target::default_aux_layer_ids(config.num_hidden_layers)
                                                    : o.aux_hidden_state_layer_ids;
+  // The pre-norm last state is read as aux id L, which an aux feature (hidden_states[L], after the norm) would share.
+  EAGLE_CHECK(!o.features_pre_norm || std::count(aux_ids.begin(), aux_ids.end(), config.num_hidden_layers) == 0,
+              Error(ErrorKind::usage,
+                    "features_pre_norm keeps the last layer before the final norm, and an aux id names the last "
+                    "layer (after it)")
+                  .place("aux_hidden_state_layer_ids")
+                  .found(fmt::format("[{}], num_hidden_layers {}", fmt::join(aux_ids, ", "), config.num_hidden_layers))
+                  .hint("choose aux layer ids below num_hidden_layers, or dump without --features_pre_norm"));
   const json options = content_options(o, aux_ids);
   std::optional<run::DirLock> lock;  // held until the dump ends
   const auto existing = claim_folder(out, lock);
@@ -409,7 +426,10 @@ DumpSummary dump_features(const config::Options& o, const DumpHooks& hooks) {
     check_same_target(existing->target, identity, (out / kFeaturesManifest).string(), /*with_path=*/true,
                       "complete the dump with its own target, or choose another --output");
   auto target = target::load_target(o, device);
-  if (!aux_ids.empty()) target.set_aux_layer_ids(aux_ids);
+  auto forward_ids = aux_ids;  // features_pre_norm: then aux id L before the final norm, the stored last state
+  if (o.features_pre_norm) forward_ids.push_back(config.num_hidden_layers);
+  target.set_last_aux_pre_norm(o.features_pre_norm);
+  if (!forward_ids.empty()) target.set_aux_layer_ids(forward_ids);
   auto plan = existing ? continue_dump(out, *existing) : start_dump(o, out, target, aux_ids, options, identity);
   DumpSummary summary;
   const auto done = check_space(o, out, plan, summary);

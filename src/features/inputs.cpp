@@ -302,7 +302,8 @@ TrainData load_train_data(const config::Options& opts, const target::TargetConfi
 
 FeatureSources RunInputs::sources(const target::TeacherSpec& teacher, torch::Device device) const {
   auto source = [&](const std::vector<std::int64_t>& samples) {
-    return store ? offline_features(store, samples, ends, teacher, device) : online_features(*target, teacher);
+    return store ? offline_features(store, samples, ends, teacher, device, last_as_aux)
+                 : online_features(*target, teacher);
   };
   FeatureSources out;
   if (train) out.train = source(train_samples);

@@ -1,6 +1,7 @@
 // The draft families' inputs beside the EAGLE heads' (inputs.cpp): an MTP head's (the target's own last
-// hidden state, before or after its final norm as the family's step 1 reads it) and a DFlash draft's (the
-// target layers it reads, online, stored or from vLLM servers, aux id L before the final norm).
+// hidden state, before or after its final norm as the family's step 1 reads it, online, stored or from
+// vLLM servers) and a DFlash draft's (the target layers it reads, online, stored or from vLLM servers, aux
+// id L before the final norm).
 #include <algorithm>
 
 #include <fmt/format.h>
@@ -18,20 +19,66 @@
 namespace eagle::features {
 
 namespace detail {
+namespace {
 
-// An MTP head's inputs (--draft mtp, MTP.md 2.3, 2.4): online only, the target's last hidden state as
-// the one aux feature (id L), before its final norm for MiMo and after it for Qwen3.5 (the family's
-// step 1, MtpLayout::step1_pre_norm). Stored features and servers hold other states (dump-features:
-// the aux layers; vLLM's extract_hidden_states: pre-norm, not wired yet).
+// The stored last hidden state as an MTP head's step-1 state (features_path or target_server): a Qwen
+// head takes it after the final norm (applied by the source when it was stored before it), a MiMo head
+// only as stored before the norm (a dump with features_pre_norm, a speculators folder). vLLM's
+// extract_hidden_states is asked for aux id L alone, which it returns as hidden + residual, before the
+// final norm (EagleModelMixin._maybe_add_hidden_state after the last layer,
+// vllm/model_executor/models/interfaces.py, qwen3_next.py); its MiMoModel.forward
+// (vllm/model_executor/models/mimo.py) collects no aux hidden states, so no server serves MiMo.
+RunInputs stored_mtp_inputs(const config::Options& o, torch::Device device, bool eval,
+                            const target::TargetConfig& config, const head::MtpLayout& layout) {
+  EAGLE_CHECK(o.target_server.empty() || !layout.step1_pre_norm,
+              Error(ErrorKind::usage, "vLLM's extract_hidden_states returns no hidden states of a MiMo target (its "
+                                      "MiMoModel collects none)")
+                  .place("target_server")
+                  .found(fmt::format("--draft mtp on {}", config.architecture))
+                  .hint("train MiMo's MTP layer with the target in-process (MiMo-7B fits one GPU) or from "
+                        "dump-features --features_pre_norm"));
+  // A dump's manifest says where its last hidden state was taken (a speculators folder: before the norm).
+  EAGLE_CHECK(!layout.step1_pre_norm || !is_features_folder(o.features_path) ||
+                  read_manifest(o.features_path).layout.pre_norm,
+              Error(ErrorKind::usage, "the stored features hold the target's last hidden state after its final "
+                                      "norm, and MiMo's MTP layer reads it before")
+                  .file(o.features_path + "/" + kFeaturesManifest)
+                  .place("layout.last_hidden")
+                  .hint("dump the features again with --features_pre_norm, or train with the target in-process"));
+  const HeadReads last_only{1, {}};  // the last hidden state alone: no aux layer is read or requested
+  auto in = o.features_path.empty() ? open_server(o, last_only, device, eval)
+                                    : load_offline_inputs(o, last_only, device, eval);
+  in.last_as_aux = layout.step1_pre_norm ? LastAsAux::pre_norm : LastAsAux::post_norm;
+  in.aux_layer_ids = {config.num_hidden_layers};
+  // The AR decodes with the whole target (loaded when it is measured): aux id L as online.
+  if (in.target) {
+    in.target->set_aux_layer_ids(in.aux_layer_ids);
+    in.target->set_last_aux_pre_norm(layout.step1_pre_norm);
+  }
+  log::info("data", "MTP head: the step-1 state is the {} last hidden state, {}",
+            o.features_path.empty() ? "served" : "stored",
+            layout.step1_pre_norm         ? "before the final norm"
+            : in.store->layout().pre_norm ? "the target's final norm applied here"
+                                          : "after the final norm, as stored");
+  return in;
+}
+
+}  // namespace
+
+// An MTP head's inputs (--draft mtp, MTP.md 2.3, 2.4): the target's last hidden state as the one aux
+// feature (id L), before its final norm for MiMo and after it for the Qwen families (the family's
+// step 1, MtpLayout::step1_pre_norm): online the target keeps aux id L so; else stored_mtp_inputs.
 RunInputs load_mtp_inputs(const config::Options& o, torch::Device device, bool eval) {
-  EAGLE_CHECK(o.features_path.empty() && o.target_server.empty(),
-              Error(ErrorKind::usage, "an MTP head trains and evaluates with the target in-process")
-                  .place(o.features_path.empty() ? "target_server" : "features_path")
-                  .hint("give --model_name_or_path (MiMo-7B, Qwen3.5 up to 27B and Qwen3.5-35B-A3B fit one GPU) "
-                        "and leave out features_path and target_server"));
+  // The shipped layer is read from the target folder whatever the features come from (train/setup.cpp).
+  EAGLE_CHECK(!o.model_name_or_path.empty(),
+              Error(ErrorKind::usage, "an MTP head's shipped layer is read from the target's folder")
+                  .place("model_name_or_path")
+                  .hint("give --model_name_or_path, the target the features were computed by (its MTP tensors are "
+                        "read; its other weights only when the AR is measured)"));
   const auto config = target::TargetConfig::from_model_dir(o.model_name_or_path);
   // Refuses a target without a trainable MTP layer before anything loads.
   const auto& layout = head::mtp_layout(head::mtp_config_from_target(config).mtp_family);
+  if (!o.features_path.empty() || !o.target_server.empty()) return stored_mtp_inputs(o, device, eval, config, layout);
   RunInputs in;
   if (eval) {
     in.heldout = load_eval_data(o, config);

@@ -24,7 +24,7 @@ RunInputs load_offline_inputs(const config::Options& o, const HeadReads& head, t
 data::Dataset load_eval_data(const config::Options& opts, const target::TargetConfig& target);
 // Features from vLLM servers (target_server).
 RunInputs open_server(const config::Options& o, const HeadReads& head, torch::Device device, bool eval);
-// --draft mtp: the target in-process, its last hidden state the one aux feature (inputs_drafts.cpp).
+// --draft mtp: the target's last hidden state the one aux feature, online, stored or served (inputs_drafts.cpp).
 RunInputs load_mtp_inputs(const config::Options& o, torch::Device device, bool eval);
 
 }  // namespace eagle::features::detail

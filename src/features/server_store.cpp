@@ -348,7 +348,7 @@ void ServerFeatures::read(std::int64_t sample, std::int64_t pos, std::int64_t n,
                            .expected("finite values"));
   for (std::int64_t k = 0; k < n; ++k) {
     const auto* t = base + (pos + k) * row_bytes;
-    if (m.n_aux > 0)
+    if (m.n_aux > 0 && aux)
       std::memcpy(static_cast<std::uint8_t*>(aux) + k * m.n_aux * H * elem, t,
                   static_cast<std::size_t>(m.n_aux * H * elem));
     std::memcpy(static_cast<std::uint8_t*>(last) + k * H * elem, t + (m.slots - 1) * H * elem,

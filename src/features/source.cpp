@@ -51,10 +51,22 @@ class OnlineFeatures : public FeatureSource {
 class OfflineFeatures : public FeatureSource {
  public:
   OfflineFeatures(std::shared_ptr<const FeatureStore> store, std::vector<std::int64_t> samples,
-                  const target::TargetEnds& ends, const target::TeacherSpec& teacher, torch::Device device)
-      : store_(std::move(store)), samples_(std::move(samples)), device_(device), teacher_(teacher), ends_(ends) {
+                  const target::TargetEnds& ends, const target::TeacherSpec& teacher, torch::Device device,
+                  LastAsAux last_as_aux)
+      : store_(std::move(store)),
+        samples_(std::move(samples)),
+        device_(device),
+        teacher_(teacher),
+        ends_(ends),
+        last_as_aux_(last_as_aux) {
     torch::NoGradGuard no_grad;
     const auto& l = store_->layout();
+    // The caller refuses it by name first (features/inputs_drafts.cpp): no final norm can be undone.
+    EAGLE_CHECK(last_as_aux_ != LastAsAux::pre_norm || l.pre_norm,
+                Error(ErrorKind::internal, "the store holds the last hidden state after the final norm")
+                    .file(store_->source())
+                    .expected("a store of the last hidden state before the final norm"));
+    aux_width_ = last_as_aux_ == LastAsAux::none ? l.aux_width : 0;
     ends_.final_norm = ends.final_norm.to(device);
     if (teacher_.draft_ids.defined()) teacher_.draft_ids = teacher_.draft_ids.to(device, torch::kInt64);
     // With a stored argmax only the draft rows of the LM head are needed (V_d x H instead of V x H).
@@ -70,7 +82,7 @@ class OfflineFeatures : public FeatureSource {
     const auto& l = store_->layout();
     BatchTensors t = allocate_like(b, device_, max_segments);
     const auto opts = torch::TensorOptions().dtype(l.dtype).device(device_);
-    if (l.aux_width > 0) t.aux_hidden = torch::zeros({b.rows, b.length, l.aux_width}, opts);
+    if (aux_width_ > 0) t.aux_hidden = torch::zeros({b.rows, b.length, aux_width_}, opts);
     t.last_hidden = torch::zeros({b.rows, b.length, l.hidden_size}, opts);
     if (l.has_argmax) t.target_argmax = torch::zeros({b.rows, b.length}, opts.dtype(torch::kInt64));
     return t;
@@ -103,13 +115,13 @@ class OfflineFeatures : public FeatureSource {
         EAGLE_CHECK(k < b.sample_indices.size(), Error(ErrorKind::internal, "batch documents and samples disagree"));
         const auto sample = samples_.at(static_cast<std::size_t>(b.sample_indices[k++]));
         store_->read(sample, b.position_ids[static_cast<std::size_t>(at)], n,
-                     &b.input_ids[static_cast<std::size_t>(at)], aux_p ? aux_p + at * l.aux_width * elem : nullptr,
+                     &b.input_ids[static_cast<std::size_t>(at)], aux_p ? aux_p + at * aux_width_ * elem : nullptr,
                      last_p + at * l.hidden_size * elem, argmax_p ? argmax_p + at : nullptr);
         p = q;
       }
       // Padding after the row's samples: zeros (finite, and masked out of every loss).
       const auto at = b.at(r, p), pad = b.length - p;
-      if (aux_p) std::memset(aux_p + at * l.aux_width * elem, 0, static_cast<std::size_t>(pad * l.aux_width * elem));
+      if (aux_p) std::memset(aux_p + at * aux_width_ * elem, 0, static_cast<std::size_t>(pad * aux_width_ * elem));
       std::memset(last_p + at * l.hidden_size * elem, 0, static_cast<std::size_t>(pad * l.hidden_size * elem));
       if (argmax_p) std::fill(argmax_p + at, argmax_p + at + pad, 0);
     }
@@ -127,10 +139,20 @@ class OfflineFeatures : public FeatureSource {
   head::HeadInputs head_inputs(const BatchTensors& b) const override {
     torch::NoGradGuard no_grad;
     head::HeadInputs in = batch_inputs(b);
-    in.aux_hidden = b.aux_hidden;
-    auto last = b.last_hidden.to(dtype_);
-    if (store_->layout().pre_norm) last = ends_.norm(last);
+    const auto stored = b.last_hidden.to(dtype_);
+    const auto last = store_->layout().pre_norm ? ends_.norm(stored) : stored;
     in.final_hidden = last;
+    switch (last_as_aux_) {
+      case LastAsAux::none:
+        in.aux_hidden = b.aux_hidden;
+        break;
+      case LastAsAux::pre_norm:  // the store holds it before the final norm (checked at construction)
+        in.aux_hidden = stored;
+        break;
+      case LastAsAux::post_norm:
+        in.aux_hidden = last;
+        break;
+    }
     if (store_->layout().has_argmax) {
       in.target_argmax = b.target_argmax;
       if (draft_rows_.defined()) in.teacher_logits = torch::linear(last, draft_rows_).to(torch::kFloat32);
@@ -150,6 +172,8 @@ class OfflineFeatures : public FeatureSource {
   target::TargetEnds ends_;  // the target's final norm on the device (embedding and LM head: views of the caller's)
   torch::ScalarType dtype_ = torch::kFloat32;
   torch::Tensor draft_rows_, lm_head_;
+  LastAsAux last_as_aux_;
+  std::int64_t aux_width_ = 0;  // the aux values per token read from the store (0 with last_as_aux_)
 };
 
 }  // namespace
@@ -160,8 +184,9 @@ std::unique_ptr<FeatureSource> online_features(const target::TargetModel& target
 
 std::unique_ptr<FeatureSource> offline_features(std::shared_ptr<const FeatureStore> store,
                                                 std::vector<std::int64_t> samples, const target::TargetEnds& ends,
-                                                const target::TeacherSpec& teacher, torch::Device device) {
-  return std::make_unique<OfflineFeatures>(std::move(store), std::move(samples), ends, teacher, device);
+                                                const target::TeacherSpec& teacher, torch::Device device,
+                                                LastAsAux last_as_aux) {
+  return std::make_unique<OfflineFeatures>(std::move(store), std::move(samples), ends, teacher, device, last_as_aux);
 }
 
 }  // namespace eagle::features

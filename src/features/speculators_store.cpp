@@ -84,7 +84,7 @@ class SpeculatorsStore : public FeatureStore {
     for (std::int64_t k = 0; k < n; ++k) {
       const auto* t = base + (pos + k) * row_bytes;
       // Slots in ascending layer order: the aux layers first, the last layer at the end.
-      if (n_aux_ > 0)
+      if (n_aux_ > 0 && aux)
         std::memcpy(static_cast<std::uint8_t*>(aux) + k * n_aux_ * H * elem, t,
                     static_cast<std::size_t>(n_aux_ * H * elem));
       std::memcpy(static_cast<std::uint8_t*>(last) + k * H * elem, t + (slots_ - 1) * H * elem,

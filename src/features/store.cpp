@@ -31,6 +31,10 @@ torch::ScalarType dtype_from_name(const std::string& s, const std::string& file)
       .expected("bfloat16, float16 or float32");
 }
 
+// The manifest's layout.last_hidden: where the stored last hidden state was taken.
+constexpr const char* kLastBeforeNorm = "before the final norm";
+constexpr const char* kLastAfterNorm = "after the final norm";
+
 std::string l_text(const FeatureLayout& l) {
   return fmt::format("hidden_size {}, aux_width {}, target_argmax {}", l.hidden_size, l.aux_width, l.has_argmax);
 }
@@ -166,7 +170,7 @@ class DumpedStore : public FeatureStore {
                     .file(s.file.path())
                     .place(fmt::format("sample {}, positions {}..{}", sample, pos, pos + n)));
     const std::int64_t t0 = off[j] + pos;
-    if (layout_.aux_width > 0) copy_rows(s, s.aux, "aux_hidden", layout_.aux_width, t0, n, aux);
+    if (layout_.aux_width > 0 && aux) copy_rows(s, s.aux, "aux_hidden", layout_.aux_width, t0, n, aux);
     copy_rows(s, s.last, "last_hidden", layout_.hidden_size, t0, n, last);
     const auto* stored = s.argmax.data_ptr<std::int32_t>();
     for (std::int64_t k = 0; k < n; ++k) argmax[k] = stored[t0 + k];
@@ -287,7 +291,7 @@ json to_json(const FeatureManifest& m) {
                {{"aux_width", m.layout.aux_width},
                 {"hidden_size", m.layout.hidden_size},
                 {"dtype", model::dtype_name(m.layout.dtype)},
-                {"last_hidden", m.layout.pre_norm ? "before the final norm" : "after the final norm"},
+                {"last_hidden", m.layout.pre_norm ? kLastBeforeNorm : kLastAfterNorm},
                 {"target_argmax", m.layout.has_argmax},
                 {"bytes_per_token", m.bytes_per_token()}}},
               {"aux_layer_ids", m.aux_layer_ids},
@@ -314,7 +318,16 @@ FeatureManifest read_manifest(const std::string& dir) {
     m.layout.aux_width = l.at("aux_width").get<std::int64_t>();
     m.layout.hidden_size = l.at("hidden_size").get<std::int64_t>();
     m.layout.dtype = dtype_from_name(l.at("dtype").get<std::string>(), path);
-    m.layout.pre_norm = false;
+    // dump-features --features_pre_norm stores the last hidden state before the final norm; the teacher and
+    // an MTP head read it by this field (a manifest without it was written before the flag: after the norm).
+    const auto last = l.value("last_hidden", std::string(kLastAfterNorm));
+    EAGLE_CHECK(last == kLastBeforeNorm || last == kLastAfterNorm,
+                Error(ErrorKind::input, "the manifest does not say where the last hidden state was taken")
+                    .file(path)
+                    .place("layout.last_hidden")
+                    .expected(fmt::format("\"{}\" or \"{}\"", kLastBeforeNorm, kLastAfterNorm))
+                    .found(last));
+    m.layout.pre_norm = last == kLastBeforeNorm;
     m.layout.has_argmax = l.at("target_argmax").get<bool>();
     m.aux_layer_ids = j.at("aux_layer_ids").get<std::vector<std::int64_t>>();
     m.target = j.at("target");

@@ -44,6 +44,7 @@ struct Options {
   std::string target_server_storage;           // the servers' shared_storage_path: the only folder read
   TargetDtype features_dtype = TargetDtype::bfloat16;  // dump-features: stored dtype; auto: the target's
   std::int64_t features_shard_mb = 2048;               // dump-features: MiB per shard file (bound)
+  bool features_pre_norm = false;                      // dump-features: last_hidden before the final norm
   bool json = false;                                   // data-stats/inspect/eval: print JSON
 
   // model

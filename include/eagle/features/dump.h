@@ -1,7 +1,8 @@
 // `eagle-train dump-features`: the frozen target run once over a dataset, in length-sorted batches
 // (graphed per shape on a GPU), and what training needs of it stored in a features folder
 // (docs/offline.md): the prepared data, the target's ends, and per token the aux hidden states,
-// the last hidden state after the final norm and the target's argmax, in shards of bounded size.
+// the last hidden state after the final norm (before it with features_pre_norm, as the manifest
+// records) and the target's argmax, in shards of bounded size.
 // A killed dump continues where it stopped when run again with the same options.
 #pragma once
 

@@ -51,6 +51,8 @@ struct RunInputs {
   std::string target_name;                       // the target the head names in its exports
   std::shared_ptr<const FeatureStore> store;     // offline and target_server (ServerFeatures) only
   std::vector<std::int64_t> train_samples, heldout_samples;  // offline: the store's sample of each row
+  // Offline, --draft mtp: the stored last hidden state is the head's aux feature (source.h).
+  LastAsAux last_as_aux = LastAsAux::none;
 
   FeatureSources sources(const target::TeacherSpec& teacher, torch::Device device) const;
 };
@@ -70,7 +72,8 @@ RunInputs load_train_inputs(const config::Options& opts, torch::Device device);
 // options'): the held-out data as training chooses it, else data_path (or the folder's samples)
 // whole; the target or the features as for training.
 // mtp_head: an MTP head's (--draft mtp): aux id L is the target's last hidden state, before or after
-// its final norm as the target's MTP family reads it, online only (target::TargetModel::set_last_aux_pre_norm).
+// its final norm as the target's MTP family reads it (target::TargetModel::set_last_aux_pre_norm online;
+// offline the stored last hidden state, LastAsAux), from any of the three sources (inputs_drafts.cpp).
 RunInputs load_eval_inputs(const config::Options& opts, torch::Device device, std::int64_t eagle_version,
                            const std::vector<std::int64_t>& aux_layer_ids, bool mtp_head = false);
 

@@ -41,12 +41,20 @@ class FeatureSource {
 // The target's forward on every batch, with the teacher it computes for the head.
 std::unique_ptr<FeatureSource> online_features(const target::TargetModel& target, const target::TeacherSpec& teacher);
 
+// Where an offline head's aux feature comes from: the store's aux features (EAGLE-3), or, for an MTP
+// head (--draft mtp), the stored last hidden state as its one aux feature (id L, the step-1 state): as
+// stored before the target's final norm (MiMo's step 1; the store must hold it so) or after that norm
+// (the Qwen families: the stored state itself, or the final norm applied to a pre-norm one). The store's
+// aux features are then not read.
+enum class LastAsAux { none, pre_norm, post_norm };
+
 // Stored features of a dataset's samples: sample i of the dataset is the store's samples[i]. The
 // teacher comes from the stored last hidden state: the target's final norm when it was stored
 // before it, then the LM head rows of the draft ids (and, when the store has no argmax, the whole
 // LM head in chunks for the full-vocabulary argmax), computed in the ends' dtype on `device`.
 std::unique_ptr<FeatureSource> offline_features(std::shared_ptr<const FeatureStore> store,
                                                 std::vector<std::int64_t> samples, const target::TargetEnds& ends,
-                                                const target::TeacherSpec& teacher, torch::Device device);
+                                                const target::TeacherSpec& teacher, torch::Device device,
+                                                LastAsAux last_as_aux = LastAsAux::none);
 
 }  // namespace eagle::features

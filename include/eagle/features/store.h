@@ -23,7 +23,9 @@ struct FeatureLayout {
   std::int64_t aux_width = 0;                  // per token: n_aux * H (EAGLE-3's fused layers); 0: none stored
   std::int64_t hidden_size = 0;                // per token: H of the last hidden state
   torch::ScalarType dtype = torch::kBFloat16;  // of both
-  bool pre_norm = false;    // the last layer's output before the target's final norm (speculators); else after
+  // The last layer's output before the target's final norm (speculators, vLLM servers, a dump with
+  // features_pre_norm); else after it (Hugging Face's hidden_states[L], a dump's default).
+  bool pre_norm = false;
   bool has_argmax = false;  // the target's full-vocabulary argmax is stored; else computed from the LM head
 };
 
@@ -33,7 +35,7 @@ class FeatureStore {
   const FeatureLayout& layout() const { return layout_; }
   const std::string& source() const { return source_; }
   // Copies positions [pos, pos + n) of the store's sample `sample` into aux (n rows of aux_width;
-  // skipped when aux_width is 0), last (n rows of H), both in the store's dtype, and argmax (n;
+  // skipped when aux_width is 0 or aux is null), last (n rows of H), both in the store's dtype, and argmax (n;
   // only when stored, else null). ids are the batch's tokens there; a store that keeps the tokens compares
   // them (Error(input) naming its file on a mismatch). Thread-compatible, no tensor is made.
   virtual void read(std::int64_t sample, std::int64_t pos, std::int64_t n, const std::int32_t* ids, void* aux,
