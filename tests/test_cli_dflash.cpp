@@ -136,6 +136,19 @@ TEST_CASE("train --draft dflash trains a DFlash draft, resumes exactly, exports 
   auto longer = run_cli("eval --checkpoint " + out.string() + kCommon + " --eval_draft_len 5");
   CHECK(longer.exit_code == 2);
   CHECK_THAT(longer.output, Catch::Contains("eval_draft_len"));
+
+  // Batched rows (eval_batch_size 4, rows refilled as prompts end) draft each round as one by one:
+  // with an fp32 target, the same AR at every depth.
+  const std::string more = " --eval_num_prompts 6 --eval_max_new_tokens 16 --target_dtype float32";
+  auto one = eval_json(" --checkpoint " + ckpt.string() + kCommon + more + " --eval_batch_size 1");
+  auto four = run_cli("eval --checkpoint " + ckpt.string() + kCommon + more + " --eval_batch_size 4 --json");
+  INFO(four.output);
+  REQUIRE(four.exit_code == 0);
+  CHECK_THAT(four.output, Catch::Contains("prompts (4 at a time)"));
+  const auto batched = json::parse(four.output.substr(four.output.find("{\n")));
+  CHECK(batched["ar"] == one["ar"]);
+  CHECK(batched["ar_by_depth"] == one["ar_by_depth"]);
+  CHECK(one["ar_by_depth"].size() == 3);
 }
 
 TEST_CASE("--draft dflash refuses what it would ignore or cannot do, by name", "[cli]") {
