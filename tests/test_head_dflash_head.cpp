@@ -339,6 +339,26 @@ TEST_CASE("a DFlash export is the folder vLLM 0.32 loads, and it imports back bi
     CHECK(torch::equal(p.value(), b[p.key()]));
   }
   CHECK_THROWS_WITH(head::export_dflash(*h, out), Catch::Contains("the output folder exists"));
+  // SGLang's DFlashDraftModel reads the same folder: the same config and tensors, imported back bit for bit.
+  const auto sg = (dir / "sglang").string();
+  head::export_dflash(*h, sg, head::DFlashEngine::sglang);
+  CHECK(nlohmann::json::parse(test::read_file(dir / "sglang" / "config.json")) == config);
+  auto from_sglang = head::load_dflash_head(sg)->named_parameters();
+  CHECK(from_sglang.size() == a.size());
+  for (const auto& p : a) {
+    INFO(p.key());
+    CHECK(torch::equal(p.value(), from_sglang[p.key()]));
+  }
+  // What SGLang would build or check otherwise: refused for sglang by name, written for vLLM.
+  auto wider = h->config();
+  wider.target_hidden_size = 2 * wider.hidden_size;  // fc over features of another width
+  CHECK_THROWS_WITH(head::dflash_config_json(wider, head::DFlashEngine::sglang), Catch::Contains("target_hidden_size"));
+  CHECK(head::dflash_config_json(wider)["target_hidden_size"] == 2 * wider.hidden_size);
+  auto shallow = h->config();
+  shallow.target_num_hidden_layers = 0;  // an imported draft without num_target_layers
+  CHECK_THROWS_WITH(head::dflash_config_json(shallow, head::DFlashEngine::sglang),
+                    Catch::Contains("num_target_layers"));
+  CHECK_NOTHROW(head::dflash_config_json(shallow));
   // What vLLM would serve otherwise than this head computes is refused by name.
   auto causal = config;
   causal["dflash_config"]["causal"] = true;

@@ -379,7 +379,8 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::format, "format", G::checkpoint, kExport,
         "Export layout: sglang (also loaded by vLLM), speculators, vllm-eagle1, mtp (an MTP head: a copy of "
         "the target folder, model_name_or_path, with its MTP tensors replaced) or dflash (a DFlash draft: vLLM's "
-        "DFlashDraftModel, served with method dflash; the only layout of a DFlash draft); docs/export.md");
+        "DFlashDraftModel, served with method dflash; sglang writes the same folder for SGLang's DFLASH, with its "
+        "checks); docs/export.md");
   t.add(&Options::quantize, "quantize", G::checkpoint, kExport,
         "none, or fp8: the head's linear weights as FP8 e4m3 with one float32 scale per output channel and "
         "dynamic per-token activations (compressed-tensors, as vLLM loads EAGLE-3 drafts; sglang layout only)");
