@@ -366,4 +366,10 @@ TEST_CASE("a DFlash export is the folder vLLM 0.32 loads, and it imports back bi
   auto window = config;
   window["layer_types"][1] = "sliding_attention";
   CHECK_THROWS_WITH(head::dflash_config_from_json(window, "config.json"), Catch::Contains("does not compute"));
+  // A DSpark draft (every slot predicts the next token) is not this head: refused by name.
+  auto dspark = config;
+  dspark["dflash_config"]["sample_from_anchor"] = true;
+  CHECK_THROWS_WITH(head::dflash_config_from_json(dspark, "config.json"), Catch::Contains("DSpark"));
+  dspark["dflash_config"]["sample_from_anchor"] = false;  // DFlash's own value
+  CHECK_NOTHROW(head::dflash_config_from_json(dspark, "config.json"));
 }

@@ -160,6 +160,10 @@ std::vector<OptionEntry> declare_options() {
         "layer, read from model_name_or_path under its native names; MiMo, dense Qwen3.5) or dflash (a DFlash "
         "block draft: dflash_block_size - 1 tokens from one forward, served by vLLM's method dflash); docs/heads.md")
       .check([](const std::string& v, const Options& o) {
+        if (v == "dspark")
+          return std::string(
+              "eagle, mtp or dflash (dspark, DFlash with vLLM's Markov and confidence heads, is not "
+              "implemented: docs/heads.md)");
         if (v != "eagle" && v != "mtp" && v != "dflash") return std::string("eagle, mtp or dflash");
         if (v == "mtp" && (o.eagle_version != 3 || o.parallel_drafting || o.draft_num_layers > 1 || o.fc_norm ||
                            o.norm_output || o.norm_before_fc || o.draft_layer != "llama"))

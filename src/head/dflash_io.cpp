@@ -112,6 +112,10 @@ HeadConfig dflash_config_from_json(const json& j, const std::string& file) {
   if (!json_field_or<bool>(d, "use_aux_hidden_state", true, file))
     throw unsupported(file, "dflash_config.use_aux_hidden_state", "false");
   if (d.contains("attention_value_scale")) throw unsupported(file, "dflash_config.attention_value_scale", "a scale");
+  // DSpark (vLLM's qwen3_dspark.py) shifts every slot to the next token and adds a Markov head.
+  if (json_field_or<bool>(d, "sample_from_anchor", false, file) ||
+      json_field_or<bool>(j, "sample_from_anchor", false, file))
+    throw unsupported(file, "sample_from_anchor", "true (a DSpark draft; not implemented, docs/heads.md)");
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) throw unsupported(file, "rope_scaling", "scaled RoPE");
   if (j.contains("layer_types"))
     for (const auto& t : json_field<std::vector<std::string>>(j, "layer_types", file))
