@@ -1,12 +1,14 @@
 // Speculative decoding of many prompts at once (batched_acceptance) equals the one-by-one decoding
 // (decode_prompts with ChainProposer and GreedyVerifier) prompt by prompt: the same rounds, accepted
 // tokens, round lengths and generated tokens, for a trained head, two draft lengths and batch sizes
-// 1, 3 (rows refilled as prompts end) and 16 (more rows than prompts).
+// 1, 3 (rows refilled as prompts end) and 16 (more rows than prompts); the same for a DFlash draft,
+// whose rows draft one block each (and, on CUDA, graphed rounds).
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
 #include "acceptance_helpers.h"
 #include "eagle/acceptance/batched.h"
+#include "eagle/head/dflash_head.h"
 
 using namespace eagle;
 using acceptance::AcceptanceResult;
@@ -28,7 +30,66 @@ AcceptanceResult batched(const target::TargetModel& target, head::DraftHead& hea
                                         draft_len, rows, max_cuda_graphs);
 }
 
+// A DFlash draft (block 4, two layers, weights from a fixed seed) on the tiny Qwen3 target, whose
+// aux layers are the draft's.
+struct DFlashOnQwen3 {
+  target::TargetModel target;
+  std::shared_ptr<head::DFlashHead> head;
+};
+
+DFlashOnQwen3 dflash_on_qwen3(torch::Device device) {
+  auto target = target::TargetModel::load(std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/tiny-qwen3",
+                                          torch::kFloat32, device);
+  head::DFlashSettings s;
+  s.block_size = 4;
+  s.num_layers = 2;
+  s.mask_token_id = 5;
+  auto cfg = head::dflash_config_from_target(target.config(), s);
+  target.set_aux_layer_ids(cfg.aux_layer_ids);
+  torch::manual_seed(3);
+  auto head = std::make_shared<head::DFlashHead>(cfg);
+  head->to(device);
+  head->set_target_weights(target.embedding_weight(), target.lm_head_weight());
+  return {std::move(target), head};
+}
+
 }  // namespace
+
+TEST_CASE("batched DFlash rounds equal one by one, prompt by prompt", "[acceptance]") {
+  auto d = dflash_on_qwen3(torch::kCPU);
+  REQUIRE(d.head->drafts_ragged());
+  const auto prompts = test::smoke_data();
+  for (std::int64_t K : {1, 3}) {  // a shallower depth (a shorter block) and the trained one
+    auto one = one_by_one(d.target, *d.head, prompts, 10, 20, K);
+    REQUIRE(one.per_prompt.size() == 10);
+    for (std::int64_t rows : {1, 3, 16}) {
+      INFO("draft_len " << K << ", rows " << rows);
+      auto many = batched(d.target, *d.head, prompts, 10, 20, K, rows);
+      REQUIRE(many.per_prompt.size() == one.per_prompt.size());
+      for (std::size_t i = 0; i < one.per_prompt.size(); ++i) {
+        INFO("prompt " << i);
+        CHECK(many.per_prompt[i] == one.per_prompt[i]);
+      }
+      CHECK(many.ar == one.ar);
+    }
+  }
+}
+
+TEST_CASE("batched DFlash rounds on CUDA: graphed rounds equal eager ones and the one-by-one loop",
+          "[acceptance][gpu]") {
+  auto d = dflash_on_qwen3(torch::Device(torch::kCUDA, 0));
+  const auto data = test::smoke_data();
+  auto one = one_by_one(d.target, *d.head, data, 8, 16, 3);
+  auto eager = batched(d.target, *d.head, data, 8, 16, 3, 4, 0);
+  auto graphed = batched(d.target, *d.head, data, 8, 16, 3, 4, 8);
+  REQUIRE(eager.per_prompt.size() == one.per_prompt.size());
+  REQUIRE(graphed.per_prompt.size() == one.per_prompt.size());
+  for (std::size_t i = 0; i < one.per_prompt.size(); ++i) {
+    INFO("prompt " << i);
+    CHECK(eager.per_prompt[i] == one.per_prompt[i]);
+    CHECK(graphed.per_prompt[i] == one.per_prompt[i]);
+  }
+}
 
 TEST_CASE("batched speculative decoding equals one by one, prompt by prompt", "[acceptance]") {
   test::TrainedSmoke smoke;

@@ -1,7 +1,8 @@
 // --draft dflash end to end on the tiny Qwen3 fixture, as subprocesses: training samples anchors and
 // logs the AR of vLLM's DFlash rounds, checkpoints are vLLM's DFlashDraftModel layout, a resume draws
-// the same anchors (the same losses and weights), export --format dflash writes what eval imports back
-// with the checkpoint's numbers, and what DFlash cannot do is refused by name.
+// the same anchors (the same losses and weights), export --format dflash (vLLM) and sglang (the same
+// folder) write what eval imports back with the checkpoint's numbers, batched evaluation rows draft as
+// one by one, and what DFlash cannot do is refused by name.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -111,10 +112,22 @@ TEST_CASE("train --draft dflash trains a DFlash draft, resumes exactly, exports 
   CHECK_THAT(ex.output, Catch::Contains("\"num_speculative_tokens\": 3"));
   check_same_tensors(ckpt / "model.safetensors", out / "model.safetensors");
   CHECK(json::parse(read_file(out / "config.json"))["dflash_config"] == config["dflash_config"]);
+  // export --format sglang: the same folder (SGLang's DFlashDraftModel reads vLLM's names and keys),
+  // served with SGLang's DFLASH and the whole block as its draft tokens.
+  const auto sg = dir / "sglang-export";
+  auto sgx = run_cli("export --checkpoint " + ckpt.string() + " --format sglang --output " + sg.string());
+  INFO(sgx.output);
+  REQUIRE(sgx.exit_code == 0);
+  CHECK_THAT(sgx.output, Catch::Contains("--speculative-algorithm DFLASH --speculative-draft-model-path " +
+                                         sg.string() + " --speculative-num-draft-tokens 4"));
+  check_same_tensors(ckpt / "model.safetensors", sg / "model.safetensors");
+  CHECK(json::parse(read_file(sg / "config.json")) == json::parse(read_file(out / "config.json")));
   // A DFlash draft has no EAGLE layout, and nothing is overwritten.
-  auto sglang = run_cli("export --checkpoint " + ckpt.string() + " --format sglang --output " + (dir / "x").string());
-  CHECK(sglang.exit_code == 2);
-  CHECK_THAT(sglang.output, Catch::Contains("dflash for a DFlash draft"));
+  auto spec =
+      run_cli("export --checkpoint " + ckpt.string() + " --format speculators --output " + (dir / "x").string());
+  CHECK(spec.exit_code == 2);
+  CHECK_THAT(spec.output, Catch::Contains("dflash (vLLM's DFlashDraftModel) or sglang"));
+  CHECK_FALSE(fs::exists(dir / "x"));
   CHECK(run_cli("export --checkpoint " + ckpt.string() + " --format dflash --output " + out.string()).exit_code != 0);
 
   // eval imports the export as it reads the checkpoint: the same numbers, the run's final AR.
@@ -123,6 +136,10 @@ TEST_CASE("train --draft dflash trains a DFlash draft, resumes exactly, exports 
   CHECK(a["ar"] == b["ar"]);
   CHECK(a["eval_loss"] == b["eval_loss"]);
   CHECK(a["ar_by_depth"] == b["ar_by_depth"]);
+  auto c = eval_json(" --checkpoint " + sg.string() + kCommon);  // the SGLang export, imported back
+  CHECK(a["ar"] == c["ar"]);
+  CHECK(a["eval_loss"] == c["eval_loss"]);
+  CHECK(a["ar_by_depth"] == c["ar_by_depth"]);
   CHECK(a["ar_by_depth"].size() == 3);
   CHECK(a["format"] == "dflash");
   CHECK(a["head"]["draft"] == "dflash");
@@ -136,6 +153,19 @@ TEST_CASE("train --draft dflash trains a DFlash draft, resumes exactly, exports 
   auto longer = run_cli("eval --checkpoint " + out.string() + kCommon + " --eval_draft_len 5");
   CHECK(longer.exit_code == 2);
   CHECK_THAT(longer.output, Catch::Contains("eval_draft_len"));
+
+  // Batched rows (eval_batch_size 4, rows refilled as prompts end) draft each round as one by one:
+  // with an fp32 target, the same AR at every depth.
+  const std::string more = " --eval_num_prompts 6 --eval_max_new_tokens 16 --target_dtype float32";
+  auto one = eval_json(" --checkpoint " + ckpt.string() + kCommon + more + " --eval_batch_size 1");
+  auto four = run_cli("eval --checkpoint " + ckpt.string() + kCommon + more + " --eval_batch_size 4 --json");
+  INFO(four.output);
+  REQUIRE(four.exit_code == 0);
+  CHECK_THAT(four.output, Catch::Contains("prompts (4 at a time)"));
+  const auto batched = json::parse(four.output.substr(four.output.find("{\n")));
+  CHECK(batched["ar"] == one["ar"]);
+  CHECK(batched["ar_by_depth"] == one["ar_by_depth"]);
+  CHECK(one["ar_by_depth"].size() == 3);
 }
 
 TEST_CASE("--draft dflash refuses what it would ignore or cannot do, by name", "[cli]") {
@@ -161,4 +191,5 @@ TEST_CASE("--draft dflash refuses what it would ignore or cannot do, by name", "
   refused(" --draft dflash --dflash_block_size 4 --eval_draft_len 4", "eval_draft_len");
   refused(" --draft dflash --dry_run", "dry_run");
   refused(" --draft medusa", "eagle, mtp or dflash");
+  refused(" --draft dspark", "dspark, DFlash with vLLM's Markov and confidence heads, is not implemented");
 }

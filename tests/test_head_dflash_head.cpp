@@ -2,7 +2,8 @@
 // scripts/make_dflash_reference.py's independent PyTorch forward of vLLM's DFlashQwen3ForCausalLM
 // and of one training step: the blocks' logits, the loss and every gradient (soft and hard CE,
 // chunked and unchunked loss), the block-sparse attention against the dense mask, the anchors,
-// the drafting rounds of vLLM's greedy loop, and the export vLLM 0.32 loads with its import.
+// the drafting rounds of vLLM's greedy loop (one row, and ragged rows at once), and the export vLLM 0.32
+// and SGLang load with its import.
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
@@ -239,6 +240,63 @@ TEST_CASE("DFlash drafts vLLM's rounds: one forward per round over the cached co
   }
 }
 
+TEST_CASE("DFlash drafts ragged rows as each row alone: any lengths, a subset of rows, idle rows, stale slots",
+          "[head]") {
+  auto ref = reference();
+  auto h = reference_head(ref);
+  REQUIRE(h->drafts_ragged());
+  const auto tokens = ref.at("round_tokens"), feats = ref.at("round_features");
+  const std::int64_t capacity = 32, spare = capacity - 1;
+  auto cache = h->new_cache(3, capacity);
+  cache.keys.normal_();  // slots of earlier prompts: a row's block must never see them
+  cache.values.normal_();
+  std::vector<head::DraftCache> alone;
+  for (int i = 0; i < 3; ++i) alone.push_back(h->new_cache(1, capacity));
+  // Row `row` alone (draft()): positions [from, to) join its context, then its round.
+  auto one = [&](std::size_t row, std::int64_t from, std::int64_t to, std::int64_t draft_len) {
+    return h->draft(alone[row], feats.narrow(0, from, to - from).unsqueeze(0),
+                    tokens.narrow(0, from + 1, to - from).unsqueeze(0), draft_len)[0];
+  };
+  // All rows at once: cache row `row` gets positions [from, to) at their columns, padded to n columns
+  // at the spare slot (none: idle), as acceptance/batched.cpp lays them out.
+  struct Span {
+    std::int64_t row, from, to;
+  };
+  auto ragged = [&](const std::vector<Span>& spans, std::int64_t n, bool all_rows, std::int64_t key_len,
+                    std::int64_t draft_len) {
+    const auto r = static_cast<std::int64_t>(spans.size());
+    auto f = torch::zeros({r, n, feats.size(1)});
+    auto next = torch::zeros({r, n}, torch::kInt64), columns = torch::full({r, n}, spare, torch::kInt64);
+    auto last = torch::zeros({r}, torch::kInt64), rows = torch::zeros({r}, torch::kInt64);
+    for (std::int64_t i = 0; i < r; ++i) {
+      const auto& s = spans[static_cast<std::size_t>(i)];
+      const auto len = s.to - s.from;
+      rows[i].fill_(s.row);
+      if (len == 0) continue;
+      f[i].narrow(0, 0, len).copy_(feats.narrow(0, s.from, len));
+      next[i].narrow(0, 0, len).copy_(tokens.narrow(0, s.from + 1, len));
+      columns[i].narrow(0, 0, len).copy_(torch::arange(s.from, s.to, torch::kInt64));
+      last[i].fill_(len - 1);
+    }
+    auto d = h->draft_ragged(cache, {f, next, columns, all_rows ? torch::Tensor() : rows, last, key_len}, draft_len);
+    REQUIRE(d.size(0) == r);
+    REQUIRE(d.size(1) == draft_len);
+    return d;
+  };
+  // Prompts of 4 and 7 positions into rows 0 and 2 (row 1 untouched), 3 tokens each.
+  auto a = ragged({{0, 0, 4}, {2, 0, 7}}, 7, false, 7 + 3 - 1, 3);
+  CHECK(torch::equal(a[0], one(0, 0, 4, 3)));
+  CHECK(torch::equal(a[1], one(2, 0, 7, 3)));
+  // A round of every row: 2 and 1 new positions, row 1 idle, more slots read than any row holds,
+  // blocks of 2 tokens (a shallower depth of the evaluation).
+  auto b = ragged({{0, 4, 6}, {1, 0, 0}, {2, 7, 8}}, 3, true, 16, 2);
+  CHECK(torch::equal(b[0], one(0, 4, 6, 2)));
+  CHECK(torch::equal(b[2], one(2, 7, 8, 2)));
+  // The next round reaches the reference's own: positions up to 8, the anchor at 8 (its last round).
+  auto c = ragged({{0, 6, 8}, {1, 0, 0}, {2, 8, 8}}, 2, true, 12, 3);
+  CHECK(torch::equal(c[0], ref.at("round_drafts")[2]));
+}
+
 TEST_CASE("a DFlash export is the folder vLLM 0.32 loads, and it imports back bit for bit", "[head]") {
   auto ref = reference();
   auto h = reference_head(ref);
@@ -281,6 +339,26 @@ TEST_CASE("a DFlash export is the folder vLLM 0.32 loads, and it imports back bi
     CHECK(torch::equal(p.value(), b[p.key()]));
   }
   CHECK_THROWS_WITH(head::export_dflash(*h, out), Catch::Contains("the output folder exists"));
+  // SGLang's DFlashDraftModel reads the same folder: the same config and tensors, imported back bit for bit.
+  const auto sg = (dir / "sglang").string();
+  head::export_dflash(*h, sg, head::DFlashEngine::sglang);
+  CHECK(nlohmann::json::parse(test::read_file(dir / "sglang" / "config.json")) == config);
+  auto from_sglang = head::load_dflash_head(sg)->named_parameters();
+  CHECK(from_sglang.size() == a.size());
+  for (const auto& p : a) {
+    INFO(p.key());
+    CHECK(torch::equal(p.value(), from_sglang[p.key()]));
+  }
+  // What SGLang would build or check otherwise: refused for sglang by name, written for vLLM.
+  auto wider = h->config();
+  wider.target_hidden_size = 2 * wider.hidden_size;  // fc over features of another width
+  CHECK_THROWS_WITH(head::dflash_config_json(wider, head::DFlashEngine::sglang), Catch::Contains("target_hidden_size"));
+  CHECK(head::dflash_config_json(wider)["target_hidden_size"] == 2 * wider.hidden_size);
+  auto shallow = h->config();
+  shallow.target_num_hidden_layers = 0;  // an imported draft without num_target_layers
+  CHECK_THROWS_WITH(head::dflash_config_json(shallow, head::DFlashEngine::sglang),
+                    Catch::Contains("num_target_layers"));
+  CHECK_NOTHROW(head::dflash_config_json(shallow));
   // What vLLM would serve otherwise than this head computes is refused by name.
   auto causal = config;
   causal["dflash_config"]["causal"] = true;
@@ -288,4 +366,10 @@ TEST_CASE("a DFlash export is the folder vLLM 0.32 loads, and it imports back bi
   auto window = config;
   window["layer_types"][1] = "sliding_attention";
   CHECK_THROWS_WITH(head::dflash_config_from_json(window, "config.json"), Catch::Contains("does not compute"));
+  // A DSpark draft (every slot predicts the next token) is not this head: refused by name.
+  auto dspark = config;
+  dspark["dflash_config"]["sample_from_anchor"] = true;
+  CHECK_THROWS_WITH(head::dflash_config_from_json(dspark, "config.json"), Catch::Contains("DSpark"));
+  dspark["dflash_config"]["sample_from_anchor"] = false;  // DFlash's own value
+  CHECK_NOTHROW(head::dflash_config_from_json(dspark, "config.json"));
 }

@@ -59,16 +59,27 @@ void run_export(const config::Options& opts, const Invocation& argv) {
     return;
   }
   if (format == head::HeadFormat::dflash || loaded.config.dflash()) {
-    // vLLM's DFlashDraftModel folder (docs/export.md): no embedding or LM head (vLLM shares the target's).
+    // vLLM's DFlashDraftModel folder, which SGLang's reads too (docs/export.md): no embedding or LM head
+    // (the engines share the target's).
     head::head_config_json(loaded.config, format);  // refuses an EAGLE head, or a DFlash head in another format
-    EAGLE_CHECK(opts.quantize == config::Quantize::none,
-                Error(ErrorKind::usage, "DFlash exports are written in fp32 (vLLM casts them to the serving dtype)")
-                    .place("--quantize")
-                    .found("fp8"));
-    head::export_dflash(*loaded.head, opts.output);
-    log::info("export", "wrote the DFlash draft to {}: serve it with speculative_config {{\"method\": \"dflash\", "
-              "\"model\": \"{}\", \"num_speculative_tokens\": {}}}", opts.output, opts.output,
-              loaded.config.dflash_block_size - 1);
+    EAGLE_CHECK(
+        opts.quantize == config::Quantize::none,
+        Error(ErrorKind::usage, "DFlash exports are written in fp32 (the engines cast them to the serving dtype)")
+            .place("--quantize")
+            .found("fp8"));
+    const bool sglang = format == head::HeadFormat::sglang;
+    head::export_dflash(*loaded.head, opts.output, sglang ? head::DFlashEngine::sglang : head::DFlashEngine::vllm);
+    const auto block = loaded.config.dflash_block_size;
+    if (sglang)
+      log::info("export",
+                "wrote the DFlash draft to {}: serve it with SGLang's --speculative-algorithm DFLASH "
+                "--speculative-draft-model-path {} --speculative-num-draft-tokens {}",
+                opts.output, opts.output, block);
+    else
+      log::info("export",
+                "wrote the DFlash draft to {}: serve it with speculative_config {{\"method\": \"dflash\", "
+                "\"model\": \"{}\", \"num_speculative_tokens\": {}}}",
+                opts.output, opts.output, block - 1);
     return;
   }
   torch::Tensor embedding;

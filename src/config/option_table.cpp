@@ -164,6 +164,10 @@ std::vector<OptionEntry> declare_options() {
         "layer, read from model_name_or_path under its native names; MiMo, dense Qwen3.5) or dflash (a DFlash "
         "block draft: dflash_block_size - 1 tokens from one forward, served by vLLM's method dflash); docs/heads.md")
       .check([](const std::string& v, const Options& o) {
+        if (v == "dspark")
+          return std::string(
+              "eagle, mtp or dflash (dspark, DFlash with vLLM's Markov and confidence heads, is not "
+              "implemented: docs/heads.md)");
         if (v != "eagle" && v != "mtp" && v != "dflash") return std::string("eagle, mtp or dflash");
         if (v == "mtp" && (o.eagle_version != 3 || o.parallel_drafting || o.draft_num_layers > 1 || o.fc_norm ||
                            o.norm_output || o.norm_before_fc || o.draft_layer != "llama"))
@@ -383,7 +387,8 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::format, "format", G::checkpoint, kExport,
         "Export layout: sglang (also loaded by vLLM), speculators, vllm-eagle1, mtp (an MTP head: a copy of "
         "the target folder, model_name_or_path, with its MTP tensors replaced) or dflash (a DFlash draft: vLLM's "
-        "DFlashDraftModel, served with method dflash; the only layout of a DFlash draft); docs/export.md");
+        "DFlashDraftModel, served with method dflash; sglang writes the same folder for SGLang's DFLASH, with its "
+        "checks); docs/export.md");
   t.add(&Options::quantize, "quantize", G::checkpoint, kExport,
         "none, or fp8: the head's linear weights as FP8 e4m3 with one float32 scale per output channel and "
         "dynamic per-token activations (compressed-tensors, as vLLM loads EAGLE-3 drafts; sglang layout only)");

@@ -1,5 +1,6 @@
 // The DFlash block draft (see dflash_head.h): its config from the target, the training forward over
-// anchored blocks, the slot losses and metrics, and vLLM's one-forward drafting round.
+// anchored blocks, the slot losses and metrics, and vLLM's one-forward drafting round (one row, or
+// ragged rows at once for the batched evaluation).
 #include "eagle/head/dflash_head.h"
 
 #include <algorithm>
@@ -275,16 +276,75 @@ torch::Tensor DFlashHead::parallel_logits(DraftCache& cache, const torch::Tensor
   // The block [x_n, M x draft_len] at positions n .. n + draft_len, every query seeing every key.
   auto ids = torch::cat({next_ids.to(dev).narrow(1, added - 1, 1), torch::full({b, draft_len}, cfg_.mask_token_id, i64)}, 1);
   auto positions = torch::arange(n, n + draft_len + 1, i64).unsqueeze(0).expand({b, draft_len + 1});
-  auto all = torch::ones({1, n + draft_len + 1}, i64.dtype(torch::kBool));
+  return block_logits(cache, n, {}, ids, positions, torch::ones({1, n + draft_len + 1}, i64.dtype(torch::kBool)));
+}
+
+torch::Tensor DFlashHead::block_logits(DraftCache& cache, std::int64_t key_len, const torch::Tensor& rows,
+                                       const torch::Tensor& ids, const torch::Tensor& positions,
+                                       const torch::Tensor& seen) {
   auto h = embed(ids);
   for (std::int64_t l = 0; l < cfg_.num_layers; ++l) {
     auto& lay = layer(l);
     auto qkv = project_qkv(*lay.self_attn, cfg_, lay.input_layernorm->forward(h), inv_freq_, positions);
-    auto keys = torch::cat({cache.keys.select(0, l).narrow(2, 0, n), qkv.k}, 2);
-    auto values = torch::cat({cache.values.select(0, l).narrow(2, 0, n), qkv.v}, 2);
-    h = lay.finish(h, draft_attention(cfg_, qkv.q, keys, values, all));
+    auto ctx_k = cache.keys.select(0, l).narrow(2, 0, key_len), ctx_v = cache.values.select(0, l).narrow(2, 0, key_len);
+    if (rows.defined()) {
+      ctx_k = ctx_k.index_select(0, rows);
+      ctx_v = ctx_v.index_select(0, rows);
+    }
+    h = lay.finish(h, draft_attention(cfg_, qkv.q, torch::cat({ctx_k, qkv.k}, 2), torch::cat({ctx_v, qkv.v}, 2), seen));
   }
-  return logits(norm->forward(h).narrow(1, 1, draft_len));
+  return logits(norm->forward(h).narrow(1, 1, ids.size(1) - 1));
+}
+
+torch::Tensor DFlashHead::draft_ragged(DraftCache& cache, const RaggedDraft& step, std::int64_t draft_len) {
+  using torch::indexing::Slice;
+  torch::NoGradGuard ng;
+  to_device_of_weights();
+  const auto dev = fc->weight.device();
+  auto malformed = [](const char* field) {
+    return Error(ErrorKind::internal, "malformed ragged DFlash round").place(field);
+  };
+  EAGLE_CHECK(step.next_ids.defined() && step.next_ids.dim() == 2 && step.next_ids.size(1) > 0 && draft_len >= 1,
+              malformed("next_ids")
+                  .expected("int64 [R, N] with N > 0, draft_len >= 1")
+                  .found(fmt::format("{}, draft_len {}", model::tensor_text(step.next_ids), draft_len)));
+  const auto r = step.next_ids.size(0), n = step.next_ids.size(1), capacity = cache.keys.size(3);
+  model::check_tensor(step.next_ids, torch::kInt64, {r, n}, dev, malformed("next_ids"));
+  model::check_tensor(step.columns, torch::kInt64, {r, n}, dev, malformed("columns"));
+  model::check_tensor(step.last, torch::kInt64, {r}, dev, malformed("last"));
+  model::check_shape(step.features, {r, n, fc->weight.size(1)}, malformed("features"));
+  const bool all_rows = !step.rows.defined();
+  if (all_rows)
+    EAGLE_CHECK(r == cache.keys.size(1),
+                malformed("rows").found(fmt::format("undefined with {} of {} rows", r, cache.keys.size(1))));
+  else
+    model::check_tensor(step.rows, torch::kInt64, {r}, dev, malformed("rows"));
+  EAGLE_CHECK(step.key_len > 0 && step.key_len <= capacity,
+              Error(ErrorKind::internal, "ragged DFlash round reads outside the draft cache")
+                  .expected(fmt::format("key_len in 1..{}", capacity))
+                  .found(std::to_string(step.key_len)));
+  const auto i64 = step.columns.options();
+  const auto rows = all_rows ? torch::arange(r, i64) : step.rows;
+  // The new positions' context keys and values at their rows' columns (padding: the spare slot).
+  auto u = context(step.features);
+  for (std::int64_t l = 0; l < cfg_.num_layers; ++l) {
+    auto [ck, cv] = context_kv(l, u, step.columns);
+    // Advanced indices on dims 0 and 2 with a slice between them index as [R, N, kv_heads, d].
+    cache.keys.select(0, l).index_put_({rows.view({r, 1}), Slice(), step.columns}, ck.transpose(1, 2));
+    cache.values.select(0, l).index_put_({rows.view({r, 1}), Slice(), step.columns}, cv.transpose(1, 2));
+  }
+  // Each row's anchor: the token after its last real position, at the next column n_r; its block
+  // sees the row's slots < n_r and the whole block (an idle row's n_r is past the cache: all slots).
+  const auto last = step.last.view({r, 1});
+  const auto start = step.columns.gather(1, last) + 1;  // [R, 1]
+  auto ids = torch::cat({step.next_ids.gather(1, last), torch::full({r, draft_len}, cfg_.mask_token_id, i64)}, 1);
+  auto positions = start + torch::arange(draft_len + 1, i64).view({1, draft_len + 1});
+  auto seen = torch::cat({torch::arange(step.key_len, i64).view({1, step.key_len}) < start,
+                          torch::ones({r, draft_len + 1}, i64.dtype(torch::kBool))},
+                         1);
+  return block_logits(cache, step.key_len, all_rows ? torch::Tensor() : rows, ids, positions,
+                      seen.view({r, 1, 1, step.key_len + draft_len + 1}))
+      .argmax(-1);  // the full vocabulary: target ids
 }
 
 torch::Tensor DFlashHead::draft(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids,

@@ -1,7 +1,8 @@
-// The DFlash draft's config.json and weights as vLLM 0.32 loads them, written and read back (see
-// dflash_io.h).
+// The DFlash draft's config.json and weights as vLLM 0.32 and SGLang load them, written and read
+// back (see dflash_io.h).
 #include "eagle/head/dflash_io.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <set>
 
@@ -27,15 +28,41 @@ Error unsupported(const std::string& file, const std::string& key, const std::st
       .hint("eagle-train trains and reads non-causal full-attention DFlash drafts with default RoPE");
 }
 
+// What SGLang's DFlashDraftModel (python/sglang/srt/models/dflash.py) and its config parser
+// (python/sglang/srt/speculative/dflash_utils.py, parse_dflash_draft_config) would build or refuse
+// otherwise than this head computes.
+void check_sglang(const HeadConfig& c) {
+  EAGLE_CHECK(c.target_hidden_size == c.hidden_size,
+              Error(ErrorKind::usage, "SGLang builds the DFlash fc over the target layers at the draft's own width")
+                  .place("target_hidden_size")
+                  .expected(fmt::format("hidden_size ({})", c.hidden_size))
+                  .found(std::to_string(c.target_hidden_size))
+                  .hint("export --format dflash: vLLM reads target_hidden_size"));
+  const auto ids = dflash_target_layer_ids(c);
+  const auto deepest = ids.empty() ? 0 : *std::max_element(ids.begin(), ids.end());
+  EAGLE_CHECK(
+      c.target_num_hidden_layers > deepest,
+      Error(ErrorKind::usage,
+            "SGLang checks dflash_config.target_layer_ids against num_target_layers (without "
+            "it, against the draft's own layer count)")
+          .place("num_target_layers")
+          .expected(fmt::format("more than {} target layers", deepest))
+          .found(std::to_string(c.target_num_hidden_layers))
+          .hint("a head trained here records it; an imported draft needs num_target_layers in its config.json"));
+  EAGLE_CHECK(c.hidden_act == "silu",
+              Error(ErrorKind::usage, "SGLang's DFlash MLP is SiLU only").place("hidden_act").found(c.hidden_act));
+}
+
 }  // namespace
 
-json dflash_config_json(const HeadConfig& c) {
+json dflash_config_json(const HeadConfig& c, DFlashEngine engine) {
   EAGLE_CHECK(c.dflash(), Error(ErrorKind::usage, "only a DFlash head exports as dflash").place("--format"));
   EAGLE_CHECK(c.rope.type == "default",
               Error(ErrorKind::usage, "the DFlash export writes default RoPE only")
                   .place("rope")
                   .found(c.rope.type)
                   .hint("vLLM reads rope_theta and rope_scaling from the draft config; scaled RoPE is not written yet"));
+  if (engine == DFlashEngine::sglang) check_sglang(c);
   const auto l = c.num_layers;
   return {{"architectures", {"DFlashDraftModel"}},
           {"model_type", "qwen3"},
@@ -55,7 +82,7 @@ json dflash_config_json(const HeadConfig& c) {
           {"tie_word_embeddings", false},
           {"torch_dtype", c.target_dtype},
           {"layer_types", std::vector<std::string>(static_cast<std::size_t>(l), "full_attention")},
-          {"block_size", c.dflash_block_size},  // informational for vLLM: K is num_speculative_tokens
+          {"block_size", c.dflash_block_size},  // vLLM: informational; SGLang: the default block
           {"num_target_layers", c.target_num_hidden_layers},
           {"target_hidden_size", c.target_hidden_size},
           {"dflash_config", {{"mask_token_id", c.mask_token_id}, {"target_layer_ids", dflash_target_layer_ids(c)}}},
@@ -85,6 +112,10 @@ HeadConfig dflash_config_from_json(const json& j, const std::string& file) {
   if (!json_field_or<bool>(d, "use_aux_hidden_state", true, file))
     throw unsupported(file, "dflash_config.use_aux_hidden_state", "false");
   if (d.contains("attention_value_scale")) throw unsupported(file, "dflash_config.attention_value_scale", "a scale");
+  // DSpark (vLLM's qwen3_dspark.py) shifts every slot to the next token and adds a Markov head.
+  if (json_field_or<bool>(d, "sample_from_anchor", false, file) ||
+      json_field_or<bool>(j, "sample_from_anchor", false, file))
+    throw unsupported(file, "sample_from_anchor", "true (a DSpark draft; not implemented, docs/heads.md)");
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) throw unsupported(file, "rope_scaling", "scaled RoPE");
   if (j.contains("layer_types"))
     for (const auto& t : json_field<std::vector<std::string>>(j, "layer_types", file))
@@ -140,8 +171,8 @@ HeadConfig dflash_config_from_json(const json& j, const std::string& file) {
   return c;
 }
 
-void export_dflash(DraftHead& head, const std::string& dir) {
-  const auto config = dflash_config_json(head.config());
+void export_dflash(DraftHead& head, const std::string& dir, DFlashEngine engine) {
+  const auto config = dflash_config_json(head.config(), engine);
   const fs::path out(dir);
   EAGLE_CHECK(!fs::exists(out), Error(ErrorKind::output, "the output folder exists; nothing is overwritten")
                                     .file(dir)

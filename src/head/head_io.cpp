@@ -29,6 +29,9 @@ namespace eagle::head {
 namespace {
 
 constexpr const char* kSpeculatorsVersion = "0.3.0";
+// What --format a DFlash draft exports in: the same folder for either engine.
+constexpr const char* kDFlashFormats =
+    "dflash (vLLM's DFlashDraftModel) or sglang (SGLang's, the same folder) for a DFlash draft (--draft dflash)";
 
 json rope_scaling_json(const model::RopeConfig& r) {
   if (r.type == "default") return nullptr;
@@ -202,16 +205,18 @@ nlohmann::json head_config_json(const HeadConfig& c, HeadFormat format) {
               Error(ErrorKind::usage, "the export format does not fit the head")
                   .place("--format")
                   .expected(c.mtp()      ? "mtp for an MTP head (--draft mtp)"
-                            : c.dflash() ? "dflash for a DFlash draft (--draft dflash)"
+                            : c.dflash() ? kDFlashFormats
                                          : "sglang, speculators or vllm-eagle1")
                   .found(format_name(format)));
   if (format == HeadFormat::mtp) return mtp_config_json(c);
-  EAGLE_CHECK((format == HeadFormat::dflash) == c.dflash(),
+  // A DFlash draft: vLLM's DFlashDraftModel folder, which SGLang's DFlashDraftModel reads too.
+  EAGLE_CHECK(c.dflash() ? format == HeadFormat::dflash || format == HeadFormat::sglang : format != HeadFormat::dflash,
               Error(ErrorKind::usage, "the export format does not fit the head")
                   .place("--format")
-                  .expected(c.dflash() ? "dflash for a DFlash draft (--draft dflash)" : "sglang, speculators or vllm-eagle1")
+                  .expected(c.dflash() ? kDFlashFormats : "sglang, speculators or vllm-eagle1")
                   .found(format_name(format)));
-  if (format == HeadFormat::dflash) return dflash_config_json(c);
+  if (c.dflash())
+    return dflash_config_json(c, format == HeadFormat::sglang ? DFlashEngine::sglang : DFlashEngine::vllm);
   const bool eagle3_format = format != HeadFormat::vllm_eagle1;
   EAGLE_CHECK(eagle3_format == (c.eagle_version == 3),
               Error(ErrorKind::usage, "the export format does not fit the head's EAGLE version")
@@ -328,7 +333,8 @@ std::map<std::string, torch::Tensor> head_tensors(DraftHead& head, HeadFormat fo
       out[b.key()] = b.value().to(torch::kCPU).contiguous();
   // SGLang after PR #24663 normalises the input of layers >= 1 with hidden_norm, vLLM with
   // input_layernorm (EAGLE-variants.md §2): both written, equal, so either engine serves the head.
-  if (format == HeadFormat::sglang)
+  // (A DFlash draft's sglang folder is vLLM's: its layers have no hidden_norm.)
+  if (format == HeadFormat::sglang && !head.config().dflash())
     for (std::int64_t l = 1; l < head.config().num_layers; ++l)
       out[fmt::format("layers.{}.hidden_norm.weight", l)] = out.at(fmt::format("layers.{}.input_layernorm.weight", l));
   return out;

@@ -65,6 +65,12 @@ class DFlashHead : public torch::nn::Module, public DraftHead {
   // draft()'s forward, the logits [B, draft_len, V] fp32 instead of their argmax (sampled chains).
   torch::Tensor parallel_logits(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids,
                                 std::int64_t draft_len) override;
+  // draft() over ragged rows (head.h: RaggedDraft; the batched evaluation): each row's new positions
+  // join its context at their columns, its anchor is the token after its last real position, at the
+  // column after it; its block [anchor, M x draft_len] sees the row's context slots before the anchor
+  // among [0, key_len) and the whole block. The same round as draft() on that row alone, one forward.
+  bool drafts_ragged() const override { return true; }
+  torch::Tensor draft_ragged(DraftCache& cache, const RaggedDraft& step, std::int64_t draft_len) override;
   torch::Tensor draft_vocab_ids() const override { return draft_ids; }
   // alpha_k teacher-forced: step k (0-based) at t is slot k + 1 of the block anchored at t + 1 (it
   // predicts x_{t+k+2} from the context <= t, as EAGLE's step k); block - 1 tensors [B, T, V] fp32.
@@ -93,6 +99,11 @@ class DFlashHead : public torch::nn::Module, public DraftHead {
   // Layer l's context keys k_norm(k_proj(u)) + RoPE(positions) and values v_proj(u), [B, kv_heads, n, d].
   std::pair<torch::Tensor, torch::Tensor> context_kv(std::int64_t l, const torch::Tensor& u,
                                                      const torch::Tensor& positions);
+  // The block's logits [R, K, V] (slots 1..K) for block ids and positions [R, K + 1]: each layer's
+  // queries over its cached context keys [0, key_len) (of the cache rows `rows`; undefined: all, in
+  // order) and the block's own keys, where seen (bool, broadcast to [R, 1, K + 1, key_len + K + 1]) allows.
+  torch::Tensor block_logits(DraftCache& cache, std::int64_t key_len, const torch::Tensor& rows,
+                             const torch::Tensor& ids, const torch::Tensor& positions, const torch::Tensor& seen);
   void to_device_of_weights();
 
   HeadConfig cfg_;

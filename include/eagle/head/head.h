@@ -169,11 +169,12 @@ class DraftHead {
   virtual std::vector<torch::Tensor> ttt_logits(const HeadInputs& in);
 
   // Drafting many sequences at once with per-row lengths (acceptance/batched.cpp; EAGLE-3
-  // heads that draft sequentially, drafts_ragged()). Row r's new positions go to the cache slots
-  // columns[r, :] (= their RoPE positions, as in draft()), right-padded; padding sits at the spare
-  // last slot, and a row whose `last` token sits there is idle (its drafts are meaningless). The
-  // row's draft_len - 1 chained tokens go to the slots after its last real one. Each token attends
-  // its row's slots <= its own. Returns [R, draft_len] int64 target ids; no host synchronisation.
+  // heads that draft sequentially and DFlash drafts, drafts_ragged()). Row r's new positions go to the
+  // cache slots columns[r, :] (= their RoPE positions, as in draft()), right-padded; padding sits at
+  // the spare last slot, and a row whose `last` token sits there is idle (its drafts are meaningless).
+  // EAGLE-3: the row's draft_len - 1 chained tokens go to the slots after its last real one, each token
+  // attending its row's slots <= its own; DFlash: the block after the last real slot, written nowhere
+  // (dflash_head.h). Returns [R, draft_len] int64 target ids; no host synchronisation.
   struct RaggedDraft {
     torch::Tensor features;    // [R, N, F] the target's features (EAGLE-3: aux_hidden)
     torch::Tensor next_ids;    // [R, N] int64 the token after each position
