@@ -1,7 +1,8 @@
 // The hybrid linear-attention targets (Qwen3-Next, Qwen3.5 dense and MoE, Qwen3.5's multimodal checkpoint read as
 // its text model) against transformers (tests/fixtures, scripts/make_reference_fixtures.py): the full, padded and
 // packed forwards, the chunked delta rule against the recurrent one, packed documents against each alone, the
-// incremental forward with rollback inside a verification call, and what is refused by name.
+// incremental forward with rollback inside a verification call, and what is refused by name (ragged rows:
+// test_target_target_ragged.cpp).
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
@@ -197,7 +198,7 @@ TEST_CASE("hybrid targets: the recurrent decoding form equals the chunked one; c
   }
 }
 
-TEST_CASE("hybrid targets refuse tree verification and ragged steps by name", "[target]") {
+TEST_CASE("hybrid targets refuse tree verification by name", "[target]") {
   auto m = TargetModel::load(model_dir("tiny-qwen3-5"), torch::kFloat32, torch::kCPU);
   auto cache = m.new_cache(1, 16);
   m.forward_cached(cache, torch::tensor({{7, 8, 9}}, torch::kInt64));
@@ -205,10 +206,6 @@ TEST_CASE("hybrid targets refuse tree verification and ragged steps by name", "[
   CHECK_THROWS_WITH(m.forward_tree(cache, torch::tensor({{3, 4}}, torch::kInt64), torch::tensor({0, 1}), mask),
                     Catch::Contains("tree verification is not implemented for hybrid") &&
                         Catch::Contains("Qwen3_5ForCausalLM"));
-  auto rc = m.new_cache(2, 16);
-  target::RaggedStep step{torch::tensor({{3}, {4}}, torch::kInt64), torch::tensor({{0}, {0}}, torch::kInt64),
-                          torch::Tensor(), torch::tensor({0, 0}, torch::kInt64), 1};
-  CHECK_THROWS_WITH(m.forward_ragged(rc, step), Catch::Contains("not implemented for hybrid linear-attention"));
 }
 
 TEST_CASE("hybrid targets: bf16 forward within the documented bound of transformers' bf16", "[target]") {
