@@ -59,11 +59,13 @@ inline std::shared_ptr<head::DraftHead> trained_head(const std::filesystem::path
 // The tiny target's own greedy replies to the smoke prompts (`eagle-train generate`, 48 tokens each)
 // in dir/replies.jsonl, and a head trained 60 steps on them: it learns what this target says, so its
 // chains accept more tokens the deeper they draft (the smoke data's own replies are not the target's,
-// and a head trained on them accepts about one token in a hundred rounds).
+// and a head trained on them accepts about one token in a hundred rounds). fixture: the target t was
+// loaded from (tests/fixtures/models/<fixture>).
 inline std::shared_ptr<head::DraftHead> trained_on_replies(const std::filesystem::path& dir,
-                                                           const target::TargetModel& t) {
+                                                           const target::TargetModel& t,
+                                                           const std::string& fixture = "tiny-llama") {
   const std::string root = EAGLE_SOURCE_DIR;
-  const std::string model = root + "/tests/fixtures/models/tiny-llama";
+  const std::string model = root + "/tests/fixtures/models/" + fixture;
   const auto replies = dir / "replies.jsonl";
   auto generated = run_cli("generate --model_name_or_path " + model + " --data_path " + root +
                            "/tests/fixtures/data/smoke.jsonl --output " + replies.string() +

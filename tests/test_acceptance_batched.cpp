@@ -2,9 +2,12 @@
 // (decode_prompts with ChainProposer and GreedyVerifier) prompt by prompt: the same rounds, accepted
 // tokens, round lengths and generated tokens, for a trained head, two draft lengths and batch sizes
 // 1, 3 (rows refilled as prompts end) and 16 (more rows than prompts); the same for a DFlash draft,
-// whose rows draft one block each (and, on CUDA, graphed rounds).
+// whose rows draft one block each (and, on CUDA, graphed rounds), and for a hybrid target, whose
+// rows' Gated DeltaNet states return to each row's accepted prefix every round.
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
+
+#include <set>
 
 #include "acceptance_helpers.h"
 #include "eagle/acceptance/batched.h"
@@ -119,27 +122,64 @@ TEST_CASE("batched speculative decoding equals one by one, prompt by prompt", "[
   CHECK(drafts_accepted > 0);
 }
 
+TEST_CASE("batched speculative decoding of a hybrid target equals one by one, prompt by prompt", "[acceptance]") {
+  // tiny-qwen3-5 and a head trained on its own replies: rounds accept 0..K tokens, so the rows of one
+  // verification roll back to different lengths (generate's batched rows made those replies).
+  test::TempDir dir;
+  const auto target = target::TargetModel::load(std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/tiny-qwen3-5",
+                                                torch::kFloat32, torch::kCPU);
+  auto head = test::trained_on_replies(dir.path(), target, "tiny-qwen3-5");
+  REQUIRE(head->drafts_ragged());
+  const auto prompts = test::smoke_data();
+  std::set<std::int64_t> round_lengths;  // 1 + the drafts a round accepted, at draft_len 4
+  for (std::int64_t K : {2, 4}) {
+    auto one = one_by_one(target, *head, prompts, 10, 20, K);
+    REQUIRE(one.per_prompt.size() == 10);
+    if (K == 4)
+      for (const auto& p : one.per_prompt) round_lengths.insert(p.lengths.begin(), p.lengths.end());
+    for (std::int64_t rows : {3, 16}) {
+      INFO("draft_len " << K << ", rows " << rows);
+      auto many = batched(target, *head, prompts, 10, 20, K, rows);
+      REQUIRE(many.per_prompt.size() == one.per_prompt.size());
+      for (std::size_t i = 0; i < one.per_prompt.size(); ++i) {
+        INFO("prompt " << i);
+        CHECK(many.per_prompt[i] == one.per_prompt[i]);
+      }
+      CHECK(many.ar == one.ar);
+    }
+  }
+  // Rounds accept different numbers of drafts: the rows continue at different points of their verification.
+  INFO("round lengths at draft_len 4: " << round_lengths.size() << " different");
+  CHECK(round_lengths.size() >= 2);
+  CHECK(round_lengths.count(1) == 1);
+}
+
 TEST_CASE("batched speculative decoding on CUDA: graphed rounds equal eager ones and the one-by-one loop",
           "[acceptance][gpu]") {
   const auto cuda = torch::Device(torch::kCUDA, 0);
-  auto target = test::tiny_llama(cuda);
-  torch::manual_seed(3);
-  auto cfg = head::HeadConfig::from_target(target.config(), 3, target.aux_layer_ids(), 256);
-  head::DraftVocab vocab;
-  vocab.target_vocab_size = target.config().vocab_size;
-  for (std::int64_t i = 0; i < 256; ++i) vocab.draft_ids.push_back(i);
-  auto head = head::make_head(cfg, vocab);
-  head->module().to(cuda);
-  head->init_from_target(target.embedding_weight(), target.lm_head_weight());
-  const auto data = test::smoke_data();
-  auto one = one_by_one(target, *head, data, 8, 16, 3);
-  auto eager = batched(target, *head, data, 8, 16, 3, 4, 0);
-  auto graphed = batched(target, *head, data, 8, 16, 3, 4, 8);
-  REQUIRE(eager.per_prompt.size() == one.per_prompt.size());
-  REQUIRE(graphed.per_prompt.size() == one.per_prompt.size());
-  for (std::size_t i = 0; i < one.per_prompt.size(); ++i) {
-    INFO("prompt " << i);
-    CHECK(eager.per_prompt[i] == one.per_prompt[i]);
-    CHECK(graphed.per_prompt[i] == one.per_prompt[i]);
+  // tiny-qwen3-5: the Gated DeltaNet rows' states and logs are written in place, which graph replays need.
+  for (const char* fixture : {"tiny-llama", "tiny-qwen3-5"}) {
+    INFO(fixture);
+    auto target = target::TargetModel::load(std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/" + fixture,
+                                            torch::kFloat32, cuda);
+    torch::manual_seed(3);
+    auto cfg = head::HeadConfig::from_target(target.config(), 3, target.aux_layer_ids(), 256);
+    head::DraftVocab vocab;
+    vocab.target_vocab_size = target.config().vocab_size;
+    for (std::int64_t i = 0; i < 256; ++i) vocab.draft_ids.push_back(i);
+    auto head = head::make_head(cfg, vocab);
+    head->module().to(cuda);
+    head->init_from_target(target.embedding_weight(), target.lm_head_weight());
+    const auto data = test::smoke_data();
+    auto one = one_by_one(target, *head, data, 8, 16, 3);
+    auto eager = batched(target, *head, data, 8, 16, 3, 4, 0);
+    auto graphed = batched(target, *head, data, 8, 16, 3, 4, 8);
+    REQUIRE(eager.per_prompt.size() == one.per_prompt.size());
+    REQUIRE(graphed.per_prompt.size() == one.per_prompt.size());
+    for (std::size_t i = 0; i < one.per_prompt.size(); ++i) {
+      INFO("prompt " << i);
+      CHECK(eager.per_prompt[i] == one.per_prompt[i]);
+      CHECK(graphed.per_prompt[i] == one.per_prompt[i]);
+    }
   }
 }

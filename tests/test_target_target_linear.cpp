@@ -1,8 +1,8 @@
 // The hybrid linear-attention targets (Qwen3-Next, Qwen3.5 dense and MoE, Qwen3.5's multimodal checkpoint read as
 // its text model) against transformers (tests/fixtures, scripts/make_reference_fixtures.py): the full, padded and
 // packed forwards, the chunked delta rule against the recurrent one, packed documents against each alone, the
-// incremental forward with rollback inside a verification call, and what is refused by name (tree verification:
-// test_target_target_linear_tree.cpp).
+// incremental forward with rollback inside a verification call (tree verification:
+// test_target_target_linear_tree.cpp; ragged rows: test_target_target_ragged.cpp).
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
@@ -196,14 +196,6 @@ TEST_CASE("hybrid targets: the recurrent decoding form equals the chunked one; c
     }
     CHECK(torch::equal(torch::cat(got, 1), greedy));
   }
-}
-
-TEST_CASE("hybrid targets refuse ragged steps by name", "[target]") {
-  auto m = TargetModel::load(model_dir("tiny-qwen3-5"), torch::kFloat32, torch::kCPU);
-  auto rc = m.new_cache(2, 16);
-  target::RaggedStep step{torch::tensor({{3}, {4}}, torch::kInt64), torch::tensor({{0}, {0}}, torch::kInt64),
-                          torch::Tensor(), torch::tensor({0, 0}, torch::kInt64), 1};
-  CHECK_THROWS_WITH(m.forward_ragged(rc, step), Catch::Contains("not implemented for hybrid linear-attention"));
 }
 
 TEST_CASE("hybrid targets: bf16 forward within the documented bound of transformers' bf16", "[target]") {

@@ -1,6 +1,7 @@
 // The per-row cached forward of batched generation equals the unbatched forward: rows of different
 // lengths prefilled together (right-padded), decoded together, extended as a subset of rows, and a
-// row reused by a shorter sequence after a longer one (its stale columns never attended).
+// row reused by a shorter sequence after a longer one (its stale columns never attended); the hybrid
+// targets' Gated DeltaNet rows also rolled back to their own accepted lengths.
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
@@ -27,22 +28,23 @@ torch::Tensor full_logits(const TargetModel& m, const torch::Tensor& ids) {
   return m.forward_cached(cache, ids.view({1, -1})).logits[0];
 }
 
-// One ragged step: rows[i] extended by seqs[i] starting at column starts[i].
+// One ragged step: rows[i] extended by seqs[i] starting at column starts[i] (an empty seqs[i]: the row idles at
+// the spare column).
 RaggedStep step(const std::vector<torch::Tensor>& seqs, const std::vector<std::int64_t>& starts,
-                const std::vector<std::int64_t>& rows, bool all_rows) {
+                const std::vector<std::int64_t>& rows, bool all_rows, std::int64_t spare = kSpare) {
   std::int64_t N = 0, key_len = 0;
   for (std::size_t i = 0; i < seqs.size(); ++i) {
     N = std::max(N, seqs[i].size(0));
     key_len = std::max(key_len, starts[i] + seqs[i].size(0));
   }
   const auto R = static_cast<std::int64_t>(seqs.size());
-  auto ids = torch::zeros({R, N}, torch::kInt64), columns = torch::full({R, N}, kSpare, torch::kInt64);
+  auto ids = torch::zeros({R, N}, torch::kInt64), columns = torch::full({R, N}, spare, torch::kInt64);
   auto last = torch::zeros({R}, torch::kInt64);
   for (std::int64_t i = 0; i < R; ++i) {
     const auto n = seqs[i].size(0);
     ids[i].narrow(0, 0, n).copy_(seqs[i]);
     columns[i].narrow(0, 0, n).copy_(torch::arange(starts[i], starts[i] + n));
-    last[i] = n - 1;
+    last[i] = std::max<std::int64_t>(n - 1, 0);
   }
   return {ids, columns, all_rows ? torch::Tensor() : torch::tensor(rows, torch::kInt64), last, key_len};
 }
@@ -181,5 +183,81 @@ TEST_CASE("forward_ragged_all gives every position's features and logits as forw
     auto verify =
         m.forward_ragged_all(cache, step({seqs[0].narrow(0, 9, 4), seqs[1].narrow(0, 4, 4)}, {9, 4}, {0, 1}, true));
     check_rows(verify, {9, 4}, {4, 4});
+  }
+}
+
+TEST_CASE("hybrid targets: ragged rows equal each row decoded alone, rolled back to their own lengths", "[target]") {
+  // The Gated DeltaNet states per row (KvCache::RaggedLinear): prompts of different lengths prefilled together (the
+  // chunked form, padding inert), steps of different token counts per row (the recurrent form), rows rolled back to
+  // different accepted lengths inside their last step, an idle row, a subset of rows, a row reused from column 0,
+  // and a long step that is not logged. Each row equals its own forward_cached calls of the same tokens (truncated
+  // where the row rolled back).
+  constexpr std::int64_t kCap = 97, kLog = 6;  // columns 0..95, 96 spare; steps of at most 6 columns are logged
+  for (const char* name : {"tiny-qwen3-5", "tiny-qwen3-5-moe", "tiny-qwen3-next"}) {
+    INFO(name);
+    auto m = TargetModel::load(model_dir(name), torch::kFloat32, torch::kCPU);
+    torch::manual_seed(13);
+    const auto V = m.config().vocab_size;
+    auto tokens = [&](std::int64_t n) { return torch::randint(3, V, {n}); };
+    const std::vector<torch::Tensor> seq{tokens(48), tokens(40), tokens(60)};
+    auto cache = m.new_cache(3, kCap, kLog);
+    std::vector<eagle::target::KvCache> alone;
+    for (int r = 0; r < 3; ++r) alone.push_back(m.new_cache(1, kCap));
+    // One ragged step (forward_ragged_all, or forward_ragged's last logits) against each row's forward_cached of its
+    // tokens. fp32 within 1e-5 of the logits' scale: tiny-qwen3-5's tied logits reach 51, where transformers itself
+    // moves by 1.5e-5 between a row alone and in a batch of 3 (measured).
+    auto run = [&](const std::vector<torch::Tensor>& toks, const std::vector<std::int64_t>& starts,
+                   const std::vector<std::int64_t>& rows, bool all_rows, bool every_position = true) {
+      const auto st = step(toks, starts, rows, all_rows, kCap - 1);
+      eagle::target::TargetStepOutput out;
+      if (every_position)
+        out = m.forward_ragged_all(cache, st);
+      else
+        out.logits = m.forward_ragged(cache, st).unsqueeze(1);
+      for (std::size_t i = 0; i < toks.size(); ++i) {
+        const auto n = toks[i].size(0);
+        if (n == 0) continue;
+        auto& a = alone[static_cast<std::size_t>(rows[i])];
+        INFO("row " << rows[i] << " at column " << starts[i] << ", " << n << " tokens");
+        REQUIRE(a.length == starts[i]);
+        const auto e = m.forward_cached(a, toks[i].view({1, n}));
+        const auto got = every_position ? out.logits[i].narrow(0, 0, n) : out.logits[i];
+        const auto want = every_position ? e.logits[0] : e.logits[0].narrow(0, n - 1, 1);
+        CHECK(max_err(got, want) <= 1e-5 * want.abs().max().item<double>());
+        CHECK(torch::equal(got.argmax(-1), want.argmax(-1)));
+        if (every_position)
+          CHECK(max_err(out.aux_hidden[i].narrow(0, 0, n), e.aux_hidden[0]) <=
+                1e-5 * e.aux_hidden.abs().max().item<double>());
+      }
+    };
+    auto cat = [](const std::vector<torch::Tensor>& parts) { return torch::cat(parts); };
+    const auto idle = torch::zeros({0}, torch::kInt64);
+
+    // Rows 0 and 2 prefilled together (40 and 25 tokens: chunked, not logged), then row 1 alone (5: logged).
+    run({seq[0].narrow(0, 0, 40), seq[2].narrow(0, 0, 25)}, {0, 0}, {0, 2}, false);
+    run({seq[1].narrow(0, 0, 5)}, {0}, {1}, false);
+    // A verification of 3, 1 and 6 tokens; rows 0 and 2 accept 1 and 4 of them (the rest are other tokens), row 1 all.
+    run({cat({seq[0].narrow(0, 40, 1), tokens(2)}), seq[1].narrow(0, 5, 1), cat({seq[2].narrow(0, 25, 4), tokens(2)})},
+        {40, 5, 25}, {0, 1, 2}, false);
+    m.truncate(alone[0], 41);
+    m.truncate(alone[2], 29);
+    // Each row goes on from its accepted prefix (all rows in order, no gather).
+    run({seq[0].narrow(0, 41, 2), seq[1].narrow(0, 6, 4), seq[2].narrow(0, 29, 1)}, {41, 6, 29}, {0, 1, 2}, true);
+    // Row 1 idles (all padding leaves its states as they are), then goes on alone.
+    run({seq[0].narrow(0, 43, 1), idle, seq[2].narrow(0, 30, 1)}, {43, 10, 30}, {0, 1, 2}, true, false);
+    run({seq[1].narrow(0, 10, 2)}, {10}, {1}, false);
+    // Row 0 reused by a new sequence from column 0: its states start from zero.
+    const auto reuse = tokens(30);
+    alone[0] = m.new_cache(1, kCap);
+    run({reuse.narrow(0, 0, 3)}, {0}, {0}, false);
+    // A long step (20, 18, 19 tokens: chunked, not logged) after each row's logged one, then a verification of which
+    // rows 0 and 1 accept a prefix, then one more step from there.
+    run({reuse.narrow(0, 3, 20), seq[1].narrow(0, 12, 18), seq[2].narrow(0, 31, 19)}, {3, 12, 31}, {0, 1, 2}, true);
+    run({cat({reuse.narrow(0, 23, 1), tokens(2)}), cat({seq[1].narrow(0, 30, 1), tokens(1)}), seq[2].narrow(0, 50, 3)},
+        {23, 30, 50}, {0, 1, 2}, true);
+    m.truncate(alone[0], 24);
+    m.truncate(alone[1], 31);
+    run({reuse.narrow(0, 24, 2), seq[1].narrow(0, 31, 1), seq[2].narrow(0, 53, 2)}, {24, 31, 53}, {0, 1, 2}, true,
+        false);
   }
 }

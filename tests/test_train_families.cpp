@@ -1,10 +1,9 @@
 // Every newer target family through the real trainer and the commands, as subprocesses on its tiny
 // fixture: trains padded and padding-free (finite losses, the step's AR line), exports a speculators
 // head naming the verifier's architecture, evaluates the chain, tree and temperature-1 ARs, regenerates
-// replies and dumps features. Hybrid linear-attention targets (Qwen3.5, Qwen3-Next) refuse batched
-// (ragged) decoding by name (docs/models.md): they evaluate one prompt at a time (said once when
-// eval_batch_size asks for more), verify trees (a chain-shaped one gives the chain's AR), and in-process
-// generate (always ragged) is refused, pointing at --target_server.
+// replies and dumps features. Hybrid linear-attention targets (Qwen3.5, Qwen3-Next): their batched
+// (ragged) decoding is checked against one prompt at a time (the same chain AR, the same greedy replies
+// from generate), and a chain-shaped tree against the chain's AR.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -29,7 +28,7 @@ namespace {
 
 struct Family {
   const char* fixture;  // tests/fixtures/models/<fixture>
-  bool hybrid;          // Gated DeltaNet layers: no batched (ragged) decoding
+  bool hybrid;          // Gated DeltaNet layers (Qwen3.5, Qwen3-Next)
 };
 
 // The 2026 families, one pass each. ADD NEW FAMILIES HERE (hybrid true for Gated DeltaNet layers).
@@ -88,7 +87,6 @@ TEST_CASE("each 2026 family trains, exports, evaluates, regenerates and dumps fe
     const auto& text = config.contains("text_config") ? config["text_config"] : config;
     const auto hidden = text["hidden_size"].get<std::int64_t>();
     const std::string common = "--config " + kRoot + "/configs/smoke.json --model_name_or_path " + model + data;
-    const std::string one_by_one = family.hybrid ? " --eval_batch_size 1" : "";
     const auto family_dir = dir / family.fixture;
     fs::create_directories(family_dir);
 
@@ -98,7 +96,7 @@ TEST_CASE("each 2026 family trains, exports, evaluates, regenerates and dumps fe
       auto r = run_cli("train " + common + " --padding_free=" + padding_free +
                        " --max_steps 2 --logging_steps 1 --eval_steps 2 --save_steps 2 --ttt_steps 2"
                        " --per_device_train_batch_size 2" +
-                       ar + " --output_dir " + out.string());  // the default eval_batch_size, also for hybrids
+                       ar + " --output_dir " + out.string());  // the default eval_batch_size: batched
       INFO(r.output);
       REQUIRE(r.exit_code == 0);
       CHECK_THAT(r.output, Catch::Contains("target " + arch) && Catch::Contains("step 2 AR: "));
@@ -117,7 +115,7 @@ TEST_CASE("each 2026 family trains, exports, evaluates, regenerates and dumps fe
 
     // Chain (batched where the target can), tree and temperature-1 ARs from one eval.
     const std::string eval = "eval --json --checkpoint " + ckpt.string() + " " + common + ar;
-    auto e = run_cli(eval + one_by_one + " --eval_tree_topk 2 --eval_tree_draft_tokens 4 --eval_temperature 1");
+    auto e = run_cli(eval + " --eval_tree_topk 2 --eval_tree_draft_tokens 4 --eval_temperature 1");
     INFO(e.output);
     REQUIRE(e.exit_code == 0);
     const auto j = printed_json(e);
@@ -129,20 +127,24 @@ TEST_CASE("each 2026 family trains, exports, evaluates, regenerates and dumps fe
     CHECK((j["tree_temp_ar"].get<double>() >= 1.0 && j["tree_temp_ar"].get<double>() <= 3.0));
     if (family.hybrid) {
       // A chain-shaped tree (top 1, steps + 1 tokens) through forward_tree and accept_tree_path: the chain's AR.
-      auto one = run_cli(eval + one_by_one + " --eval_tree_topk 1 --eval_tree_draft_tokens 3");
+      auto one = run_cli(eval + " --eval_tree_topk 1 --eval_tree_draft_tokens 3");
       INFO(one.output);
       REQUIRE(one.exit_code == 0);
       const auto k = printed_json(one);
       CHECK(k["tree"] == json::array({2, 1, 3}));
       CHECK(k["tree_ar"] == k["ar"]);
       CHECK(k["ar"] == j["ar"]);
-      // eval_batch_size above 1: the prompts are decoded one at a time (said once), the same AR.
-      auto batched = run_cli(eval + " --eval_batch_size 2");
+      // The chain batched (the default eval_batch_size: both prompts at once, each row its own Gated DeltaNet
+      // states, rolled back to its accepted prefix every round) and one prompt at a time: the same AR.
+      auto batched = run_cli(eval);
       INFO(batched.output);
       REQUIRE(batched.exit_code == 0);
-      CHECK_THAT(batched.output, Catch::Contains(arch + " has linear-attention layers: prompts are decoded one at a "
-                                                        "time") &&
-                                     Catch::Contains("eval_batch_size 2 is not used"));
+      CHECK_THAT(batched.output, Catch::Contains("prompts (2 at a time)"));
+      auto single = run_cli(eval + " --eval_batch_size 1");
+      INFO(single.output);
+      REQUIRE(single.exit_code == 0);
+      CHECK_THAT(single.output, Catch::Contains("prompts (1 at a time)"));
+      CHECK(printed_json(single)["ar"] == printed_json(batched)["ar"]);
       CHECK(printed_json(batched)["ar"] == j["ar"]);
     }
     if (config.contains("image_token_id")) {
@@ -152,44 +154,47 @@ TEST_CASE("each 2026 family trains, exports, evaluates, regenerates and dumps fe
       std::string media;
       for (const auto& l : lines) media += l.dump() + "\n";
       eagle::test::write_file(family_dir / "media.jsonl", media);
-      auto m = run_cli(eval + one_by_one + " --data_path " + (family_dir / "media.jsonl").string());
+      auto m = run_cli(eval + " --data_path " + (family_dir / "media.jsonl").string());
       INFO(m.output);
       CHECK(m.exit_code == 3);
       CHECK_THAT(m.output,
                  Catch::Contains("media.jsonl: line 2, field input_ids[4]") && Catch::Contains("image_token_id"));
     }
 
-    // generate: a couple of replies (in-process decoding is ragged: hybrids are refused, by name).
+    // generate: a couple of replies, two rows at a time (ragged rows of their own lengths; a finished row takes
+    // the third sample from column 0).
+    const std::string generate = "generate --model_name_or_path " + model + " --data_path " +
+                                 (dir / "few.jsonl").string() +
+                                 " --max_new_tokens 4 --training_seq_len 256 --device cpu --num_threads 1";
     const auto replies = family_dir / "replies.jsonl";
-    auto g = run_cli("generate --model_name_or_path " + model + " --data_path " + (dir / "few.jsonl").string() +
-                     " --output " + replies.string() +
-                     " --max_new_tokens 4 --training_seq_len 256 --generate_batch_size 2 --device cpu --num_threads 1");
+    auto g = run_cli(generate + " --generate_batch_size 2 --output " + replies.string());
     INFO(g.output);
-    if (!family.hybrid) {
-      REQUIRE(g.exit_code == 0);
-      CHECK_THAT(g.output, Catch::Contains("3 samples: 3 regenerated"));
-      const auto in = lines_of(dir / "few.jsonl"), out = lines_of(replies);
-      REQUIRE(out.size() == 3);
-      for (std::size_t k = 0; k < 3; ++k) {
-        INFO("sample " << k);
-        // The prompt (the tokens before the first trained one) kept, untrained; then 1..4 new tokens, trained.
-        const auto mask = in[k]["loss_mask"].get<std::vector<int>>();
-        const auto p = static_cast<std::size_t>(std::find(mask.begin(), mask.end(), 1) - mask.begin());
-        const auto ids = out[k]["input_ids"].get<std::vector<std::int64_t>>();
-        const auto got = out[k]["loss_mask"].get<std::vector<int>>();
-        REQUIRE(ids.size() > p);
-        CHECK(ids.size() <= p + 4);
-        const auto prompt = in[k]["input_ids"].get<std::vector<std::int64_t>>();
-        CHECK(std::equal(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(p), prompt.begin()));
-        CHECK(std::vector<int>(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(p)) == std::vector<int>(p, 0));
-        CHECK(std::vector<int>(got.begin() + static_cast<std::ptrdiff_t>(p), got.end()) ==
-              std::vector<int>(ids.size() - p, 1));
-      }
-    } else {
-      CHECK(g.exit_code == 2);
-      CHECK_THAT(g.output, Catch::Contains("batched generation and batched verification") &&
-                               Catch::Contains("found " + arch) && Catch::Contains("generate with --target_server"));
-      CHECK_FALSE(fs::exists(replies));
+    REQUIRE(g.exit_code == 0);
+    CHECK_THAT(g.output, Catch::Contains("3 samples: 3 regenerated"));
+    const auto in = lines_of(dir / "few.jsonl"), out = lines_of(replies);
+    REQUIRE(out.size() == 3);
+    for (std::size_t k = 0; k < 3; ++k) {
+      INFO("sample " << k);
+      // The prompt (the tokens before the first trained one) kept, untrained; then 1..4 new tokens, trained.
+      const auto mask = in[k]["loss_mask"].get<std::vector<int>>();
+      const auto p = static_cast<std::size_t>(std::find(mask.begin(), mask.end(), 1) - mask.begin());
+      const auto ids = out[k]["input_ids"].get<std::vector<std::int64_t>>();
+      const auto got = out[k]["loss_mask"].get<std::vector<int>>();
+      REQUIRE(ids.size() > p);
+      CHECK(ids.size() <= p + 4);
+      const auto prompt = in[k]["input_ids"].get<std::vector<std::int64_t>>();
+      CHECK(std::equal(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(p), prompt.begin()));
+      CHECK(std::vector<int>(got.begin(), got.begin() + static_cast<std::ptrdiff_t>(p)) == std::vector<int>(p, 0));
+      CHECK(std::vector<int>(got.begin() + static_cast<std::ptrdiff_t>(p), got.end()) ==
+            std::vector<int>(ids.size() - p, 1));
+    }
+    if (family.hybrid) {
+      // The Gated DeltaNet rows decoded together give the greedy replies of one sample at a time.
+      const auto single = family_dir / "replies-one.jsonl";
+      auto g1 = run_cli(generate + " --generate_batch_size 1 --output " + single.string());
+      INFO(g1.output);
+      REQUIRE(g1.exit_code == 0);
+      CHECK(lines_of(single) == out);
     }
 
     // dump-features: the 3 samples' features, the manifest complete.

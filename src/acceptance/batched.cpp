@@ -53,7 +53,8 @@ class BatchedDecoder {
     // max_new_tokens); K more for the chained drafts, and the spare last column.
     capacity_ = longest + max_new_tokens + 2 * K_ + 2;
     spare_ = capacity_ - 1;
-    tcache_ = target.new_cache(B_, capacity_);
+    // A hybrid target logs a round's K + 1 columns, so that each row continues at its accepted prefix.
+    tcache_ = target.new_cache(B_, capacity_, K_ + 1);
     hcache_ = head.new_cache(B_, capacity_);
     // The rounds' inputs and outputs in fixed storage, so a round's two steps can replay graphs.
     const auto N = K_ + 1;

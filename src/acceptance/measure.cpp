@@ -100,17 +100,8 @@ AcceptanceStats measure(const target::TargetModel& target, head::DraftHead& head
   std::vector<std::vector<std::int64_t>> prompts;
   for (auto i : samples) prompts.push_back(*eval_prompt(heldout, i));
   const auto start = std::chrono::steady_clock::now();
-  // A target without batched (ragged) rows decodes its prompts one by one, the same acceptance per prompt,
-  // whatever eval_batch_size says.
-  const bool batched = s.batch_size > 1 && head.drafts_ragged() && target.decodes_ragged();
-  if (s.batch_size > 1 && !target.decodes_ragged()) {
-    static bool told = false;  // once per process: a training run evaluates many times
-    if (!told)
-      log::info("eval", "{} has linear-attention layers: prompts are decoded one at a time (batched rows of their "
-                "recurrent state are not implemented), eval_batch_size {} is not used",
-                target.config().architecture, s.batch_size);
-    told = true;
-  }
+  // A head that drafts one sequence at a time decodes the prompts one by one, the same acceptance per prompt.
+  const bool batched = s.batch_size > 1 && head.drafts_ragged();
   // One pass per depth k = 1..K over the same prompts; the last is the chain AR at the draft length.
   EAGLE_CHECK(s.draft_len >= 1, Error(ErrorKind::internal, "the acceptance evaluation drafts no token")
                                     .found(std::to_string(s.draft_len)));

@@ -260,7 +260,6 @@ bool TargetModel::graph_safe() const {
   return false;
 #endif
 }
-bool TargetModel::decodes_ragged() const { return !config().hybrid(); }
 
 std::int64_t TargetModel::graphed_steps(std::int64_t max_cuda_graphs, Step step) const {
   if (!impl_->device.is_cuda() || !graph_safe()) return 0;

@@ -118,9 +118,10 @@ torch::Tensor TargetModel::embed(const torch::Tensor& ids) const {
   return torch::embedding(impl_->embed, ids.to(impl_->device));
 }
 
-KvCache TargetModel::new_cache(std::int64_t batch, std::int64_t capacity) const {
+KvCache TargetModel::new_cache(std::int64_t batch, std::int64_t capacity, std::int64_t rollback_tokens) const {
   const auto& c = impl_->cfg;
-  EAGLE_CHECK(batch > 0 && capacity > 0, Error(ErrorKind::internal, "KV cache batch and capacity must be positive"));
+  EAGLE_CHECK(batch > 0 && capacity > 0 && rollback_tokens >= 0,
+              Error(ErrorKind::internal, "KV cache batch and capacity must be positive, rollback_tokens >= 0"));
   KvCache cache;
   const auto opts = torch::TensorOptions().dtype(impl_->dtype).device(impl_->device);
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
@@ -132,7 +133,7 @@ KvCache TargetModel::new_cache(std::int64_t batch, std::int64_t capacity) const 
     cache.keys.push_back(torch::zeros({batch, kvh, capacity, d}, opts));
     cache.values.push_back(torch::zeros({batch, kvh, capacity, dv}, opts));
   }
-  if (c.hybrid()) init_linear_states(c, cache, batch, opts);
+  if (c.hybrid()) init_linear_states(c, cache, batch, opts, std::min(rollback_tokens, capacity));
   return cache;
 }
 

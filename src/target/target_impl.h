@@ -102,12 +102,14 @@ torch::Tensor gemma4_layer_tail(const TargetConfig& c, const TargetLayerWeights&
 // wherever the document id changes), the sequences the training forward resets at. linear_attention: a layer's
 // mixing of its normed input h [B, T, H] over whole rows of such runs (the conv window and the delta rule's state
 // restart at every run) -> [B, T, value_dim] before out_proj. The cached forms carry per row the conv window and
-// recurrent state of cache (init_linear_states at new_cache, begin_linear_step before each call of `tokens`,
-// linear_attention_cached per layer) and rollback_linear_states recomputes them at a length inside the last call.
+// recurrent state of cache (init_linear_states at new_cache, with a ragged log of rollback_tokens; begin_linear_step
+// before each call of `tokens`, linear_attention_cached per layer) and rollback_linear_states recomputes them at a
+// length inside the last call.
 torch::Tensor linear_runs(const torch::Tensor& document_ids);
 torch::Tensor linear_attention(const TargetConfig& c, const TargetLayerWeights& w, const torch::Tensor& h,
                                const torch::Tensor& runs);
-void init_linear_states(const TargetConfig& c, KvCache& cache, std::int64_t batch, const torch::TensorOptions& opts);
+void init_linear_states(const TargetConfig& c, KvCache& cache, std::int64_t batch, const torch::TensorOptions& opts,
+                        std::int64_t rollback_tokens);
 void begin_linear_step(const TargetConfig& c, KvCache& cache, std::int64_t tokens);
 torch::Tensor linear_attention_cached(const TargetConfig& c, const TargetLayerWeights& w, std::size_t l,
                                       const torch::Tensor& h, KvCache& cache);
@@ -135,6 +137,23 @@ void accept_linear_path(const TargetConfig& c, const std::vector<TargetLayerWeig
                         std::int64_t before, const std::vector<std::int64_t>& path);
 void truncate_linear_tree(const TargetConfig& c, const std::vector<TargetLayerWeights>& layers, KvCache& cache,
                           std::int64_t length);
+// A ragged step's rows as its Gated DeltaNet layers see them (KvCache::RaggedLinear): begin_ragged_linear makes it
+// once per step from the step and the cache's per-row columns, linear_attention_ragged mixes one layer's normed input
+// h [R, N, H] -> [R, N, value_dim] and writes that layer's states in place, end_ragged_linear then moves each row's
+// start and count. No host synchronisation.
+struct LinearRows {
+  torch::Tensor rows;    // [R] int64 cache rows; undefined: all rows in order
+  torch::Tensor real;    // [R, N] bool: a real token (padding: the cache's last column)
+  torch::Tensor n_real;  // [R] int64 real tokens of each row
+  torch::Tensor replay;  // [R] int64 logged tokens of the row's last step taken first (its accepted prefix)
+  torch::Tensor fresh;   // [R] bool: the row begins a new sequence at column 0 (zero states)
+  torch::Tensor next_start, next_count;  // [R] int64: the rows' start and count after this step
+  bool logged = false;                   // this step's tokens are logged (N <= log_tokens)
+};
+LinearRows begin_ragged_linear(const KvCache& cache, const RaggedStep& step);
+torch::Tensor linear_attention_ragged(const TargetConfig& c, const TargetLayerWeights& w, std::size_t l,
+                                      const torch::Tensor& h, KvCache& cache, const LinearRows& rows);
+void end_ragged_linear(KvCache& cache, const LinearRows& rows);
 
 // The attention inputs of an MLA layer (target_mla.cpp) from its normed input h [B, T, H]: q and k
 // [B, T, heads, qk_nope + qk_rope] (k's rope part the one shared key, broadcast), v [B, T, heads, v_head_dim],

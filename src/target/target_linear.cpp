@@ -2,7 +2,8 @@
 // Qwen3_5GatedDeltaNet computes them with its torch fallbacks (causal_conv1d_fn, torch_chunk_gated_delta_rule,
 // torch_recurrent_gated_delta_rule): the projections, the short causal conv1d and SiLU, the gated delta rule in
 // its chunked form (whole rows; every run of one document a sequence of its own) and its recurrent form (the KV
-// cache's decoding steps), the gated RMSNorm. out_proj is the layer's o_proj (target_layer.cpp).
+// cache's decoding steps), the gated RMSNorm; the cached forms per row for ragged steps (padding inert, rows rolled
+// back by replaying their accepted tokens). out_proj is the layer's o_proj (target_layer.cpp).
 #include <cmath>
 
 #include <fmt/format.h>
@@ -77,19 +78,27 @@ DeltaInputs delta_inputs(const TargetConfig& c, const TargetLayerWeights& w, con
 }
 
 // The recurrent form over the T tokens of d (torch_recurrent_gated_delta_rule) from state S [B, h, dk, dv] (fp32;
-// updated): the outputs [B, h, T, dv].
-torch::Tensor recurrent_rule(const DeltaInputs& d, torch::Tensor& S) {
+// updated): the outputs [B, h, T, dv] (undefined without `outputs`: the state alone).
+torch::Tensor recurrent_rule(const DeltaInputs& d, torch::Tensor& S, bool outputs = true) {
   const auto T = d.q.size(2);
-  auto out = torch::empty({d.v.size(0), d.v.size(1), T, d.v.size(3)}, d.v.options());
+  auto out = outputs ? torch::empty({d.v.size(0), d.v.size(1), T, d.v.size(3)}, d.v.options()) : torch::Tensor();
   for (std::int64_t t = 0; t < T; ++t) {
     const auto q = d.q.select(2, t), k = d.k.select(2, t), v = d.v.select(2, t);
     S = S * d.g.select(2, t).exp().unsqueeze(-1).unsqueeze(-1);
     const auto kv_mem = (S * k.unsqueeze(-1)).sum(-2);
     const auto delta = (v - kv_mem) * d.beta.select(2, t).unsqueeze(-1);
     S = S + k.unsqueeze(-1) * delta.unsqueeze(-2);
-    out.select(2, t).copy_((S * q.unsqueeze(-1)).sum(-2));
+    if (outputs) out.select(2, t).copy_((S * q.unsqueeze(-1)).sum(-2));
   }
   return out;
+}
+
+// Tokens where keep [B, T] (bool) is false made inert: beta 0 and log decay 0 leave the state exactly as it is
+// (S * exp(0), plus k times a zero delta), in the recurrent and the chunked form alike.
+void keep_tokens(DeltaInputs& d, const torch::Tensor& keep) {
+  const auto drop = keep.logical_not().unsqueeze(1);  // [B, 1, T] against [B, h, T]
+  d.beta = d.beta.masked_fill(drop, 0.0);
+  d.g = d.g.masked_fill(drop, 0.0);
 }
 
 // The chunked form (torch_chunk_gated_delta_rule) over the rows of d from S [B, h, dk, dv] (fp32; updated to the
@@ -188,15 +197,26 @@ torch::Tensor linear_attention(const TargetConfig& c, const TargetLayerWeights& 
   return gated_norm(c, w, chunked_rule(d, runs, S), p.z);
 }
 
-void init_linear_states(const TargetConfig& c, KvCache& cache, std::int64_t batch, const torch::TensorOptions& opts) {
+void init_linear_states(const TargetConfig& c, KvCache& cache, std::int64_t batch, const torch::TensorOptions& opts,
+                        std::int64_t rollback_tokens) {
   const auto L = static_cast<std::size_t>(c.num_hidden_layers);
   cache.conv_states.assign(L, torch::Tensor());
   cache.recurrent_states.assign(L, torch::Tensor());
+  auto& rl = cache.ragged;
+  rl = {};
+  rl.log_tokens = rollback_tokens;
+  rl.start = torch::zeros({batch}, opts.dtype(torch::kInt64));
+  rl.count = torch::zeros({batch}, opts.dtype(torch::kInt64));
+  for (auto* v : {&rl.conv_inputs, &rl.b, &rl.a}) v->assign(L, torch::Tensor());
   for (std::size_t l = 0; l < L; ++l) {
     if (!c.linear(static_cast<std::int64_t>(l))) continue;
     cache.conv_states[l] = torch::zeros({batch, c.linear_conv_kernel - 1, c.linear_conv_dim()}, opts);
     cache.recurrent_states[l] = torch::zeros(
         {batch, c.linear_value_heads, c.linear_key_head_dim, c.linear_value_head_dim}, opts.dtype(torch::kFloat32));
+    if (rollback_tokens == 0) continue;
+    rl.conv_inputs[l] = torch::zeros({batch, rollback_tokens, c.linear_conv_dim()}, opts);
+    rl.b[l] = torch::zeros({batch, rollback_tokens, c.linear_value_heads}, opts);
+    rl.a[l] = torch::zeros({batch, rollback_tokens, c.linear_value_heads}, opts);
   }
   cache.rollback = {};
 }
@@ -257,11 +277,93 @@ void rollback_linear_states(const TargetConfig& c, const std::vector<TargetLayer
     if (n > 0) {
       const auto d = delta_inputs(c, layers[l], log.conv_outputs[l].narrow(1, 0, n), log.b[l].narrow(1, 0, n),
                                   log.a[l].narrow(1, 0, n));
-      recurrent_rule(d, S);
+      recurrent_rule(d, S, /*outputs=*/false);
     }
     cache.recurrent_states[l] = S;
   }
   log.count = n;
+}
+
+LinearRows begin_ragged_linear(const KvCache& cache, const RaggedStep& step) {
+  const auto& rl = cache.ragged;
+  LinearRows r;
+  r.rows = step.rows;
+  auto of_rows = [&](const torch::Tensor& t) { return r.rows.defined() ? t.index_select(0, r.rows) : t; };
+  r.real = step.columns != cache.keys[0].size(2) - 1;
+  r.n_real = r.real.sum(1);
+  const auto start = of_rows(rl.start), count = of_rows(rl.count);
+  // A row all padding idles: it stays at the end of what it holds.
+  const auto first = torch::where(r.n_real > 0, step.columns.select(1, 0), start + count);
+  r.fresh = first == 0;
+  r.replay = torch::minimum((first - start).clamp_min(0), count).masked_fill(r.fresh, 0);
+  r.logged = step.ids.size(1) <= rl.log_tokens;
+  r.next_start = r.logged ? first : first + r.n_real;
+  r.next_count = r.logged ? r.n_real : torch::zeros_like(r.n_real);
+  return r;
+}
+
+torch::Tensor linear_attention_ragged(const TargetConfig& c, const TargetLayerWeights& w, std::size_t l,
+                                      const torch::Tensor& h, KvCache& cache, const LinearRows& r) {
+  const auto R = h.size(0), N = h.size(1), K = c.linear_conv_kernel, C = c.linear_conv_dim();
+  auto& rl = cache.ragged;
+  const bool all = !r.rows.defined();
+  auto of_rows = [&](const torch::Tensor& t) { return all ? t : t.index_select(0, r.rows); };
+  // Written in place: a replayed CUDA graph writes the same storage.
+  auto put = [&](const torch::Tensor& dst, const torch::Tensor& v) {
+    if (all)
+      dst.copy_(v);
+    else
+      dst.index_put_({r.rows}, v);
+  };
+  const auto iopts = r.n_real.options();
+  // K - 1 consecutive inputs of x [R, K - 1 + n, C] from each row's offset [R]: a conv window.
+  auto window_at = [&](const torch::Tensor& x, const torch::Tensor& offset) {
+    const auto index = offset.view({R, 1}) + torch::arange(K - 1, iopts);
+    return x.gather(1, index.unsqueeze(-1).expand({R, K - 1, C}));
+  };
+  // The states at each row's first column: those at its start, then its accepted logged tokens (the recurrent form,
+  // the rest of the log inert), the conv window cut from the logged inputs; zero for a new sequence.
+  auto window = of_rows(cache.conv_states[l]);
+  auto S = of_rows(cache.recurrent_states[l]);
+  if (rl.log_tokens > 0) {
+    const auto n = rl.log_tokens;
+    const auto logged = torch::cat({window, of_rows(rl.conv_inputs[l])}, 1);
+    auto d = delta_inputs(c, w, conv_silu(logged, w.conv_w, n, {}), of_rows(rl.b[l]), of_rows(rl.a[l]));
+    keep_tokens(d, torch::arange(n, iopts).view({1, n}) < r.replay.view({R, 1}));
+    recurrent_rule(d, S, /*outputs=*/false);
+    window = window_at(logged, r.replay);
+  }
+  window = window.masked_fill(r.fresh.view({R, 1, 1}), 0.0);
+  S = S.masked_fill(r.fresh.view({R, 1, 1, 1}), 0.0);
+
+  const auto p = project(c, w, h);
+  const auto x_ext = torch::cat({window, p.conv_in}, 1);  // a real token's taps are real inputs (right padding)
+  auto d = delta_inputs(c, w, conv_silu(x_ext, w.conv_w, N, {}), p.b, p.a);
+  keep_tokens(d, r.real);
+  if (r.logged) {  // the states at the first column, this step's tokens logged after them
+    put(cache.conv_states[l], window);
+    put(cache.recurrent_states[l], S);
+    put(rl.conv_inputs[l].narrow(1, 0, N), p.conv_in);
+    put(rl.b[l].narrow(1, 0, N), p.b);
+    put(rl.a[l].narrow(1, 0, N), p.a);
+  }
+  const auto core = N <= kRecurrentTokens ? recurrent_rule(d, S) : chunked_rule(d, torch::Tensor(), S);
+  if (!r.logged) {  // the states after each row's real tokens: its last K - 1 real inputs
+    put(cache.conv_states[l], window_at(x_ext, r.n_real));
+    put(cache.recurrent_states[l], S);
+  }
+  return gated_norm(c, w, core, p.z);
+}
+
+void end_ragged_linear(KvCache& cache, const LinearRows& r) {
+  auto put = [&](const torch::Tensor& dst, const torch::Tensor& v) {
+    if (r.rows.defined())
+      dst.index_put_({r.rows}, v);
+    else
+      dst.copy_(v);
+  };
+  put(cache.ragged.start, r.next_start);
+  put(cache.ragged.count, r.next_count);
 }
 
 }  // namespace eagle::target

@@ -1,5 +1,6 @@
 // Cached forwards of TargetModel with per-row lengths (batched generation): where a layer's new keys
-// and values go (CacheWrite, also for the shared-length forward_cached) and forward_ragged.
+// and values go (CacheWrite, also for the shared-length forward_cached) and forward_ragged (a hybrid's
+// Gated DeltaNet rows: target_linear.cpp).
 #include <cmath>
 
 #include <fmt/format.h>
@@ -51,13 +52,7 @@ torch::Tensor ragged_layers(const TargetModel::Impl& m, KvCache& cache, const Ra
                             std::vector<torch::Tensor>* aux) {
   torch::NoGradGuard no_grad;
   const auto L = m.cfg.num_hidden_layers;
-  EAGLE_CHECK(!m.cfg.hybrid(),  // TargetModel::decodes_ragged
-              Error(ErrorKind::usage, "batched generation and batched verification (per-row cache lengths) are not "
-                                      "implemented for hybrid linear-attention targets")
-                  .found(m.cfg.architecture)
-                  .hint("generate with --target_server (the acceptance evaluation decodes one prompt at a time "
-                        "by itself)"));
-  EAGLE_CHECK(static_cast<std::int64_t>(cache.keys.size()) == L,
+  EAGLE_CHECK(static_cast<std::int64_t>(cache.keys.size()) == L && (!m.cfg.hybrid() || cache.ragged.start.defined()),
               Error(ErrorKind::internal, "KV cache was not made by this model's new_cache"));
   const auto B = cache.keys[0].size(0), capacity = cache.keys[0].size(2);
   EAGLE_CHECK(step.ids.defined() && step.ids.dim() == 2 && step.ids.size(1) > 0,
@@ -99,7 +94,14 @@ torch::Tensor ragged_layers(const TargetModel::Impl& m, KvCache& cache, const Ra
       if (m.aux_ids[a] == id) (*aux)[a] = h;
   };
   if (aux != nullptr) aux->assign(m.aux_ids.size(), torch::Tensor());
-  return m.run_layers(step.ids, rope, m.cached_attend(write, mask, query_pos, key_pos), keep);
+  // Gated DeltaNet layers: each row's states advance over its real tokens from its own column (target_linear.cpp).
+  const auto linear = m.cfg.hybrid() ? begin_ragged_linear(cache, step) : LinearRows{};
+  const TargetModel::Impl::Mix mix = [&](std::size_t l, const torch::Tensor& h) {
+    return linear_attention_ragged(m.cfg, m.layers[l], l, h, cache, linear);
+  };
+  auto x = m.run_layers(step.ids, rope, m.cached_attend(write, mask, query_pos, key_pos), keep, mix);
+  if (m.cfg.hybrid()) end_ragged_linear(cache, linear);
+  return x;
 }
 
 }  // namespace

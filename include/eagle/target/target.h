@@ -264,17 +264,32 @@ struct KvCache {
     // The last call's tree, not yet accepted: each node's parent (-1: it follows the cached tokens); empty: a chain.
     std::vector<std::int64_t> tree_parent;
   };
+  // The ragged forwards (forward_ragged, forward_ragged_all) keep each row at its own column instead: row r's
+  // conv_states and recurrent_states stand at column start[r], followed by count[r] tokens of the row's last ragged
+  // step, logged per Gated DeltaNet layer (their conv inputs and b, a projections [B, log_tokens, conv_dim or
+  // value_heads], in place) when that step had at most log_tokens columns (new_cache's rollback_tokens), else count
+  // 0 and the states at the step's end. A row's next step starts at a column in [start, start + count] (the
+  // accepted prefix: the attention layers' rollback is the same column) or at 0 (a new sequence: zero states), and
+  // first replays the accepted logged tokens (the recurrent form): recomputation, not a snapshot of the state per
+  // drafted position (log_tokens x (conv_dim + 2 value_heads) values per row and layer against log_tokens states).
+  struct RaggedLinear {
+    std::int64_t log_tokens = 0;
+    torch::Tensor start, count;                    // [B] int64 on the model's device
+    std::vector<torch::Tensor> conv_inputs, b, a;  // per layer (undefined: attention layers, or log_tokens 0)
+  };
   std::vector<torch::Tensor> conv_states, recurrent_states;
   LinearStep rollback;
+  RaggedLinear ragged;
 };
 
 // One forward of batched generation (target_ragged.cpp) over a KvCache whose rows hold sequences of
 // different lengths: a row's tokens sit at columns 0, 1, ... of its cache row, and the column is the
-// token's position id. KvCache::length is not used.
+// token's position id. KvCache::length is not used. A row's step starting at column 0 begins a new sequence.
 struct RaggedStep {
   torch::Tensor ids;         // [R, N] int64: each row's new tokens, right-padded
   torch::Tensor columns;     // [R, N] int64: the column (= position) of each new token; padding tokens go to
-                             // a spare column no real token reaches (the generator keeps the cache's last)
+                             // the cache's last column (capacity - 1), which no real token reaches: a hybrid
+                             // target's Gated DeltaNet layers tell padding by it (a row all padding idles)
   torch::Tensor rows;        // [R] int64: the cache rows extended; undefined: all B rows in order (no gather)
   torch::Tensor last;        // [R] int64 in [0, N): the token of each row whose logits are returned
   std::int64_t key_len = 0;  // columns [0, key_len) are read (> every real column); each token attends
@@ -324,9 +339,6 @@ class TargetModel {
   // dynamic NTK scales with the step's key length, which graphed steps round up), else 0 (eager).
   enum class Step { training, decoding };
   std::int64_t graphed_steps(std::int64_t max_cuda_graphs, Step step) const;
-  // Whether forward_ragged and forward_ragged_all run here (rows of their own cache lengths): not for a
-  // hybrid linear-attention target, whose recurrent state has no per-row form yet.
-  bool decodes_ragged() const;
   // Input-of-layer ids (hidden_states[id]); default EAGLE-3 [2, L/2, L-3] (see EAGLE.md).
   const std::vector<std::int64_t>& aux_layer_ids() const;
   void set_aux_layer_ids(std::vector<std::int64_t> ids);  // validated: each in [0, L]
@@ -353,7 +365,10 @@ class TargetModel {
   TargetEnds ends() const;                              // views of the loaded tensors
 
   // Incremental decoding: appends ids [B, n] at positions cache.length.. and returns their outputs.
-  KvCache new_cache(std::int64_t batch, std::int64_t capacity) const;
+  // rollback_tokens (hybrid targets; ignored by the others): a ragged step of at most this many columns can be
+  // rolled back into by the next step's columns (KvCache::RaggedLinear); 0: a row continues only at the end of
+  // its last ragged step.
+  KvCache new_cache(std::int64_t batch, std::int64_t capacity, std::int64_t rollback_tokens = 0) const;
   TargetStepOutput forward_cached(KvCache& cache, const torch::Tensor& ids) const;
   // A draft tree's verification (acceptance/decode.cpp): ids [1, n] written at cache slots
   // cache.length.., token i at position cache.length + depth[i] (depth [n] int64), attending every
@@ -372,7 +387,8 @@ class TargetModel {
   void truncate(KvCache& cache, std::int64_t length) const;  // roll back to the accepted length
   // Batched generation with per-row lengths: writes the step's keys and values into the cache and
   // returns [R, V] fp32 logits of each row's `last` token. No host synchronisation, so a fixed-shape
-  // step can be captured as a CUDA graph.
+  // step can be captured as a CUDA graph. A hybrid target's Gated DeltaNet states advance over each
+  // row's real tokens only and are written in place (KvCache::RaggedLinear).
   torch::Tensor forward_ragged(KvCache& cache, const RaggedStep& step) const;
   // The same step's outputs at every position (speculative decoding of many prompts at once,
   // acceptance/batched.cpp): aux_hidden [R, N, n_aux * H], final_hidden [R, N, H] and fp32
