@@ -40,6 +40,8 @@ transformers nor the target loads.
 
 Gemma 4 (tiny-gemma4, Gemma4ForCausalLM; see GEMMA4): per-layer head widths and key/value heads, K = V on the full
 layers, proportional RoPE, KV-shared layers with double-wide MLPs, per-layer inputs, layer scalars, a final soft cap.
+Gemma 4's mixture of experts (tiny-gemma4-moe, see GEMMA4_MOE): the router and experts beside the dense MLP in every
+layer, as gemma-4-26B-A4B (no per-layer inputs, no KV sharing).
 
 Also written: tests/fixtures/reference/rope.safetensors (scaled RoPE inverse frequencies, YaRN with
 its attention factor) and tests/fixtures/configs/llama31-4x.json (a config in the 4.x spelling).
@@ -168,6 +170,16 @@ GEMMA4 = dict(
     vocab_size_per_layer_input=256, final_logit_softcapping=10.0, hidden_activation="gelu_pytorch_tanh",
     rms_norm_eps=1e-6, max_position_embeddings=512, tie_word_embeddings=True, pad_token_id=0, bos_token_id=2,
     eos_token_id=1)
+# Gemma 4's MoE block (enable_moe_block) as gemma-4-26B-A4B has it: in every layer the router (on the residual stream:
+# RMS-normed without a weight, times its scale and hidden_size^-1/2, softmax, top k renormalised, times
+# per_expert_scale) and the experts (GELU-tanh gated, on their own pre-norm) beside the dense MLP, each output normed
+# before the two are added and normed again; 8 experts, top 2, of 16; no per-layer inputs and no KV sharing, as the
+# 26B. randomize draws router.scale near sqrt(hidden_size) (router logits of order 1) and per_expert_scale in
+# (0.5, 1.5) (transformers initialises both to 1).
+GEMMA4_MOE = GEMMA4 | dict(
+    num_hidden_layers=4, layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
+    num_kv_shared_layers=0, use_double_wide_mlp=False, hidden_size_per_layer_input=0, enable_moe_block=True,
+    num_experts=8, top_k_experts=2, moe_intermediate_size=16)
 FAMILIES = {
     "tiny-llama": (transformers.LlamaConfig, dict(
         vocab_size=512, hidden_size=64, intermediate_size=96, num_hidden_layers=4, num_attention_heads=4,
@@ -270,8 +282,10 @@ FAMILIES = {
         tie_word_embeddings=False)),
     # Gemma 4 (see GEMMA4): every piece its text model adds to Gemma 3.
     "tiny-gemma4": (transformers.Gemma4TextConfig, GEMMA4),
-    # DeepSeek-V2 (see DEEPSEEK_V2), last so that the other fixtures keep their seeds.
+    # DeepSeek-V2 (see DEEPSEEK_V2), after the others so that they keep their seeds.
     "tiny-deepseek-v2": (transformers.DeepseekV2Config, DEEPSEEK_V2),
+    # Gemma 4's mixture of experts (see GEMMA4_MOE), last for the same reason.
+    "tiny-gemma4-moe": (transformers.Gemma4TextConfig, GEMMA4_MOE),
 }
 # Hybrid linear-attention families: also prompts c and d longer than the delta rule's chunk of 64 (c.*, d.*), so that
 # a packed row of both starts a document inside a chunk.
@@ -315,6 +329,10 @@ def randomize(model, gen):
                 p.copy_(torch.randn(p.shape, generator=gen))
             elif name.endswith("self_attn.sinks"):
                 p.copy_(torch.randn(p.shape, generator=gen))
+            elif name.endswith("router.scale"):  # Gemma 4's router input scale [H]: logits of order 1
+                p.copy_(math.sqrt(p.shape[0]) * torch.empty(p.shape).uniform_(0.5, 1.5, generator=gen))
+            elif name.endswith("router.per_expert_scale"):  # Gemma 4's weight per expert [E]
+                p.copy_(torch.empty(p.shape).uniform_(0.5, 1.5, generator=gen))
             elif p.dim() == 3:  # experts.gate_up_proj / experts.down_proj
                 experts = model.get_submodule(name.rsplit(".", 1)[0])
                 fan_in = p.shape[1] if getattr(experts, "is_transposed", False) else p.shape[2]
@@ -624,12 +642,13 @@ class Routing:
     """Records, while active, each sparse layer's router output on the forward passes: the chosen experts
     (router_indices, what the experts are then run for) and the router logits, by a forward hook on every
     router module (the Qwen3MoeTopKRouter / MixtralTopKRouter / GptOssTopKRouter, whose forward returns
-    (router_logits, router_scores, router_indices); DeepseekV3TopkRouter / Glm4MoeTopkRouter too). `layers` maps a
+    (router_logits, router_scores, router_indices); DeepseekV3TopkRouter / Glm4MoeTopkRouter too; Gemma4TextRouter
+    returns the softmax itself first). `layers` maps a
     layer index to (choice scores, indices) of the last pass, [tokens, experts] and [tokens, top_k]; dense layers (Qwen3-MoE's mlp_only_layers) have none."""
 
     def __init__(self, model):
         self.routers = [(int(n.split(".layers.")[1].split(".")[0]), m) for n, m in model.named_modules()
-                        if type(m).__name__.endswith(("TopKRouter", "TopkRouter"))]
+                        if type(m).__name__.endswith(("TopKRouter", "TopkRouter", "Gemma4TextRouter"))]
         self.layers, self.hooks, self.group_gap = {}, [], math.inf
 
     def __enter__(self):
@@ -640,6 +659,8 @@ class Routing:
                 logits = out[0].detach().double()
                 bias = getattr(m, "e_score_correction_bias", None)
                 scores = logits.sigmoid() + bias.double() if bias is not None else torch.softmax(logits, -1)
+                if type(m).__name__ == "Gemma4TextRouter":
+                    scores = logits  # its router_probabilities: the softmax over all experts already
                 if getattr(m, "topk_method", None) == "group_limited_greedy":
                     # DeepSeek-V2: the gap between the topk_group-th and the next group's best score, then the
                     # choice among the kept groups' experts (the others' scores zeroed, as the router does).
@@ -705,7 +726,7 @@ def check_bf16_loads(out_dir, bf, ids, hidden, logits, quant=None):
     buffers are compared after the forward pass on `ids` that both models have then run last: LongRoPE's
     inv_freq is rewritten by every forward (short or long factors, see longrope_frequency_update)."""
     kw = {"attn_implementation": "eager"}
-    if hasattr(bf.config, "num_local_experts"):
+    if hasattr(bf.config, "num_local_experts") or getattr(bf.config, "enable_moe_block", False):
         kw["experts_implementation"] = "eager"
     if quant is not None:
         kw["quantization_config"] = quant
@@ -756,7 +777,7 @@ def make(name, cls, kwargs, index):
     # for Mixtral, whose router weights stay fp32: eager rounds each weighted expert output to bf16 before
     # adding it to a bf16 sum, grouped_mm adds the top-k in fp32 and rounds once.
     impl = {"attn_implementation": "eager"}
-    if hasattr(config, "num_local_experts"):
+    if hasattr(config, "num_local_experts") or getattr(config, "enable_moe_block", False):  # Gemma 4's MoE too
         impl["experts_implementation"] = "eager"
     if cls is transformers.Qwen3_5Config:  # the multimodal wrapper, as the Hub's Qwen3.5 checkpoints are
         model = transformers.Qwen3_5ForConditionalGeneration._from_config(config, dtype=torch.float32, **impl)
@@ -852,7 +873,8 @@ def make(name, cls, kwargs, index):
                for k in ("hidden_states", "logits")}
         summary = f"bf16 vs fp32 on prompt a: hidden states {rel['hidden_states']:.3g}, logits {rel['logits']:.3g}"
         if routing.routers:
-            agrees, first, gap = routing_agreement(config, routing, routing_bf, config.num_experts_per_tok)
+            agrees, first, gap = routing_agreement(config, routing, routing_bf,
+                                                   getattr(config, "num_experts_per_tok", None) or config.top_k_experts)
             ref["a.bf16.routing_agrees"], ref["a.bf16.first_flip_layer"] = agrees, first
             summary += (f"; {int((agrees == 0).sum())} of {len(routing.layers) * LEN_A} (token, sparse layer) "
                         f"expert sets differ, first in layer {int(first)}; smallest fp32 top-k gap {gap:.3g}")

@@ -14,7 +14,7 @@ TEST_CASE("target forward on CUDA matches transformers", "[target][gpu]") {
   for (const char* name : {"tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3-moe", "tiny-mixtral", "tiny-gpt-oss",
                            "tiny-gpt-oss-mxfp4", "tiny-gemma3", "tiny-gemma2", "tiny-phi3", "tiny-qwen3-fp8",
                            "tiny-mistral-window", "tiny-deepseek-v3", "tiny-glm4-moe", "tiny-glm4-moe-lite",
-                           "tiny-gemma4", "tiny-deepseek-v2"}) {
+                           "tiny-gemma4", "tiny-deepseek-v2", "tiny-gemma4-moe"}) {
     INFO(name);
     const std::string root = EAGLE_SOURCE_DIR;
     auto ref = model::load_safetensors(root + "/tests/fixtures/reference/" + name + ".safetensors");
@@ -46,7 +46,8 @@ TEST_CASE("MoE and sliding-window targets in bf16 on CUDA: grouped matmuls, flas
   // and the forward must not wait for the host (so the trainer captures it in CUDA graphs).
   for (const char* name :
        {"tiny-qwen3-moe", "tiny-mixtral", "tiny-gpt-oss", "tiny-gpt-oss-mxfp4", "tiny-gemma3", "tiny-gemma2",
-        "tiny-mistral-window", "tiny-qwen2-window", "tiny-deepseek-v3", "tiny-glm4-moe", "tiny-deepseek-v2"}) {
+        "tiny-mistral-window", "tiny-qwen2-window", "tiny-deepseek-v3", "tiny-glm4-moe", "tiny-deepseek-v2",
+        "tiny-gemma4-moe"}) {
     INFO(name);
     const std::string dir = std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/" + name;
     auto gpu = target::TargetModel::load(dir, torch::kBFloat16, torch::kCUDA);

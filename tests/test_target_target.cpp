@@ -43,7 +43,8 @@ const char* kFamilies[] = {"tiny-llama",
                            "tiny-glm4-moe",
                            "tiny-glm4-moe-lite",
                            "tiny-gemma4",
-                           "tiny-deepseek-v2"};
+                           "tiny-deepseek-v2",
+                           "tiny-gemma4-moe"};
 
 // longrope switches factors by sequence length: transformers per call (a padded batch takes its
 // longest row's), eagle-train per sample in training batches (docs/models.md, RoPE).

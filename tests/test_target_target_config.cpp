@@ -297,13 +297,13 @@ TEST_CASE("target config: each family's row gives its Family, MoE layout and ref
       {"tiny-qwen3", Family::qwen3},     {"tiny-qwen3-moe", Family::qwen3_moe}, {"tiny-mixtral", Family::mixtral},
       {"tiny-gpt-oss", Family::gpt_oss}, {"tiny-gemma2", Family::gemma2},       {"tiny-gemma3", Family::gemma3_text},
       {"tiny-phi3", Family::phi3},       {"tiny-mimo", Family::mimo},           {"tiny-gemma4", Family::gemma4_text},
-      {"tiny-deepseek-v2", Family::deepseek_v2}};
+      {"tiny-deepseek-v2", Family::deepseek_v2}, {"tiny-gemma4-moe", Family::gemma4_text}};
   for (const auto& [name, family] : fixtures) {
     INFO(name);
     const auto c = TargetConfig::from_model_dir((fs::path(EAGLE_SOURCE_DIR) / "tests/fixtures/models" / name).string());
     CHECK(c.family == family);
     CHECK(c.moe() == (family == Family::qwen3_moe || family == Family::mixtral || family == Family::gpt_oss ||
-                      family == Family::deepseek_v2));
+                      family == Family::deepseek_v2 || name == "tiny-gemma4-moe"));  // Gemma 4's by enable_moe_block
   }
   // The refusal lists every row's architecture, in the table's order.
   test::TempDir dir;

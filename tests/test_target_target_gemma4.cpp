@@ -1,7 +1,8 @@
 // Gemma 4 targets (tiny-gemma4, scripts/make_reference_fixtures.py): what the config gives per layer,
-// the refusals by name, the per-layer KV cache, tree verification, and the multimodal wrapper read as
-// its text model. Its parity with transformers on every forward path is in test_target_target.cpp
-// and test_target_target_ragged.cpp with the other families.
+// the refusals by name, the per-layer KV cache, tree verification (also of tiny-gemma4-moe, whose own cases
+// are in test_target_target_gemma4_moe.cpp), and the multimodal wrapper read as its text model. Its parity
+// with transformers on every forward path is in test_target_target.cpp and test_target_target_ragged.cpp
+// with the other families.
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
@@ -83,7 +84,6 @@ TEST_CASE("Gemma 4 config: what is not implemented is refused by name", "[target
     change(j);
     return test::config_error(dir, j);
   };
-  CHECK_THAT(refused([](json& j) { j["enable_moe_block"] = true; }), Catch::Contains("enable_moe_block"));
   CHECK_THAT(refused([](json& j) { j["use_bidirectional_attention"] = "all"; }),
              Catch::Contains("use_bidirectional_attention"));
   CHECK_THAT(refused([](json& j) { j["per_layer_config"]["1"]["intermediate_size"] = 8; }),
@@ -119,21 +119,26 @@ TEST_CASE("Gemma 4 KV cache: each layer's own widths; a draft tree's verificatio
   CHECK(cache.values[4].sizes() == torch::IntArrayRef{2, 1, 16, 32});
   CHECK(m.non_finite_weights().empty());
 
-  const auto ids = test::reference("tiny-gemma4").at("a.input_ids");
-  const auto prompt = ids.narrow(1, 0, 6), t0 = ids.narrow(1, 6, 1), t1 = ids.narrow(1, 7, 1), t2 = ids.narrow(1, 8, 1);
-  auto c = m.new_cache(1, 16);
-  m.forward_cached(c, prompt);
-  // t0 after the prompt, then t1 and t2 both after t0 (depths 0, 1, 1).
-  const auto mask = torch::tensor({1, 0, 0, 1, 1, 0, 1, 0, 1}, torch::kBool).view({3, 3});
-  auto tree = m.forward_tree(c, torch::cat({t0, t1, t2}, 1), torch::tensor({0, 1, 1}), mask);
-  auto chain = [&](const torch::Tensor& last) {
-    auto k = m.new_cache(1, 16);
-    return m.forward_cached(k, torch::cat({prompt, t0, last}, 1)).logits.narrow(1, 6, 2);
-  };
-  const auto a = chain(t1), b = chain(t2);
-  CHECK(test::max_err(tree.logits.select(1, 0), a.select(1, 0)) <= 1e-4);
-  CHECK(test::max_err(tree.logits.select(1, 1), a.select(1, 1)) <= 1e-4);
-  CHECK(test::max_err(tree.logits.select(1, 2), b.select(1, 1)) <= 1e-4);
+  for (const char* name : {"tiny-gemma4", "tiny-gemma4-moe"}) {
+    INFO(name);
+    const auto t = TargetModel::load(dir_of(name), torch::kFloat32, torch::kCPU);
+    const auto ids = test::reference(name).at("a.input_ids");
+    const auto prompt = ids.narrow(1, 0, 6), t0 = ids.narrow(1, 6, 1), t1 = ids.narrow(1, 7, 1);
+    const auto t2 = ids.narrow(1, 8, 1);
+    auto c = t.new_cache(1, 16);
+    t.forward_cached(c, prompt);
+    // t0 after the prompt, then t1 and t2 both after t0 (depths 0, 1, 1).
+    const auto mask = torch::tensor({1, 0, 0, 1, 1, 0, 1, 0, 1}, torch::kBool).view({3, 3});
+    auto tree = t.forward_tree(c, torch::cat({t0, t1, t2}, 1), torch::tensor({0, 1, 1}), mask);
+    auto chain = [&](const torch::Tensor& last) {
+      auto k = t.new_cache(1, 16);
+      return t.forward_cached(k, torch::cat({prompt, t0, last}, 1)).logits.narrow(1, 6, 2);
+    };
+    const auto a = chain(t1), b = chain(t2);
+    CHECK(test::max_err(tree.logits.select(1, 0), a.select(1, 0)) <= 1e-4);
+    CHECK(test::max_err(tree.logits.select(1, 1), a.select(1, 1)) <= 1e-4);
+    CHECK(test::max_err(tree.logits.select(1, 2), b.select(1, 1)) <= 1e-4);
+  }
 }
 
 TEST_CASE("Gemma4ForConditionalGeneration is read as its text model", "[target]") {

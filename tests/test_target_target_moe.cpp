@@ -200,7 +200,8 @@ TEST_CASE("MXFP4 experts compute what the same weights do in gpt-oss's bf16 layo
 
 TEST_CASE("MoE forward: no host synchronisation, so its steps capture as CUDA graphs", "[target]") {
   for (const char* name :
-       {"tiny-qwen3-moe", "tiny-mixtral", "tiny-gpt-oss", "tiny-deepseek-v3", "tiny-glm4-moe", "tiny-glm4-moe-lite"}) {
+       {"tiny-qwen3-moe", "tiny-mixtral", "tiny-gpt-oss", "tiny-deepseek-v3", "tiny-glm4-moe", "tiny-glm4-moe-lite",
+        "tiny-gemma4-moe"}) {
     INFO(name);
     auto m = TargetModel::load(fixture(name).string(), torch::kFloat32, torch::kCPU);
     CHECK(m.graph_safe());

@@ -62,7 +62,7 @@ TEST_CASE("ragged prefill and decode equal the unbatched forward for every famil
                            "tiny-qwen3-yarn", "tiny-mistral-window", "tiny-qwen2-window",
                            "tiny-qwen3-fp8",  "tiny-deepseek-v3",    "tiny-deepseek-v3-nolora",
                            "tiny-glm4-moe",   "tiny-glm4-moe-lite",  "tiny-gemma4",
-                           "tiny-deepseek-v2"}) {
+                           "tiny-deepseek-v2", "tiny-gemma4-moe"}) {
     INFO(name);
     auto m = TargetModel::load(model_dir(name), torch::kFloat32, torch::kCPU);
     torch::manual_seed(7);
@@ -148,7 +148,8 @@ TEST_CASE("a malformed ragged step is refused by name", "[target]") {
 
 TEST_CASE("forward_ragged_all gives every position's features and logits as forward_cached does", "[target]") {
   for (const char* name :
-       {"tiny-llama", "tiny-qwen3", "tiny-gpt-oss", "tiny-gemma2", "tiny-mistral-window", "tiny-gemma4"}) {
+       {"tiny-llama", "tiny-qwen3", "tiny-gpt-oss", "tiny-gemma2", "tiny-mistral-window", "tiny-gemma4",
+        "tiny-gemma4-moe"}) {
     INFO(name);
     auto m = TargetModel::load(model_dir(name), torch::kFloat32, torch::kCPU);
     torch::manual_seed(5);

@@ -42,6 +42,7 @@ const std::vector<Family> kFamilies = {
     {"tiny-qwen3-5-vl", true},      // the multimodal wrapper read as its text model
     {"tiny-gemma4", false},         // per-layer head widths, KV sharing, per-layer inputs
     {"tiny-deepseek-v2", false},    // MLA without q LoRA, softmax group-limited MoE
+    {"tiny-gemma4-moe", false},     // Gemma 4's router and experts beside the dense MLP
 };
 
 const std::string kRoot = EAGLE_SOURCE_DIR;

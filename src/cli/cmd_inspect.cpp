@@ -56,6 +56,7 @@ std::string routing_name(const target::TargetConfig& c) {
     case target::MoeRouting::topk_softmax: return "topk_softmax";
     case target::MoeRouting::sigmoid_grouped: return "sigmoid_grouped";
     case target::MoeRouting::softmax_grouped: return "softmax_grouped";
+    case target::MoeRouting::scaled_softmax_topk: return "scaled_softmax_topk";
   }
   return "";
 }
@@ -70,6 +71,10 @@ std::string routing_line(const target::TargetConfig& c) {
                      c.routed_scaling_factor);
   else if (c.routing == target::MoeRouting::softmax_topk)
     s += c.norm_topk_prob ? " (renormalised over the chosen)" : " (not renormalised)";
+  else if (c.routing == target::MoeRouting::scaled_softmax_topk)
+    s += fmt::format(" (normed input times its scale, softmax, renormalised over the chosen, times each expert's "
+                     "scale); the dense MLP of intermediate {} beside the experts in every layer",
+                     c.intermediate_size);
   if (c.shared_intermediate_size > 0)
     s += fmt::format("; shared expert intermediate {}{}", c.shared_intermediate_size,
                      c.shared_expert_gate ? " with a sigmoid gate" : "");

@@ -2,7 +2,11 @@
 // transformers module computes it, the tokens sorted by expert and run through grouped matmuls.
 #include "eagle/model/moe.h"
 
+#include <cmath>
 #include <limits>
+
+#include "eagle/model/layers.h"
+#include "eagle/util/error.h"
 
 #ifdef EAGLE_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -79,11 +83,28 @@ MoeRoute softmax_grouped_route(const MoeRouter& c, const torch::Tensor& logits) 
   return {weights * c.routed_scaling_factor, chosen};
 }
 
+// Gemma 4's router (Gemma4TextRouter) on tokens x [N, H]: the logits of the normed, scaled input in x's dtype,
+// softmax_topk's fp32 choice renormalised, then each weight times its expert's scale (the fp32 product kept).
+MoeRoute scaled_softmax_route(const MoeRouter& c, const torch::Tensor& x, const torch::Tensor& router_w,
+                              const torch::Tensor& input_scale, const torch::Tensor& expert_scale) {
+  EAGLE_CHECK(input_scale.defined() && expert_scale.defined(),
+              Error(ErrorKind::internal, "Gemma 4's router needs its scale and per_expert_scale"));
+  // transformers: norm(x) * scale * hidden_size^-0.5, each product in x's dtype.
+  const auto h = rms_norm_unscaled(x, c.input_norm_eps) * input_scale * std::pow(static_cast<double>(x.size(-1)), -0.5);
+  const auto probs = torch::softmax(torch::linear(h, router_w).to(torch::kFloat32), -1);
+  auto [weights, chosen] = probs.topk(c.experts_per_token, -1);
+  weights = weights / weights.sum(-1, /*keepdim=*/true);
+  return {weights * expert_scale.index_select(0, chosen.reshape({-1})).view(chosen.sizes()), chosen};
+}
+
 }  // namespace
 
 MoeRoute route_experts(const MoeRouter& r, const torch::Tensor& x, const torch::Tensor& router_w,
-                       const torch::Tensor& router_b, const torch::Tensor& score_bias) {
+                       const torch::Tensor& router_b, const torch::Tensor& score_bias, const torch::Tensor& input_scale,
+                       const torch::Tensor& expert_scale) {
   const auto k = r.experts_per_token;
+  if (r.routing == MoeRouting::scaled_softmax_topk)
+    return scaled_softmax_route(r, x, router_w, input_scale, expert_scale);
   if (r.routing == MoeRouting::sigmoid_grouped || r.routing == MoeRouting::softmax_grouped) {
     // the router in fp32, whatever the model's dtype
     const auto logits = torch::linear(x.to(torch::kFloat32), router_w.to(torch::kFloat32));
@@ -122,6 +143,8 @@ torch::Tensor run_experts(const torch::Tensor& x, const MoeRoute& route, const E
     gate = gate.clamp_max(a.swiglu_limit);
     up = up.clamp(-a.swiglu_limit, a.swiglu_limit);
     act = (up + 1) * (gate * torch::sigmoid(gate * a.swiglu_alpha));
+  } else if (a.gelu_tanh) {  // Gemma4TextExperts: ACT2FN["gelu_pytorch_tanh"]
+    act = torch::gelu(gate, "tanh") * up;
   } else {
     act = torch::silu(gate) * up;
   }

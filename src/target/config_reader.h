@@ -147,7 +147,8 @@ void read_glm4_moe(const Reader& r, TargetConfig& c);
 void read_hybrid(const Reader& r, TargetConfig& c);
 
 // Gemma 4's own fields (target_gemma4_config.cpp): its layer types and windows, per-layer head widths and
-// key/value heads, RoPE per layer type, KV sharing, per-layer inputs; refuses what is not implemented by name.
+// key/value heads, RoPE per layer type, KV sharing, per-layer inputs, the MoE block; refuses what is not
+// implemented by name.
 void read_gemma4(const Reader& r, TargetConfig& c);
 
 }  // namespace eagle::target

@@ -85,12 +85,15 @@ TargetModel TargetModel::random(const TargetConfig& config_in, torch::ScalarType
   const auto opts = torch::TensorOptions().dtype(dtype).device(device);
   auto m = assemble(config, dtype, device, [&](const std::string& name) {
     const auto& shape = shapes.at(name);
-    // Unit scale: w = 1, or Gemma's (Qwen3.5's) 1 + w with w = 0; the Gated DeltaNet's gated norm is plain.
-    if (name.find("norm.weight") != std::string::npos)
+    // Unit scale: w = 1, or Gemma's (Qwen3.5's) 1 + w with w = 0; the Gated DeltaNet's gated norm is plain
+    // (Gemma 4's MoE norms: post_feedforward_layernorm_1.weight and the like).
+    if (name.find("norm.weight") != std::string::npos || name.find("layernorm_") != std::string::npos)
       return config.norm_one_plus && !name.ends_with("linear_attn.norm.weight") ? torch::zeros(shape, opts)
                                                                                : torch::ones(shape, opts);
     if (name.ends_with("A_log")) return torch::zeros(shape, opts);  // decay rate exp(A_log) = 1
     if (name.ends_with("layer_scalar")) return torch::ones(shape, opts);  // Gemma 4's, as initialised
+    if (name.ends_with("router.scale") || name.ends_with("router.per_expert_scale"))
+      return torch::ones(shape, opts);  // Gemma 4's router scales, as initialised
     return torch::randn(shape, opts).mul_(0.02);  // transformers' initializer_range
   });
   log::info("model", "random {} ({} layers, hidden {}, vocab {}, {} parameters) as {} on {}", config.architecture,
@@ -321,6 +324,11 @@ std::vector<std::string> TargetModel::non_finite_weights() const {
     check(p + "per_layer_input_gate.weight", w.ple_gate_w);
     check(p + "per_layer_projection.weight", w.ple_proj_w);
     check(p + "post_per_layer_input_norm.weight", w.ple_norm);
+    check(p + "router.scale", w.router_scale);
+    check(p + "router.per_expert_scale", w.router_expert_scale);
+    check(p + "pre_feedforward_layernorm_2.weight", w.pre_ff_norm_2);
+    check(p + "post_feedforward_layernorm_1.weight", w.post_ff_norm_1);
+    check(p + "post_feedforward_layernorm_2.weight", w.post_ff_norm_2);
   }
   check("model.embed_tokens_per_layer.weight", m.per_layer.embed);
   check("model.per_layer_model_projection.weight", m.per_layer.projection);

@@ -121,8 +121,8 @@ std::int64_t stored_count(const CheckpointFiles& ck, std::string_view marker) {
 
 // The config may not claim more decoder layers than the checkpoint holds (1 + the largest N of
 // "model.layers.N."; extra ones are reported with the other unexpected tensors), nor more experts
-// per layer where each has its own tensors ("experts.N."; gpt-oss stores them as one tensor, whose
-// shape is checked), and the embedding must have its vocabulary and hidden size: compared before
+// per layer where each has its own tensors ("experts.N."; gpt-oss and Gemma 4 store them as one tensor,
+// whose shape is checked), and the embedding must have its vocabulary and hidden size: compared before
 // any name is listed per layer or per expert.
 void check_counts(const fs::path& dir, const CheckpointFiles& ck, const TargetConfig& c) {
   const auto config_file = (dir / "config.json").string();
@@ -136,7 +136,7 @@ void check_counts(const fs::path& dir, const CheckpointFiles& ck, const TargetCo
   const auto layers = stored_count(ck, "model.layers.");
   EAGLE_CHECK(c.num_hidden_layers <= layers,
               more_than_stored("num_hidden_layers", "layers", c.num_hidden_layers, layers));
-  if (c.moe() && c.family != Family::gpt_oss) {
+  if (c.moe() && c.family != Family::gpt_oss && !c.gemma4) {
     const auto experts = stored_count(ck, ".experts.");
     EAGLE_CHECK(c.num_experts <= experts,
                 more_than_stored(c.family == Family::qwen3_moe ? "num_experts" : "num_local_experts", "experts",

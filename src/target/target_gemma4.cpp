@@ -1,13 +1,45 @@
 // Gemma 4's checkpoint layout and the pieces of its forward no other family has (transformers'
-// modeling_gemma4: Gemma4TextModel, Gemma4TextDecoderLayer, Gemma4TextAttention): the per-layer
-// inputs (PLE), each layer's per-layer-input step and layer scalar.
+// modeling_gemma4: Gemma4TextModel, Gemma4TextDecoderLayer, Gemma4TextAttention, Gemma4TextRouter,
+// Gemma4TextExperts): the per-layer inputs (PLE), each layer's per-layer-input step and layer scalar, and
+// the MoE block beside the dense MLP.
 #include <cmath>
 
 #include <fmt/format.h>
 
+#include "eagle/model/moe.h"
 #include "target_impl.h"
 
 namespace eagle::target {
+
+namespace {
+
+// A MoE layer's router (router.proj [E, H], its scale [H], per_expert_scale [E]), experts (all in one tensor per
+// projection: gate rows then up rows [E, 2 I, H], as chunk(2) splits them; down [E, H, I]) and its three norms.
+void gemma4_moe_tensors(const TargetConfig& c, const std::string& p,
+                        std::map<std::string, std::vector<std::int64_t>>& e) {
+  const auto H = c.hidden_size, E = c.num_experts, I = c.moe_intermediate_size;
+  e[p + "router.proj.weight"] = {E, H};
+  e[p + "router.scale"] = {H};
+  e[p + "router.per_expert_scale"] = {E};
+  e[p + "experts.gate_up_proj"] = {E, 2 * I, H};
+  e[p + "experts.down_proj"] = {E, H, I};
+  for (const char* n : {"pre_feedforward_layernorm_2", "post_feedforward_layernorm_1", "post_feedforward_layernorm_2"})
+    e[p + n + ".weight"] = {H};
+}
+
+void assemble_gemma4_moe(const std::string& p, TargetLayerWeights& w,
+                         const std::function<torch::Tensor(const std::string&)>& get) {
+  w.router_w = get(p + "router.proj.weight");
+  w.router_scale = get(p + "router.scale");
+  w.router_expert_scale = get(p + "router.per_expert_scale");
+  w.experts_gate_up = get(p + "experts.gate_up_proj");
+  w.experts_down = get(p + "experts.down_proj");
+  w.pre_ff_norm_2 = get(p + "pre_feedforward_layernorm_2.weight");
+  w.post_ff_norm_1 = get(p + "post_feedforward_layernorm_1.weight");
+  w.post_ff_norm_2 = get(p + "post_feedforward_layernorm_2.weight");
+}
+
+}  // namespace
 
 void gemma4_tensors(const TargetConfig& c, std::map<std::string, std::vector<std::int64_t>>& e) {
   const auto H = c.hidden_size, nh = c.num_attention_heads, L = c.num_hidden_layers, Dp = c.per_layer_input_dim;
@@ -48,6 +80,7 @@ void gemma4_tensors(const TargetConfig& c, std::map<std::string, std::vector<std
       e[p + "per_layer_projection.weight"] = {H, Dp};
       e[p + "post_per_layer_input_norm.weight"] = {H};
     }
+    if (c.sparse(l)) gemma4_moe_tensors(c, p, e);
   }
 }
 
@@ -85,6 +118,7 @@ void assemble_gemma4_layer(const TargetConfig& c, std::int64_t l, TargetLayerWei
     w.ple_proj_w = get(p + "per_layer_projection.weight");
     w.ple_norm = get(p + "post_per_layer_input_norm.weight");
   }
+  if (c.sparse(l)) assemble_gemma4_moe(p, w, get);
 }
 
 bool gemma4_ignored_tensor(const TargetConfig& c, const std::string& name) {
@@ -137,6 +171,19 @@ torch::Tensor gemma4_layer_tail(const TargetConfig& c, const TargetLayerWeights&
     out = h + target_norm(c, torch::linear(g, w.ple_proj_w), w.ple_norm);
   }
   return out * w.layer_scalar;
+}
+
+torch::Tensor gemma4_moe(const TargetConfig& c, const TargetLayerWeights& w, const torch::Tensor& dense,
+                         const torch::Tensor& r) {
+  // Gemma4TextDecoderLayer: the router sees the residual stream itself, the experts its own pre-norm.
+  const auto flat = r.reshape({-1, r.size(-1)});
+  const auto route =
+      model::route_experts(c.moe_router(), flat, w.router_w, {}, {}, w.router_scale, w.router_expert_scale);
+  model::ExpertActivation act;
+  act.gelu_tanh = true;  // Gemma4TextExperts: ACT2FN[hidden_activation], gelu_pytorch_tanh
+  const model::ExpertWeights experts{w.experts_gate_up, {}, w.experts_down, {}};
+  const auto moe = model::run_experts(target_norm(c, flat, w.pre_ff_norm_2), route, experts, act).view(r.sizes());
+  return target_norm(c, dense, w.post_ff_norm_1) + target_norm(c, moe, w.post_ff_norm_2);
 }
 
 }  // namespace eagle::target

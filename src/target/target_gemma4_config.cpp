@@ -1,6 +1,6 @@
 // Gemma 4's config.json fields (transformers' configuration_gemma4.Gemma4TextConfig, read as
 // modeling_gemma4 uses them): layer types and windows, each layer's head width and key/value heads,
-// RoPE per layer type (proportional on the full layers), KV sharing and per-layer inputs.
+// RoPE per layer type (proportional on the full layers), KV sharing, per-layer inputs and the MoE block.
 #include <cmath>
 #include <string>
 
@@ -115,6 +115,20 @@ std::pair<model::RopeConfig, std::int64_t> gemma4_rope(const Reader& r, const js
   return {rope, angles == head_dim / 2 ? 0 : (angles == 0 ? -1 : angles)};
 }
 
+// The MoE block (enable_moe_block; gemma-4-26B-A4B): Gemma4TextDecoderLayer builds a router and experts in every
+// layer, beside the dense MLP (intermediate_size) that still runs: num_experts of moe_intermediate_size, top_k_experts
+// per token (the config class has no defaults), routed by MoeRouting::scaled_softmax_topk.
+void read_gemma4_moe(const Reader& r, TargetConfig& c) {
+  if (!r.boolean_or("enable_moe_block", false)) return;
+  c.num_experts = r.bounded("num_experts", 1, lim::kMaxExperts);
+  c.experts_per_token = r.bounded("top_k_experts", 1, c.num_experts);
+  c.moe_intermediate_size = r.bounded("moe_intermediate_size", 1, lim::kMaxSize);
+  c.routing = MoeRouting::scaled_softmax_topk;
+  c.norm_topk_prob = true;        // Gemma4TextRouter always renormalises the chosen k
+  c.routing_weights_fp32 = true;  // its fp32 weights times per_expert_scale multiply each expert's output
+  c.sparse_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), true);
+}
+
 }  // namespace
 
 void read_gemma4(const Reader& r, TargetConfig& c) {
@@ -132,11 +146,7 @@ void read_gemma4(const Reader& r, TargetConfig& c) {
               r.bad("use_bidirectional_attention", "bidirectional attention over text is not a causal target")
                   .expected("null, or vision (bidirectional among image tokens only; text stays causal)")
                   .found(bidirectional));
-  EAGLE_CHECK(!r.boolean_or("enable_moe_block", false),
-              r.bad("enable_moe_block", "Gemma 4's mixture-of-experts block is not implemented")
-                  .expected("false (the dense Gemma 4 models: E2B, E4B, 31B)")
-                  .found("true")
-                  .hint("gemma-4-26B-A4B's router and experts beside the MLP are not supported"));
+  read_gemma4_moe(r, c);
   c.k_eq_v = r.boolean_or("attention_k_eq_v", false);
   c.double_wide_mlp = r.boolean_or("use_double_wide_mlp", false);
 

@@ -79,6 +79,10 @@ struct TargetLayerWeights {
   // Gemma 4: layer_scalar [1]; the per-layer input's gate [Dp, H], projection [H, Dp] and norm [H] (or
   // undefined). Its qkv_w holds q_proj alone in a KV-shared layer, q_proj and k_proj with attention_k_eq_v.
   torch::Tensor layer_scalar, ple_gate_w, ple_proj_w, ple_norm;
+  // Gemma 4's MoE block (router_w: router.proj; experts_gate_up, experts_down as above): the router's input scale
+  // [H] and per_expert_scale [E], the experts' input norm (pre_feedforward_layernorm_2) and the norms of the dense
+  // MLP's and the experts' outputs (post_feedforward_layernorm_1, _2), [H] each; undefined without the block.
+  torch::Tensor router_scale, router_expert_scale, pre_ff_norm_2, post_ff_norm_1, post_ff_norm_2;
 };
 
 // Gemma 4 (target_gemma4.cpp): its checkpoint's names and shapes, one layer's weights, the tensors
@@ -97,6 +101,11 @@ torch::Tensor gemma4_per_layer_inputs(const TargetConfig& c, const Gemma4Inputs&
 // A layer's per-layer-input step on its output h [.., H] with its input p [.., Dp], then the layer scalar.
 torch::Tensor gemma4_layer_tail(const TargetConfig& c, const TargetLayerWeights& w, const torch::Tensor& h,
                                 const torch::Tensor& p);
+// A MoE layer's feed-forward output before post_feedforward_layernorm: the dense MLP's output `dense` [.., H]
+// normed, plus the experts' normed output, routed from the residual stream r [.., H] (the attention's output
+// added) and run on its pre_feedforward_layernorm_2.
+torch::Tensor gemma4_moe(const TargetConfig& c, const TargetLayerWeights& w, const torch::Tensor& dense,
+                         const torch::Tensor& r);
 
 // Gated DeltaNet (target_linear.cpp). linear_runs: the run index of each token's document [B, T] (a new run
 // wherever the document id changes), the sequences the training forward resets at. linear_attention: a layer's
@@ -272,7 +281,8 @@ struct TargetModel::Impl {
   // call's largest position; longrope takes the long factors per row where `lengths` [B, T] (each
   // token's sequence length: its document's in a training batch) exceed the original context.
   RopeTables rope(const torch::Tensor& position_ids, const torch::Tensor& lengths) const;
-  // The feed-forward half of layer l on its normed input [B, T, H]: the dense MLP or the experts.
+  // The feed-forward half of layer l on its normed input [B, T, H]: the dense MLP or the experts (Gemma 4: the
+  // dense MLP always, its experts beside it in gemma4_moe).
   torch::Tensor mlp(std::size_t l, const torch::Tensor& x) const;
   // The experts of a sparse layer (target_moe.cpp): routing, then the tokens sorted by expert
   // through grouped matmuls; no host synchronisation where grouped_mm runs (see graph_safe).

@@ -73,7 +73,7 @@ torch::Tensor gated_mlp(const TargetConfig& cfg, const torch::Tensor& h, const t
 
 torch::Tensor TargetModel::Impl::mlp(std::size_t l, const torch::Tensor& h) const {
   const auto& w = layers[l];
-  if (!cfg.sparse(static_cast<std::int64_t>(l))) return gated_mlp(cfg, h, w.gate_up_w, w.down_w);
+  if (!cfg.sparse(static_cast<std::int64_t>(l)) || cfg.gemma4) return gated_mlp(cfg, h, w.gate_up_w, w.down_w);
   auto y = moe(w, h);
   // DeepSeek-V3, GLM-4.5: the routed experts' sum, then the shared experts' MLP of the same input added;
   // Qwen3-Next, Qwen3.5-MoE: the shared expert times sigmoid(shared_expert_gate(h)).
@@ -153,6 +153,7 @@ torch::Tensor TargetModel::Impl::layer(std::size_t l, const torch::Tensor& x, co
     if (cfg.sandwich_norms) a = norm(a, w.post_norm);
     auto r = xc + a;
     auto m = mlp(l, norm(r, cfg.sandwich_norms ? w.pre_ff_norm : w.post_norm));
+    if (cfg.gemma4 && cfg.sparse(li)) m = gemma4_moe(cfg, w, m, r);  // the experts beside the dense MLP
     if (cfg.sandwich_norms) m = norm(m, w.post_ff_norm);
     return cfg.gemma4 ? gemma4_layer_tail(cfg, w, r + m, pc) : r + m;
   };

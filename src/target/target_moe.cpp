@@ -1,6 +1,6 @@
 // The mixture-of-experts layers of the target (Qwen3-MoE, Mixtral, gpt-oss, DeepSeek-V3, GLM-4.5, Qwen3-Next,
-// Qwen3.5-MoE): the routing and the experts of model/moe.h (shared with the MTP head's MoE block), and the
-// MXFP4 dequantization of gpt-oss checkpoints.
+// Qwen3.5-MoE; Gemma 4's block beside its MLP: target_gemma4.cpp): the routing and the experts of model/moe.h
+// (shared with the MTP head's MoE block), and the MXFP4 dequantization of gpt-oss checkpoints.
 #include <fmt/format.h>
 
 #include "eagle/model/moe.h"
@@ -19,6 +19,7 @@ model::MoeRouter TargetConfig::moe_router() const {
   r.n_group = n_group;
   r.topk_group = topk_group;
   r.routed_scaling_factor = routed_scaling_factor;
+  r.input_norm_eps = rms_norm_eps;  // Gemma 4's router norms its input
   return r;
 }
 

@@ -48,7 +48,9 @@ double target_parameters(const target::TargetConfig& t) {
                                          static_cast<double>(t.moe_intermediate_size > 0 ? t.moe_intermediate_size
                                                                                          : t.intermediate_size)
                                    : 3 * h * static_cast<double>(t.intermediate_size);
-    p += attn + mlp + 2 * h;
+    // Gemma 4's MoE layers keep their dense MLP beside the experts.
+    const double beside = t.gemma4 && t.sparse(l) ? 3 * h * static_cast<double>(t.intermediate_size) : 0.0;
+    p += attn + mlp + beside + 2 * h;
   }
   return p;
 }

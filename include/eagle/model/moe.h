@@ -1,8 +1,8 @@
 // Mixture-of-experts routing and the routed experts' forward, shared by the targets' sparse layers
 // (target_moe.cpp) and the trainable MoE block of an MTP head (head/head_moe.h), so that both route
-// every token bit for bit alike: the routers of transformers' Qwen3-MoE, Mixtral, gpt-oss and
-// DeepSeek-V2, DeepSeek-V3 / GLM-4.5 modules, then the tokens sorted by expert through grouped matmuls. Both are
-// differentiable (the head trains its router and experts through them).
+// every token bit for bit alike: the routers of transformers' Qwen3-MoE, Mixtral, gpt-oss,
+// DeepSeek-V2, DeepSeek-V3 / GLM-4.5 and Gemma 4 modules, then the tokens sorted by expert through grouped matmuls.
+// Both are differentiable (the head trains its router and experts through them).
 #pragma once
 
 #include <cstdint>
@@ -25,6 +25,10 @@ enum class MoeRouting {
   // (group_limited_greedy) only the topk_group groups of the largest single score stay (the others' scores
   // zeroed); the k largest scores, never renormalised, times routed_scaling_factor, kept in fp32
   softmax_grouped,
+  // Gemma 4 (Gemma4TextRouter): the router's input RMS-normed without a weight (eps input_norm_eps), times its
+  // learned scale [H] and hidden_size^-1/2, then softmax_topk's fp32 softmax and top k, always renormalised, each
+  // chosen weight then times its expert's learned per_expert_scale [E]; kept in fp32
+  scaled_softmax_topk,
 };
 
 // A router's rule and sizes (TargetConfig::moe_router, HeadConfig::moe_router).
@@ -35,6 +39,7 @@ struct MoeRouter {
   bool routing_weights_fp32 = false;         // softmax_topk: weights kept fp32 (Mixtral), else the logits' dtype
   std::int64_t n_group = 1, topk_group = 1;  // sigmoid_grouped, softmax_grouped (1 of 1: greedy)
   double routed_scaling_factor = 1.0;        // sigmoid_grouped, softmax_grouped
+  double input_norm_eps = 1e-6;              // scaled_softmax_topk: the RMSNorm of the router's input
 };
 
 // Each token's k experts and their weights, [N, k] each (chosen int64).
@@ -43,10 +48,12 @@ struct MoeRoute {
 };
 
 // The routing of tokens x [N, H] by the router weight [E, H] (router_b [E] or undefined: gpt-oss's
-// bias; score_bias [E] fp32 or undefined: sigmoid_grouped's e_score_correction_bias). sigmoid_grouped and
+// bias; score_bias [E] fp32 or undefined: sigmoid_grouped's e_score_correction_bias; input_scale [H] and
+// expert_scale [E]: scaled_softmax_topk's scale and per_expert_scale, which it requires). sigmoid_grouped and
 // softmax_grouped compute their logits in fp32 whatever x's dtype. Device work only (no host synchronisation).
 MoeRoute route_experts(const MoeRouter& r, const torch::Tensor& x, const torch::Tensor& router_w,
-                       const torch::Tensor& router_b = {}, const torch::Tensor& score_bias = {});
+                       const torch::Tensor& router_b = {}, const torch::Tensor& score_bias = {},
+                       const torch::Tensor& input_scale = {}, const torch::Tensor& expert_scale = {});
 
 // The routed experts' weights: gate rows then up rows [E, 2 I, H] (transformers 5's experts.gate_up_proj),
 // down [E, H, I]; the biases [E, 2 I], [E, H] or undefined (gpt-oss).
@@ -54,10 +61,12 @@ struct ExpertWeights {
   torch::Tensor gate_up, gate_up_b, down, down_b;
 };
 
-// The experts' activation: SiLU(gate) * up, or gpt-oss's clamped (up + 1) * gate * sigmoid(alpha * gate).
+// The experts' activation: SiLU(gate) * up, GELU(gate) * up with GELU's tanh approximation (Gemma 4's
+// gelu_pytorch_tanh), or gpt-oss's clamped (up + 1) * gate * sigmoid(alpha * gate).
 struct ExpertActivation {
   bool clamped_swiglu = false;
   double swiglu_alpha = 1.702, swiglu_limit = 7.0;
+  bool gelu_tanh = false;  // after the gpt-oss fields: target_moe.cpp initialises those three in order
 };
 
 // The weighted sum of each token's k experts [N, H] in x's dtype, x [N, H]. grouped_mm: at::_grouped_mm

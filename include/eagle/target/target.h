@@ -141,7 +141,8 @@ struct TargetConfig {
   // frequency pairs of c.rope turn; 0: all), per-layer inputs (PLE: embed_tokens_per_layer of
   // per_layer_input_dim per layer, 0: none), and the last layers from first_kv_shared on attending the keys
   // and values of kv_source (the last earlier layer of their type), their MLP twice as wide with
-  // double_wide_mlp.
+  // double_wide_mlp. Its MoE block (enable_moe_block) is every layer sparse with the dense MLP still running beside
+  // the experts (routing scaled_softmax_topk, GELU-tanh experts; target_gemma4.cpp).
   bool gemma4 = false, k_eq_v = false, value_norm = false, layer_scalar = false, double_wide_mlp = false;
   std::vector<std::int64_t> layer_head_dims, layer_kv_heads;  // per layer; empty: head_dim, num_key_value_heads
   std::int64_t rope_angles = 0, per_layer_input_dim = 0, per_layer_vocab = 0;
