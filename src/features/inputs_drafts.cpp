@@ -19,9 +19,9 @@ namespace eagle::features {
 
 namespace detail {
 
-// An MTP head's inputs (--draft mtp, MTP.md 2.3, 2.4): online only, the target's last hidden state as
-// the one aux feature (id L), before its final norm for MiMo and after it for Qwen3.5 (the family's
-// step 1, MtpLayout::step1_pre_norm). Stored features and servers hold other states (dump-features:
+// An MTP head's inputs (--draft mtp, MTP.md 2.1-2.4): online only, the target's last hidden state as
+// the one aux feature (id L), before its final norm for MiMo and after it for Qwen3.5, Qwen3-Next,
+// DeepSeek-V3 and GLM-4.5 (the family's step 1, MtpLayout::step1_pre_norm). Stored features and servers hold other states (dump-features:
 // the aux layers; vLLM's extract_hidden_states: pre-norm, not wired yet).
 RunInputs load_mtp_inputs(const config::Options& o, torch::Device device, bool eval) {
   EAGLE_CHECK(o.features_path.empty() && o.target_server.empty(),
@@ -31,7 +31,7 @@ RunInputs load_mtp_inputs(const config::Options& o, torch::Device device, bool e
                         "and leave out features_path and target_server"));
   const auto config = target::TargetConfig::from_model_dir(o.model_name_or_path);
   // Refuses a target without a trainable MTP layer before anything loads.
-  const auto& layout = head::mtp_layout(head::mtp_config_from_target(config).mtp_family);
+  const auto layout = head::mtp_layout(head::mtp_config_from_target(config));
   RunInputs in;
   if (eval) {
     in.heldout = load_eval_data(o, config);
