@@ -76,7 +76,7 @@ void check_after_last(const target::TargetConfig& t, const MtpLayout& l) {
                                      "(it would route by softmax, without e_score_correction_bias)",
                                      "scoring_func, topk_method")
                                   .expected("\"scoring_func\": \"sigmoid\" and \"topk_method\": \"noaux_tc\" in "
-                                            "config.json, as DeepSeek-V3 and Kimi-K2 ship them")
+                                            "config.json, as DeepSeek-V3's and Kimi-K2's configs write them")
                                   .found("missing"));
   // The head's MLA layer has a latent query (q_a_proj, q_a_layernorm, q_b_proj).
   EAGLE_CHECK(t.q_lora_rank > 0, refuse("no q_lora_rank (q_proj straight from the hidden state)", "q_lora_rank")
