@@ -18,15 +18,20 @@ states and logits, the unroll's logits per step, one training step (soft cross-e
 distribution, decay 0.8, valid-count denominators: the loss and every MTP parameter's gradient), and the
 served chain of a cache-based drafting loop at anchor p = 3 of sample 0 (served_drafts).
 
+The unroll, the loss and the served chain are scripts/mtp_reference_common.py's (every MTP reference script's).
 Run with the project venv:  ~/.cache/eagle-train/venv/bin/python scripts/make_mtp_reference.py
 """
 import json
 import pathlib
+import sys
 
 import torch
 import transformers
 from safetensors.torch import save_file
 from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer, Qwen2RotaryEmbedding, apply_rotary_pos_emb
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+import mtp_reference_common as common  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 MODEL_DIR = ROOT / "tests" / "fixtures" / "models" / "tiny-mimo"
@@ -70,16 +75,13 @@ def main():
     f = {k: v.clone().requires_grad_(True) for k, v in w.items()}
 
     # One packed row: sample 0 = 7 tokens, sample 1 = 5 tokens; the target runs each sample alone.
-    T = 12
-    doc = torch.tensor([[0] * 7 + [1] * 5])
-    pos = torch.tensor([list(range(7)) + list(range(5))])
-    input_ids = torch.randint(0, V, (1, T))
+    input_ids, pos, doc = common.packed_row(V)
     pre_norm = {}
     hook = target.model.layers[-1].register_forward_hook(
         lambda m, a, out: pre_norm.__setitem__("h", out[0] if isinstance(out, tuple) else out))
     hidden, target_logits = [], []
     with torch.no_grad():
-        for s, e in [(0, 7), (7, 12)]:
+        for s, e in common.SPANS:
             out = target(input_ids[:, s:e])
             hidden.append(pre_norm["h"])
             target_logits.append(out.logits)
@@ -106,80 +108,39 @@ def main():
         e = embedding[ids] * (positions != 0).unsqueeze(-1).float()  # vLLM: inputs_embeds[positions == 0] = 0
         u = torch.cat([rms(state, f[P + "hidden_layernorm.weight"]), rms(e, f[P + "token_layernorm.weight"])],
                       -1) @ f[P + "input_proj.weight"].T
-        return u, qkv(rms(u, f[P + "input_layernorm.weight"]), positions)
+        return (u, *qkv(rms(u, f[P + "input_layernorm.weight"]), positions), None)
 
-    def step_out(u, attn):
+    def step_out(u, attn, _):
         r = u + attn.transpose(1, 2).reshape(1, u.shape[1], NH * HD) @ f[P + "self_attn.o_proj.weight"].T
         m = rms(r, f[P + "post_attention_layernorm.weight"])
         y = (torch.nn.functional.silu(m @ f[P + "mlp.gate_proj.weight"].T) * (m @ f[P + "mlp.up_proj.weight"].T)) \
             @ f[P + "mlp.down_proj.weight"].T
-        return rms(r + y, f[P + "final_layernorm.weight"])
+        o = rms(r + y, f[P + "final_layernorm.weight"])
+        return o, o
 
-    # The training-time-test unroll.
-    visible = (torch.arange(T)[None, :] <= torch.arange(T)[:, None]) & (doc[0][None, :] == doc[0][:, None])
+    # The training-time-test unroll and one training step (mtp_reference_common.py): the target's distribution
+    # at t+k+1 teaches step k at t (every id is in the full draft vocabulary), valid iff t+k+2 is in the same
+    # sample and trained.
     scale = HD ** -0.5
-    state, keys, values, logits = hidden, [], [], []
-    for k in range(STEPS):
-        shifted = torch.cat([input_ids[:, k + 1:], torch.zeros(1, k + 1, dtype=torch.long)], 1)
-        u, (q, kk, vv) = step_in(shifted, state, pos + k)
-        keys.append(kk)
-        values.append(vv)
-        s0 = (q @ keys[0].transpose(-1, -2) * scale).masked_fill(~visible, float("-inf"))
-        diag = [(q * keys[j]).sum(-1, keepdim=True) * scale for j in range(1, k + 1)]
-        p = torch.softmax(torch.cat([s0] + diag, -1), -1)
-        attn = p[..., :T] @ values[0]
-        for j in range(1, k + 1):
-            attn = attn + p[..., T + j - 1:T + j] * values[j]
-        state = step_out(u, attn)
-        logits.append(state @ lm_head.T)
-
-    # One training step: the target's distribution at t+k+1 teaches step k at t (every id is in the
-    # full draft vocabulary), valid iff t+k+2 is in the same sample and trained.
-    loss_mask = torch.ones(1, T, dtype=torch.uint8)
+    logits = common.ttt_logits(step_in, step_out, lm_head, input_ids, hidden, pos, doc, STEPS, scale)
+    loss_mask = torch.ones(1, common.T, dtype=torch.uint8)
     loss_mask[0, 1] = 0
-    argmax = target_logits.argmax(-1)
-    loss, dens = 0.0, []
-    for k in range(STEPS):
-        sh = lambda x, fill: torch.cat([x[:, k + 1:], torch.full_like(x[:, :k + 1], fill)], 1)  # noqa: E731
-        ahead = lambda x, fill: torch.cat([x[:, k + 2:], torch.full_like(x[:, :k + 2], fill)], 1)  # noqa: E731
-        valid = (ahead(doc, -2) == doc) & (doc >= 0) & (ahead(loss_mask, 0) != 0)
-        ce = -(torch.softmax(sh(target_logits, 0.0), -1) * torch.log_softmax(logits[k], -1)).sum(-1)
-        den = float(valid.sum().clamp_min(1))
-        dens.append(den)
-        loss = loss + 0.8 ** k * torch.where(valid, ce, torch.zeros_like(ce)).sum() / den
+    loss, dens = common.training_loss(logits, target_logits, doc, loss_mask)
     loss.backward()
 
     # The served chain (vLLM's draft prefill, then decode steps on a KV cache), written independently of
     # the unroll: anchor p = 3 of sample 0, prefix positions 0..p with (h_t, x_{t+1}), then STEPS - 1 steps.
+    p_anchor = 3
+    drafts, served = common.served_chain(step_in, step_out, lm_head, input_ids, hidden, p_anchor, STEPS, scale)
     with torch.no_grad():
-        p_anchor = 3
-        ids = input_ids[:, 1:p_anchor + 2]
-        positions = torch.arange(p_anchor + 1)[None, :]
-        u, (q, kk, vv) = step_in(ids, hidden[:, :p_anchor + 1], positions)
-        causal = torch.arange(p_anchor + 1)[None, :] <= torch.arange(p_anchor + 1)[:, None]
-        attn = torch.softmax((q @ kk.transpose(-1, -2) * scale).masked_fill(~causal, float("-inf")), -1) @ vv
-        o = step_out(u, attn)[:, -1:]
-        cache_k, cache_v = kk, vv
-        drafts, served = [], []
-        for j in range(STEPS):
-            z = o @ lm_head.T
-            served.append(z)
-            token = z.argmax(-1)
-            drafts.append(token)
-            if j + 1 == STEPS:
-                break
-            u, (q, kk, vv) = step_in(token, o, torch.tensor([[p_anchor + 1 + j]]))
-            cache_k, cache_v = torch.cat([cache_k, kk], 2), torch.cat([cache_v, vv], 2)
-            attn = torch.softmax(q @ cache_k.transpose(-1, -2) * scale, -1) @ cache_v
-            o = step_out(u, attn)
         # Teacher forcing equals serving where the drafts were the tokens: step 1 at p is the unroll's.
-        assert torch.allclose(served[0][0, 0], logits[0][0, p_anchor], atol=1e-5)
+        assert torch.allclose(served[0, 0], logits[0][0, p_anchor], atol=1e-5)
         # The hand-written block is transformers' Qwen2DecoderLayer (sample 0, step 1: plain causal attention).
         qcfg._attn_implementation = "eager"
         layer = Qwen2DecoderLayer(qcfg, layer_idx=0).eval()
         layer.load_state_dict({k[len(P):]: v for k, v in w.items()
                                if not any(n in k for n in ["token_", "hidden_", "final_", "input_proj"])})
-        u0, _ = step_in(input_ids[:, 1:8], hidden[:, :7], pos[:, :7])
+        u0, *_ = step_in(input_ids[:, 1:8], hidden[:, :7], pos[:, :7])
         mask = torch.full((7, 7), float("-inf")).triu(1)[None, None]
         z = layer(u0, attention_mask=mask, position_ids=pos[:, :7], position_embeddings=rope(u0, pos[:, :7]))
         z = z[0] if isinstance(z, tuple) else z
@@ -207,14 +168,9 @@ def main():
            "torch_dtype": "float32", "num_nextn_predict_layers": 1}
     (MODEL_DIR / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
 
-    ref = {"input_ids": input_ids, "position_ids": pos, "document_ids": doc, "hidden": hidden.contiguous(),
-           "target_logits": target_logits.contiguous(), "target_argmax": argmax, "loss_mask": loss_mask,
-           "denominators": torch.tensor(dens), "loss": loss.detach().reshape(1),
-           "served_drafts": torch.cat(drafts, 1), "served_logits": torch.cat(served, 1).contiguous()}
-    for k, l in enumerate(logits):
-        ref[f"logits_{k}"] = l.detach().contiguous()
-    for name, t in f.items():
-        ref["grad." + name] = t.grad.contiguous()
+    grads = {name: t.grad for name, t in f.items()}
+    ref = common.reference(input_ids, pos, doc, hidden, target_logits, loss_mask, dens, loss, drafts, served,
+                           logits, grads)
     save_file(ref, str(REF))
     print("wrote", MODEL_DIR, "and", REF)
 

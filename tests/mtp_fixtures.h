@@ -3,6 +3,8 @@
 // every family makes against it (the training step, drafting).
 #pragma once
 
+#include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -14,9 +16,36 @@
 #include "eagle/head/head_loss.h"
 #include "eagle/head/mtp_head.h"
 #include "eagle/head/mtp_io.h"
+#include "eagle/model/safetensors.h"
 #include "eagle/target/target.h"
 
 namespace eagle::test {
+
+// A copy at `out` of a fixture folder (config.json, model.safetensors) whose tensors are edited by `edit`.
+inline std::filesystem::path edited_mtp_copy(const std::filesystem::path& out, const std::string& folder,
+                                             const std::function<void(std::map<std::string, torch::Tensor>&)>& edit) {
+  std::filesystem::create_directories(out);
+  std::filesystem::copy_file(std::filesystem::path(folder) / "config.json", out / "config.json");
+  std::map<std::string, torch::Tensor> copy;
+  for (const auto& [name, t] : model::load_safetensors(folder + "/model.safetensors")) copy[name] = t.clone();
+  edit(copy);
+  model::save_safetensors((out / "model.safetensors").string(), copy);
+  return out;
+}
+
+// The per-expert base{e}.{gate,up,down}_proj.weight tensors of `experts` experts replaced by transformers 5's
+// fused base + gate_up_proj [E, 2 I, H] and base + down_proj [E, H, I] (base: "<prefix>mlp.experts.").
+inline void fuse_mtp_experts(std::map<std::string, torch::Tensor>& t, const std::string& base, std::int64_t experts) {
+  std::vector<torch::Tensor> gate_up, down;
+  for (std::int64_t e = 0; e < experts; ++e) {
+    const auto p = base + std::to_string(e) + ".";
+    gate_up.push_back(torch::cat({t.at(p + "gate_proj.weight"), t.at(p + "up_proj.weight")}));
+    down.push_back(t.at(p + "down_proj.weight"));
+    for (const char* n : {"gate_proj.weight", "up_proj.weight", "down_proj.weight"}) t.erase(p + n);
+  }
+  t[base + "gate_up_proj"] = torch::stack(gate_up);
+  t[base + "down_proj"] = torch::stack(down);
+}
 
 // The folder's MTP head re-made with 3 TTT steps (a folder's own default is 1, vLLM's k), its weights read
 // from the target folder, the target's embedding and LM head set.
@@ -50,7 +79,8 @@ inline head::HeadInputs mtp_reference_inputs(const std::map<std::string, torch::
 
 // The folder's head (3 TTT steps) against a reference file of scripts/make_mtp*_reference.py, with
 // recomputation off and mlp, the loss whole and chunked: the unroll's logits, the loss, every parameter's
-// gradient under its native name (`parameters` of them) and the valid positions per step.
+// gradient under its native name (`parameters` of them) and the valid positions per step. `family` names
+// the case in failure messages.
 inline void check_mtp_training_step(const std::string& folder, const std::string& family,
                                     const std::map<std::string, torch::Tensor>& ref, std::size_t parameters) {
   for (auto mode : {head::RecomputeMode::off, head::RecomputeMode::mlp}) {
@@ -72,7 +102,7 @@ inline void check_mtp_training_step(const std::string& folder, const std::string
       out.loss.backward();
       std::size_t compared = 0;
       for (auto& p : head->named_parameters()) {
-        const auto name = "grad." + head::mtp_native_name(p.key(), family);
+        const auto name = "grad." + head::mtp_native_name(p.key(), head->config());
         INFO(name);
         REQUIRE(ref.count(name));
         CHECK(torch::allclose(p.value().grad(), ref.at(name), 1e-4, 1e-5));

@@ -1,7 +1,8 @@
-// --draft mtp end to end on the tiny MiMo, dense Qwen3.5 and Qwen3.5-MoE fixtures, as subprocesses: training logs
-// the shipped layer's AR at step 0, checkpoints hold the native names, export --format mtp writes the target folder
-// with the MTP tensors replaced (Qwen3.5-MoE's experts per expert, as the target holds them), eval imports the export
-// as it reads the checkpoint, a resume refuses another --draft.
+// --draft mtp end to end on the tiny MiMo, dense Qwen3.5, Qwen3.5-MoE and DeepSeek-V3 fixtures, as subprocesses:
+// training logs the shipped layer's AR at step 0, checkpoints hold the native names, export --format mtp writes the
+// target folder with the MTP tensors replaced (Qwen3.5-MoE's and DeepSeek-V3's experts per expert, as the target
+// holds them; DeepSeek's correction bias frozen), eval imports the export as it reads the checkpoint, a resume
+// refuses another --draft.
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -227,6 +228,78 @@ TEST_CASE("train --draft mtp fine-tunes Qwen3.5-MoE's mtp.* layer, router and ex
   auto config = json::parse(read_file(out / "config.json"));
   CHECK(config["architectures"][0] == "Qwen3_5MoeForCausalLM");
   CHECK(config["eagle_train"]["mtp_family"] == "qwen3_5_moe");
+  auto a = eval_json(" --checkpoint " + ckpt.string() + common);
+  auto b = eval_json(" --checkpoint " + out.string() + common);
+  CHECK(a["ar"] == b["ar"]);
+  CHECK(a["eval_loss"] == b["eval_loss"]);
+  CHECK(a["ar"].get<double>() == Approx(ar.at(4)).epsilon(1e-12));
+}
+
+TEST_CASE("train --draft mtp fine-tunes DeepSeek-V3's model.layers.{L} MTP layer; export keeps the frozen bias",
+          "[cli]") {
+  const std::string ds = EAGLE_SOURCE_DIR "/tests/fixtures/models/tiny-deepseek-v3-mtp";
+  std::string common = kCommon;
+  common.replace(common.find(kMimo), kMimo.size(), ds);
+  TempDir dir;
+  const auto run = dir / "run";
+  auto r = run_cli("train" + common +
+                   " --draft mtp --ttt_steps 3 --max_steps 4 --eval_steps 2 --save_steps 4 --learning_rate 0.001 "
+                   "--warmup_steps 0 --output_dir " +
+                   run.string());
+  INFO(r.output);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("'s model.layers.2 (") && Catch::Contains("the target's lm_head"));
+  std::map<std::int64_t, double> ar, loss;
+  for (const auto& j : read_jsonl(run / "metrics.jsonl")) {
+    if (j.contains("ar")) ar[j["step"].get<std::int64_t>()] = j["ar"].get<double>();
+    if (j.contains("loss")) loss[j["step"].get<std::int64_t>()] = j["loss"].get<double>();
+  }
+  REQUIRE(ar.count(0));
+  REQUIRE(ar.count(4));
+  CHECK(ar.at(0) >= 1.0);
+  REQUIRE(!loss.empty());
+  for (const auto& [step, l] : loss) CHECK(std::isfinite(l));
+  // The shipped layer as the target folder holds it: the AR the run logged at step 0.
+  auto shipped = eval_json(" --checkpoint " + ds + common + " --eval_draft_len 3");
+  CHECK(shipped["ar"].get<double>() == Approx(ar.at(0)).epsilon(1e-12));
+
+  // The checkpoint: the layer's parameters (experts fused) and its correction bias, model.layers.2.* alone.
+  const auto ckpt = run / "checkpoint-4";
+  auto tensors = eagle::model::load_safetensors((ckpt / "model.safetensors").string());
+  CHECK(tensors.size() == 20);
+  for (const auto& [name, t] : tensors) CHECK(name.rfind("model.layers.2.", 0) == 0);
+  const std::string gate = "model.layers.2.mlp.gate.", x = "model.layers.2.mlp.experts.";
+  auto before = eagle::model::load_safetensors(ds + "/model.safetensors");
+  CHECK_FALSE(torch::equal(tensors.at(gate + "weight"), before.at(gate + "weight")));  // the router trained
+  CHECK(torch::equal(tensors.at(gate + "e_score_correction_bias"), before.at(gate + "e_score_correction_bias")));
+  const auto gate_up = tensors.at(x + "gate_up_proj"), down = tensors.at(x + "down_proj");
+
+  // export --format mtp: the target's per-expert names; its embedding and LM head copies untouched.
+  const auto out = dir / "ds-mtp";
+  auto ex = run_cli("export --checkpoint " + ckpt.string() + " --format mtp --output " + out.string());
+  INFO(ex.output);
+  REQUIRE(ex.exit_code == 0);
+  CHECK_THAT(ex.output, Catch::Contains("\"method\":\"mtp\",\"num_speculative_tokens\":3"));
+  auto after = eagle::model::load_safetensors((out / "model.safetensors").string());
+  REQUIRE(before.size() == after.size());
+  for (std::int64_t e = 0; e < 8; ++e) {
+    const auto p = x + std::to_string(e) + ".";
+    CHECK(torch::equal(after.at(p + "gate_proj.weight"), gate_up[e].narrow(0, 0, 16)));
+    CHECK(torch::equal(after.at(p + "up_proj.weight"), gate_up[e].narrow(0, 16, 16)));
+    CHECK(torch::equal(after.at(p + "down_proj.weight"), down[e]));
+  }
+  for (const auto& [name, t] : before) {
+    INFO(name);
+    REQUIRE(after.count(name));
+    if (tensors.count(name))
+      CHECK(torch::equal(after.at(name), tensors.at(name)));
+    else if (name.rfind(x, 0) != 0)
+      CHECK(torch::equal(after.at(name), t));  // the target's, and model.layers.2's embed_tokens, shared_head.head
+  }
+  auto config = json::parse(read_file(out / "config.json"));
+  CHECK(config["architectures"][0] == "DeepseekV3ForCausalLM");
+  CHECK(config["scoring_func"] == "sigmoid");
+  CHECK(config["eagle_train"]["mtp_family"] == "deepseek_v3");
   auto a = eval_json(" --checkpoint " + ckpt.string() + common);
   auto b = eval_json(" --checkpoint " + out.string() + common);
   CHECK(a["ar"] == b["ar"]);

@@ -42,27 +42,12 @@ constexpr std::int64_t kExperts = 4, kParameters = 19;  // fc, 3 norms, 8 of att
 // A copy of a fixture folder whose model.safetensors is edited by `edit`.
 fs::path edited_copy(const fs::path& out, const std::string& folder,
                      const std::function<void(std::map<std::string, torch::Tensor>&)>& edit) {
-  fs::create_directories(out);
-  fs::copy_file(fs::path(folder) / "config.json", out / "config.json");
-  std::map<std::string, torch::Tensor> copy;
-  for (const auto& [name, t] : model::load_safetensors(folder + "/model.safetensors")) copy[name] = t.clone();
-  edit(copy);
-  model::save_safetensors((out / "model.safetensors").string(), copy);
-  return out;
+  return test::edited_mtp_copy(out, folder, edit);
 }
 
 // The per-expert mtp.layers.0.mlp.experts.{e}.* tensors replaced by transformers 5's fused two.
 void fuse_experts(std::map<std::string, torch::Tensor>& t) {
-  const std::string x = "mtp.layers.0.mlp.experts.";
-  std::vector<torch::Tensor> gate_up, down;
-  for (std::int64_t e = 0; e < kExperts; ++e) {
-    const auto p = x + std::to_string(e) + ".";
-    gate_up.push_back(torch::cat({t.at(p + "gate_proj.weight"), t.at(p + "up_proj.weight")}));
-    down.push_back(t.at(p + "down_proj.weight"));
-    for (const char* n : {"gate_proj.weight", "up_proj.weight", "down_proj.weight"}) t.erase(p + n);
-  }
-  t[x + "gate_up_proj"] = torch::stack(gate_up);
-  t[x + "down_proj"] = torch::stack(down);
+  test::fuse_mtp_experts(t, "mtp.layers.0.mlp.experts.", kExperts);
 }
 
 }  // namespace

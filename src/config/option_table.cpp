@@ -161,7 +161,8 @@ std::vector<OptionEntry> declare_options() {
   // Not an eval or export option: a head records its version and TTT steps, and those are used.
   t.add(&Options::draft, "draft", G::draft, kTrain,
         "The draft head: eagle (a new EAGLE head, eagle_version), mtp (fine-tune the target's shipped MTP "
-        "layer, read from model_name_or_path under its native names; MiMo, dense Qwen3.5) or dflash (a DFlash "
+        "layer, read from model_name_or_path under its native names; MiMo, Qwen3.5, Qwen3-Next, DeepSeek-V3, "
+        "GLM-4.5) or dflash (a DFlash "
         "block draft: dflash_block_size - 1 tokens from one forward, served by vLLM's method dflash); docs/heads.md")
       .check([](const std::string& v, const Options& o) {
         if (v == "dspark")

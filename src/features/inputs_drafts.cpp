@@ -66,7 +66,7 @@ RunInputs stored_mtp_inputs(const config::Options& o, torch::Device device, bool
 }  // namespace
 
 // An MTP head's inputs (--draft mtp, MTP.md 2.3, 2.4): the target's last hidden state as the one aux
-// feature (id L), before its final norm for MiMo and after it for the Qwen families (the family's
+// feature (id L), before its final norm for MiMo and after it for the Qwen families, DeepSeek-V3 and GLM-4.5 (the family's
 // step 1, MtpLayout::step1_pre_norm): online the target keeps aux id L so; else stored_mtp_inputs.
 RunInputs load_mtp_inputs(const config::Options& o, torch::Device device, bool eval) {
   // The shipped layer is read from the target folder whatever the features come from (train/setup.cpp).
@@ -77,7 +77,7 @@ RunInputs load_mtp_inputs(const config::Options& o, torch::Device device, bool e
                         "read; its other weights only when the AR is measured)"));
   const auto config = target::TargetConfig::from_model_dir(o.model_name_or_path);
   // Refuses a target without a trainable MTP layer before anything loads.
-  const auto& layout = head::mtp_layout(head::mtp_config_from_target(config).mtp_family);
+  const auto layout = head::mtp_layout(head::mtp_config_from_target(config));
   if (!o.features_path.empty() || !o.target_server.empty()) return stored_mtp_inputs(o, device, eval, config, layout);
   RunInputs in;
   if (eval) {

@@ -73,6 +73,13 @@ void HeadConfig::use_mla_layer(const target::TargetConfig& target) {
               refuse("rotates default RoPE or YaRN (vLLM serves every scaled type as deepseek_yarn)")
                   .expected("rope_type default or yarn")
                   .found(target.rope.type));
+  set_mla_shape(target);
+  // Unscaled, vLLM's layer builds get_rope from {"rope_type": "default"} alone: base 10000 whatever
+  // rope_theta says (deepseek_eagle3.py), so the head rotates at 10000 and its export says so.
+  if (rope.type == "default") rope.theta = 10000.0;
+}
+
+void HeadConfig::set_mla_shape(const target::TargetConfig& target) {
   num_attention_heads = num_key_value_heads = target.num_attention_heads;
   q_lora_rank = target.q_lora_rank;
   kv_lora_rank = target.kv_lora_rank;
@@ -85,9 +92,6 @@ void HeadConfig::use_mla_layer(const target::TargetConfig& target) {
   rope.head_dim = qk_rope_head_dim;
   rope.truncate = true;         // deepseek_yarn floors and ceils the correction range always
   rope.attention_factor = 0.0;  // vLLM reads attn_factor, not attention_factor: the factor from the mscales
-  // Unscaled, vLLM's layer builds get_rope from {"rope_type": "default"} alone: base 10000 whatever
-  // rope_theta says (deepseek_eagle3.py), so the head rotates at 10000 and its export says so.
-  if (rope.type == "default") rope.theta = 10000.0;
 }
 
 std::vector<std::pair<std::string, torch::Tensor>> named_parameters(DraftHead& head) {

@@ -16,6 +16,8 @@
 #include "eagle/head/eagle3_head.h"
 #include "eagle/head/mtp_head.h"
 #include "eagle/head/mtp_io.h"
+#include "eagle/head/mtp_layout.h"
+#include "eagle/head/mtp_tensors.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/model/shape_check.h"
 #include "eagle/util/error.h"
@@ -320,16 +322,19 @@ nlohmann::json head_config_json(const HeadConfig& c, HeadFormat format) {
 std::map<std::string, torch::Tensor> head_tensors(DraftHead& head, HeadFormat format) {
   head_config_json(head.config(), format);  // refuses a format that does not fit
   std::map<std::string, torch::Tensor> out;
-  for (const auto& p : head.module().named_parameters()) {
-    // An MTP head's names are its family's (mtp_io.h); the EAGLE layouts' are the format's.
-    const auto name = format == HeadFormat::mtp ? mtp_native_name(p.key(), head.config().mtp_family)
-                                                : format_tensor_name(p.key(), format);
-    out[name] = p.value().detach().to(torch::kCPU, torch::kFloat32).contiguous();
+  if (format == HeadFormat::mtp) {
+    // An MTP head's names are its family's, its experts fused as the head holds them, its frozen correction
+    // bias beside the parameters (mtp_tensors.h); its identity vocabulary maps have no native name (vLLM's
+    // MiMo loader raises on unknown names).
+    for (const auto& t : mtp_tensors(head, mtp_layout(head.config()), ExpertNames::fused))
+      out[t.name] = t.value.detach().to(torch::kCPU, torch::kFloat32).contiguous();
+    return out;
   }
-  // The draft-vocabulary maps are buffers of the EAGLE-3 head (draft_ids, derived, is not written);
-  // the MTP head's identity maps have no native name (vLLM's MiMo loader raises on unknown names).
+  for (const auto& p : head.module().named_parameters())
+    out[format_tensor_name(p.key(), format)] = p.value().detach().to(torch::kCPU, torch::kFloat32).contiguous();
+  // The draft-vocabulary maps are buffers of the EAGLE-3 head (draft_ids, derived, is not written).
   for (const auto& b : head.module().named_buffers())
-    if (format != HeadFormat::mtp && (b.key() == "d2t" || b.key() == "t2d"))
+    if (b.key() == "d2t" || b.key() == "t2d")
       out[b.key()] = b.value().to(torch::kCPU).contiguous();
   // SGLang after PR #24663 normalises the input of layers >= 1 with hidden_norm, vLLM with
   // input_layernorm (EAGLE-variants.md §2): both written, equal, so either engine serves the head.

@@ -10,6 +10,14 @@
 
 namespace eagle::head {
 
+namespace {
+const std::string kScoreBias = "e_score_correction_bias";
+}  // namespace
+
+bool is_checkpoint_buffer(const std::string& name) {
+  return name.size() > kScoreBias.size() && name.ends_with("." + kScoreBias);
+}
+
 HeadExpertsImpl::HeadExpertsImpl(std::int64_t experts, std::int64_t hidden, std::int64_t intermediate) {
   // nn.Linear's default start per expert (kaiming-uniform bounds 1/sqrt(fan_in)); the shipped weights
   // replace them (mtp_io.h).
@@ -19,12 +27,14 @@ HeadExpertsImpl::HeadExpertsImpl(std::int64_t experts, std::int64_t hidden, std:
 }
 
 HeadMoeImpl::HeadMoeImpl(const HeadConfig& cfg) : router(cfg.moe_router) {
+  const bool grouped = router.routing == model::MoeRouting::sigmoid_grouped;
   EAGLE_CHECK(
-      router.routing == model::MoeRouting::softmax_topk && router.num_experts >= 1 && router.experts_per_token >= 1 &&
-          router.experts_per_token <= router.num_experts && cfg.moe_intermediate_size >= 1 &&
-          cfg.shared_intermediate_size >= 1,
-      Error(ErrorKind::internal, "not a Qwen-style mixture of experts for the head's layer")
-          .expected("softmax top-k routing, 1 <= k <= experts, expert and shared expert widths >= 1")
+      (router.routing == model::MoeRouting::softmax_topk || grouped) && router.num_experts >= 1 &&
+          router.experts_per_token >= 1 && router.experts_per_token <= router.num_experts &&
+          cfg.moe_intermediate_size >= 1 && cfg.shared_intermediate_size >= 1 && !(grouped && cfg.shared_expert_gate),
+      Error(ErrorKind::internal, "not a mixture of experts the head's layer trains")
+          .expected("softmax top-k (Qwen) or sigmoid grouped routing (DeepSeek-V3, GLM-4.5), 1 <= k <= experts, "
+                    "expert and shared expert widths >= 1")
           .found(fmt::format("{} experts, top {}, widths {} and {}", router.num_experts, router.experts_per_token,
                              cfg.moe_intermediate_size, cfg.shared_intermediate_size)));
   EAGLE_CHECK(cfg.hidden_act == "silu", Error(ErrorKind::usage, "unsupported hidden_act for the head's experts")
@@ -33,8 +43,13 @@ HeadMoeImpl::HeadMoeImpl(const HeadConfig& cfg) : router(cfg.moe_router) {
                                             .found(cfg.hidden_act));
   const auto h = cfg.hidden_size;
   gate = register_module("gate", torch::nn::Linear(torch::nn::LinearOptions(h, router.num_experts).bias(false)));
+  // Zeros until the target's values are read (mtp_io.h); a buffer, so never trained (vLLM and transformers
+  // keep it fp32).
+  if (grouped)
+    score_bias = gate->register_buffer(kScoreBias, torch::zeros({router.num_experts}, torch::kFloat32));
   experts = register_module("experts", HeadExperts(router.num_experts, h, cfg.moe_intermediate_size));
-  shared_expert = register_module("shared_expert", HeadMlp(cfg, cfg.shared_intermediate_size));
+  shared_expert =
+      register_module(grouped ? "shared_experts" : "shared_expert", HeadMlp(cfg, cfg.shared_intermediate_size));
   if (cfg.shared_expert_gate)
     shared_expert_gate =
         register_module("shared_expert_gate", torch::nn::Linear(torch::nn::LinearOptions(h, 1).bias(false)));
@@ -42,13 +57,15 @@ HeadMoeImpl::HeadMoeImpl(const HeadConfig& cfg) : router(cfg.moe_router) {
 
 torch::Tensor HeadMoeImpl::forward(const torch::Tensor& x) {
   const auto flat = x.reshape({-1, x.size(-1)});
-  const auto route = model::route_experts(router, flat, gate->weight);
+  // sigmoid_grouped: the router in fp32, the correction bias in the choice only (model/moe.h).
+  const auto route = model::route_experts(router, flat, gate->weight, {}, score_bias);
   // One matmul per expert with tokens, never at::_grouped_mm: torch 2.11's _grouped_mm backward fails on
   // CPU (and is unchecked on CUDA), and a recomputed step (recompute.h: forward without gradients, again
   // with them in backward) must run the same kernels both times.
   auto y = model::run_experts(flat, route, {experts->gate_up_proj, {}, experts->down_proj, {}}, {},
                               /*grouped_mm=*/false);
-  // Qwen3_5MoeSparseMoeBlock: experts + sigmoid(shared_expert_gate(x)) * shared_expert(x).
+  // Qwen3_5MoeSparseMoeBlock: experts + sigmoid(shared_expert_gate(x)) * shared_expert(x); DeepseekV3MoE,
+  // Glm4MoeMoE: experts + shared_experts(x).
   auto shared = shared_expert->forward(flat);
   if (shared_expert_gate) shared = torch::sigmoid(shared_expert_gate->forward(flat)) * shared;
   return (y + shared).view(x.sizes());

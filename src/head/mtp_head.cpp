@@ -13,11 +13,12 @@
 
 namespace eagle::head {
 
-MtpHead::MtpHead(HeadConfig cfg) : cfg_(std::move(cfg)), layout_(&mtp_layout(cfg_.mtp_family)) {
+MtpHead::MtpHead(HeadConfig cfg) : cfg_(std::move(cfg)), layout_(mtp_layout(cfg_)) {
   const auto& l = layout();
   EAGLE_CHECK(cfg_.eagle_version == 3 && cfg_.num_layers == 1 && cfg_.draft_vocab_size == cfg_.vocab_size &&
                   !cfg_.parallel_drafting && cfg_.norm_one_plus == l.norm_one_plus &&
-                  cfg_.attn_output_gate == l.attn_output_gate && cfg_.qk_norm == l.qk_norm,
+                  cfg_.attn_output_gate == l.attn_output_gate && cfg_.mla() == l.mla &&
+                  (l.qk_norm_of_target || cfg_.qk_norm == l.qk_norm),
               Error(ErrorKind::internal, "not an MTP head config")
                   .expected("eagle_version 3, one layer, the full vocabulary, the family's norms and attention")
                   .found(fmt::format("mtp_family '{}', eagle_version {}, {} layers, {} of {} ids", cfg_.mtp_family,
@@ -28,7 +29,13 @@ MtpHead::MtpHead(HeadConfig cfg) : cfg_(std::move(cfg)), layout_(&mtp_layout(cfg
   hidden_norm = register_module(l.hidden_norm, norm());
   projection = register_module(l.projection, torch::nn::Linear(torch::nn::LinearOptions(2 * h, h).bias(false)));
   mtp_block = register_module("mtp_block", HeadLayer(cfg_, HeadLayerKind::decoder));
-  output_norm = register_module(l.output_norm, norm());
+  // DeepSeek's and GLM's shared_head.norm: the norm inside a holder module named shared_head.
+  if (const auto dot = l.output_norm.find('.'); dot != std::string::npos) {
+    auto holder = register_module(l.output_norm.substr(0, dot), std::make_shared<torch::nn::Module>());
+    output_norm = holder->register_module(l.output_norm.substr(dot + 1), norm());
+  } else {
+    output_norm = register_module(l.output_norm, norm());
+  }
   const auto vocab = DraftVocab::identity(cfg_.vocab_size);
   d2t = register_buffer("d2t", vocab.d2t());
   t2d = register_buffer("t2d", vocab.t2d());
@@ -59,7 +66,8 @@ MtpHead::StepInput MtpHead::step_input(const torch::Tensor& ids, const torch::Te
   {
     torch::NoGradGuard ng;
     e = torch::embedding(embedding_, ids.to(embedding_.device())).to(projection->weight.device(), dtype);
-    // vLLM's mimo_mtp.py: inputs_embeds[positions == 0] = 0 (only step 1 has position 0).
+    // vLLM's mimo_mtp.py, deepseek_mtp.py, glm4_moe_mtp.py: the embedding zeroed where positions == 0 (only
+    // step 1 has position 0).
     if (layout().mask_position0) e = e * (positions != 0).unsqueeze(-1).to(dtype);
   }
   auto a = embedding_norm->forward(e), b = hidden_norm->forward(state.to(dtype));
@@ -97,9 +105,9 @@ template <typename Visit>
 void MtpHead::unroll(const HeadInputs& in, Visit&& visit) {
   const auto dev = projection->weight.device();
   if (inv_freq_.device() != dev) inv_freq_ = inv_freq_.to(dev);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(cfg_.head_dim));
+  const double scale = attention_scale(cfg_);  // head_dim^-1/2; MLA's with its YaRN mscale
   const model::AttentionLayout layout(in.document_ids, in.attention);
-  // Step 1 (k = 0) at t: the target's h_t (MiMo: pre-norm, Qwen: post-norm) and x_{t+1} at position t;
+  // Step 1 (k = 0) at t: the target's h_t (MiMo: pre-norm, the others: post-norm) and x_{t+1} at position t;
   // step k + 1: the chain's fed-back state and x_{t+1+k} at position t + k, attending the step-1 keys s <= t and the
   // chain's earlier steps (the EAGLE-3 TTT mask, MTP.md 2.0).
   auto state = in.aux_hidden;

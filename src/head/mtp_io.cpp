@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "eagle/head/mtp_config.h"
 #include "eagle/head/mtp_head.h"
 #include "eagle/head/mtp_layout.h"
 #include "eagle/head/mtp_tensors.h"
@@ -48,197 +49,18 @@ std::map<std::string, std::string> tensor_files(const fs::path& dir) {
   return out;
 }
 
-// The config field that counts a family's MTP layers.
-const char* mtp_layers_field(target::Family f) {
-  using target::Family;
-  return f == Family::mimo || f == Family::qwen3_next ? "num_nextn_predict_layers" : "mtp_num_hidden_layers";
-}
-
-// Qwen3.5 architectures (text and multimodal, dense and MoE) and Qwen3-Next's.
-bool qwen_hybrid_architecture(const std::string& arch) {
-  return arch == "Qwen3_5ForCausalLM" || arch == "Qwen3_5ForConditionalGeneration" || arch == "Qwen3_5MoeForCausalLM" ||
-         arch == "Qwen3_5MoeForConditionalGeneration" || arch == "Qwen3NextForCausalLM";
-}
-
 }  // namespace
 
 std::string mtp_native_name(const std::string& parameter, const std::string& family) {
   return mtp_native_name(mtp_layout(family), parameter);
 }
 
-HeadConfig mtp_config_from_target(const target::TargetConfig& t) {
-  using target::Family;
-  const bool ships = t.num_mtp_layers >= 1;
-  const bool qwen = t.family == Family::qwen3_5 || t.family == Family::qwen3_5_moe || t.family == Family::qwen3_next;
-  EAGLE_CHECK(ships && (t.family == Family::mimo || qwen),
-              Error(ErrorKind::usage, "the target ships no MTP layer for --draft mtp")
-                  .place("draft")
-                  .expected("a MiMoForCausalLM target with num_nextn_predict_layers >= 1, a Qwen3.5 or Qwen3.5-MoE "
-                            "one with mtp_num_hidden_layers >= 1, or a Qwen3NextForCausalLM")
-                  .found(fmt::format("{} with {} MTP layers", t.architecture, t.num_mtp_layers))
-                  .hint("--draft eagle trains a new head for any target"));
-  // vLLM's Qwen3NextDecoderLayer makes its MLP a mixture of experts by its layer index (0 in mtp.layers.0) as the
-  // target's layers (mlp_only_layers, decoder_sparse_step): Qwen3-Next's released models have experts everywhere;
-  // a dense MTP layer is not what every vLLM build serves, so it is refused by name.
-  EAGLE_CHECK(t.family != Family::qwen3_next || t.sparse(0),
-              Error(ErrorKind::usage, "--draft mtp does not train a dense Qwen3-Next MTP layer")
-                  .place("decoder_sparse_step, mlp_only_layers")
-                  .expected("layer index 0 a mixture of experts (decoder_sparse_step 1, 0 not in mlp_only_layers)")
-                  .found(fmt::format("{}: layer 0 dense", t.architecture))
-                  .hint("--draft eagle trains a new head for any target"));
-  // vLLM drafts k > 1 tokens with several MTP layers through MultiModuleMTPSpeculator, whose rules
-  // differ (MTP.md 8); MiMo-7B and the Qwen3.5 models ship one layer.
-  EAGLE_CHECK(t.num_mtp_layers == 1, Error(ErrorKind::usage, "--draft mtp trains a target with one MTP layer")
-                                         .place(mtp_layers_field(t.family))
-                                         .expected("1")
-                                         .found(std::to_string(t.num_mtp_layers)));
-  const auto& l = mtp_layout(t.family == Family::mimo          ? "mimo"
-                             : t.family == Family::qwen3_5     ? "qwen3_5"
-                             : t.family == Family::qwen3_5_moe ? "qwen3_5_moe"
-                                                               : "qwen3_next");
-  // Qwen3.5's attention_bias puts a bias on o_proj as well, which the head's layer does not have.
-  EAGLE_CHECK(l.attention_bias || !t.attention_bias,
-              Error(ErrorKind::usage, "--draft mtp does not train a Qwen3.5 MTP layer with attention biases")
-                  .place("attention_bias")
-                  .expected("false")
-                  .found("true"));
-  auto c = HeadConfig::from_target(t, 3, {t.num_hidden_layers}, t.vocab_size);
-  c.mtp_family = l.family;
-  c.attention_bias = l.attention_bias && t.attention_bias;
-  c.qk_norm = l.qk_norm;
-  c.norm_one_plus = l.norm_one_plus;
-  c.attn_output_gate = l.attn_output_gate;
-  if (l.partial_rope) c.rope = t.rope;  // its rotary width: the first head_dim * partial_rotary_factor features
-  c.num_layers = 1;
-  c.draft_vocab_size = t.vocab_size;
-  c.ttt_steps = t.num_mtp_layers;  // vLLM's default k: n_predict (MTP.md 1)
-  if (t.family == Family::qwen3_5_moe || t.family == Family::qwen3_next) {
-    // The block's MLP: a Qwen3NextSparseMoeBlock with the target's router (softmax top k; Qwen3.5-MoE always
-    // renormalised), its experts' width and the gated shared expert (vLLM's qwen3_next.py, qwen3_5.py).
-    c.moe_router = t.moe_router();
-    c.moe_intermediate_size = t.moe_intermediate_size;
-    c.shared_intermediate_size = t.shared_intermediate_size;
-    c.shared_expert_gate = t.shared_expert_gate;
-  }
-  return c;
-}
-
-bool is_mtp_config(const json& j) {
-  const auto arch = j.find("architectures");
-  if (arch == j.end() || !arch->is_array() || arch->empty() || !(*arch)[0].is_string()) return false;
-  const auto name = (*arch)[0].get<std::string>();
-  if (name == "MiMoForCausalLM") return true;
-  if (!qwen_hybrid_architecture(name)) return false;
-  const auto text = j.find("text_config");
-  const json& r = text != j.end() && text->is_object() ? *text : j;
-  const bool next = name == "Qwen3NextForCausalLM";
-  const char* key = next ? "num_nextn_predict_layers" : "mtp_num_hidden_layers";
-  const auto v = r.find(key);
-  if (v == r.end()) return next;  // Qwen3-Next: vLLM's default 1
-  return v->is_number_integer() && v->get<std::int64_t>() >= 1;
-}
-
-HeadConfig mtp_config_from_json(const json& j, const std::string& file) {
-  auto c = mtp_config_from_target(target::TargetConfig::from_json_file(file));
-  if (!j.contains("eagle_train")) return c;
-  const auto& e = j["eagle_train"];
-  auto bad = [&](const char* key) {
-    return Error(ErrorKind::input, "an eagle_train field of the MTP head is out of range")
-        .file(file)
-        .place(fmt::format("eagle_train.{}", key))
-        .found(e.contains(key) ? e[key].dump() : "missing");
-  };
-  EAGLE_CHECK(e.is_object() && e.value("mtp_family", "") == c.mtp_family, bad("mtp_family"));
-  EAGLE_CHECK(e.contains("ttt_steps") && e["ttt_steps"].is_number_integer() &&
-                  e["ttt_steps"].get<std::int64_t>() >= 1 && e["ttt_steps"].get<std::int64_t>() <= 32,
-              bad("ttt_steps"));
-  c.ttt_steps = e["ttt_steps"].get<std::int64_t>();
-  EAGLE_CHECK(e.contains("ttt_loss_decay") && e["ttt_loss_decay"].is_number() &&
-                  e["ttt_loss_decay"].get<double>() >= 0.0 && e["ttt_loss_decay"].get<double>() <= 1.0,
-              bad("ttt_loss_decay"));
-  c.ttt_loss_decay = e["ttt_loss_decay"].get<double>();
-  c.target_name_or_path = e.value("target_name_or_path", "");
-  // A checkpoint's config.json is a text model's: the target's own architecture (a multimodal
-  // Qwen3_5ForConditionalGeneration) is recorded beside it.
-  if (e.contains("target_architecture") && e["target_architecture"].is_string())
-    c.target_architecture = e["target_architecture"].get<std::string>();
-  return c;
-}
-
-json mtp_config_json(const HeadConfig& c) {
-  EAGLE_CHECK(c.rope.type == "default",
-              Error(ErrorKind::usage, "the MTP checkpoint writes default RoPE only").found(c.rope.type));
-  const json eagle_train = {{"mtp_family", c.mtp_family},
-                            {"ttt_steps", c.ttt_steps},
-                            {"ttt_loss_decay", c.ttt_loss_decay},
-                            {"target_name_or_path", c.target_name_or_path},
-                            {"target_architecture", c.target_architecture},
-                            {"target_dtype", c.target_dtype}};
-  if (c.mtp_family != "mimo") {
-    // A text config of the family (Qwen3_5TextConfig's, Qwen3_5MoeTextConfig's or Qwen3NextConfig's fields) that
-    // the target reader reads back into this head's config.
-    const bool next = c.mtp_family == "qwen3_next", moe = c.mtp_family != "qwen3_5";
-    json j = {{"architectures",
-               {next  ? "Qwen3NextForCausalLM"
-                : moe ? "Qwen3_5MoeForCausalLM"
-                      : "Qwen3_5ForCausalLM"}},
-              {"model_type", next  ? "qwen3_next"
-                             : moe ? "qwen3_5_moe_text"
-                                   : "qwen3_5_text"},
-              {"hidden_size", c.hidden_size},
-              {"intermediate_size", c.intermediate_size},
-              {"num_attention_heads", c.num_attention_heads},
-              {"num_key_value_heads", c.num_key_value_heads},
-              {"head_dim", c.head_dim},
-              {"num_hidden_layers", c.target_num_hidden_layers},
-              {next ? "num_nextn_predict_layers" : "mtp_num_hidden_layers", 1},
-              {"rms_norm_eps", c.rms_norm_eps},
-              {"hidden_act", c.hidden_act},
-              {"max_position_embeddings", c.max_position_embeddings},
-              {"rope_parameters",
-               {{"rope_type", "default"},
-                {"rope_theta", c.rope.theta},
-                {"partial_rotary_factor", static_cast<double>(c.rope.head_dim) / static_cast<double>(c.head_dim)}}},
-              {"attention_bias", false},
-              {"vocab_size", c.vocab_size},
-              {"tie_word_embeddings", false},
-              {"dtype", c.target_dtype},
-              {"eagle_train", eagle_train}};
-    if (moe) {
-      j["num_experts"] = c.moe_router.num_experts;
-      j["num_experts_per_tok"] = c.moe_router.experts_per_token;
-      j["moe_intermediate_size"] = c.moe_intermediate_size;
-      j["shared_expert_intermediate_size"] = c.shared_intermediate_size;
-    }
-    if (next) {
-      j["norm_topk_prob"] = c.moe_router.norm_topk_prob;
-      j["decoder_sparse_step"] = 1;
-      j["mlp_only_layers"] = json::array();
-    }
-    return j;
-  }
-  return {{"architectures", {"MiMoForCausalLM"}},
-          {"model_type", "mimo"},
-          {"hidden_size", c.hidden_size},
-          {"intermediate_size", c.intermediate_size},
-          {"num_attention_heads", c.num_attention_heads},
-          {"num_key_value_heads", c.num_key_value_heads},
-          {"head_dim", c.head_dim},
-          {"num_hidden_layers", c.target_num_hidden_layers},
-          {"num_nextn_predict_layers", 1},
-          {"rms_norm_eps", c.rms_norm_eps},
-          {"hidden_act", c.hidden_act},
-          {"max_position_embeddings", c.max_position_embeddings},
-          {"rope_theta", c.rope.theta},
-          {"vocab_size", c.vocab_size},
-          {"tie_word_embeddings", false},
-          {"use_sliding_window", false},
-          {"torch_dtype", c.target_dtype},
-          {"eagle_train", eagle_train}};
+std::string mtp_native_name(const std::string& parameter, const HeadConfig& cfg) {
+  return mtp_native_name(mtp_layout(cfg), parameter);
 }
 
 void load_mtp_weights(DraftHead& head, const std::string& dir) {
-  const auto& layout = mtp_layout(head.config().mtp_family);
+  const auto layout = mtp_layout(head.config());
   const auto files = tensor_files(dir);
   std::map<std::string, model::SafetensorsFile> open;
   std::set<std::string> read;
@@ -264,8 +86,9 @@ void load_mtp_weights(DraftHead& head, const std::string& dir) {
   // An expert past the config's count is named as such.
   const auto experts = head.config().moe_router.num_experts;
   const auto extra = layout.prefix + layout.block + fmt::format("mlp.experts.{}.", experts);
-  const std::string replaced =
-      layout.replaced_by_target.empty() ? std::string() : layout.prefix + layout.replaced_by_target;
+  // What vLLM loads and then replaces by the target's (the embedding, DeepSeek's shared_head.head): read past.
+  std::set<std::string> replaced;
+  for (const auto& r : layout.replaced_by_target) replaced.insert(layout.prefix + r);
   for (const auto& [name, file] : files) {
     EAGLE_CHECK(!head.config().moe() || name.rfind(extra, 0) != 0,
                 Error(ErrorKind::input, "the MTP layer holds more experts than the config's num_experts")
@@ -273,7 +96,7 @@ void load_mtp_weights(DraftHead& head, const std::string& dir) {
                     .place(fmt::format("tensor {}", name))
                     .expected(fmt::format("experts 0..{}", experts - 1)));
     EAGLE_CHECK(
-        name.rfind(layout.prefix, 0) != 0 || read.count(name) || name == replaced,
+        name.rfind(layout.prefix, 0) != 0 || read.count(name) || replaced.count(name),
         Error(ErrorKind::input, "a tensor of the MTP layer is not part of the head")
             .file((fs::path(dir) / file).string())
             .place(fmt::format("tensor {}", name))
@@ -301,7 +124,7 @@ void export_mtp_target(DraftHead& head, const std::string& target_dir, const std
   EAGLE_CHECK(fs::is_regular_file(src / "config.json"),
               Error(ErrorKind::input, "not a target model folder").file(target_dir).expected("config.json"));
   const json target_config = util::read_json_object(src / "config.json", "target config.json");
-  const auto& layout = mtp_layout(head.config().mtp_family);
+  const auto layout = mtp_layout(head.config());
   EAGLE_CHECK(is_mtp_config(target_config), Error(ErrorKind::input, "the target ships no MTP layer")
                                                 .file((src / "config.json").string())
                                                 .expected(layout.architecture_hint + " with its MTP layer"));

@@ -3,6 +3,9 @@
 
 #include <array>
 
+#include <fmt/format.h>
+
+#include "eagle/head/head.h"
 #include "eagle/util/error.h"
 
 namespace eagle::head {
@@ -47,7 +50,7 @@ MtpLayout qwen(const std::string& family, const std::string& architectures) {
   l.projection = "fc";
   l.output_norm = "norm";
   l.block = "layers.0.";
-  l.replaced_by_target = "embed_tokens.weight";
+  l.replaced_by_target = {"embed_tokens.weight"};
   l.embedding_first = true;
   l.mask_position0 = false;
   l.norm_one_plus = true;
@@ -59,19 +62,80 @@ MtpLayout qwen(const std::string& family, const std::string& architectures) {
   return l;
 }
 
+// The MTP layer stored as the layer after the target's last, model.layers.{L}. (one layout for DeepSeek-V3 and
+// GLM-4.5; what differs is the block's attention and the fed-back state).
+MtpLayout after_last_layer(const std::string& family, const std::string& architectures) {
+  // vllm/model_executor/models/deepseek_mtp.py (DeepSeekMultiTokenPredictorLayer) and glm4_moe_mtp.py
+  // (Glm4MoeMultiTokenPredictorLayer): the embedding zeroed where positions == 0, eh_proj(cat[enorm(e),
+  // hnorm(h)]) (embedding first, no bias), the block (model.layers.{L}.* with mtp_block. dropped by
+  // _rewrite_spec_layer_name), z = residual + out; logits shared_head.head(shared_head.norm(z)) with the
+  // target's lm_head as shared_head.head (load_eagle_model swaps it in). x * w norms with rms_norm_eps.
+  // Step 1's h is the target's output after its final norm (DeepseekV2Model, Glm4MoeModel return norm(.)).
+  MtpLayout l;
+  l.family = family;
+  l.prefix = "model.layers.{}.";
+  l.prefix_after_last_layer = true;
+  l.embedding_norm = "enorm";
+  l.hidden_norm = "hnorm";
+  l.projection = "eh_proj";
+  l.output_norm = "shared_head.norm";
+  l.block = "";
+  l.replaced_by_target = {"embed_tokens.weight", "shared_head.head.weight"};
+  l.embedding_first = true;
+  l.mask_position0 = true;
+  l.norm_one_plus = false;
+  l.step1_pre_norm = false;
+  l.architecture_hint = architectures;
+  return l;
+}
+
+MtpLayout deepseek_v3() {
+  // DeepSeekMultiTokenPredictorLayer returns (z, shared_head(z)): the logits from z, the normed z fed back
+  // (the spec decoder splits the tuple). The block is a DeepseekV2DecoderLayer: MLA, a MoE MLP.
+  auto l = after_last_layer("deepseek_v3", "DeepseekV3ForCausalLM (deepseek_v3, kimi_k2)");
+  l.feed_back_normed = true;
+  l.mla = true;
+  return l;
+}
+
+MtpLayout glm4_moe() {
+  // Glm4MoeMultiTokenPredictorLayer returns z alone: the logits normalise it, the next step takes z as it is.
+  // The block is a Glm4MoeDecoderLayer: GQA with the target's qkv bias and use_qk_norm, partial RoPE, MoE.
+  auto l = after_last_layer("glm4_moe", "Glm4MoeForCausalLM");
+  l.feed_back_normed = false;
+  l.attention_bias = true;
+  l.qk_norm_of_target = true;
+  l.partial_rope = true;
+  return l;
+}
+
 }  // namespace
 
-const MtpLayout& mtp_layout(const std::string& family) {
-  static const std::array<MtpLayout, 4> kLayouts = {
-      mimo(), qwen("qwen3_5", "Qwen3_5ForCausalLM or Qwen3_5ForConditionalGeneration"),
+MtpLayout mtp_layout(const std::string& family, std::int64_t num_hidden_layers) {
+  static const std::array<MtpLayout, 6> kLayouts = {
+      mimo(),
+      qwen("qwen3_5", "Qwen3_5ForCausalLM or Qwen3_5ForConditionalGeneration"),
       qwen("qwen3_5_moe", "Qwen3_5MoeForCausalLM or Qwen3_5MoeForConditionalGeneration"),
-      qwen("qwen3_next", "Qwen3NextForCausalLM")};
-  for (const auto& l : kLayouts)
-    if (l.family == family) return l;
+      qwen("qwen3_next", "Qwen3NextForCausalLM"),
+      deepseek_v3(),
+      glm4_moe()};
+  for (auto l : kLayouts) {
+    if (l.family != family) continue;
+    if (l.prefix_after_last_layer) {
+      EAGLE_CHECK(num_hidden_layers > 0, Error(ErrorKind::internal, "the MTP layer's index is unknown")
+                                             .place(family)
+                                             .expected("the target's num_hidden_layers (the layer after its last)")
+                                             .found(std::to_string(num_hidden_layers)));
+      l.prefix = fmt::format(fmt::runtime(l.prefix), num_hidden_layers);
+    }
+    return l;
+  }
   throw Error(ErrorKind::internal, "unknown MTP family")
       .found(family)
-      .expected("mimo, qwen3_5, qwen3_5_moe or qwen3_next");
+      .expected("mimo, qwen3_5, qwen3_5_moe, qwen3_next, deepseek_v3 or glm4_moe");
 }
+
+MtpLayout mtp_layout(const HeadConfig& cfg) { return mtp_layout(cfg.mtp_family, cfg.target_num_hidden_layers); }
 
 std::string mtp_native_name(const MtpLayout& layout, const std::string& parameter) {
   const std::string block = "mtp_block.";

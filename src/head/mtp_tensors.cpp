@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include "eagle/head/head_moe.h"
+
 namespace eagle::head {
 
 namespace {
@@ -29,6 +31,9 @@ std::vector<MtpTensor> mtp_tensors(DraftHead& head, const MtpLayout& layout, Exp
       }
     }
   }
+  // The frozen tensors of the layer the head keeps as buffers (DeepSeek's and GLM's correction bias).
+  for (const auto& b : head.module().named_buffers())
+    if (is_checkpoint_buffer(b.key())) out.push_back({mtp_native_name(layout, b.key()), b.value()});
   return out;
 }
 

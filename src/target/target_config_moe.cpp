@@ -89,6 +89,7 @@ void read_sigmoid_moe(const Reader& r, TargetConfig& c) {
                                         .expected("noaux_tc")
                                         .found(method)
                                         .hint("DeepSeek-V2's greedy and group_limited_greedy: DeepseekV2ForCausalLM"));
+  c.router_named = r.has("scoring_func") && r.has("topk_method");
   const auto freq = r.integer_or("moe_layer_freq", 1);
   EAGLE_CHECK(freq == 1, r.bad("moe_layer_freq", "every layer after first_k_dense_replace is a MoE layer")
                              .expected("1")

@@ -37,10 +37,15 @@ std::shared_ptr<head::DraftHead> make_mtp_head(const config::Options& opts, cons
   head::load_mtp_weights(*head, opts.model_name_or_path);
   head->module().to(device);
   head->set_target_weights(inputs.ends.embed, inputs.ends.lm_head);
-  auto prefix = head::mtp_layout(cfg.mtp_family).prefix;
-  prefix.pop_back();  // model.mtp_layers.0, mtp
-  log::info("model", "MTP head: {}'s {} ({} parameters trained; embedding and LM head frozen), {} TTT step(s)",
-            opts.model_name_or_path, prefix, head::count_parameters(*head), cfg.ttt_steps);
+  const auto layout = head::mtp_layout(cfg);
+  auto prefix = layout.prefix;
+  prefix.pop_back();  // model.mtp_layers.0, mtp, model.layers.{L}
+  // DeepSeek-V3, GLM-4.5: the logits are the target's lm_head of shared_head.norm (vLLM swaps the target's LM
+  // head in for shared_head.head); a shared_head.head the folder holds is left as it is.
+  const bool shared_head = layout.output_norm.rfind("shared_head.", 0) == 0;
+  log::info("model", "MTP head: {}'s {} ({} parameters trained; embedding and LM head frozen{}), {} TTT step(s)",
+            opts.model_name_or_path, prefix, head::count_parameters(*head),
+            shared_head ? ", the target's lm_head as shared_head.head" : "", cfg.ttt_steps);
   return head;
 }
 

@@ -57,7 +57,8 @@ struct HeadConfig {
                                                    // exports' torch_dtype: SGLang runs the draft in it
   TttAttentionImpl attention = TttAttentionImpl::efficient;
   // --draft mtp (MTP.md): the target's own shipped MTP layer, fine-tuned (head/mtp_head.h); "" for the
-  // EAGLE heads, else the family whose MTP forward it is ("mimo", "qwen3_5"). An MTP head is drafted and
+  // EAGLE heads, else the family whose MTP forward it is ("mimo", "qwen3_5", "deepseek_v3", ...: mtp_layout.h).
+  // An MTP head is drafted and
   // trained as an EAGLE-3 head (eagle_version 3, one layer, aux_layer_ids {L}, the full vocabulary).
   std::string mtp_family;
   bool attention_bias = false;  // q/k/v bias of the draft layer (the MTP block of a Qwen2-type target)
@@ -71,7 +72,8 @@ struct HeadConfig {
   // q_proj emitting [query | gate] per head, the attention times sigmoid(gate) before o_proj.
   bool norm_one_plus = false, attn_output_gate = false;
   bool mtp() const { return !mtp_family.empty(); }
-  // The MTP block's mixture of experts (Qwen3.5-MoE, Qwen3-Next; head/head_moe.h): the target's router
+  // The MTP block's mixture of experts (Qwen3.5-MoE, Qwen3-Next, DeepSeek-V3, GLM-4.5; head/head_moe.h): the
+  // target's router
   // (num_experts 0: the dense MLP of intermediate_size), each routed expert's and the shared expert's
   // widths, and the shared expert's sigmoid gate.
   model::MoeRouter moe_router;
@@ -95,6 +97,11 @@ struct HeadConfig {
   // target without MLA, without a q_lora_rank (vLLM's loader fuses q_a_proj with kv_a_proj_with_mqa), or
   // a RoPE other than default and YaRN (vLLM serves every scaled type as deepseek_yarn).
   void use_mla_layer(const target::TargetConfig& target);
+  // The MLA layer's shape as vLLM's DeepseekV2MLAAttention builds it from an MLA target's config (use_mla_layer
+  // and DeepSeek-V3's MTP layer): its heads (one key/value head each), LoRA ranks and head widths, no biases,
+  // and the target's RoPE over qk_rope_head_dim as vLLM serves it (deepseek_yarn for YaRN: the correction
+  // range always truncated, attn_factor not attention_factor read). No checks.
+  void set_mla_shape(const target::TargetConfig& target);
   std::int64_t steps() const { return dflash() ? dflash_block_size - 1 : eagle_version == 3 ? ttt_steps : 1; }
 };
 

@@ -1,8 +1,10 @@
-// The target's shipped MTP layer as a draft head (--draft mtp; MTP.md 2.0, 2.3, 2.4), one class for
+// The target's shipped MTP layer as a draft head (--draft mtp; MTP.md 2.0-2.4), one class for
 // every family, what differs read from its MtpLayout (head/mtp_layout.h): u = projection of the
-// normed embedding e and the normed state h (MiMo: [h; e], e zeroed at position 0; Qwen3.5: [e; h]),
-// one decoder layer on u (Qwen3.5: gated attention, q/k norm, partial RoPE, (1 + w) norms),
-// o = output_norm(u + attn + mlp), logits = the target's lm_head(o), o fed back. Trained with the
+// normed embedding e and the normed state h (MiMo: [h; e], e zeroed at position 0; Qwen3.5: [e; h];
+// DeepSeek-V3, GLM-4.5: [e; h], e zeroed at position 0), one decoder layer on u (Qwen3.5: gated
+// attention, q/k norm, partial RoPE, (1 + w) norms; DeepSeek-V3: MLA; GLM-4.5: qkv bias, partial RoPE;
+// a dense MLP or the target's mixture of experts), o = output_norm(u + attn + mlp), logits = the
+// target's lm_head(o), o fed back (GLM-4.5: the block's output before output_norm). Trained with the
 // EAGLE-3 training-time test (the same TTT attention: step-1 keys causally plus the chain's own
 // earlier steps, RoPE position t+k) over the full vocabulary; drafted k times with the one layer.
 #pragma once
@@ -25,7 +27,7 @@ class MtpHead : public torch::nn::Module, public DraftHead {
   HeadStepOutput train_step_forward(const HeadInputs& in, const torch::Tensor& denominators) override;
   DraftCache new_cache(std::int64_t batch, std::int64_t capacity) const override;
   // features [B, n, H]: the target's last hidden states (aux id L), before its final norm for MiMo and
-  // after it for Qwen3.5 (MtpLayout::step1_pre_norm).
+  // after it for the others (MtpLayout::step1_pre_norm).
   torch::Tensor draft(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids,
                       std::int64_t draft_len) override;
   // draft()'s steps for trees and sampled chains: the prefix pass, and nodes under an explicit mask;
@@ -44,9 +46,9 @@ class MtpHead : public torch::nn::Module, public DraftHead {
   target::TeacherSpec teacher_spec() const override { return target::TeacherSpec{draft_ids}; }
 
   // Registered under the family's native names (layout().embedding_norm, hidden_norm, projection,
-  // output_norm; MiMo: token_layernorm, hidden_layernorm, input_proj, final_layernorm) and the decoder
-  // layer as mtp_block.* (input_layernorm, self_attn.*, post_attention_layernorm, mlp.*); mtp_io.h maps
-  // them to the checkpoint's names.
+  // output_norm; MiMo: token_layernorm, hidden_layernorm, input_proj, final_layernorm; DeepSeek: enorm,
+  // hnorm, eh_proj, shared_head.norm) and the decoder layer as mtp_block.* (input_layernorm, self_attn.*,
+  // post_attention_layernorm, mlp.*); mtp_io.h maps them to the checkpoint's names.
   RmsNorm embedding_norm{nullptr}, hidden_norm{nullptr}, output_norm{nullptr};
   torch::nn::Linear projection{nullptr};
   HeadLayer mtp_block{nullptr};
@@ -70,14 +72,14 @@ class MtpHead : public torch::nn::Module, public DraftHead {
   torch::Tensor logits(const torch::Tensor& o) const;  // the target's LM head in its dtype, as fp32 [.., V]
   template <typename Visit>
   void unroll(const HeadInputs& in, Visit&& visit);  // visit(k, o) after each TTT step
-  const MtpLayout& layout() const { return *layout_; }
+  const MtpLayout& layout() const { return layout_; }
   // Tokens ids [B, n] and states [B, n, H] written at cache slots [start, start + n) at RoPE
   // positions pos0..; returns their outputs.
   StepOutput cached_step(DraftCache& cache, const torch::Tensor& state, const torch::Tensor& ids, std::int64_t start,
                          std::int64_t pos0);
 
   HeadConfig cfg_;
-  const MtpLayout* layout_;
+  MtpLayout layout_;
   torch::Tensor embedding_, lm_head_;  // the target's, frozen, not registered
   torch::Tensor inv_freq_;
 };

@@ -19,7 +19,8 @@ namespace eagle::head {
 enum class ExpertNames { fused, per_expert };
 
 // One checkpoint tensor of the head: its native name and the parameter, or the view of it, that holds it
-// (reading copies into the view, writing reads it).
+// (reading copies into the view, writing reads it); after the parameters, the frozen buffers a checkpoint
+// holds (is_checkpoint_buffer: DeepSeek's and GLM's mlp.gate.e_score_correction_bias).
 struct MtpTensor {
   std::string name;
   torch::Tensor value;

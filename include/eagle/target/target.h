@@ -71,8 +71,8 @@ struct TargetConfig {
   std::int64_t bos_token_id = -1;
   // The shipped MTP layers: MiMo's num_nextn_predict_layers (model.mtp_layers.{i}.*; DeepSeek-V3 and
   // GLM-4.5: model.layers.{num_hidden_layers + i}.*), Qwen3.5's mtp_num_hidden_layers and Qwen3-Next's
-  // num_nextn_predict_layers (mtp.*). The target never loads them; --draft mtp trains MiMo's and dense
-  // Qwen3.5's layer 0 (head/mtp_head.h).
+  // num_nextn_predict_layers (mtp.*). The target never loads them; --draft mtp trains layer 0
+  // (head/mtp_head.h).
   std::int64_t num_mtp_layers = 0;
   // Multi-head latent attention (DeepSeek-V3; kv_lora_rank > 0): q from q_a_proj, its norm and q_b_proj
   // (q_lora_rank 0: q_proj), keys and values from the latent kv_a_proj_with_mqa (kv_lora_rank, normed,
@@ -113,6 +113,10 @@ struct TargetConfig {
   std::int64_t n_group = 1, topk_group = 1, shared_intermediate_size = 0;
   bool shared_expert_gate = false;  // Qwen3-Next, Qwen3.5-MoE: the shared expert times sigmoid(shared_expert_gate(x))
   double routed_scaling_factor = 1.0;
+  // DeepSeek-V3: scoring_func and topk_method both written in config.json (DeepSeek's and Kimi-K2's releases
+  // do). transformers computes the sigmoid router with its correction bias either way; vLLM's deepseek_v2.py
+  // reads both, with the defaults softmax and no correction bias (the MTP head refuses their absence).
+  bool router_named = false;
   // gpt-oss experts: gate and up interleaved in the checkpoint, clamped at swiglu_limit, activation
   // (up + 1) * gate * sigmoid(alpha * gate). Otherwise SiLU(gate) * up.
   bool clamped_swiglu = false;
