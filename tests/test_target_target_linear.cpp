@@ -125,10 +125,11 @@ TEST_CASE("hybrid targets: fp32 forward matches transformers, padded and packed 
       CHECK(torch::equal(pk.target_argmax.narrow(1, at, n), alone.target_argmax));
       at += n;
     }
-    // Chunks of positions in the position-wise half change nothing.
+    // Chunks of positions in the position-wise half change nothing (but float rounding: 5.2e-5 seen on
+    // logits up to 57, 1e-6 relative).
     m.set_chunk_tokens(7);
     auto pk7 = m.forward(packed(samples), full_vocab(m));
-    CHECK(max_err(pk7.teacher_logits, pk.teacher_logits) <= 5e-5);
+    CHECK(max_err(pk7.teacher_logits, pk.teacher_logits) <= 1e-4);
   }
 }
 

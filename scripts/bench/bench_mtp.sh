@@ -23,7 +23,7 @@ K="${BENCH_DRAFT_LEN:-3}"
 PROMPTS="${BENCH_EVAL_PROMPTS:-32}"
 MAX_NEW="${BENCH_MAX_NEW:-64}"
 THREADS="${BENCH_THREADS:-2}"
-FIXTURES="${BENCH_FIXTURES:-tiny-mimo tiny-qwen3-5-mtp tiny-qwen3-5-moe-mtp tiny-qwen3-next-mtp}"
+FIXTURES="${BENCH_FIXTURES:-tiny-mimo tiny-qwen3-5-mtp tiny-qwen3-5-moe-mtp tiny-qwen3-next-mtp tiny-deepseek-v3-mtp tiny-glm4-moe-mtp}"
 mkdir -p "$OUT"
 ROWS=()
 
