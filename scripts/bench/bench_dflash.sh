@@ -12,9 +12,14 @@
 #     with an EAGLE-3 row, on packed rows (padding_free: every row holds training_seq_len 512 tokens, so
 #     each row computes exactly that many anchor blocks; anchors beyond its trainable positions are
 #     padding that counts nothing), BENCH_TPUT_ROWS rows, BENCH_TPUT_STEPS steps.
+# (c) seq: peak memory and real tokens/s by row length T (BENCH_SEQ_LENS, packed rows of T tokens) at a
+#     fixed block (BENCH_SEQ_BLOCK) and anchor count (BENCH_SEQ_ANCHORS), BENCH_TPUT_ROWS rows,
+#     BENCH_TPUT_STEPS steps: the block-sparse attention's memory against T (a dense mask would grow as
+#     T squared).
 # Prints a Markdown table per part (scripts/bench/dflash_table.py).
 #
-# Knobs (environment): BENCH_PARTS ("ar tput"), BENCH_STEPS (200; the demo trains 600), BENCH_SECONDS
+# Knobs (environment): BENCH_PARTS ("ar tput"; "seq" on request), BENCH_SEQ_LENS ("256 512 1024 2048"),
+# BENCH_SEQ_BLOCK (16), BENCH_SEQ_ANCHORS (128), BENCH_STEPS (200; the demo trains 600), BENCH_SECONDS
 # (unset: EAGLE-3's loop time), BENCH_PILOT_STEPS (12), BENCH_DFLASH_LAYERS (1), BENCH_EAGLE_DRAFT_LEN
 # (15), BENCH_EVAL_PROMPTS (32), BENCH_MAX_NEW (64), BENCH_BLOCKS ("8 16"), BENCH_ANCHORS ("64 256 512"),
 # BENCH_TPUT_STEPS (16), BENCH_TPUT_ROWS (4), BENCH_THREADS (2), BENCH_DEVICE (cpu),
@@ -122,6 +127,21 @@ if [[ " $PARTS " == *" tput "* ]]; then
       train "tput-b$b-a$a" "$DFLASH_CONFIG" "$TPUT_STEPS" "${PACKED[@]}" $(dflash "$b") --dflash_num_anchors "$a"
       ROWS+=("DFlash block $b, $a anchors=$OUT/tput-b$b-a$a")
     done
+  done
+  echo
+  "$PY" "$TABLE" tput "${ROWS[@]}"
+fi
+if [[ " $PARTS " == *" seq "* ]]; then
+  SEQ_BLOCK="${BENCH_SEQ_BLOCK:-16}"
+  SEQ_ANCHORS="${BENCH_SEQ_ANCHORS:-128}"
+  echo "(c) memory by row length: block $SEQ_BLOCK, $SEQ_ANCHORS anchors, $TPUT_ROWS packed rows, $TPUT_STEPS steps"
+  ROWS=()
+  for t in ${BENCH_SEQ_LENS:-256 512 1024 2048}; do
+    # shellcheck disable=SC2046
+    train "seq-t$t" "$DFLASH_CONFIG" "$TPUT_STEPS" --padding_free --bucket_granularity 0 \
+      --per_device_train_batch_size "$TPUT_ROWS" --warmup_steps 2 --logging_steps 4 --training_seq_len "$t" \
+      $(dflash "$SEQ_BLOCK") --dflash_num_anchors "$SEQ_ANCHORS"
+    ROWS+=("T $t=$OUT/seq-t$t")
   done
   echo
   "$PY" "$TABLE" tput "${ROWS[@]}"
