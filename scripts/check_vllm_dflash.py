@@ -4,7 +4,7 @@ reports (issue 40; docs/export.md, "dflash").
 
 1. Writes the first PROMPTS held-out prompts of DATA (as eval picks them) to OUT/prompts.jsonl, each
    followed by one trained token, so that `eagle-train eval --eval_data_path OUT/prompts.jsonl` decodes
-   exactly these prompts (scripts/check_vllm_mtp.py's held_out_prompts).
+   exactly these prompts (scripts/vllm_check_common.py).
 2. Runs `eagle-train eval --json` on DRAFT with TARGET, greedy rounds of K drafted tokens (default: the
    draft's block size - 1, as vLLM serves it), fp32.
 3. Serves TARGET with vLLM's CPU build (scripts/setup_vllm_cpu.sh): `LLM(TARGET, speculative_config=
@@ -22,12 +22,11 @@ Usage (the vLLM venv's python runs step 3 in a subprocess):
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_vllm_mtp import held_out_prompts  # noqa: E402
+import vllm_check_common as common  # noqa: E402
 
 SERVE = r"""
 import json, sys
@@ -41,12 +40,6 @@ llm = LLM(model=target, dtype="float32", skip_tokenizer_init=True, enforce_eager
           speculative_config={"method": "dflash", "model": draft, "num_speculative_tokens": k})
 outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
                     SamplingParams(temperature=0.0, max_tokens=max_new), use_tqdm=False)
-m = {x.name: x for x in llm.get_metrics()}
-drafts = m["vllm:spec_decode_num_drafts"].value
-accepted = m["vllm:spec_decode_num_accepted_tokens"].value
-per_pos = list(m["vllm:spec_decode_num_accepted_tokens_per_pos"].values)
-print("RESULT " + json.dumps({"drafts": drafts, "accepted": accepted, "per_pos": per_pos,
-                              "generated": [list(o.outputs[0].token_ids) for o in outs]}))
 """
 
 
@@ -70,36 +63,10 @@ def main():
     k = o.k or int(cfg["block_size"]) - 1
     out = o.out or tempfile.mkdtemp(prefix="check-vllm-dflash-")
     os.makedirs(out, exist_ok=True)
-    prompts = held_out_prompts(o.data, o.prompts)
-    pf = os.path.join(out, "prompts.jsonl")
-    with open(pf, "w") as f:
-        for p in prompts:
-            f.write(json.dumps({"input_ids": p, "loss_mask": [0] * (len(p) - 1) + [1]}) + "\n")
-    ev = subprocess.run([o.bin, "eval", "--checkpoint", o.draft, "--model_name_or_path", o.target,
-                         "--eval_data_path", pf, "--eval_num_prompts", str(len(prompts)),
-                         "--eval_max_new_tokens", str(o.max_new), "--eval_draft_len", str(k),
-                         "--eval_batch_size", "1", "--target_dtype", "float32", "--device", "cpu", "--json"],
-                        capture_output=True, text=True)
-    if ev.returncode != 0:
-        sys.exit(f"eagle-train eval failed:\n{ev.stderr}")
-    mine = json.loads(ev.stdout[ev.stdout.find("{"):])
-    open(os.path.join(out, "eval.json"), "w").write(json.dumps(mine, indent=2))
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_TARGET_DEVICE="cpu", VLLM_CPU_OMP_THREADS_BIND="nobind")
-    sv = subprocess.run([o.vllm_python, "-c", SERVE, o.target, o.draft, pf, str(k), str(o.max_new)],
-                        capture_output=True, text=True, env=env)
-    open(os.path.join(out, "vllm.log"), "w").write(sv.stdout + sv.stderr)
-    line = next((l for l in sv.stdout.splitlines() if l.startswith("RESULT ")), None)
-    if sv.returncode != 0 or line is None:
-        sys.exit(f"vLLM failed (log: {out}/vllm.log):\n{sv.stderr[-4000:]}")
-    v = json.loads(line[len("RESULT "):])
-    open(os.path.join(out, "vllm.json"), "w").write(json.dumps(v))
-    vllm_ar = 1.0 + v["accepted"] / v["drafts"] if v["drafts"] else float("nan")
-    print(f"prompts {len(prompts)}, max_new {o.max_new}, k {k}")
-    print(f"eagle-train eval: ar {mine['ar']:.6f}, ar_by_depth {mine.get('ar_by_depth')}")
-    print(f"vLLM: ar {vllm_ar:.6f} ({v['accepted']} accepted of {v['drafts']} rounds; per position {v['per_pos']})")
-    ok = abs(vllm_ar - mine["ar"]) <= o.tol
-    print("SAME" if ok else "DIFFERENT")
-    sys.exit(0 if ok else 1)
+    prompts_file, n = common.write_prompts(o.data, o.prompts, out)
+    mine = common.eagle_eval(o.bin, o.draft, o.target, prompts_file, n, o.max_new, k, out)
+    v = common.serve(o.vllm_python, SERVE, [o.target, o.draft, prompts_file, str(k), str(o.max_new)], out)
+    common.report(mine, v, n, o.max_new, k, o.tol)
 
 
 if __name__ == "__main__":

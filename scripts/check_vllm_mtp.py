@@ -18,9 +18,11 @@ Usage (the vLLM venv's python runs step 3 in a subprocess):
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import vllm_check_common as common  # noqa: E402
 
 SERVE = r"""
 import json, sys
@@ -34,12 +36,6 @@ llm = LLM(model=folder, dtype="float32", skip_tokenizer_init=True, enforce_eager
           speculative_config={"method": "mtp", "num_speculative_tokens": k})
 outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
                     SamplingParams(temperature=0.0, max_tokens=max_new), use_tqdm=False)
-m = {x.name: x for x in llm.get_metrics()}
-drafts = m["vllm:spec_decode_num_drafts"].value
-accepted = m["vllm:spec_decode_num_accepted_tokens"].value
-per_pos = list(m["vllm:spec_decode_num_accepted_tokens_per_pos"].values)
-print("RESULT " + json.dumps({"drafts": drafts, "accepted": accepted, "per_pos": per_pos,
-                              "generated": [len(o.outputs[0].token_ids) for o in outs]}))
 """
 
 
@@ -73,21 +69,6 @@ def vllm_folder(folder, out):
     return dst, True
 
 
-def held_out_prompts(data, n):
-    out = []
-    with open(data) as f:
-        for line in f:
-            j = json.loads(line)
-            ids, mask = j["input_ids"], j["loss_mask"]
-            first = next((p for p in range(1, len(ids)) if mask[p]), None)
-            if first is None:
-                continue
-            out.append(ids[: first + 1])
-            if len(out) == n:
-                break
-    return out
-
-
 def main():
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     a = argparse.ArgumentParser()
@@ -103,36 +84,11 @@ def main():
     o = a.parse_args()
     out = o.out or tempfile.mkdtemp(prefix="check-vllm-mtp-")
     os.makedirs(out, exist_ok=True)
-    prompts = held_out_prompts(o.data, o.prompts)
-    pf = os.path.join(out, "prompts.jsonl")
-    with open(pf, "w") as f:
-        for p in prompts:
-            f.write(json.dumps({"input_ids": p, "loss_mask": [0] * (len(p) - 1) + [1]}) + "\n")
-    ev = subprocess.run([o.bin, "eval", "--checkpoint", o.folder, "--model_name_or_path", o.folder,
-                         "--eval_data_path", pf, "--eval_num_prompts", str(len(prompts)),
-                         "--eval_max_new_tokens", str(o.max_new), "--eval_draft_len", str(o.k),
-                         "--eval_batch_size", "1", "--target_dtype", "float32", "--device", "cpu", "--json"],
-                        capture_output=True, text=True)
-    if ev.returncode != 0:
-        sys.exit(f"eagle-train eval failed:\n{ev.stderr}")
-    mine = json.loads(ev.stdout[ev.stdout.find("{"):])
-    open(os.path.join(out, "eval.json"), "w").write(json.dumps(mine, indent=2))
-    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_TARGET_DEVICE="cpu", VLLM_CPU_OMP_THREADS_BIND="nobind")
+    prompts_file, n = common.write_prompts(o.data, o.prompts, out)
+    mine = common.eagle_eval(o.bin, o.folder, o.folder, prompts_file, n, o.max_new, o.k, out)
     folder, remote = vllm_folder(o.folder, out)
-    sv = subprocess.run([o.vllm_python, "-c", SERVE, folder, pf, str(o.k), str(o.max_new), "1" if remote else "0"],
-                        capture_output=True, text=True, env=env)
-    open(os.path.join(out, "vllm.log"), "w").write(sv.stdout + sv.stderr)
-    line = next((l for l in sv.stdout.splitlines() if l.startswith("RESULT ")), None)
-    if sv.returncode != 0 or line is None:
-        sys.exit(f"vLLM failed (log: {out}/vllm.log):\n{sv.stderr[-4000:]}")
-    v = json.loads(line[len("RESULT "):])
-    vllm_ar = 1.0 + v["accepted"] / v["drafts"] if v["drafts"] else float("nan")
-    print(f"prompts {len(prompts)}, max_new {o.max_new}, k {o.k}")
-    print(f"eagle-train eval: ar {mine['ar']:.6f}, ar_by_depth {mine.get('ar_by_depth')}")
-    print(f"vLLM: ar {vllm_ar:.6f} ({v['accepted']} accepted of {v['drafts']} rounds; per position {v['per_pos']})")
-    ok = abs(vllm_ar - mine["ar"]) <= o.tol
-    print("SAME" if ok else "DIFFERENT")
-    sys.exit(0 if ok else 1)
+    v = common.serve(o.vllm_python, SERVE, [folder, prompts_file, str(o.k), str(o.max_new), "1" if remote else "0"], out)
+    common.report(mine, v, n, o.max_new, o.k, o.tol)
 
 
 if __name__ == "__main__":
