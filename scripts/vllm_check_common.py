@@ -1,4 +1,4 @@
-"""The steps scripts/check_vllm_mtp.py and check_vllm_dflash.py share: the held-out prompts as eval picks them,
+"""The steps scripts/check_vllm_mtp.py and check_vllm_draft.py share: the held-out prompts as eval picks them,
 `eagle-train eval --json` on them, the vLLM run in its own venv, and the comparison of the two ARs."""
 import json
 import os

@@ -93,6 +93,36 @@ TEST_CASE("SGLang export: config fields, tensor names and shapes, round trip wit
   CHECK_THROWS_AS(head::export_head(head, head::HeadFormat::vllm_eagle1, (tmp / "x").string()), Error);
 }
 
+TEST_CASE("SGLang export of a full draft vocabulary writes no d2t or t2d (vLLM refuses them) and imports back",
+          "[head]") {
+  torch::manual_seed(13);
+  auto cfg = tiny_head_config(3, 2);
+  cfg.draft_vocab_size = cfg.vocab_size;
+  auto target = tiny_target();
+  head::Eagle3Head head(cfg, head::DraftVocab::identity(cfg.vocab_size));
+  head.set_target_weights(target.embedding, target.lm_head);
+  TempDir tmp;
+  const auto dir = (tmp / "full").string();
+  head::export_head(head, head::HeadFormat::sglang, dir);
+  CHECK(read_json(tmp / "full" / "config.json")["draft_vocab_size"] == 40);
+  // vLLM 0.32's llama_eagle3.py / deepseek_eagle3.py make no draft_id_to_target_id when draft_vocab_size equals
+  // the target's, then fail on a d2t tensor ("There is no module or parameter named 'draft_id_to_target_id'").
+  auto file = model::SafetensorsFile::open((tmp / "full" / "model.safetensors").string());
+  CHECK_FALSE(file.contains("d2t"));
+  CHECK_FALSE(file.contains("t2d"));
+  CHECK(file.contains("lm_head.weight"));
+  auto loaded = head::load_head(dir);
+  CHECK(loaded.config.draft_vocab_size == 40);
+  loaded.head->set_target_weights(target.embedding, target.lm_head);
+  auto in = tiny_inputs(cfg);
+  auto a = head.ttt_logits(in);
+  auto b = dynamic_cast<head::Eagle3Head&>(*loaded.head).ttt_logits(in);
+  for (std::size_t k = 0; k < a.size(); ++k) CHECK(torch::equal(a[k], b[k]));
+  // A reduced vocabulary keeps both (the case above), and the speculators layout keeps them always.
+  head::export_head(head, head::HeadFormat::speculators, (tmp / "spec").string(), target.embedding);
+  CHECK(model::SafetensorsFile::open((tmp / "spec" / "model.safetensors").string()).contains("d2t"));
+}
+
 TEST_CASE("speculators export: Eagle3Speculator config and layers.0 names, round trip", "[head]") {
   torch::manual_seed(12);
   auto cfg = tiny_head_config(3, 4);

@@ -157,7 +157,7 @@ TEST_CASE("the MLA draft layer exports as vLLM's Eagle3DeepseekV3ForCausalLM and
   head::export_head(*head, head::HeadFormat::sglang, (dir / "mla").string());
   const auto j = nlohmann::json::parse(test::read_file(dir / "mla" / "config.json"));
   CHECK(j["architectures"] == nlohmann::json::array({"Eagle3DeepseekV3ForCausalLM"}));
-  CHECK(j["model_type"] == "deepseek_v3");
+  CHECK(j["model_type"] == "deepseek_v2");  // vLLM rewrites deepseek_v3 drafts to its MTP model
   CHECK(j["num_hidden_layers"] == 1);
   CHECK(j["q_lora_rank"] == 24);
   CHECK(j["kv_lora_rank"] == 32);

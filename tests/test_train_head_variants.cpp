@@ -163,7 +163,7 @@ TEST_CASE("an MLA draft layer trains on a DeepSeek-V3 target, exports as Eagle3D
   REQUIRE(ex.exit_code == 0);
   const auto ej = json::parse(eagle::test::read_file(dir / "mla" / "config.json"));
   CHECK(ej["architectures"] == json::array({"Eagle3DeepseekV3ForCausalLM"}));
-  CHECK(ej["model_type"] == "deepseek_v3");
+  CHECK(ej["model_type"] == "deepseek_v2");
   CHECK(ej["q_lora_rank"] == 24);
   CHECK(ej["rope_scaling"]["rope_type"] == "yarn");
   auto spec =

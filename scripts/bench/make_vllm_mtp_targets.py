@@ -6,10 +6,13 @@ head_dim 16: CPU_ATTN takes 32, 64, 80, ...; DeepSeek's MLA head kv_lora_rank + 
 decode kernel takes only 512 + 64, DeepSeek-V3's own). This script runs the same generator (transformers' target, the shipped MTP layer added under
 vLLM's names, its own reference checks) with the hidden size 64, GLM's head_dim 32 and DeepSeek's kv_lora_rank
 512 + qk_rope_head_dim 64, into OUT/deepseek-v3 and OUT/glm4-moe (and their reference files beside them).
-Random weights: train them (train --draft mtp) before comparing, so the AR is not 1.
+Random weights: train them (train --draft mtp) before comparing, so the AR is not 1. --layers N gives the
+targets N layers (default 2, the fixtures'; the MTP layer is model.layers.N): an EAGLE-3 head needs three
+distinct aux layers, so check one on a 4-layer target (vLLM collects each aux layer once).
 
-Usage: ~/.cache/eagle-train/venv/bin/python scripts/bench/make_vllm_mtp_targets.py OUT
+Usage: ~/.cache/eagle-train/venv/bin/python scripts/bench/make_vllm_mtp_targets.py OUT [--layers N]
 """
+import argparse
 import pathlib
 import sys
 
@@ -22,9 +25,14 @@ H = 64
 
 
 def main():
-    out = pathlib.Path(sys.argv[1]).resolve()
+    a = argparse.ArgumentParser()
+    a.add_argument("out")
+    a.add_argument("--layers", type=int, default=gen.L)
+    o = a.parse_args()
+    out = pathlib.Path(o.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
     gen.H = H
+    gen.L, gen.PREFIX = o.layers, f"model.layers.{o.layers}."
     V, L = gen.V, gen.L
     gen.FAMILIES["deepseek_v3"].update(
         config=lambda: transformers.DeepseekV3Config(

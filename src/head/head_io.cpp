@@ -6,6 +6,7 @@
 #include "head_names.h"
 
 #include <filesystem>
+#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -94,11 +95,14 @@ json llama_fields(const HeadConfig& c) {
   return j;
 }
 
-// The MLA layer's config (docs/export.md "deepseek"): a DeepseekV3Config of the draft layer, as vLLM's
-// deepseek_eagle3.py reads it (its MoE fields left to the defaults: the layer's MLP is dense).
+// The MLA layer's config (docs/export.md "deepseek"): the draft layer's DeepSeek config, as vLLM's
+// deepseek_eagle3.py reads it (its MoE fields left to the defaults: the layer's MLP is dense). model_type
+// deepseek_v2, not deepseek_v3: vLLM 0.32's SpeculativeConfig.hf_config_override, applied to every draft config,
+// rewrites a deepseek_v3 config to DeepSeekMTPModel (so eagle3 asks for Eagle3DeepSeekMTPModel and fails);
+// DeepseekV2Config holds the same MLA and YaRN fields (checked by loading: scripts/check_vllm_draft.py).
 json deepseek_fields(const HeadConfig& c) {
   return {{"architectures", {"Eagle3DeepseekV3ForCausalLM"}},
-          {"model_type", "deepseek_v3"},
+          {"model_type", "deepseek_v2"},
           {"hidden_size", c.hidden_size},
           {"intermediate_size", c.intermediate_size},
           {"num_attention_heads", c.num_attention_heads},
@@ -332,9 +336,13 @@ std::map<std::string, torch::Tensor> head_tensors(DraftHead& head, HeadFormat fo
   }
   for (const auto& p : head.module().named_parameters())
     out[format_tensor_name(p.key(), format)] = p.value().detach().to(torch::kCPU, torch::kFloat32).contiguous();
-  // The draft-vocabulary maps are buffers of the EAGLE-3 head (draft_ids, derived, is not written).
+  // The draft-vocabulary maps are buffers of the EAGLE-3 head (draft_ids, derived, is not written). A full draft
+  // vocabulary writes none in the sglang layout: vLLM's llama_eagle3.py and deepseek_eagle3.py make no
+  // draft_id_to_target_id when draft_vocab_size equals the target's and then refuse a d2t tensor by name;
+  // SGLang reads a folder without d2t as the full vocabulary; the importer reads it as the identity.
+  const bool identity_vocab = head.config().draft_vocab_size == head.config().vocab_size;
   for (const auto& b : head.module().named_buffers())
-    if (b.key() == "d2t" || b.key() == "t2d")
+    if ((b.key() == "d2t" || b.key() == "t2d") && !(identity_vocab && format == HeadFormat::sglang))
       out[b.key()] = b.value().to(torch::kCPU).contiguous();
   // SGLang after PR #24663 normalises the input of layers >= 1 with hidden_norm, vLLM with
   // input_layernorm (EAGLE-variants.md §2): both written, equal, so either engine serves the head.
@@ -386,6 +394,14 @@ void export_head(DraftHead& head, HeadFormat format, const std::string& dir, con
                   .hint("speculators leaves embed_tokens at zero when it is missing; name the target"));
   if (format == HeadFormat::speculators && head.config().target_name_or_path.empty())
     log::warn("export", "the head does not name its target: speculators_config.verifier.name_or_path is empty");
+  // vLLM collects a target's aux states by membership (`if idx in aux_hidden_state_layers`), so a repeated id
+  // gives fewer states than fc reads, and the served head fails at its first draft (a target of few layers).
+  const auto& ids = head.config().aux_layer_ids;
+  if (head.config().eagle_version == 3 && !head.config().dflash() && !head.config().mtp() &&
+      std::set<std::int64_t>(ids.begin(), ids.end()).size() != ids.size())
+    log::warn("export", "aux_hidden_state_layer_ids {} repeat a layer: vLLM collects each layer once and cannot serve "
+              "this head (fc reads {} states); train with distinct ids (--aux_hidden_state_layer_ids)",
+              fmt::format("{}", fmt::join(ids, ",")), ids.size());
   const auto tmp = util::temporary_name(target);
   std::error_code ec;
   fs::create_directories(tmp, ec);
