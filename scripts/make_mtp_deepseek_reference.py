@@ -52,9 +52,10 @@ import mtp_reference_common as common  # noqa: E402
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 H, V, L, STEPS, P_ANCHOR = 32, 256, 2, 3, 3  # V: the smoke data's ids; L target layers, the MTP layer is layers.L
 
+# Each family's config takes keyword overrides of its fields (scripts/bench/make_vllm_mtp_targets.py: other sizes).
 FAMILIES = {
     "deepseek_v3": dict(
-        config=lambda: transformers.DeepseekV3Config(
+        config=lambda **sizes: transformers.DeepseekV3Config(**{**dict(
             vocab_size=V, hidden_size=H, intermediate_size=48, num_hidden_layers=L, num_attention_heads=4,
             num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=4,
             v_head_dim=8, n_routed_experts=8, num_experts_per_tok=3, n_group=4, topk_group=2,
@@ -64,13 +65,13 @@ FAMILIES = {
                              "original_max_position_embeddings": 16, "beta_fast": 32.0, "beta_slow": 1.0,
                              "mscale": 1.0, "mscale_all_dim": 0.8},
             tie_word_embeddings=False, initializer_range=0.2, attention_bias=False, bos_token_id=0,
-            eos_token_id=1, num_nextn_predict_layers=1),
+            eos_token_id=1, num_nextn_predict_layers=1), **sizes}),
         model=transformers.DeepseekV3ForCausalLM, module=mds, layer=mds.DeepseekV3DecoderLayer,
         norm=mds.DeepseekV3RMSNorm, rope=mds.DeepseekV3RotaryEmbedding, mla=True, fed_back_normed=True,
         config_updates={"scoring_func": "sigmoid", "topk_method": "noaux_tc"}, seed=0,
         folder="tiny-deepseek-v3-mtp", reference="mtp-deepseek-v3.safetensors"),
     "glm4_moe": dict(
-        config=lambda: transformers.Glm4MoeConfig(
+        config=lambda **sizes: transformers.Glm4MoeConfig(**{**dict(
             vocab_size=V, hidden_size=H, intermediate_size=48, num_hidden_layers=L, num_attention_heads=4,
             num_key_value_heads=2, head_dim=16, attention_bias=True, use_qk_norm=False, n_routed_experts=8,
             num_experts_per_tok=2, n_group=2, topk_group=1, moe_intermediate_size=16, n_shared_experts=1,
@@ -78,7 +79,7 @@ FAMILIES = {
             max_position_embeddings=256,
             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "partial_rotary_factor": 0.5},
             tie_word_embeddings=False, initializer_range=0.2, bos_token_id=None, eos_token_id=5,
-            num_nextn_predict_layers=1),
+            num_nextn_predict_layers=1), **sizes}),
         model=transformers.Glm4MoeForCausalLM, module=mglm, layer=mglm.Glm4MoeDecoderLayer,
         norm=mglm.Glm4MoeRMSNorm, rope=mglm.Glm4MoeRotaryEmbedding, mla=False, fed_back_normed=False,
         config_updates={}, seed=0, folder="tiny-glm4-moe-mtp", reference="mtp-glm4-moe.safetensors"),

@@ -18,6 +18,17 @@ using nlohmann::json;
 
 namespace {
 json read_json(const std::filesystem::path& p) { return json::parse(read_file(p)); }
+
+// The imported EAGLE-3 head, given the target's embedding and LM head, gives the exported one's TTT logits bit
+// for bit.
+void check_same_ttt_logits(head::Eagle3Head& exported, head::LoadedHead& loaded, const TinyTarget& target,
+                           const head::HeadConfig& cfg) {
+  loaded.head->set_target_weights(target.embedding, target.lm_head);
+  auto in = tiny_inputs(cfg);
+  auto a = exported.ttt_logits(in);
+  auto b = dynamic_cast<head::Eagle3Head&>(*loaded.head).ttt_logits(in);
+  for (std::size_t k = 0; k < a.size(); ++k) CHECK(torch::equal(a[k], b[k]));
+}
 }  // namespace
 
 TEST_CASE("SGLang export: config fields, tensor names and shapes, round trip with identical logits", "[head]") {
@@ -84,11 +95,7 @@ TEST_CASE("SGLang export: config fields, tensor names and shapes, round trip wit
   auto loaded = head::load_head(dir);
   CHECK(loaded.format == head::HeadFormat::sglang);
   CHECK(loaded.config.aux_layer_ids == cfg.aux_layer_ids);
-  loaded.head->set_target_weights(target.embedding, target.lm_head);
-  auto in = tiny_inputs(cfg);
-  auto a = head.ttt_logits(in);
-  auto b = dynamic_cast<head::Eagle3Head&>(*loaded.head).ttt_logits(in);
-  for (std::size_t k = 0; k < a.size(); ++k) CHECK(torch::equal(a[k], b[k]));
+  check_same_ttt_logits(head, loaded, target, cfg);
   CHECK_THROWS_AS(head::export_head(head, head::HeadFormat::sglang, dir), Error);  // never overwrites
   CHECK_THROWS_AS(head::export_head(head, head::HeadFormat::vllm_eagle1, (tmp / "x").string()), Error);
 }
@@ -113,11 +120,7 @@ TEST_CASE("SGLang export of a full draft vocabulary writes no d2t or t2d (vLLM r
   CHECK(file.contains("lm_head.weight"));
   auto loaded = head::load_head(dir);
   CHECK(loaded.config.draft_vocab_size == 40);
-  loaded.head->set_target_weights(target.embedding, target.lm_head);
-  auto in = tiny_inputs(cfg);
-  auto a = head.ttt_logits(in);
-  auto b = dynamic_cast<head::Eagle3Head&>(*loaded.head).ttt_logits(in);
-  for (std::size_t k = 0; k < a.size(); ++k) CHECK(torch::equal(a[k], b[k]));
+  check_same_ttt_logits(head, loaded, target, cfg);
   // A reduced vocabulary keeps both (the case above), and the speculators layout keeps them always.
   head::export_head(head, head::HeadFormat::speculators, (tmp / "spec").string(), target.embedding);
   CHECK(model::SafetensorsFile::open((tmp / "spec" / "model.safetensors").string()).contains("d2t"));
@@ -159,11 +162,7 @@ TEST_CASE("speculators export: Eagle3Speculator config and layers.0 names, round
   auto loaded = head::load_head(dir);
   CHECK(loaded.format == head::HeadFormat::speculators);
   CHECK(loaded.config.ttt_steps == 4);
-  loaded.head->set_target_weights(target.embedding, target.lm_head);
-  auto in = tiny_inputs(cfg);
-  auto a = head.ttt_logits(in);
-  auto b = dynamic_cast<head::Eagle3Head&>(*loaded.head).ttt_logits(in);
-  for (std::size_t k = 0; k < a.size(); ++k) CHECK(torch::equal(a[k], b[k]));
+  check_same_ttt_logits(head, loaded, target, cfg);
 }
 
 TEST_CASE("vllm-eagle1 export: names without input_layernorm, round trip, a biased fc is refused", "[head]") {

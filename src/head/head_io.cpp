@@ -401,7 +401,7 @@ void export_head(DraftHead& head, HeadFormat format, const std::string& dir, con
       std::set<std::int64_t>(ids.begin(), ids.end()).size() != ids.size())
     log::warn("export", "aux_hidden_state_layer_ids {} repeat a layer: vLLM collects each layer once and cannot serve "
               "this head (fc reads {} states); train with distinct ids (--aux_hidden_state_layer_ids)",
-              fmt::format("{}", fmt::join(ids, ",")), ids.size());
+              fmt::join(ids, ","), ids.size());
   const auto tmp = util::temporary_name(target);
   std::error_code ec;
   fs::create_directories(tmp, ec);
