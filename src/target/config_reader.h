@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "eagle/model/config_limits.h"
-#include "eagle/target/target.h"
+#include "eagle/target/target_config.h"
 #include "eagle/util/error.h"
 
 namespace eagle::target {

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "config_reader.h"
-#include "eagle/target/target.h"
+#include "eagle/target/target_config.h"
 #include "eagle/util/error.h"
 #include "eagle/util/json_file.h"
 

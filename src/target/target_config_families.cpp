@@ -8,7 +8,7 @@
 
 #include "config_reader.h"
 #include "eagle/model/mla.h"
-#include "eagle/target/target.h"
+#include "eagle/target/target_config.h"
 #include "eagle/util/error.h"
 
 namespace eagle::target {
@@ -132,7 +132,7 @@ void read_hybrid(const Reader& r, TargetConfig& c) {
   c.qk_norm = true;
   c.norm_one_plus = true;
   c.attention_bias = c.o_bias = r.boolean_or("attention_bias", false);
-  // The shipped MTP layers (mtp.*, never loaded by the target; --draft mtp reads them, head/mtp_io.h): Qwen3.5's
+  // The shipped MTP layers (mtp.*, never loaded by the target; --draft mtp reads them, head/mtp/io.h): Qwen3.5's
   // mtp_num_hidden_layers (absent: none, as transformers writes the config), Qwen3-Next's
   // num_nextn_predict_layers (vLLM's qwen3_next_mtp.py reads it with default 1).
   c.num_mtp_layers = c.family == Family::qwen3_next ? r.bounded_or("num_nextn_predict_layers", 1, 0, 16)

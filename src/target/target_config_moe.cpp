@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 
 #include "config_reader.h"
-#include "eagle/target/target.h"
+#include "eagle/target/target_config.h"
 #include "eagle/util/error.h"
 
 namespace eagle::target {
