@@ -23,7 +23,7 @@
 namespace eagle::acceptance {
 namespace {
 
-constexpr std::int64_t kGraphColumns = 256;  // graphed rounds read a multiple of this many cache columns
+using device::kGraphColumns;  // graphed rounds read a multiple of this many cache columns
 
 struct Row {
   std::size_t prompt = 0;
@@ -211,7 +211,7 @@ class BatchedDecoder {
 
   // A graphed step reads a multiple of kGraphColumns columns (at most the caches').
   std::int64_t graph_columns(std::int64_t key_len, bool graphed) const {
-    return graphed ? std::min((key_len + kGraphColumns - 1) / kGraphColumns * kGraphColumns, capacity_) : key_len;
+    return graphed ? device::graph_key_len(key_len, capacity_) : key_len;
   }
 
   void run(std::optional<device::CudaGraphCache>& graphs, std::int64_t key_len, const std::function<void()>& step) {

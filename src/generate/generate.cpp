@@ -65,7 +65,7 @@ torch::Tensor TokenChooser::choose(const torch::Tensor& logits) {
 namespace {
 
 constexpr std::int64_t kPrefillTokens = 4096;  // padded tokens per prefill forward (more when one prompt needs it)
-constexpr std::int64_t kGraphColumns = 256;    // graphed decode steps read a multiple of this many columns
+using device::kGraphColumns;  // graphed decode steps read a multiple of this many columns
 constexpr std::int64_t kRefillFraction = 8;    // free rows are refilled once batch_size / 8 of them are free
 
 // The KV cache of batch_size rows of context + 1 columns and the rows' logits, against the memory
@@ -266,7 +266,7 @@ class Generator {
     }
     ids_.copy_(torch::from_blob(ids.data(), {B, 1}, torch::kInt64));
     columns_.copy_(torch::from_blob(columns.data(), {B, 1}, torch::kInt64));
-    if (graphs_) key_len = std::min((key_len + kGraphColumns - 1) / kGraphColumns * kGraphColumns, spare_ + 1);
+    if (graphs_) key_len = device::graph_key_len(key_len, spare_ + 1);
     auto step = [&] { logits_.copy_(target_.forward_ragged(cache_, {ids_, columns_, {}, last_, key_len})); };
     if (graphs_)
       graphs_->run({B, key_len}, step);

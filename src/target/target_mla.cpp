@@ -16,15 +16,7 @@ constexpr double kLatentNormEps = 1e-6;
 
 MlaQkv mla_qkv(const TargetConfig& c, const TargetLayerWeights& w, const torch::Tensor& h, const torch::Tensor& cos,
                const torch::Tensor& sin) {
-  model::MlaDims d;
-  d.heads = c.num_attention_heads;
-  d.q_lora_rank = c.q_lora_rank;
-  d.kv_lora_rank = c.kv_lora_rank;
-  d.qk_nope_head_dim = c.qk_nope_head_dim;
-  d.qk_rope_head_dim = c.qk_rope_head_dim;
-  d.v_head_dim = c.v_head_dim;
-  d.latent_eps = kLatentNormEps;
-  d.rope_interleave = c.rope_interleave;
+  const auto d = model::MlaDims::of(c, kLatentNormEps, c.rope_interleave);
   const auto q_rows =
       c.q_lora_rank > 0 ? c.q_lora_rank : c.num_attention_heads * (c.qk_nope_head_dim + c.qk_rope_head_dim);
   // One matmul for both projections of the hidden state: q_a_proj (or q_proj) and kv_a_proj_with_mqa.

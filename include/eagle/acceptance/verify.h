@@ -12,6 +12,7 @@
 #include <torch/torch.h>
 
 #include "eagle/acceptance/tree.h"
+#include "eagle/data/rng.h"
 
 namespace eagle::acceptance {
 
@@ -27,7 +28,7 @@ struct SamplingSettings {
 class Uniform {
  public:
   explicit Uniform(std::uint64_t seed) : rng_(seed) {}
-  double operator()() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
+  double operator()() { return data::uniform_from_bits(rng_()); }
 
  private:
   std::mt19937_64 rng_;

@@ -9,6 +9,10 @@
 
 namespace eagle::data {
 
+// A uniform draw in [0, 1) from 64 random bits: their top 53 bits as the mantissa (the one rule of
+// every uniform draw here: Rng's and the acceptance evaluation's).
+inline double uniform_from_bits(std::uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }
+
 class Rng {
  public:
   explicit Rng(std::uint64_t seed) : state_(seed) {}
@@ -35,7 +39,7 @@ class Rng {
     return static_cast<std::uint64_t>(m >> 64);
   }
   // Uniform in [0, 1) with 53 random bits.
-  double uniform_double() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }
+  double uniform_double() { return uniform_from_bits(next()); }
 
   template <typename T>
   void shuffle(std::vector<T>& v) {

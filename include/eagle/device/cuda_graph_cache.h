@@ -5,6 +5,7 @@
 // device has memory to spare. On CPU, and for the other shapes, everything runs eagerly.
 #pragma once
 
+#include <algorithm>
 #include <compare>
 #include <cstdint>
 #include <functional>
@@ -30,6 +31,13 @@ std::vector<data::Shape> most_frequent_shapes(const std::map<data::Shape, std::i
 // key lengths step, 2 step, .. rounded up, the last capped at capacity; the shortest first (every
 // sequence passes them, so they get the graphs when there are too few).
 std::vector<data::Shape> length_ladder(std::int64_t rows, std::int64_t capacity, std::int64_t step);
+// The ladder's step of the graphed decoding steps (generate, batched acceptance): a graphed step reads a
+// multiple of this many cache columns.
+inline constexpr std::int64_t kGraphColumns = 256;
+// key_len rounded up to the ladder's next rung, capped at capacity (the columns a graphed step reads).
+inline std::int64_t graph_key_len(std::int64_t key_len, std::int64_t capacity) {
+  return std::min((key_len + kGraphColumns - 1) / kGraphColumns * kGraphColumns, capacity);
+}
 
 class CudaGraphCache {
  public:
