@@ -11,7 +11,7 @@
 #include <string>
 
 #include "data_helpers.h"
-#include "eagle/head/head_io.h"
+#include "eagle/head/export/io.h"
 #include "eagle/target/target.h"
 #include "helpers.h"
 

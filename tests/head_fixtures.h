@@ -9,8 +9,8 @@
 #include <map>
 #include <string>
 
-#include "eagle/head/eagle1_head.h"
-#include "eagle/head/eagle3_head.h"
+#include "eagle/head/eagle/eagle1_head.h"
+#include "eagle/head/eagle/eagle3_head.h"
 
 namespace eagle::test {
 

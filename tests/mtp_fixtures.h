@@ -12,10 +12,10 @@
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
-#include "eagle/head/head_io.h"
-#include "eagle/head/head_loss.h"
-#include "eagle/head/mtp_head.h"
-#include "eagle/head/mtp_io.h"
+#include "eagle/head/export/io.h"
+#include "eagle/head/loss.h"
+#include "eagle/head/mtp/head.h"
+#include "eagle/head/mtp/io.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/target/target.h"
 

@@ -11,7 +11,7 @@
 
 #include "acceptance_helpers.h"
 #include "eagle/acceptance/batched.h"
-#include "eagle/head/dflash_head.h"
+#include "eagle/head/dflash/head.h"
 
 using namespace eagle;
 using acceptance::AcceptanceResult;

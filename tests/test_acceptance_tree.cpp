@@ -11,7 +11,7 @@
 #include "acceptance_helpers.h"
 #include "eagle/acceptance/tree.h"
 #include "eagle/acceptance/verify.h"
-#include "eagle/head/eagle3_head.h"
+#include "eagle/head/eagle/eagle3_head.h"
 
 using namespace eagle;
 using nlohmann::json;

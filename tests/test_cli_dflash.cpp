@@ -190,6 +190,6 @@ TEST_CASE("--draft dflash refuses what it would ignore or cannot do, by name", "
   refused(" --draft dflash --eval_tree_topk 1", "0 for a DFlash draft");
   refused(" --draft dflash --dflash_block_size 4 --eval_draft_len 4", "eval_draft_len");
   refused(" --draft dflash --dry_run", "dry_run");
-  refused(" --draft medusa", "eagle, mtp or dflash");
+  refused(" --draft medusa", "eagle|mtp|dflash");
   refused(" --draft dspark", "dspark, DFlash with vLLM's Markov and confidence heads, is not implemented");
 }

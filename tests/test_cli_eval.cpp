@@ -6,7 +6,7 @@
 #include <fstream>
 #include <tuple>
 
-#include "eagle/head/head_io.h"
+#include "eagle/head/export/io.h"
 #include "eagle/model/safetensors.h"
 #include "head_fixtures.h"
 #include "helpers.h"

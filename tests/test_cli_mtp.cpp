@@ -8,6 +8,9 @@
 
 #include <cmath>
 #include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "eagle/model/safetensors.h"
 #include "cli_helpers.h"
@@ -112,10 +115,42 @@ TEST_CASE("train --draft mtp fine-tunes MiMo's MTP layer; export --format mtp wr
   CHECK_THAT(resume.output, Catch::Contains("draft: checkpoint \"mtp\", now \"eagle\""));
 }
 
-TEST_CASE("train --draft mtp fine-tunes dense Qwen3.5's mtp.* layer; export --format mtp; eval reads it", "[cli]") {
-  const std::string qwen = EAGLE_SOURCE_DIR "/tests/fixtures/models/tiny-qwen3-5-mtp";
+namespace {
+
+// One MTP family's fixture and what its checkpoint and export hold (the train -> export -> eval round trip
+// below runs every row).
+struct MtpFamilyCase {
+  std::string folder;                   // the fixture under tests/fixtures/models
+  std::string trained_log;              // what the training log names of the layer
+  std::size_t checkpoint_tensors;       // the checkpoint's tensors, all under `prefix`
+  std::string prefix;                   // the layer's native names
+  std::int64_t experts;                 // routed experts (0: a dense MLP), fused in the checkpoint
+  std::string frozen;                   // a tensor the checkpoint holds unchanged (the correction bias), or ""
+  std::string architecture, family;     // the export's config.json: architectures[0], eagle_train.mtp_family
+  std::vector<std::pair<std::string, json>> config;  // and these fields of it
+};
+
+const std::vector<MtpFamilyCase>& mtp_family_cases() {
+  static const std::vector<MtpFamilyCase> cases{
+      {"tiny-qwen3-5-mtp", "'s mtp (", 15, "mtp.", 0, "", "Qwen3_5ForCausalLM", "qwen3_5",
+       {{"mtp_num_hidden_layers", 1}}},
+      {"tiny-qwen3-5-moe-mtp", "'s mtp (", 19, "mtp.", 4, "", "Qwen3_5MoeForCausalLM", "qwen3_5_moe", {}},
+      {"tiny-deepseek-v3-mtp", "'s model.layers.2 (", 20, "model.layers.2.", 8,
+       "model.layers.2.mlp.gate.e_score_correction_bias", "DeepseekV3ForCausalLM", "deepseek_v3",
+       {{"scoring_func", "sigmoid"}}}};
+  return cases;
+}
+
+}  // namespace
+
+TEST_CASE("train --draft mtp fine-tunes each family's shipped layer; export --format mtp writes the target folder "
+          "with it replaced (experts per expert); eval reads it",
+          "[cli]") {
+  const auto c = GENERATE(from_range(mtp_family_cases()));
+  INFO(c.folder);
+  const std::string folder = EAGLE_SOURCE_DIR "/tests/fixtures/models/" + c.folder;
   std::string common = kCommon;
-  common.replace(common.find(kMimo), kMimo.size(), qwen);
+  common.replace(common.find(kMimo), kMimo.size(), folder);
   TempDir dir;
   const auto run = dir / "run";
   auto r = run_cli("train" + common +
@@ -124,7 +159,8 @@ TEST_CASE("train --draft mtp fine-tunes dense Qwen3.5's mtp.* layer; export --fo
                    run.string());
   INFO(r.output);
   REQUIRE(r.exit_code == 0);
-  CHECK_THAT(r.output, Catch::Contains("'s mtp (") && Catch::Contains("3 TTT step(s)"));
+  CHECK_THAT(r.output, Catch::Contains(c.trained_log) && Catch::Contains("3 TTT step(s)"));
+  if (c.prefix == "model.layers.2.") CHECK_THAT(r.output, Catch::Contains("the target's lm_head"));
   std::map<std::int64_t, double> ar, loss;
   for (const auto& j : read_jsonl(run / "metrics.jsonl")) {
     if (j.contains("ar")) ar[j["step"].get<std::int64_t>()] = j["ar"].get<double>();
@@ -136,170 +172,59 @@ TEST_CASE("train --draft mtp fine-tunes dense Qwen3.5's mtp.* layer; export --fo
   REQUIRE(!loss.empty());
   for (const auto& [step, l] : loss) CHECK(std::isfinite(l));
   // The shipped layer as the target folder holds it: the AR the run logged at step 0.
-  auto shipped = eval_json(" --checkpoint " + qwen + common + " --eval_draft_len 3");
+  auto shipped = eval_json(" --checkpoint " + folder + common + " --eval_draft_len 3");
   CHECK(shipped["ar"].get<double>() == Approx(ar.at(0)).epsilon(1e-12));
 
+  // The checkpoint: the layer's parameters (experts fused) and its frozen buffers, under the native names alone.
   const auto ckpt = run / "checkpoint-4";
   auto tensors = eagle::model::load_safetensors((ckpt / "model.safetensors").string());
-  CHECK(tensors.size() == 15);
-  for (const auto& [name, t] : tensors) CHECK(name.rfind("mtp.", 0) == 0);
-  const auto out = dir / "qwen-mtp";
-  auto ex = run_cli("export --checkpoint " + ckpt.string() + " --format mtp --output " + out.string());
-  INFO(ex.output);
-  REQUIRE(ex.exit_code == 0);
-  CHECK_THAT(ex.output, Catch::Contains("\"method\":\"mtp\",\"num_speculative_tokens\":3"));
-  auto before = eagle::model::load_safetensors(qwen + "/model.safetensors");
-  auto after = eagle::model::load_safetensors((out / "model.safetensors").string());
-  REQUIRE(before.size() == after.size());
-  for (const auto& [name, t] : before) {
-    INFO(name);
-    REQUIRE(after.count(name));
-    CHECK(torch::equal(after.at(name), name.rfind("mtp.", 0) == 0 ? tensors.at(name) : t));
+  CHECK(tensors.size() == c.checkpoint_tensors);
+  for (const auto& [name, t] : tensors) CHECK(name.rfind(c.prefix, 0) == 0);
+  auto before = eagle::model::load_safetensors(folder + "/model.safetensors");
+  const std::string gate = c.prefix + "layers.0.mlp.gate.weight", x_moe = c.prefix + "layers.0.mlp.experts.",
+                    x_ds = c.prefix + "mlp.experts.";
+  const std::string x = c.prefix == "mtp." ? x_moe : x_ds;
+  if (c.experts > 0) {
+    const std::string router = c.prefix == "mtp." ? gate : c.prefix + "mlp.gate.weight";
+    CHECK_FALSE(torch::equal(tensors.at(router), before.at(router)));  // the router trained
   }
-  auto config = json::parse(read_file(out / "config.json"));
-  CHECK(config["architectures"][0] == "Qwen3_5ForCausalLM");
-  CHECK(config["mtp_num_hidden_layers"] == 1);
-  CHECK(config["eagle_train"]["mtp_family"] == "qwen3_5");
-  // eval imports the export as it reads the checkpoint.
-  auto a = eval_json(" --checkpoint " + ckpt.string() + common);
-  auto b = eval_json(" --checkpoint " + out.string() + common);
-  CHECK(a["ar"] == b["ar"]);
-  CHECK(a["eval_loss"] == b["eval_loss"]);
-  CHECK(a["ar"].get<double>() == Approx(ar.at(4)).epsilon(1e-12));
-}
+  if (!c.frozen.empty()) CHECK(torch::equal(tensors.at(c.frozen), before.at(c.frozen)));
 
-TEST_CASE("train --draft mtp fine-tunes Qwen3.5-MoE's mtp.* layer, router and experts; export keeps them per expert",
-          "[cli]") {
-  const std::string moe = EAGLE_SOURCE_DIR "/tests/fixtures/models/tiny-qwen3-5-moe-mtp";
-  std::string common = kCommon;
-  common.replace(common.find(kMimo), kMimo.size(), moe);
-  TempDir dir;
-  const auto run = dir / "run";
-  auto r = run_cli("train" + common +
-                   " --draft mtp --ttt_steps 3 --max_steps 4 --eval_steps 2 --save_steps 4 --learning_rate 0.001 "
-                   "--warmup_steps 0 --output_dir " +
-                   run.string());
-  INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  std::map<std::int64_t, double> ar, loss;
-  for (const auto& j : read_jsonl(run / "metrics.jsonl")) {
-    if (j.contains("ar")) ar[j["step"].get<std::int64_t>()] = j["ar"].get<double>();
-    if (j.contains("loss")) loss[j["step"].get<std::int64_t>()] = j["loss"].get<double>();
-  }
-  REQUIRE(ar.count(0));
-  REQUIRE(ar.count(4));
-  REQUIRE(!loss.empty());
-  for (const auto& [step, l] : loss) CHECK(std::isfinite(l));
-  auto shipped = eval_json(" --checkpoint " + moe + common + " --eval_draft_len 3");
-  CHECK(shipped["ar"].get<double>() == Approx(ar.at(0)).epsilon(1e-12));
-
-  // The checkpoint holds the experts fused (the head's parameters); the router and every expert trained.
-  const auto ckpt = run / "checkpoint-4";
-  auto tensors = eagle::model::load_safetensors((ckpt / "model.safetensors").string());
-  CHECK(tensors.size() == 19);
-  for (const auto& [name, t] : tensors) CHECK(name.rfind("mtp.", 0) == 0);
-  const std::string x = "mtp.layers.0.mlp.experts.";
-  auto before = eagle::model::load_safetensors(moe + "/model.safetensors");
-  CHECK_FALSE(torch::equal(tensors.at("mtp.layers.0.mlp.gate.weight"), before.at("mtp.layers.0.mlp.gate.weight")));
-  REQUIRE(tensors.count(x + "gate_up_proj"));
-  const auto gate_up = tensors.at(x + "gate_up_proj"), down = tensors.at(x + "down_proj");
-
-  // export --format mtp: the target's per-expert names, each the slice of the trained fused tensor.
-  const auto out = dir / "moe-mtp";
-  auto ex = run_cli("export --checkpoint " + ckpt.string() + " --format mtp --output " + out.string());
-  INFO(ex.output);
-  REQUIRE(ex.exit_code == 0);
-  auto after = eagle::model::load_safetensors((out / "model.safetensors").string());
-  REQUIRE(before.size() == after.size());
-  for (std::int64_t e = 0; e < 4; ++e) {
-    const auto p = x + std::to_string(e) + ".";
-    CHECK(torch::equal(after.at(p + "gate_proj.weight"), gate_up[e].narrow(0, 0, 16)));
-    CHECK(torch::equal(after.at(p + "up_proj.weight"), gate_up[e].narrow(0, 16, 16)));
-    CHECK(torch::equal(after.at(p + "down_proj.weight"), down[e]));
-  }
-  for (const auto& [name, t] : before) {
-    INFO(name);
-    REQUIRE(after.count(name));
-    if (name.rfind("mtp.", 0) != 0)
-      CHECK(torch::equal(after.at(name), t));
-    else if (tensors.count(name))
-      CHECK(torch::equal(after.at(name), tensors.at(name)));
-  }
-  auto config = json::parse(read_file(out / "config.json"));
-  CHECK(config["architectures"][0] == "Qwen3_5MoeForCausalLM");
-  CHECK(config["eagle_train"]["mtp_family"] == "qwen3_5_moe");
-  auto a = eval_json(" --checkpoint " + ckpt.string() + common);
-  auto b = eval_json(" --checkpoint " + out.string() + common);
-  CHECK(a["ar"] == b["ar"]);
-  CHECK(a["eval_loss"] == b["eval_loss"]);
-  CHECK(a["ar"].get<double>() == Approx(ar.at(4)).epsilon(1e-12));
-}
-
-TEST_CASE("train --draft mtp fine-tunes DeepSeek-V3's model.layers.{L} MTP layer; export keeps the frozen bias",
-          "[cli]") {
-  const std::string ds = EAGLE_SOURCE_DIR "/tests/fixtures/models/tiny-deepseek-v3-mtp";
-  std::string common = kCommon;
-  common.replace(common.find(kMimo), kMimo.size(), ds);
-  TempDir dir;
-  const auto run = dir / "run";
-  auto r = run_cli("train" + common +
-                   " --draft mtp --ttt_steps 3 --max_steps 4 --eval_steps 2 --save_steps 4 --learning_rate 0.001 "
-                   "--warmup_steps 0 --output_dir " +
-                   run.string());
-  INFO(r.output);
-  REQUIRE(r.exit_code == 0);
-  CHECK_THAT(r.output, Catch::Contains("'s model.layers.2 (") && Catch::Contains("the target's lm_head"));
-  std::map<std::int64_t, double> ar, loss;
-  for (const auto& j : read_jsonl(run / "metrics.jsonl")) {
-    if (j.contains("ar")) ar[j["step"].get<std::int64_t>()] = j["ar"].get<double>();
-    if (j.contains("loss")) loss[j["step"].get<std::int64_t>()] = j["loss"].get<double>();
-  }
-  REQUIRE(ar.count(0));
-  REQUIRE(ar.count(4));
-  CHECK(ar.at(0) >= 1.0);
-  REQUIRE(!loss.empty());
-  for (const auto& [step, l] : loss) CHECK(std::isfinite(l));
-  // The shipped layer as the target folder holds it: the AR the run logged at step 0.
-  auto shipped = eval_json(" --checkpoint " + ds + common + " --eval_draft_len 3");
-  CHECK(shipped["ar"].get<double>() == Approx(ar.at(0)).epsilon(1e-12));
-
-  // The checkpoint: the layer's parameters (experts fused) and its correction bias, model.layers.2.* alone.
-  const auto ckpt = run / "checkpoint-4";
-  auto tensors = eagle::model::load_safetensors((ckpt / "model.safetensors").string());
-  CHECK(tensors.size() == 20);
-  for (const auto& [name, t] : tensors) CHECK(name.rfind("model.layers.2.", 0) == 0);
-  const std::string gate = "model.layers.2.mlp.gate.", x = "model.layers.2.mlp.experts.";
-  auto before = eagle::model::load_safetensors(ds + "/model.safetensors");
-  CHECK_FALSE(torch::equal(tensors.at(gate + "weight"), before.at(gate + "weight")));  // the router trained
-  CHECK(torch::equal(tensors.at(gate + "e_score_correction_bias"), before.at(gate + "e_score_correction_bias")));
-  const auto gate_up = tensors.at(x + "gate_up_proj"), down = tensors.at(x + "down_proj");
-
-  // export --format mtp: the target's per-expert names; its embedding and LM head copies untouched.
-  const auto out = dir / "ds-mtp";
+  // export --format mtp: the target's names (per expert, each the slice of the trained fused tensor); the
+  // target's other tensors untouched.
+  const auto out = dir / "mtp-export";
   auto ex = run_cli("export --checkpoint " + ckpt.string() + " --format mtp --output " + out.string());
   INFO(ex.output);
   REQUIRE(ex.exit_code == 0);
   CHECK_THAT(ex.output, Catch::Contains("\"method\":\"mtp\",\"num_speculative_tokens\":3"));
   auto after = eagle::model::load_safetensors((out / "model.safetensors").string());
   REQUIRE(before.size() == after.size());
-  for (std::int64_t e = 0; e < 8; ++e) {
-    const auto p = x + std::to_string(e) + ".";
-    CHECK(torch::equal(after.at(p + "gate_proj.weight"), gate_up[e].narrow(0, 0, 16)));
-    CHECK(torch::equal(after.at(p + "up_proj.weight"), gate_up[e].narrow(0, 16, 16)));
-    CHECK(torch::equal(after.at(p + "down_proj.weight"), down[e]));
+  if (c.experts > 0) {
+    REQUIRE(tensors.count(x + "gate_up_proj"));
+    const auto gate_up = tensors.at(x + "gate_up_proj"), down = tensors.at(x + "down_proj");
+    for (std::int64_t e = 0; e < c.experts; ++e) {
+      const auto p = x + std::to_string(e) + ".";
+      CHECK(torch::equal(after.at(p + "gate_proj.weight"), gate_up[e].narrow(0, 0, 16)));
+      CHECK(torch::equal(after.at(p + "up_proj.weight"), gate_up[e].narrow(0, 16, 16)));
+      CHECK(torch::equal(after.at(p + "down_proj.weight"), down[e]));
+    }
   }
   for (const auto& [name, t] : before) {
     INFO(name);
     REQUIRE(after.count(name));
     if (tensors.count(name))
       CHECK(torch::equal(after.at(name), tensors.at(name)));
-    else if (name.rfind(x, 0) != 0)
-      CHECK(torch::equal(after.at(name), t));  // the target's, and model.layers.2's embed_tokens, shared_head.head
+    else if (c.experts == 0 || name.rfind(x, 0) != 0)
+      CHECK(torch::equal(after.at(name), t));  // the target's (DeepSeek: the layer's embed_tokens, shared_head.head)
   }
   auto config = json::parse(read_file(out / "config.json"));
-  CHECK(config["architectures"][0] == "DeepseekV3ForCausalLM");
-  CHECK(config["scoring_func"] == "sigmoid");
-  CHECK(config["eagle_train"]["mtp_family"] == "deepseek_v3");
+  CHECK(config["architectures"][0] == c.architecture);
+  CHECK(config["eagle_train"]["mtp_family"] == c.family);
+  for (const auto& [key, value] : c.config) {
+    INFO(key);
+    CHECK(config[key] == value);
+  }
+  // eval imports the export as it reads the checkpoint.
   auto a = eval_json(" --checkpoint " + ckpt.string() + common);
   auto b = eval_json(" --checkpoint " + out.string() + common);
   CHECK(a["ar"] == b["ar"]);
@@ -322,5 +247,5 @@ TEST_CASE("--draft mtp refuses targets without MTP layers and the EAGLE-only swi
   CHECK_THAT(fc.output, Catch::Contains("mtp trains the target's own layer"));
   auto bad = run_cli("train" + kCommon + " --draft medusa --max_steps 1 --output_dir " + (dir / "c").string());
   CHECK(bad.exit_code == 2);
-  CHECK_THAT(bad.output, Catch::Contains("eagle, mtp or dflash"));
+  CHECK_THAT(bad.output, Catch::Contains("eagle|mtp|dflash"));
 }

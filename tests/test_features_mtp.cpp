@@ -46,7 +46,7 @@ config::Options mtp_options(const test::TempDir& tmp, const std::string& run, co
   o.model_name_or_path = model;
   o.data_path = few_samples(tmp).string();
   o.output_dir = (tmp / run).string();
-  o.draft = "mtp";
+  o.draft = config::Draft::mtp;
   o.ttt_steps = 3;
   o.training_seq_len = 128;
   o.bucket_granularity = 32;
@@ -67,7 +67,7 @@ config::Options mtp_options(const test::TempDir& tmp, const std::string& run, co
 std::string dump(const config::Options& run, const test::TempDir& tmp, const std::string& name, bool pre_norm,
                  std::int64_t eagle_version = 1) {
   auto o = run;
-  o.draft = "eagle";
+  o.draft = config::Draft::eagle;
   o.eagle_version = eagle_version;
   o.output = (tmp / name).string();
   o.features_dtype = config::TargetDtype::float32;
@@ -222,7 +222,7 @@ TEST_CASE("a MiMo MTP head trains from a --features_pre_norm dump and refuses a 
 
   // The folder's flag is one of its options: completing it without the flag is refused.
   auto again = online;
-  again.draft = "eagle";
+  again.draft = config::Draft::eagle;
   again.eagle_version = 1;
   again.output = pre_folder;
   again.features_dtype = config::TargetDtype::float32;

@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "eagle/head/dflash_attention.h"
-#include "eagle/head/dflash_head.h"
-#include "eagle/head/dflash_io.h"
+#include "eagle/head/dflash/attention.h"
+#include "eagle/head/dflash/head.h"
+#include "eagle/head/dflash/io.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/target/target.h"
 #include "helpers.h"
@@ -68,7 +68,7 @@ head::HeadInputs reference_inputs(std::map<std::string, torch::Tensor>& ref) {
   in.aux_hidden = ref.at("aux_hidden");
   in.teacher_logits = ref.at("target_logits");
   in.target_argmax = ref.at("target_argmax");
-  in.anchors = ref.at("anchors");
+  in.extra = ref.at("anchors");
   return in;
 }
 
@@ -111,7 +111,7 @@ TEST_CASE("the DFlash training blocks equal the reference's logits, sparse and d
   torch::NoGradGuard ng;
   for (bool dense : {false, true}) {
     INFO("dense " << dense);
-    auto logits = h->logits(h->block_hidden(in, in.anchors, dense));
+    auto logits = h->logits(h->block_hidden(in, in.extra, dense));
     CHECK(torch::allclose(logits, ref.at("block_logits"), 1e-4, 1e-5));
   }
   // alpha_k's teacher forcing: step k at t is slot k + 1 of the block anchored at t + 1.

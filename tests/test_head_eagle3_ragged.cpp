@@ -5,8 +5,8 @@
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
-#include "eagle/head/eagle1_head.h"
-#include "eagle/head/eagle3_head.h"
+#include "eagle/head/eagle/eagle1_head.h"
+#include "eagle/head/eagle/eagle3_head.h"
 #include "eagle/target/target.h"
 #include "eagle_test_paths.h"
 

@@ -7,7 +7,8 @@
 #include <ATen/autocast_mode.h>
 
 #include "eagle/data/dataset.h"
-#include "eagle/head/head_loss.h"
+#include "eagle/head/draft_spec.h"
+#include "eagle/head/loss.h"
 #include "eagle/target/target.h"
 #include "eagle/train/loss_metrics.h"
 #include "eagle/util/error.h"
@@ -32,7 +33,7 @@ data::Batch batch_of(const head::HeadInputs& in) {
 }
 
 torch::Tensor denominators(const head::HeadInputs& in, std::int64_t steps) {
-  auto counts = train::count_loss_positions(batch_of(in), steps);
+  auto counts = head::count_loss_positions(batch_of(in), steps);
   return torch::tensor(counts, torch::kInt64).to(torch::kFloat32);
 }
 
@@ -103,7 +104,7 @@ TEST_CASE("valid masks and host counts follow the rule at sample ends and docume
   auto cfg = tiny_head_config(3);
   torch::manual_seed(3);
   auto in = tiny_inputs(cfg);
-  auto counts = train::count_loss_positions(batch_of(in), 3);
+  auto counts = head::count_loss_positions(batch_of(in), 3);
   CHECK(counts == std::vector<std::int64_t>{12, 9, 6});
   for (std::int64_t k = 0; k < 3; ++k) {
     auto m = head::in_document_mask(in.loss_mask, in.document_ids, k);

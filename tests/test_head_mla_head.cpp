@@ -10,8 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "eagle/head/eagle3_head.h"
-#include "eagle/head/head_io.h"
+#include "eagle/head/eagle/eagle3_head.h"
+#include "eagle/head/export/io.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/target/target.h"
 #include "eagle/util/error.h"

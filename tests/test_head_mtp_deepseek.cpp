@@ -13,10 +13,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "eagle/head/head_io.h"
-#include "eagle/head/head_moe.h"
-#include "eagle/head/mtp_head.h"
-#include "eagle/head/mtp_io.h"
+#include "eagle/head/export/io.h"
+#include "eagle/head/moe.h"
+#include "eagle/head/mtp/head.h"
+#include "eagle/head/mtp/io.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/target/target.h"
 #include "helpers.h"

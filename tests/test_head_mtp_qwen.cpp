@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "eagle/head/head_io.h"
-#include "eagle/head/mtp_head.h"
-#include "eagle/head/mtp_io.h"
+#include "eagle/head/export/io.h"
+#include "eagle/head/mtp/head.h"
+#include "eagle/head/mtp/io.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/target/target.h"
 #include "eagle/util/error.h"

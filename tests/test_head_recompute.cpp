@@ -4,7 +4,7 @@
 // and packed rows, several layers, P-EAGLE, EAGLE 3.1's switches, the chunked and unchunked loss, and
 // close under bf16 autocast. The fixtures' PyTorch references are checked in every mode by
 // check_train_step_against_reference (head_fixtures.h); the peak allocation in
-// test_head_head_loss.cpp.
+// test_head_loss.cpp.
 #include <catch2/catch.hpp>
 
 #include "eagle/head/recompute.h"

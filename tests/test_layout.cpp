@@ -96,7 +96,7 @@ TEST_CASE("the plain C++ areas include no LibTorch header", "[layout]") {
 
 namespace {
 
-// The files of an area as modules: a header and the source of the same stem are one module. A header
+// The files of an area as modules: a header and the source of the same path are one module. A header
 // in src/<area>/ without a source of its own is part of module M when M's source includes it and it
 // includes M's header (a private half, as target_impl.h is of target); else it is a module itself.
 struct AreaModules {
@@ -115,34 +115,40 @@ std::vector<std::string> quoted_includes(const fs::path& file) {
   return out;
 }
 
+// A file's module within its area: its path below the area's folder without the extension, so a kind
+// folder's files are modules "<kind>/<stem>" (head/dflash/head.cpp is "dflash/head").
+std::string module_name(const fs::path& area_root, const fs::path& file) {
+  return fs::relative(file, area_root).replace_extension().generic_string();
+}
+
 AreaModules area_modules(const std::string& area) {
   const fs::path root(EAGLE_SOURCE_DIR), pub = root / "include" / "eagle" / area, src = root / "src" / area;
-  std::vector<fs::path> files;
+  std::vector<std::pair<fs::path, fs::path>> files;  // (area root, file)
   for (const fs::path& dir : {pub, src})
     if (fs::exists(dir))
-      for (const auto& e : fs::directory_iterator(dir))
-        if (e.is_regular_file()) files.push_back(e.path());
+      for (const auto& e : fs::recursive_directory_iterator(dir))
+        if (e.is_regular_file()) files.emplace_back(dir, e.path().lexically_normal());
   // The file an include line names: eagle/<area>/x.h under include/, else beside the including file.
   auto resolve = [&](const fs::path& from, const std::string& inc) {
     return inc.rfind("eagle/", 0) == 0 ? (root / "include" / inc).lexically_normal()
                                        : (from.parent_path() / inc).lexically_normal();
   };
   AreaModules m;
-  for (const auto& f : files) m.module_of[f.lexically_normal().string()] = f.stem().string();
-  for (const auto& f : files) {
-    if (f.parent_path() != src || f.extension() != ".h" || fs::exists(src / (f.stem().string() + ".cpp"))) continue;
+  for (const auto& [dir, f] : files) m.module_of[f.string()] = module_name(dir, f);
+  for (const auto& [dir, f] : files) {
+    if (dir != src || f.extension() != ".h") continue;
+    if (fs::exists(fs::path(f).replace_extension(".cpp"))) continue;
     for (const auto& inc : quoted_includes(f)) {
       const fs::path header = resolve(f, inc);
-      if (header.parent_path() != pub) continue;
-      const fs::path owner_source = src / (header.stem().string() + ".cpp");
+      if (header.string().rfind(pub.string(), 0) != 0) continue;
+      const fs::path owner_source = (src / fs::relative(header, pub)).replace_extension(".cpp");
       if (!fs::exists(owner_source)) continue;
       for (const auto& owner_inc : quoted_includes(owner_source))
-        if (resolve(owner_source, owner_inc) == f.lexically_normal())
-          m.module_of[f.lexically_normal().string()] = header.stem().string();
+        if (resolve(owner_source, owner_inc) == f) m.module_of[f.string()] = module_name(pub, header);
     }
   }
-  for (const auto& f : files) {
-    const std::string from = m.module_of.at(f.lexically_normal().string());
+  for (const auto& [dir, f] : files) {
+    const std::string from = m.module_of.at(f.string());
     m.uses[from];
     for (const auto& inc : quoted_includes(f)) {
       auto it = m.module_of.find(resolve(f, inc).string());
@@ -191,6 +197,36 @@ TEST_CASE("no two files of an area use each other, directly or around a circle",
   CHECK(found.empty());
 }
 
+TEST_CASE("head/'s kind folders stand side by side on the shared kit, export above them", "[layout]") {
+  // Within head/: the flat kit (rank 0) includes no folder; each kind folder (eagle/, mtp/, dflash/)
+  // includes the kit and itself, never another kind; export/ reads every kind; the registry (the one
+  // file that names every kind's row) sits on top.
+  const std::map<std::string, int> sub_rank{{"", 0}, {"eagle", 1}, {"mtp", 1}, {"dflash", 1}, {"export", 2}};
+  auto rank_of = [&](const std::string& module) {
+    if (module == "registry") return 3;
+    const auto slash = module.find('/');
+    const auto it = sub_rank.find(slash == std::string::npos ? "" : module.substr(0, slash));
+    return it == sub_rank.end() ? -1 : it->second;
+  };
+  auto folder_of = [](const std::string& module) {
+    const auto slash = module.find('/');
+    return slash == std::string::npos ? std::string() : module.substr(0, slash);
+  };
+  const auto m = area_modules("head");
+  std::vector<std::string> violations;
+  std::size_t folders = 0;
+  for (const auto& [from, uses] : m.uses) {
+    if (rank_of(from) < 0) violations.push_back(from + ": a folder of head/ without a rank");
+    if (!folder_of(from).empty()) ++folders;
+    for (const auto& to : uses)
+      if (folder_of(to) != folder_of(from) && rank_of(to) >= rank_of(from))
+        violations.push_back(from + " includes " + to);
+  }
+  INFO(one_per_line(violations));
+  CHECK(folders > 10);  // the scan saw the kind folders
+  CHECK(violations.empty());
+}
+
 TEST_CASE("the cycle finder sees a circle of modules and only that", "[layout]") {
   CHECK(cycles({{"a", {"b"}}, {"b", {"c"}}, {"c", {}}}).empty());
   CHECK(cycles({{"a", {"b"}}, {"b", {"c"}}, {"c", {"a"}}}) == std::vector<std::string>{"a -> b -> c -> a"});
@@ -220,15 +256,58 @@ TEST_CASE("docs/developer.md's layout names every source file of every area", "[
     }
     for (const fs::path& root :
          {fs::path(EAGLE_SOURCE_DIR) / "include" / "eagle" / area, fs::path(EAGLE_SOURCE_DIR) / "src" / area}) {
-      for (const auto& e : fs::directory_iterator(root)) {
-        // The stem as a whole word of the area's own row (not part of another name, not in another row).
-        const std::regex word("(^|[^A-Za-z0-9_])" + e.path().stem().string() + "([^A-Za-z0-9_]|$)");
-        if (!std::regex_search(row, word)) missing.push_back(area + "/" + e.path().filename().string());
+      for (const auto& e : fs::recursive_directory_iterator(root)) {
+        if (!e.is_regular_file()) continue;
+        // The module as a whole word of the area's own row (not part of another name, not in another
+        // row): its stem, or "<kind>/<stem>" for a file in a subfolder.
+        const std::string name = module_name(root, e.path());
+        const std::regex word("(^|[^A-Za-z0-9_/])" + name + "([^A-Za-z0-9_/]|$)");
+        if (!std::regex_search(row, word)) missing.push_back(area + "/" + fs::relative(e.path(), root).string());
       }
     }
   }
   INFO(one_per_line(missing));
   CHECK(missing.empty());
+}
+
+TEST_CASE("outside head/ and the option table, nothing asks a head's draft kind: callers ask its row", "[layout]") {
+  // A draft kind is a row of head/draft_spec.h. The option table parses --draft (config/), head/ holds
+  // the rows; every other area asks the row (what the head reads, its limits, its loss plan, its wording)
+  // and never compares the kind by name or re-derives it from a config's sentinel fields.
+  const std::vector<std::pair<std::regex, std::string>> asks{
+      {std::regex(R"(\.(dflash|mtp)\(\))"), "a sentinel method of HeadConfig"},
+      {std::regex(R"(\bmtp_family\b)"), "HeadConfig::mtp_family"},
+      {std::regex(R"(\bdflash_block_size\b)"), "HeadConfig::dflash_block_size"},
+      {std::regex(R"(eagle_version\s*[!=<>]=?\s*[0-9])"), "eagle_version compared"},
+      {std::regex(R"(\bdraft\s*[!=]=)"), "the --draft option compared"},
+      {std::regex(R"(\b(Draft|DraftKind)::)"), "a draft kind named"},
+      {std::regex(R"re("(eagle3|eagle1|mtp|dflash)")re"), "a draft kind's name as a string"}};
+  std::vector<std::string> found;
+  std::size_t files = 0;
+  const fs::path root(EAGLE_SOURCE_DIR);
+  for (const auto& [area, rank] : kRank) {
+    if (area == "head" || area == "config") continue;
+    for (const fs::path& dir : {root / "include" / "eagle" / area, root / "src" / area}) {
+      if (!fs::exists(dir)) continue;
+      for (const auto& e : fs::recursive_directory_iterator(dir)) {
+        if (!e.is_regular_file()) continue;
+        ++files;
+        std::ifstream in(e.path());
+        std::size_t n = 0;
+        for (std::string line; std::getline(in, line);) {
+          ++n;
+          const auto code = line.substr(0, line.find("//"));  // comments may name the kinds
+          for (const auto& [pattern, what] : asks)
+            if (std::regex_search(code, pattern))
+              found.push_back(fs::relative(e.path(), root).string() + ":" + std::to_string(n) + " (" + what +
+                              "): " + line);
+        }
+      }
+    }
+  }
+  INFO(one_per_line(found));
+  CHECK(files > 150);
+  CHECK(found.empty());
 }
 
 TEST_CASE("nothing in the repository reads a path outside it", "[layout]") {

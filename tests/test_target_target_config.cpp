@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "eagle/head/head_io.h"
+#include "eagle/head/export/io.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/target/target.h"
 #include "eagle/util/error.h"

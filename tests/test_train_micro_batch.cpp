@@ -14,12 +14,14 @@
 #include "eagle/device/cuda_graph_cache.h"
 #include "eagle/device/runtime.h"
 #include "eagle/features/batch_tensors.h"
-#include "eagle/head/head_loss.h"
+#include "eagle/head/draft_spec.h"
+#include "eagle/head/loss.h"
 #include "eagle/train/micro_batch.h"
 #include "eagle/train/optimizer.h"
 #include "eagle/train/setup.h"
 #include "helpers.h"
 #include "host_sync_probe.h"
+#include "step_rig.h"
 #include "train_helpers.h"
 
 #ifdef EAGLE_WITH_CUDA
@@ -41,37 +43,7 @@ config::Options smoke_options(bool packed, const std::string& model_dir = "") {
   return o;
 }
 
-// The objects of a small run on one device, built as the trainer builds them.
-struct Rig {
-  config::Options o;
-  torch::Device device;
-  features::RunInputs inputs;
-  std::shared_ptr<head::DraftHead> head;
-  std::unique_ptr<features::FeatureSource> features;
-  data::Sampler sampler;
-  train::AdamW optimizer;
-  std::int64_t max_segments;
-  torch::Tensor step_loss, metrics;
-
-  Rig(config::Options opts, torch::Device dev)
-      : o(std::move(opts)),
-        device(dev),
-        inputs(features::load_train_inputs(o, device)),
-        head(seeded_head(o, inputs, device)),
-        features(inputs.sources(head->teacher_spec(), device).train),
-        sampler(inputs.train->lengths(), data::SamplerOptions::from(o)),
-        optimizer(head::named_parameters(*head), train::AdamWConfig{0.9, 0.95, 1e-8, 0.0, 1.0}),
-        max_segments(o.padding_free ? data::max_segments_per_row(inputs.train->lengths(), o.training_seq_len) : 0) {
-    const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
-    step_loss = torch::zeros({}, f32);
-    metrics = torch::zeros({head->config().steps(), head::kMetricColumns}, f32);
-  }
-  static std::shared_ptr<head::DraftHead> seeded_head(const config::Options& o, const features::RunInputs& inputs,
-                                                      torch::Device device) {
-    torch::manual_seed(7);
-    return train::make_head(o, inputs, device);
-  }
-};
+using Rig = test::StepRig;
 
 // A copy of the tiny Llama fixture whose config asks for dynamic-NTK RoPE (scaling from 64
 // positions, so the smoke rows exceed it).
@@ -99,7 +71,7 @@ TEST_CASE("the training step body reads nothing back on the host, padded and pac
         CHECK(batch.packed == packed);
         auto buffers = features::allocate_like(batch, torch::kCPU, rig.max_segments);
         features::copy_into(batch, buffers);
-        auto denominators = train::denominator_tensor(train::loss_denominators({batch}, rig.head->config().steps()));
+        auto denominators = train::denominator_tensor(head::count_loss_positions(batch, rig.head->config().steps()));
         rig.optimizer.zero_grad();
         // What the captured graphs run: (a) the shape's forward + backward, (b) the update. AdamW's
         // fused CPU kernel reads the lr and step tensors on the host where its CUDA kernel reads
@@ -146,7 +118,7 @@ TEST_CASE("graphed training steps equal eager ones, one capture per shape, then 
         ++r.calls;
         features::copy_into(batch, buffers.at(shape));
         denominators.at(shape).copy_(
-            train::denominator_tensor(train::loss_denominators({batch}, rig.head->config().steps())));
+            train::denominator_tensor(head::count_loss_positions(batch, rig.head->config().steps())));
         rig.optimizer.zero_grad();
         rig.optimizer.set_lr(1e-3);
         rig.step_loss.zero_();

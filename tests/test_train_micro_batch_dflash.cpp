@@ -16,14 +16,16 @@
 #include "eagle/device/cuda_graph_cache.h"
 #include "eagle/features/batch_tensors.h"
 #include "eagle/features/inputs.h"
-#include "eagle/head/dflash_attention.h"
-#include "eagle/head/head_loss.h"
+#include "eagle/head/dflash/attention.h"
+#include "eagle/head/dflash/spec.h"
+#include "eagle/head/loss.h"
 #include "eagle/train/micro_batch.h"
 #include "eagle/train/optimizer.h"
 #include "eagle/train/setup.h"
 #include "helpers.h"
 #include "host_sync_probe.h"
 #include "op_trace.h"
+#include "step_rig.h"
 
 #ifdef EAGLE_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -45,7 +47,7 @@ config::Options dflash_options(bool packed, bool hard) {
   o.training_seq_len = 128;
   o.bucket_granularity = 32;
   o.per_device_train_batch_size = 4;
-  o.draft = "dflash";
+  o.draft = config::Draft::dflash;
   o.dflash_block_size = 4;
   o.draft_num_layers = 2;
   o.dflash_num_anchors = 112;
@@ -55,40 +57,13 @@ config::Options dflash_options(bool packed, bool hard) {
   return o;
 }
 
-// The objects of a small DFlash run on one device, built as the trainer builds them.
-struct DFlashRig {
-  config::Options o;
-  torch::Device device;
-  features::RunInputs inputs;
-  std::shared_ptr<head::DraftHead> head;
-  std::unique_ptr<features::FeatureSource> features;
-  data::Sampler sampler;
-  train::AdamW optimizer;
-  std::int64_t max_segments;
-  torch::Tensor step_loss, metrics;
-
-  DFlashRig(config::Options opts, torch::Device dev)
-      : o(std::move(opts)),
-        device(dev),
-        inputs(features::load_train_inputs(o, device)),
-        head(seeded_head(o, inputs, device)),
-        features(inputs.sources(head->teacher_spec(), device).train),
-        sampler(inputs.train->lengths(), data::SamplerOptions::from(o)),
-        optimizer(head::named_parameters(*head), train::AdamWConfig{0.9, 0.95, 1e-8, 0.0, 1.0}),
-        max_segments(o.padding_free ? data::max_segments_per_row(inputs.train->lengths(), o.training_seq_len) : 0) {
-    const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
-    step_loss = torch::zeros({}, f32);
-    metrics = torch::zeros({head->config().steps(), head::kMetricColumns}, f32);
-  }
-  static std::shared_ptr<head::DraftHead> seeded_head(const config::Options& o, const features::RunInputs& inputs,
-                                                      torch::Device device) {
-    torch::manual_seed(7);
-    return train::make_head(o, inputs, device);
-  }
+// The step rig of a DFlash run, with its batches, the trainer's anchors and the gradients.
+struct DFlashRig : test::StepRig {
+  using StepRig::StepRig;
   data::Batch next_batch() { return data::make_batch(*inputs.train, sampler.next()); }
   // The trainer's anchors of micro-batch 0 of `step` (host tensors) and their valid slots.
-  train::DFlashAnchors anchors(const data::Batch& b, std::int64_t step) const {
-    return train::dflash_batch_anchors(b, head->config(), head::dflash_anchor_generator(42, step, 0));
+  head::DFlashAnchors anchors(const data::Batch& b, std::int64_t step) const {
+    return head::dflash_batch_anchors(b, head->config(), head::dflash_anchor_generator(42, step, 0));
   }
   std::vector<torch::Tensor> grads() const {
     std::vector<torch::Tensor> out;
@@ -138,7 +113,7 @@ TEST_CASE("the DFlash training step body reads nothing back on the host, padded 
         auto a = rig.anchors(batch, step);  // on the host, before the step (the trainer's order)
         auto buffers = features::allocate_like(batch, torch::kCPU, rig.max_segments);
         features::copy_into(batch, buffers);
-        buffers.anchors = a.anchors;
+        buffers.extra = a.anchors;
         const auto denominators = train::denominator_tensor(a.slots);
         rig.optimizer.zero_grad();
         // What the captured graphs run: (a) the shape's forward + backward, (b) the update (AdamW's
@@ -175,10 +150,10 @@ TEST_CASE("a DFlash step runs the same operators on the same shapes whatever its
       // outside the trace (on CPU its packed attention walks the documents on the host; on CUDA it
       // does not: the target's own [train] and [gpu] tests).
       auto buffers = features::allocate_like(b1, torch::kCPU, rig.max_segments);
-      buffers.anchors = torch::zeros_like(a1.anchors);
-      auto trace = [&](const data::Batch& b, const train::DFlashAnchors& a) {
+      buffers.extra = torch::zeros_like(a1.anchors);
+      auto trace = [&](const data::Batch& b, const head::DFlashAnchors& a) {
         features::copy_into(b, buffers);
-        buffers.anchors.copy_(a.anchors);
+        buffers.extra.copy_(a.anchors);
         const auto in = rig.features->head_inputs(buffers);
         const auto denominators = train::denominator_tensor(a.slots);
         rig.optimizer.zero_grad();
@@ -203,7 +178,7 @@ TEST_CASE("a DFlash step runs the same operators on the same shapes whatever its
         REQUIRE(b3.rows > 0);
         auto buffers3 = features::allocate_like(b3, torch::kCPU, rig.max_segments);
         features::copy_into(b3, buffers3);
-        buffers3.anchors = rig.anchors(b3, 3).anchors;
+        buffers3.extra = rig.anchors(b3, 3).anchors;
         const auto in3 = rig.features->head_inputs(buffers3);
         test::OpTrace ops;
         rig.head->train_step_forward(in3, train::denominator_tensor(rig.anchors(b3, 3).slots)).loss.backward();
@@ -242,7 +217,7 @@ TEST_CASE("a DFlash step on its shape's fixed buffers equals one on fresh tensor
       rig.metrics.zero_();
       auto fresh = rig.features->allocate(b, rig.max_segments);
       rig.features->fill(b, fresh);
-      fresh.anchors = a.anchors;
+      fresh.extra = a.anchors;
       train::train_micro_batch(*rig.features, *rig.head, fresh, denominators, false, rig.step_loss, rig.metrics);
       CHECK(torch::equal(loss, rig.step_loss));
       CHECK(torch::equal(metrics, rig.metrics));
@@ -292,14 +267,14 @@ TEST_CASE("graphed DFlash training steps equal eager ones, one capture per shape
         const auto a = rig.anchors(batch, step);  // host work, outside the graphs
         if (!buffers.count(shape)) {
           auto buf = features::allocate_like(batch, rig.device, rig.max_segments);
-          buf.anchors = torch::zeros(a.anchors.sizes(), buf.input_ids.options().dtype(torch::kInt64));
+          buf.extra = torch::zeros(a.anchors.sizes(), buf.input_ids.options().dtype(torch::kInt64));
           buffers.emplace(shape, std::move(buf));
           denominators.emplace(shape, torch::zeros({rig.head->config().steps()}, rig.step_loss.options()));
         }
         ++calls[shape];
         auto& buf = buffers.at(shape);
         features::copy_into(batch, buf);
-        buf.anchors.copy_(a.anchors.pin_memory(), /*non_blocking=*/true);
+        buf.extra.copy_(a.anchors.pin_memory(), /*non_blocking=*/true);
         denominators.at(shape).copy_(train::denominator_tensor(a.slots));
         rig.optimizer.zero_grad();
         rig.optimizer.set_lr(1e-3);

@@ -19,7 +19,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <torch/torch.h>
 
-#include "eagle/head/eagle3_head.h"
+#include "eagle/head/eagle/eagle3_head.h"
 #include "eagle/train/memory_estimate.h"
 #include "eagle/train/optimizer.h"
 

@@ -23,7 +23,8 @@
 #include "eagle/config/options.h"
 #include "eagle/data/sampler.h"
 #include "eagle/device/cuda_graph_cache.h"
-#include "eagle/head/head_loss.h"
+#include "eagle/head/draft_spec.h"
+#include "eagle/head/loss.h"
 #include "eagle/train/micro_batch.h"
 #include "eagle/train/optimizer.h"
 #include "eagle/train/setup.h"
@@ -185,7 +186,7 @@ ModeResult run_mode(const std::string& name, config::Options o, bool graphed, co
       optimizer.zero_grad();
       optimizer.set_lr(1e-5);
       step_loss.zero_();
-      micro_batches.run(cache, batch, train::denominator_tensor(train::loss_denominators({batch}, K)), step_loss,
+      micro_batches.run(cache, batch, train::denominator_tensor(head::count_loss_positions(batch, K)), step_loss,
                         metrics);
       cache.run(device::kOptimizerUpdate, [&] { optimizer.step(step_loss); });
     };

@@ -2,7 +2,7 @@
 #include "eagle/acceptance/alpha.h"
 
 #include "eagle/acceptance/decode.h"
-#include "eagle/head/head_loss.h"
+#include "eagle/head/loss.h"
 #include "eagle/model/sampling.h"
 
 namespace eagle::acceptance {

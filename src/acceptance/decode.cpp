@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "eagle/head/draft_spec.h"
+
 namespace eagle::acceptance {
 
 std::optional<std::vector<std::int64_t>> eval_prompt(const data::Dataset& ds, std::size_t i) {
@@ -96,7 +98,8 @@ PromptAcceptance decode_prompt(const target::TargetModel& target, head::DraftHea
                                std::int64_t max_new_tokens) {
   torch::NoGradGuard no_grad;
   PromptAcceptance pa;
-  const bool eagle3 = head.config().eagle_version == 3;
+  // What the head reads of the target (its row of the draft table): the aux layers or the final hidden.
+  const bool aux = head::draft_spec(head.config()).reads(head.config()).aux_hidden;
   const auto device = target.device();
   const auto capacity = static_cast<std::int64_t>(prompt.size()) + max_new_tokens + proposer.spare_slots() + 2;
   auto tcache = target.new_cache(1, capacity);
@@ -105,7 +108,7 @@ PromptAcceptance decode_prompt(const target::TargetModel& target, head::DraftHea
   std::int64_t x = verifier.first_token(start.last_logits);
   // The head's pending inputs: the target features of positions not yet in its cache, each with
   // the token that follows it.
-  auto features = eagle3 ? start.aux_hidden : start.final_hidden;
+  auto features = aux ? start.aux_hidden : start.final_hidden;
   auto next_ids = start.next_ids(x);
   pa.generated = 1;
   while (pa.generated < max_new_tokens && !is_eos(target.config(), x)) {
@@ -118,7 +121,7 @@ PromptAcceptance decode_prompt(const target::TargetModel& target, head::DraftHea
     const auto verdict = verifier.verify(tree, round.q, vout.logits[0]);
     const auto acc = static_cast<std::int64_t>(verdict.path.size()) - 1;
     pa.add_round(acc);
-    const auto& hidden = eagle3 ? vout.aux_hidden : vout.final_hidden;
+    const auto& hidden = aux ? vout.aux_hidden : vout.final_hidden;
     if (round.chain) {
       features = hidden.narrow(1, 0, 1 + acc);
       target.truncate(tcache, before + 1 + acc);

@@ -13,6 +13,7 @@
 #include "eagle/acceptance/decode.h"
 #include "eagle/acceptance/propose.h"
 #include "eagle/config/option_table.h"
+#include "eagle/head/draft_spec.h"
 #include "eagle/util/error.h"
 #include "eagle/util/log.h"
 
@@ -79,15 +80,17 @@ std::map<std::string, io::CategoryAcceptance> by_category(const data::Dataset& h
 }  // namespace
 
 void check_head_settings(const head::HeadConfig& h, const AcceptanceSettings& s) {
-  if (!h.dflash()) return;
-  EAGLE_CHECK(!s.tree.on(), Error(ErrorKind::usage, "a DFlash draft proposes one block a round: there is no tree")
-                                .place("eval_tree_topk")
-                                .expected("0 (chains, greedy or at eval_temperature)")
-                                .found(std::to_string(s.tree.topk)));
-  EAGLE_CHECK(s.draft_len <= h.dflash_block_size - 1,
-              Error(ErrorKind::usage, "a DFlash draft proposes at most its block's mask slots a round")
+  const auto& spec = head::draft_spec(h);
+  const auto limits = spec.limits(h);
+  EAGLE_CHECK(limits.no_tree.empty() || !s.tree.on(), Error(ErrorKind::usage, limits.no_tree)
+                                                          .place("eval_tree_topk")
+                                                          .expected("0 (chains, greedy or at eval_temperature)")
+                                                          .found(std::to_string(s.tree.topk)));
+  EAGLE_CHECK(limits.max_draft_len == 0 || s.draft_len <= limits.max_draft_len,
+              Error(ErrorKind::usage,
+                    fmt::format("{} draft proposes at most {} a round", spec.noun, limits.max_draft_len_what))
                   .place("eval_draft_len")
-                  .expected(fmt::format("at most {} (dflash_block_size - 1)", h.dflash_block_size - 1))
+                  .expected(fmt::format("at most {} ({})", limits.max_draft_len, limits.max_draft_len_name))
                   .found(std::to_string(s.draft_len)));
 }
 

@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "eagle/head/draft_spec.h"
 #include "eagle/model/sampling.h"
 
 namespace eagle::acceptance {
@@ -64,8 +65,8 @@ Round ParallelProposer::propose(head::DraftHead& head, head::DraftCache& cache, 
 
 std::unique_ptr<Proposer> sampled_chain_proposer(const head::DraftHead& head, std::int64_t draft_len,
                                                  const SamplingSettings& s, Uniform& u) {
-  // P-EAGLE and DFlash draft a round in one forward: each slot's token from its own logits.
-  if (head.config().parallel_drafting || head.config().dflash())
+  // A round drafted in one forward (P-EAGLE, DFlash): each slot's token from its own logits.
+  if (head::draft_spec(head.config()).limits(head.config()).parallel_chain)
     return std::make_unique<ParallelProposer>(draft_len, s, u);
   return std::make_unique<ChainProposer>(draft_len, s, u);
 }

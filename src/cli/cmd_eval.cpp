@@ -14,8 +14,7 @@
 #include "eagle/config/option_table.h"
 #include "eagle/device/runtime.h"
 #include "eagle/features/inputs.h"
-#include "eagle/head/dflash_head.h"
-#include "eagle/head/head_io.h"
+#include "eagle/head/export/io.h"
 #include "eagle/io/progress.h"
 #include "eagle/io/step_stats.h"
 #include "eagle/run/summary.h"
@@ -52,7 +51,8 @@ void check_compatible(const head::HeadConfig& h, const target::TargetConfig& t, 
 // The head decides the layers it reads: other aux ids given for an EAGLE-3 head are refused, not
 // ignored (ttt_steps and eagle_version are not eval options: the head's are used).
 void check_aux_ids(const head::HeadConfig& h, const config::Options& o, const std::string& head_dir) {
-  if (h.eagle_version != 3 || o.aux_hidden_state_layer_ids.empty() || o.aux_hidden_state_layer_ids == h.aux_layer_ids)
+  if (!head::draft_spec(h).reads(h).aux_hidden || o.aux_hidden_state_layer_ids.empty() ||
+      o.aux_hidden_state_layer_ids == h.aux_layer_ids)
     return;
   throw Error(ErrorKind::usage, "--aux_hidden_state_layer_ids differs from the head's")
       .file(head_dir + "/config.json")
@@ -133,11 +133,8 @@ void run_eval(const config::Options& opts, const Invocation& argv) {
   // The head decides what it reads: the target layers it was trained on.
   const auto settings = train::EvalSettings::from(opts, loaded.config.ttt_steps);
   acceptance::check_head_settings(loaded.config, settings.acceptance);  // before the target loads
-  const auto inputs =
-      loaded.config.dflash()
-          ? features::load_dflash_inputs(opts, device, loaded.config.aux_layer_ids, /*eval=*/true)
-          : features::load_eval_inputs(opts, device, loaded.config.eagle_version, loaded.config.aux_layer_ids,
-                                       /*mtp_head=*/loaded.config.mtp());
+  const auto inputs = features::load_inputs(opts, head::draft_spec(loaded.config).reads(loaded.config), device,
+                                            features::Split::eval);
   head.set_target_weights(inputs.ends.embed, inputs.ends.lm_head);
   const data::Dataset& heldout = *inputs.heldout;
 

@@ -102,7 +102,7 @@ std::string extra_lines(const target::TargetConfig& c, const target::TargetModel
     s += fmt::format("layer types:   {}{}{}\n", layer_types(c),
                      sliding_window(c) > 0 ? fmt::format(" (sliding window {})", sliding_window(c)) : "",
                      c.attention_sinks ? ", attention sinks" : "");
-  // GLM-4.7-Flash's: vLLM 0.32.0 serves model.layers.0 in their place, so --draft mtp refuses them (head/mtp_config.h).
+  // GLM-4.7-Flash's: vLLM 0.32.0 serves model.layers.0 in their place, so --draft mtp refuses them (head/mtp/config.h).
   if (c.num_mtp_layers > 0)
     s += fmt::format("mtp layers:    {} shipped (not loaded by the target; --draft mtp {})\n", c.num_mtp_layers,
                      c.family == target::Family::glm4_moe_lite ? "refuses them" : "fine-tunes them");

@@ -55,6 +55,11 @@ struct EnumNames<TargetDtype> {
                                                                          {"float16", TargetDtype::float16}}};
 };
 template <>
+struct EnumNames<Draft> {
+  static constexpr std::array<std::pair<const char*, Draft>, 3> v{
+      {{"eagle", Draft::eagle}, {"mtp", Draft::mtp}, {"dflash", Draft::dflash}}};
+};
+template <>
 struct EnumNames<ExportFormat> {
   static constexpr std::array<std::pair<const char*, ExportFormat>, 5> v{
       {{"sglang", ExportFormat::sglang},
@@ -103,6 +108,15 @@ std::optional<E> enum_parse(std::string_view s) {
   for (const auto& [name, value] : EnumNames<E>::v)
     if (s == name) return value;
   return std::nullopt;
+}
+// What an error adds for a value that names something known but not built (--draft dspark).
+template <typename E>
+std::string enum_unknown_note(std::string_view s) {
+  if constexpr (std::is_same_v<E, Draft>) {
+    if (s == "dspark")
+      return " (dspark, DFlash with vLLM's Markov and confidence heads, is not implemented: docs/heads.md)";
+  }
+  return "";
 }
 template <typename E>
 std::string enum_name(E e) {
@@ -229,13 +243,15 @@ struct Codec<E, std::enable_if_t<std::is_enum_v<E>>> {
   static E from(const json& j, const std::string& src, const std::string& key) {
     if (!j.is_string()) throw type_error(src, key, "one of " + enum_choices<E>(), j);
     auto v = enum_parse<E>(j.get<std::string>());
-    if (!v) throw type_error(src, key, "one of " + enum_choices<E>(), j);
+    if (!v) throw type_error(src, key, "one of " + enum_choices<E>() + enum_unknown_note<E>(j.get<std::string>()), j);
     return *v;
   }
   static CLI::Option* bind(CLI::App& app, const std::string& flag, E& v) {
     return app.add_option_function<std::string>(flag, [&v, flag](const std::string& s) {
       auto parsed = enum_parse<E>(s);
-      if (!parsed) throw CLI::ValidationError(flag, "expected one of " + enum_choices<E>() + ", found \"" + s + "\"");
+      if (!parsed)
+        throw CLI::ValidationError(
+            flag, "expected one of " + enum_choices<E>() + ", found \"" + s + "\"" + enum_unknown_note<E>(s));
       v = *parsed;
     })->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   }

@@ -80,8 +80,26 @@ const OptionEntry* find_option(std::string_view name) {
 
 std::int64_t resolved_draft_num_layers(const std::string& draft, std::int64_t draft_num_layers) {
   if (draft_num_layers > 0) return draft_num_layers;
-  return draft == "dflash" ? 5 : 1;  // the published z-lab DFlash drafts have 5 layers
+  return enum_parse<Draft>(draft) == Draft::dflash ? 5 : 1;  // the published z-lab DFlash drafts have 5 layers
 }
+
+std::int64_t resolved_draft_num_layers(const Options& opts) {
+  return resolved_draft_num_layers(name_of(opts.draft), opts.draft_num_layers);
+}
+
+DraftKind draft_kind(const Options& opts) {
+  switch (opts.draft) {
+    case Draft::mtp:
+      return DraftKind::mtp;
+    case Draft::dflash:
+      return DraftKind::dflash;
+    case Draft::eagle:
+      break;
+  }
+  return opts.eagle_version == 1 ? DraftKind::eagle1 : DraftKind::eagle3;
+}
+
+std::string name_of(Draft v) { return enum_name(v); }
 
 std::string name_of(LrScheduler v) { return enum_name(v); }
 std::string name_of(BadSamplePolicy v) { return enum_name(v); }

@@ -19,8 +19,8 @@ std::string check_increasing(const std::vector<std::int64_t>& v) {
   return "";
 }
 
-bool is_dflash(const Options& o) { return o.draft == "dflash"; }
-bool not_dflash(const Options& o) { return o.draft != "dflash"; }
+bool is_dflash(const Options& o) { return o.draft == Draft::dflash; }
+bool not_dflash(const Options& o) { return o.draft != Draft::dflash; }
 
 }  // namespace
 
@@ -164,18 +164,13 @@ std::vector<OptionEntry> declare_options() {
         "layer, read from model_name_or_path under its native names; MiMo, Qwen3.5, Qwen3-Next, DeepSeek-V3, "
         "GLM-4.5) or dflash (a DFlash "
         "block draft: dflash_block_size - 1 tokens from one forward, served by vLLM's method dflash); docs/heads.md")
-      .check([](const std::string& v, const Options& o) {
-        if (v == "dspark")
-          return std::string(
-              "eagle, mtp or dflash (dspark, DFlash with vLLM's Markov and confidence heads, is not "
-              "implemented: docs/heads.md)");
-        if (v != "eagle" && v != "mtp" && v != "dflash") return std::string("eagle, mtp or dflash");
-        if (v == "mtp" && (o.eagle_version != 3 || o.parallel_drafting || o.draft_num_layers > 1 || o.fc_norm ||
+      .check([](Draft v, const Options& o) {
+        if (v == Draft::mtp && (o.eagle_version != 3 || o.parallel_drafting || o.draft_num_layers > 1 || o.fc_norm ||
                            o.norm_output || o.norm_before_fc || o.draft_layer != "llama"))
           return std::string(
               "mtp trains the target's own layer: not with eagle_version 1, parallel_drafting, draft_num_layers, "
               "fc_norm, norm_output, norm_before_fc or draft_layer");
-        if (v == "dflash" && (o.eagle_version != 3 || o.parallel_drafting || o.fc_norm || o.norm_output ||
+        if (v == Draft::dflash && (o.eagle_version != 3 || o.parallel_drafting || o.fc_norm || o.norm_output ||
                               o.norm_before_fc || o.draft_layer != "llama" || !o.aux_hidden_state_layer_ids.empty()))
           return std::string(
               "dflash is its own draft (Qwen3-style layers over dflash_target_layers): not with eagle_version 1, "
@@ -231,7 +226,7 @@ std::vector<OptionEntry> declare_options() {
         "end-of-sequence id")
       .range(-1, kMaxVocab)
       .acts_only(kTrain, "--parallel_drafting or --draft dflash",
-                 [](const Options& o) { return o.parallel_drafting || o.draft == "dflash"; });
+                 [](const Options& o) { return o.parallel_drafting || o.draft == Draft::dflash; });
   t.add(&Options::ttt_loss_decay, "ttt_loss_decay", G::draft, kTrain, "Weight of TTT step k's loss is ttt_loss_decay^k")
       .range(0.0, 1.0)
       .acts_only(kTrain, "--draft eagle or mtp (dflash weighs its slots by dflash_decay_gamma)", not_dflash);

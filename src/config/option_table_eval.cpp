@@ -66,7 +66,7 @@ void declare_eval_options(Table& t) {
         "dflash_block_size - 1, and at most that)")
       .range(0, 32)
       .check([](std::int64_t v, const Options& o) {
-        return o.draft == "dflash" && v > o.dflash_block_size - 1
+        return o.draft == Draft::dflash && v > o.dflash_block_size - 1
                    ? fmt::format("at most dflash_block_size - 1 ({}) for a DFlash draft", o.dflash_block_size - 1)
                    : std::string();
       });
@@ -81,7 +81,7 @@ void declare_eval_options(Table& t) {
       .range(0, 16)
       .check([](std::int64_t v, const Options& o) {
         if (v != 0 && o.parallel_drafting) return std::string("0 for a P-EAGLE head (parallel_drafting)");
-        if (v != 0 && o.draft == "dflash") return std::string("0 for a DFlash draft (one block a round, no tree)");
+        if (v != 0 && o.draft == Draft::dflash) return std::string("0 for a DFlash draft (one block a round, no tree)");
         return v == 0 || o.eagle_version == 3 ? std::string() : std::string("0 for an EAGLE-1 head");
       });
   t.add(&Options::eval_tree_draft_tokens, "eval_tree_draft_tokens", G::eval, kTrain | kEval,

@@ -26,6 +26,7 @@
 #include "eagle/features/inputs.h"
 #include "eagle/features/store.h"
 #include "eagle/features/target_identity.h"
+#include "eagle/head/draft_spec.h"
 #include "eagle/model/dtype.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/run/dir_lock.h"
@@ -300,7 +301,7 @@ DumpPlan start_dump(const config::Options& o, const fs::path& out, const target:
   write_data(out, p.data, o);
   p.ends_bytes = write_ends(out, o, target.ends());
   FeatureManifest& m = p.m;
-  m.layout.aux_width = o.eagle_version == 3 ? static_cast<std::int64_t>(aux_ids.size()) * tc.hidden_size : 0;
+  m.layout.aux_width = static_cast<std::int64_t>(aux_ids.size()) * tc.hidden_size;  // none for EAGLE-1
   m.layout.hidden_size = tc.hidden_size;
   m.layout.dtype =
       o.features_dtype == config::TargetDtype::auto_ ? target.dtype() : model::target_dtype(o.features_dtype);
@@ -402,8 +403,9 @@ DumpSummary dump_features(const config::Options& o, const DumpHooks& hooks) {
   if (!out.has_filename()) out = out.parent_path();
   check_output_apart(o, out);
   const auto config = target::TargetConfig::from_model_dir(o.model_name_or_path);
+  // The aux layers of the head the options describe (its row's plan): none where it reads the final hidden.
   std::vector<std::int64_t> aux_ids;
-  if (o.eagle_version == 3)
+  if (head::draft_spec(config::draft_kind(o)).plan(head::HeadSettings::from(o, o.model_name_or_path)).aux_hidden)
     aux_ids = o.aux_hidden_state_layer_ids.empty() ? target::default_aux_layer_ids(config.num_hidden_layers)
                                                    : o.aux_hidden_state_layer_ids;
   // The pre-norm last state is read as aux id L, which an aux feature (hidden_states[L], after the norm) would share.

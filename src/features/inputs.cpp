@@ -1,6 +1,7 @@
 // A run's inputs (see inputs.h): the data and the target online; offline, a dump-features folder
 // (its manifest, prepared data and shards) or a speculators folder (its Arrow rows and hidden-state
-// files) with the target's ends; vLLM servers. The MTP and DFlash heads' inputs: inputs_drafts.cpp.
+// files) with the target's ends; vLLM servers. A head whose one aux feature is the target's last hidden
+// state (MTP): inputs_last_state.cpp.
 #include "eagle/features/inputs.h"
 
 #include <algorithm>
@@ -15,13 +16,10 @@
 #include "eagle/data/loader.h"
 #include "eagle/data/speculators_folder.h"
 #include "eagle/device/distributed.h"
-#include "eagle/head/dflash_head.h"
 #include "eagle/features/server_files.h"
 #include "eagle/features/server_store.h"
 #include "eagle/features/target_identity.h"
 #include "eagle/config/option_table.h"
-#include "eagle/head/mtp_io.h"
-#include "eagle/head/mtp_layout.h"
 #include "eagle/model/dtype.h"
 #include "eagle/run/signals.h"
 #include "eagle/util/error.h"
@@ -32,8 +30,7 @@ namespace eagle::features {
 namespace {
 
 namespace fs = std::filesystem;
-using detail::HeadReads;
-
+using head::FeatureNeeds;
 
 // The run's loading options against this target: ids below its vocabulary, none of its media placeholders.
 data::LoadOptions checked_against(const config::Options& opts, const target::TargetConfig& target) {
@@ -118,7 +115,7 @@ void load_target_part(const config::Options& o, torch::Device device, const std:
               "target); evaluations report the held-out loss, acc and tau of the stored features");
 }
 
-RunInputs open_dumped(const config::Options& o, const HeadReads& head, torch::Device device, bool eval) {
+RunInputs open_dumped(const config::Options& o, const FeatureNeeds& head, torch::Device device, bool eval) {
   const std::string& dir = o.features_path;
   const auto m = read_manifest(dir);
   const auto manifest_file = (fs::path(dir) / kFeaturesManifest).string();
@@ -131,12 +128,12 @@ RunInputs open_dumped(const config::Options& o, const HeadReads& head, torch::De
                   .place("aux_hidden_state_layer_ids")
                   .expected(fmt::format("[{}] (the dump's) or none", fmt::join(m.aux_layer_ids, ", ")))
                   .found(fmt::format("[{}]", fmt::join(head.aux_layer_ids, ", "))));
-  EAGLE_CHECK(head.eagle_version == 1 || m.layout.aux_width > 0,
+  EAGLE_CHECK(!head.aux_hidden || m.layout.aux_width > 0,
               Error(ErrorKind::usage, "an EAGLE-3 head needs aux features; these were dumped for EAGLE-1")
                   .file(manifest_file)
                   .hint("dump the features again with --eagle_version 3"));
   RunInputs in;
-  in.aux_layer_ids = head.eagle_version == 3 ? m.aux_layer_ids : std::vector<std::int64_t>{};
+  in.aux_layer_ids = head.aux_hidden ? m.aux_layer_ids : std::vector<std::int64_t>{};
   load_target_part(o, device, target_config_dir(o), in);
   const auto& c = in.ends.config;
   if (!o.model_name_or_path.empty()) {
@@ -172,7 +169,7 @@ RunInputs open_dumped(const config::Options& o, const HeadReads& head, torch::De
   return in;
 }
 
-RunInputs open_speculators(const config::Options& o, const HeadReads& head, torch::Device device, bool eval) {
+RunInputs open_speculators(const config::Options& o, const FeatureNeeds& head, torch::Device device, bool eval) {
   const std::string& dir = o.features_path;
   EAGLE_CHECK(!o.model_name_or_path.empty(),
               Error(ErrorKind::usage, "a speculators folder needs its target")
@@ -182,7 +179,7 @@ RunInputs open_speculators(const config::Options& o, const HeadReads& head, torc
   const auto config = target::TargetConfig::from_model_dir(o.model_name_or_path);
   auto rows = data::read_speculators_folder(dir, checked_against(o, config));
   RunInputs in;
-  if (head.eagle_version == 3) {
+  if (head.aux_hidden) {
     in.aux_layer_ids =
         head.aux_layer_ids.empty() ? target::default_aux_layer_ids(config.num_hidden_layers) : head.aux_layer_ids;
     if (head.aux_layer_ids.empty())
@@ -204,7 +201,7 @@ RunInputs open_speculators(const config::Options& o, const HeadReads& head, torc
 
 namespace detail {
 
-RunInputs load_offline_inputs(const config::Options& o, const HeadReads& head, torch::Device device, bool eval) {
+RunInputs load_offline_inputs(const config::Options& o, const FeatureNeeds& head, torch::Device device, bool eval) {
   const std::string& dir = o.features_path;
   if (!o.data_path.empty())
     log::warn("data", "data_path {} is not read: the features folder holds the data", o.data_path);
@@ -240,9 +237,19 @@ data::Dataset load_eval_data(const config::Options& opts, const target::TargetCo
   return std::move(loaded.train);
 }
 
+void add_data(RunInputs& in, const config::Options& opts, const target::TargetConfig& target, bool eval) {
+  if (eval) {
+    in.heldout = load_eval_data(opts, target);
+    return;
+  }
+  auto data = load_train_data(opts, target);
+  in.train = std::move(data.train);
+  in.heldout = std::move(data.heldout);
+}
+
 // Features from vLLM servers: the servers checked first (their max_model_len bounds the samples), then the
 // data as online, its samples numbered train first, then held-out.
-RunInputs open_server(const config::Options& o, const HeadReads& head, torch::Device device, bool eval) {
+RunInputs open_server(const config::Options& o, const FeatureNeeds& head, torch::Device device, bool eval) {
   const auto config = target::TargetConfig::from_model_dir(o.model_name_or_path);
   auto settings = server::ServerSettings::from(o, server::ServerPurpose::features, device::launch_from_env().rank);
   // This run's request ids (eval: a random tag): only their files in target_server_storage are read and deleted.
@@ -258,14 +265,8 @@ RunInputs open_server(const config::Options& o, const HeadReads& head, torch::De
               o.overlong_policy == config::OverlongPolicy::drop ? "drop" : "truncate");
   }
   RunInputs in;
-  if (eval) {
-    in.heldout = load_eval_data(lo, config);
-  } else {
-    auto data = load_train_data(lo, config);
-    in.train = std::move(data.train);
-    in.heldout = std::move(data.heldout);
-  }
-  if (head.eagle_version == 3)
+  add_data(in, lo, config, eval);
+  if (head.aux_hidden)
     in.aux_layer_ids =
         head.aux_layer_ids.empty() ? target::default_aux_layer_ids(config.num_hidden_layers) : head.aux_layer_ids;
   std::vector<const data::Dataset*> splits;
@@ -320,30 +321,49 @@ RunInputs online_inputs(target::TargetModel target, std::string target_name) {
   return in;
 }
 
-RunInputs load_train_inputs(const config::Options& opts, torch::Device device) {
-  if (opts.draft == "mtp") return load_mtp_inputs(opts, device, /*eval=*/false);
-  if (opts.draft == "dflash") return load_dflash_train_inputs(opts, device);
-  const HeadReads head{opts.eagle_version, opts.aux_hidden_state_layer_ids};
-  if (!opts.features_path.empty()) return load_offline_inputs(opts, head, device, /*eval=*/false);
-  if (!opts.target_server.empty()) return open_server(opts, head, device, /*eval=*/false);
-  // The data is checked against the target's config.json (vocabulary, media placeholders) before the weights.
-  auto data = load_train_data(opts, target::TargetConfig::from_model_dir(opts.model_name_or_path));
-  RunInputs in = online_inputs(target::load_target(opts, device), opts.model_name_or_path);
-  in.train = std::move(data.train);
-  in.heldout = std::move(data.heldout);
+RunInputs load_inputs(const config::Options& opts, const FeatureNeeds& needs, torch::Device device, Split split) {
+  const bool eval = split == Split::eval;
+  if (needs.last_as_aux) return load_last_state_inputs(opts, needs, device, eval);
+  RunInputs in;
+  if (!opts.features_path.empty()) {
+    if (needs.last_pre_norm) {
+      // A dump's aux id L is the HF convention (after the final norm); vLLM feeds such a draft the state before it.
+      const auto dir = target_config_dir(opts);  // empty only for a speculators folder without its target (refused there)
+      const auto last = dir.empty() ? std::int64_t{-1} : target::TargetConfig::from_model_dir(dir).num_hidden_layers;
+      const auto& ids = needs.aux_layer_ids;
+      EAGLE_CHECK(std::find(ids.begin(), ids.end(), last) == ids.end(),
+                  Error(ErrorKind::usage, "stored features hold the target's last layer after its final norm; vLLM "
+                                          "feeds a DFlash draft the state before it")
+                      .place("dflash_target_layers")
+                      .found(fmt::format("{} (the last layer)", last - 1))
+                      .hint("train with the target in-process or from --target_server, or choose earlier layers"));
+    }
+    in = load_offline_inputs(opts, needs, device, eval);
+    EAGLE_CHECK(!needs.aux_hidden || needs.aux_layer_ids.empty() || in.aux_layer_ids == needs.aux_layer_ids,
+                Error(ErrorKind::usage, "the stored features hold other target layers than the draft reads")
+                    .file(opts.features_path)
+                    .place("aux_hidden_state_layer_ids")
+                    .expected(fmt::format("aux ids [{}]", fmt::join(needs.aux_layer_ids, ", ")))
+                    .found(fmt::format("[{}]", fmt::join(in.aux_layer_ids, ", ")))
+                    .hint("dump-features --aux_hidden_state_layer_ids with the layers the draft reads"));
+  } else if (!opts.target_server.empty()) {
+    in = open_server(opts, needs, device, eval);  // vLLM's aux states are un-normed, aux id L included
+  } else {
+    // The data is checked against the target's config.json (vocabulary, media placeholders) before the weights.
+    RunInputs data;
+    add_data(data, opts, target::TargetConfig::from_model_dir(opts.model_name_or_path), eval);
+    in = online_inputs(target::load_target(opts, device, needs.aux_layer_ids), opts.model_name_or_path);
+    in.train = std::move(data.train);
+    in.heldout = std::move(data.heldout);
+  }
+  // The AR's target (and the online step's): aux id L before the final norm, as vLLM's aux states.
+  if (needs.last_pre_norm && in.target) in.target->set_last_aux_pre_norm(true);
   return in;
 }
 
-RunInputs load_eval_inputs(const config::Options& opts, torch::Device device, std::int64_t eagle_version,
-                           const std::vector<std::int64_t>& aux_layer_ids, bool mtp_head) {
-  if (mtp_head) return load_mtp_inputs(opts, device, /*eval=*/true);
-  const HeadReads head{eagle_version, eagle_version == 3 ? aux_layer_ids : opts.aux_hidden_state_layer_ids};
-  if (!opts.features_path.empty()) return load_offline_inputs(opts, head, device, /*eval=*/true);
-  if (!opts.target_server.empty()) return open_server(opts, head, device, /*eval=*/true);
-  auto data = load_eval_data(opts, target::TargetConfig::from_model_dir(opts.model_name_or_path));
-  RunInputs in = online_inputs(target::load_target(opts, device, head.aux_layer_ids), opts.model_name_or_path);
-  in.heldout = std::move(data);
-  return in;
+RunInputs load_train_inputs(const config::Options& opts, torch::Device device) {
+  const auto& spec = head::draft_spec(config::draft_kind(opts));
+  return load_inputs(opts, spec.plan(head::HeadSettings::from(opts, target_config_dir(opts))), device, Split::train);
 }
 
 std::string target_config_dir(const config::Options& opts) {

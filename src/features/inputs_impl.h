@@ -1,5 +1,5 @@
-// The parts of a run's inputs that inputs.cpp (the EAGLE heads', offline and server inputs) shares with
-// inputs_drafts.cpp (the MTP and DFlash heads'). Private to src/features.
+// The parts of a run's inputs that inputs.cpp (the one loader, offline and server inputs) shares with
+// inputs_last_state.cpp (a head reading the target's last hidden state). Private to src/features.
 #pragma once
 
 #include <cstdint>
@@ -12,19 +12,18 @@
 
 namespace eagle::features::detail {
 
-// What the head reads of the target: train, the options' head; eval, the loaded head's.
-struct HeadReads {
-  std::int64_t eagle_version = 3;
-  std::vector<std::int64_t> aux_layer_ids;  // empty: the default (or, offline, the stored) ones
-};
-
 // A dump-features or speculators folder (features_path) as the run's inputs.
-RunInputs load_offline_inputs(const config::Options& o, const HeadReads& head, torch::Device device, bool eval);
+RunInputs load_offline_inputs(const config::Options& o, const head::FeatureNeeds& head, torch::Device device, bool eval);
 // The held-out data of `eval`: the same choice as training, else data_path whole.
 data::Dataset load_eval_data(const config::Options& opts, const target::TargetConfig& target);
 // Features from vLLM servers (target_server).
-RunInputs open_server(const config::Options& o, const HeadReads& head, torch::Device device, bool eval);
-// --draft mtp: the target's last hidden state the one aux feature, online, stored or served (inputs_drafts.cpp).
-RunInputs load_mtp_inputs(const config::Options& o, torch::Device device, bool eval);
+RunInputs open_server(const config::Options& o, const head::FeatureNeeds& head, torch::Device device, bool eval);
+// The split's data as `train` and `eval` read it, written once: eval the held-out data only, train the
+// training data and its held-out split.
+void add_data(RunInputs& in, const config::Options& opts, const target::TargetConfig& target, bool eval);
+// The target's last hidden state the one aux feature (FeatureNeeds::last_as_aux), online, stored or served
+// (inputs_last_state.cpp).
+RunInputs load_last_state_inputs(const config::Options& o, const head::FeatureNeeds& needs, torch::Device device,
+                                 bool eval);
 
 }  // namespace eagle::features::detail

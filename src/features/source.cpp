@@ -18,7 +18,7 @@ head::HeadInputs batch_inputs(const BatchTensors& b) {
   in.position_ids = b.position_ids;
   in.document_ids = b.document_ids;
   in.attention = b.attention;
-  in.anchors = b.anchors;
+  in.extra = b.extra;
   return in;
 }
 

@@ -1,9 +1,11 @@
-// HeadConfig from the target's config, and the head's parameter list (see head.h).
+// HeadConfig from the target's config, DraftHead's defaults (the drafting steps a kind lacks refuse by
+// name) and the head's parameter list (see head.h).
 #include "eagle/head/head.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "eagle/model/shape_check.h"
 #include "eagle/target/target.h"
 #include "eagle/util/error.h"
 
@@ -99,6 +101,46 @@ std::vector<std::pair<std::string, torch::Tensor>> named_parameters(DraftHead& h
   for (const auto& p : head.module().named_parameters(/*recurse=*/true))
     if (p.value().requires_grad()) out.emplace_back(p.key(), p.value());
   return out;
+}
+
+// The defaults of the drafting steps a head kind may lack (head.h): each refuses by name.
+namespace {
+
+Error no_steps() {
+  return Error(ErrorKind::usage, "tree and sampled evaluation need an EAGLE-3 head")
+      .place("eval_tree_topk / eval_temperature")
+      .hint("evaluate an EAGLE-1 head with the greedy chain (eval_tree_topk 0, eval_temperature 0)");
+}
+
+}  // namespace
+
+DraftHead::Step DraftHead::draft_extend(DraftCache&, const torch::Tensor&, const torch::Tensor&) { throw no_steps(); }
+DraftHead::Step DraftHead::draft_nodes(DraftCache&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                       std::int64_t, const torch::Tensor&) {
+  throw no_steps();
+}
+torch::Tensor DraftHead::draft_vocab_ids() const { throw no_steps(); }
+std::vector<torch::Tensor> DraftHead::ttt_logits(const HeadInputs&) { throw no_steps(); }
+torch::Tensor DraftHead::parallel_logits(DraftCache&, const torch::Tensor&, const torch::Tensor&, std::int64_t) {
+  throw Error(ErrorKind::internal, "parallel_logits needs a P-EAGLE head (parallel_drafting)");
+}
+torch::Tensor DraftHead::draft_ragged(DraftCache&, const RaggedDraft&, std::int64_t) {
+  throw Error(ErrorKind::internal, "this head does not draft many sequences at once (drafts_ragged)");
+}
+
+void check_head_input(const torch::Tensor& t, const char* name, c10::IntArrayRef expected) {
+  model::check_shape(
+      t, expected,
+      Error(ErrorKind::internal, "head input has the wrong shape").place(fmt::format("HeadInputs.{}", name)));
+}
+
+void check_row_inputs(const HeadInputs& in) {
+  const auto b = in.input_ids.size(0), len = in.input_ids.size(1);
+  for (auto [t, name] : {std::pair{&in.loss_mask, "loss_mask"},
+                         {&in.position_ids, "position_ids"},
+                         {&in.document_ids, "document_ids"},
+                         {&in.target_argmax, "target_argmax"}})
+    check_head_input(*t, name, {b, len});
 }
 
 std::int64_t count_parameters(DraftHead& head) {

@@ -222,7 +222,7 @@ void check_tensors(const fs::path& dir, const CheckpointFiles& ck,
     // Harmless extras: a tied checkpoint that still stores lm_head, and the RoPE buffers of old exports.
     if (c.tie_word_embeddings && name == "lm_head.weight") continue;
     if (name.size() > 20 && name.ends_with("rotary_emb.inv_freq")) continue;
-    // MiMo's MTP layers: not the target's; --draft mtp reads them itself (head/mtp_io.h).
+    // MiMo's MTP layers: not the target's; --draft mtp reads them itself (head/mtp/io.h).
     if (c.num_mtp_layers > 0 && name.starts_with("model.mtp_layers.")) continue;
     // DeepSeek-V3 and GLM-4.5 store theirs as the layers after the last: left unloaded, as transformers does.
     if (is_mtp_layer_tensor(c, name)) continue;

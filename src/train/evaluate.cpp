@@ -8,7 +8,7 @@
 #include "eagle/config/option_table.h"
 #include "eagle/data/sampler.h"
 #include "eagle/features/batch_tensors.h"
-#include "eagle/head/dflash_attention.h"
+#include "eagle/head/draft_spec.h"
 #include "eagle/train/loss_metrics.h"
 #include "eagle/train/micro_batch.h"
 #include "eagle/util/log.h"
@@ -37,31 +37,19 @@ io::EvalStats evaluate(const features::FeatureSource& features, const target::Ta
   for (std::int64_t b = 0, n = sampler.batches_in_epoch(0); b < n; ++b)
     batches.push_back(data::make_batch(evaluated, sampler.next()));
   const auto device = features.device();
-  // A DFlash head's anchors: the same for every evaluation of a run (seed, "step" -1, the batch's
-  // index), so the held-out losses of its steps compare; their valid slots are the denominators.
-  const auto& hc = head.config();
-  std::vector<torch::Tensor> anchors(batches.size());
-  std::vector<std::int64_t> counts;
-  if (hc.dflash()) {
-    counts.assign(static_cast<std::size_t>(steps), 0);
-    for (std::size_t i = 0; i < batches.size(); ++i) {
-      auto a = dflash_batch_anchors(batches[i], hc,
-                                    head::dflash_anchor_generator(settings.acceptance.sampling.seed, /*step=*/-1,
-                                                                  static_cast<std::int64_t>(i)));
-      for (std::size_t k = 0; k < a.slots.size(); ++k) counts[k] += a.slots[k];
-      anchors[i] = a.anchors.to(device);
-    }
-  } else {
-    counts = loss_denominators(batches, steps);
-  }
-  const auto denominators = denominator_tensor(counts).to(device);
+  // The row's loss plan over all batches at once; its extra inputs (a DFlash head's anchors) are the
+  // same for every evaluation of a run (seed, "step" -1, the batch's index), so the held-out losses of
+  // its steps compare.
+  const auto plan = head::draft_spec(head.config())
+                        .loss_plan(batches, head.config(), head::PlanSeed{settings.acceptance.sampling.seed, -1, 0});
+  const auto denominators = denominator_tensor(plan.denominators).to(device);
   auto sums = torch::zeros({steps, head::kMetricColumns}, torch::TensorOptions().device(device));
   auto loss = torch::zeros({}, sums.options());
   for (std::size_t i = 0; i < batches.size(); ++i) {
     const auto& batch = batches[i];
     auto tensors = features.allocate(batch, /*max_segments=*/0);  // eager: the row length bounds it
     features.fill(batch, tensors);
-    tensors.anchors = anchors[i];
+    if (plan.extras[i].defined()) tensors.extra = plan.extras[i].to(device);
     auto out = forward_micro_batch(features, head, tensors, denominators, settings.bf16);
     sums += out.metric_sums;
     loss += out.loss;

@@ -7,20 +7,6 @@
 
 namespace eagle::train {
 
-std::vector<std::int64_t> count_loss_positions(const data::Batch& batch, std::int64_t steps) {
-  std::vector<std::int64_t> counts(static_cast<std::size_t>(steps), 0);
-  for (std::int64_t r = 0; r < batch.rows; ++r) {
-    for (std::int64_t k = 0; k < steps; ++k) {
-      for (std::int64_t t = 0; t + k + 2 < batch.length; ++t) {
-        auto doc = batch.document_ids[batch.at(r, t)];
-        auto u = batch.at(r, t + k + 2);
-        if (doc >= 0 && batch.document_ids[u] == doc && batch.loss_mask[u]) ++counts[static_cast<std::size_t>(k)];
-      }
-    }
-  }
-  return counts;
-}
-
 MetricSummary summarize_metrics(const torch::Tensor& sums) {
   EAGLE_CHECK(sums.dim() == 2 && sums.size(1) == head::kMetricColumns,
               Error(ErrorKind::internal, "metric sums have the wrong shape")

@@ -11,7 +11,7 @@
 #include "eagle/config/option_table.h"
 #include "eagle/device/memory.h"
 #include "eagle/features/inputs.h"
-#include "eagle/head/mtp_io.h"
+#include "eagle/head/draft_spec.h"
 #include "eagle/model/dtype.h"
 #include "eagle/util/error.h"
 #include "eagle/util/log.h"
@@ -234,20 +234,19 @@ void dry_run(const config::Options& o) {
   EAGLE_CHECK(!dir.empty(), Error(ErrorKind::usage, "train --dry_run needs the target's config.json")
                                 .place("model_name_or_path")
                                 .hint("give --model_name_or_path (a folder with config.json)"));
-  // The estimate models EAGLE's TTT unroll, not DFlash's anchored blocks (not measured yet).
-  EAGLE_CHECK(o.draft != "dflash", Error(ErrorKind::usage, "train --dry_run does not model a DFlash step yet")
-                                       .place("dry_run")
-                                       .found("--draft dflash")
-                                       .hint("train a few steps and read peak_memory_mib in metrics.jsonl"));
+  // The estimate models the TTT unroll (EAGLE, MTP), not DFlash's anchored blocks (not measured yet).
+  const auto& spec = head::draft_spec(config::draft_kind(o));
+  EAGLE_CHECK(spec.memory_model,
+              Error(ErrorKind::usage, fmt::format("train --dry_run does not model {} step yet", spec.noun))
+                  .place("dry_run")
+                  .found(fmt::format("--draft {}", config::name_of(o.draft)))
+                  .hint("train a few steps and read peak_memory_mib in metrics.jsonl"));
   const auto target = target::TargetConfig::from_model_dir(dir);
-  // --draft mtp: the target's MTP layer over the full vocabulary (an EAGLE-3-shaped step, one layer).
-  auto head = o.draft == "mtp" ? head::mtp_config_from_target(target)
-                               : head::HeadConfig::from_target(target, o.eagle_version, o.aux_hidden_state_layer_ids,
-                                                               std::min(o.draft_vocab_size, target.vocab_size));
-  head.ttt_steps = o.ttt_steps;
-  head.loss_chunk_size = o.loss_chunk_size;
-  if (head.eagle_version == 3 && !head.mtp())
-    head.num_layers = config::resolved_draft_num_layers(o.draft, o.draft_num_layers);
+  // The head as its row configures it for this target (an MTP head: the target's layer over the full
+  // vocabulary, an EAGLE-3-shaped step of one layer).
+  const auto settings = head::HeadSettings::from(o, dir);
+  auto head = spec.configure(settings, target, spec.reduced_vocab ? std::min(o.draft_vocab_size, target.vocab_size)
+                                                                  : target.vocab_size);
   // The device the run would take; a CUDA one named where none is (a prediction for another machine)
   // is reported as unknown, not refused.
   const bool cuda = o.device.rfind("cuda", 0) == 0 || (o.device == "auto" && torch::cuda::is_available());

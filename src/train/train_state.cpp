@@ -10,8 +10,8 @@
 
 #include "eagle/config/option_table.h"
 #include "eagle/config/resolve.h"
-#include "eagle/head/dflash_head.h"
-#include "eagle/head/head_io.h"
+#include "eagle/head/draft_spec.h"
+#include "eagle/head/export/io.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/run/checkpoint_dir.h"
 #include "eagle/run/run_files.h"
@@ -151,38 +151,16 @@ void check_resumable(const TrainerState& saved, const nlohmann::json& options, i
   // another one is. A default now resolves as the checkpoint's did for the same target (the head
   // built from it is compared with the checkpoint's config.json field by field when restored).
   nlohmann::json before = saved.config, now = options;
-  const std::string aux = "aux_hidden_state_layer_ids", mask = "mask_token_id", layers = "draft_num_layers",
-                    dflash_layers = "dflash_target_layers";
+  const std::string aux = "aux_hidden_state_layer_ids", mask = "mask_token_id", layers = "draft_num_layers";
   // draft_num_layers 0 is the draft's default (a run before 0 existed recorded 1 for EAGLE).
   for (auto* j : {&before, &now})
     if (j->contains(layers) && (*j)[layers].is_number_integer())
       (*j)[layers] = config::resolved_draft_num_layers(j->value("draft", std::string("eagle")),
                                                        (*j)[layers].get<std::int64_t>());
-  if (now.value("eagle_version", 0) == 3 && (before.contains(aux) || before.contains(mask))) {
+  // The rest is the checkpoint head's row's (head::DraftSpec::resolve_resume).
+  if (before.contains(aux) || before.contains(mask)) {
     const head::HeadConfig head = head::read_head_folder_config(checkpoint.string());
-    // A DFlash draft reads dflash_target_layers (aux_hidden_state_layer_ids is refused with it).
-    if (head.eagle_version == 3 && !head.dflash() && before.contains(aux) && now.contains(aux)) {
-      before[aux] = head.aux_layer_ids;
-      // An MTP head reads hidden_states[L] (before the final norm), not the EAGLE-3 default.
-      if (now[aux].empty())
-        now[aux] = head.mtp() ? head.aux_layer_ids : target::default_aux_layer_ids(head.target_num_hidden_layers);
-    }
-    if ((head.parallel_drafting || head.dflash()) && before.contains(mask) && now.contains(mask)) {
-      before[mask] = head.mask_token_id;
-      if (now[mask] == -1) now[mask] = head.mask_token_id;
-    }
-    if (head.dflash() && before.contains(dflash_layers) && now.contains(dflash_layers)) {
-      before[dflash_layers] = head::dflash_target_layer_ids(head);
-      if (now[dflash_layers].empty() && now.contains(layers) && now[layers].is_number_integer()) {
-        now[dflash_layers] = head::dflash_default_target_layer_ids(head.target_num_hidden_layers,
-                                                                   now[layers].get<std::int64_t>());
-      } else if (now[dflash_layers].is_array()) {  // sorted, duplicates dropped, as the head reads them
-        auto ids = now[dflash_layers].get<std::vector<std::int64_t>>();
-        std::sort(ids.begin(), ids.end());
-        ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-        now[dflash_layers] = ids;
-      }
-    }
+    head::draft_spec(head).resolve_resume(head, before, now);
   }
   const auto conflicts = run::resume_conflicts(before, now);
   if (!conflicts.empty()) {

@@ -20,7 +20,7 @@
 #include "eagle/device/torch_error.h"
 #include "eagle/features/batch_tensors.h"
 #include "eagle/features/inputs.h"
-#include "eagle/head/dflash_attention.h"
+#include "eagle/head/draft_spec.h"
 #include "eagle/io/report.h"
 #include "eagle/io/run_logger.h"
 #include "eagle/run/checkpoint_dir.h"
@@ -86,6 +86,7 @@ void Trainer::check_resume() {
 void Trainer::build() {
   inputs_ = features::load_train_inputs(o_, device_);
   head_ = make_head(o_, inputs_, device_);
+  spec_ = &head::draft_spec(head_->config());
   K_ = head_->config().steps();
   features_ = inputs_.sources(head_->teacher_spec(), device_);
   const auto lengths = inputs_.train->lengths();
@@ -95,8 +96,8 @@ void Trainer::build() {
   micro_batches_.emplace(*features_.train, *head_,
                          o_.padding_free ? data::max_segments_per_row(lengths, o_.training_seq_len) : 0, o_.bf16);
   const auto shape_counts = sampler_->shape_counts(0);
-  // Before any step allocates; the estimate models EAGLE's TTT unroll, not DFlash's blocks (not yet).
-  if (!head_->config().dflash()) check_step_memory(o_, inputs_.ends.config, head_->config(), device_, shape_counts);
+  // Before any step allocates, where the estimate models the row's step.
+  if (spec_->memory_model) check_step_memory(o_, inputs_.ends.config, head_->config(), device_, shape_counts);
   // A target that reads the host in its forward runs eagerly (TargetModel::graphed_steps).
   const auto graphed = inputs_.target
                            ? inputs_.target->graphed_steps(o_.max_cuda_graphs, target::TargetModel::Step::training)
@@ -143,14 +144,10 @@ void Trainer::open_sinks(const std::vector<std::string>& command_line) {
   }
   checkpoints_.emplace(o_.output_dir);
   summary_.total_steps = total_steps_;
-  const auto& hc = head_->config();
   log::info("train", "{} optimizer steps of {} micro-batch(es){}; {} head with {} {}, {} parameters",
             total_steps_, o_.gradient_accumulation_steps,
             group_->size() > 1 ? fmt::format(" on each of {} ranks", group_->size()) : "",
-            hc.mtp()      ? std::string("the target's MTP")
-            : hc.dflash() ? std::string("a DFlash")
-                          : fmt::format("EAGLE-{}", hc.eagle_version),
-            K_, hc.dflash() ? "mask slot(s) per block" : "TTT step(s)", head::count_parameters(*head_));
+            spec_->noun, K_, spec_->step_noun, head::count_parameters(*head_));
   window_.emplace(K_, device_);
 }
 
@@ -171,9 +168,9 @@ ExitReason Trainer::loop() {
   const auto loop_started = *loop_started_;
   // A signal during set-up (handlers are installed first): stop before any step, nothing to save.
   if (group_->any(signals_.requested())) return ExitReason::interrupted;
-  // --draft mtp: the shipped layer's AR before any update, logged at step 0 (MTP.md 7.14: it must
+  // A shipped draft (--draft mtp): its AR before any update, logged at step 0 (MTP.md 7.14: it must
   // equal what vLLM measures with the original checkpoint).
-  if (head_->config().mtp() && state_.step == 0 && o_.eval_steps > 0) evaluate(/*with_step_line=*/false);
+  if (spec_->evaluate_at_start && state_.step == 0 && o_.eval_steps > 0) evaluate(/*with_step_line=*/false);
   while (state_.step < total_steps_) {
     const auto sampler_at = sampler_->state();
     try {
@@ -229,21 +226,12 @@ void Trainer::train_step() {
   std::vector<data::Batch> micro;
   for (std::int64_t m = 0; m < o_.gradient_accumulation_steps; ++m)
     micro.push_back(data::make_batch(*inputs_.train, sampler_->next()));
-  // A DFlash head's anchors, drawn on the host from (seed, step, micro-batch, rank): a resumed run
-  // draws what the interrupted one would have; their valid slots are the step's denominators.
-  const auto& hc = head_->config();
-  std::vector<torch::Tensor> anchors(micro.size());
-  auto local = StepCounts::of(micro, hc.dflash() ? 0 : K_);
-  if (hc.dflash()) {
-    local.denominators.assign(static_cast<std::size_t>(K_), 0);
-    for (std::size_t m = 0; m < micro.size(); ++m) {
-      auto a = dflash_batch_anchors(micro[m], hc,
-                                    head::dflash_anchor_generator(static_cast<std::uint64_t>(o_.seed), step,
-                                                                  static_cast<std::int64_t>(m), group_->rank()));
-      for (std::size_t k = 0; k < a.slots.size(); ++k) local.denominators[k] += a.slots[k];
-      anchors[m] = std::move(a.anchors);
-    }
-  }
+  // The row's loss plan: the step's denominators, and each micro-batch's extra input (a DFlash head's
+  // anchors), drawn on the host from (seed, step, micro-batch, rank): a resumed run draws what the
+  // interrupted one would have.
+  auto plan = spec_->loss_plan(micro, head_->config(),
+                               head::PlanSeed{static_cast<std::uint64_t>(o_.seed), step, group_->rank()});
+  auto local = StepCounts::of(micro, std::move(plan.denominators));
   // Host counts of all ranks at once: the loss denominators (normalised by the global count, so the
   // summed gradients are exact), then the real and the computed tokens of the step.
   const auto counts = StepCounts::from_vector(group_->sum(local.to_vector()));
@@ -252,7 +240,7 @@ void Trainer::train_step() {
   optimizer_->set_lr(schedule_.lr(step - 1));
   step_loss_.zero_();
   for (std::size_t m = 0; m < micro.size(); ++m)
-    micro_batches_->run(*graphs_, micro[m], denominators, step_loss_, window_->metrics, anchors[m]);
+    micro_batches_->run(*graphs_, micro[m], denominators, step_loss_, window_->metrics, plan.extras[m]);
   // The gradients and the loss of every rank, summed (between the graphs on GPU; nothing on one rank).
   group_->sum(comm_.buffer);
   // (b) clip + update, independent of the batch shape.

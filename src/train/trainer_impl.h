@@ -71,6 +71,7 @@ class Trainer {
   std::optional<run::CheckpointRef> resume_;
   features::RunInputs inputs_;  // the data; the target, or the stored features standing in for it
   std::shared_ptr<head::DraftHead> head_;
+  const head::DraftSpec* spec_ = nullptr;  // the head's row of the draft table
   std::int64_t K_ = 0;
   features::FeatureSources features_;  // the head inputs of each batch of each split
   std::optional<data::Sampler> sampler_;

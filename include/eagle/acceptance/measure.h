@@ -31,9 +31,10 @@ struct AcceptanceSettings {
 
 using AcceptanceStats = io::AcceptanceStats;
 
-// What the settings ask of this head that it cannot do, as Error(usage) naming the option: a DFlash
-// draft proposes one block of dflash_block_size - 1 tokens a round (no tree, eval_draft_len at most
-// that). measure() checks it; the trainer and eval call it before anything is measured.
+// What the settings ask of this head that it cannot do (its row's DraftLimits), as Error(usage) naming
+// the option: a tree where the head drafts none (EAGLE-1, P-EAGLE, DFlash), a round longer than it drafts
+// (DFlash: dflash_block_size - 1). measure() checks it; the trainer and eval call it before anything
+// is measured.
 void check_head_settings(const head::HeadConfig& head, const AcceptanceSettings& settings);
 
 // The ar_by_category entry of the prompts without a category, when others have one.

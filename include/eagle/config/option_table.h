@@ -88,8 +88,13 @@ void check_tree_draft_tokens(const Options& o, std::int64_t steps);
 // checked like check_tree_draft_tokens: Error(usage) naming the option.
 void check_best_metric_depth(const Options& o, std::int64_t draft_len);
 
-// draft_num_layers resolved for a draft (0: the draft's default, 1 for eagle and mtp, 5 for dflash).
+// draft_num_layers resolved for a draft (0: the draft's default, 1 for eagle and mtp, 5 for dflash);
+// draft as --draft and the JSON config write it.
 std::int64_t resolved_draft_num_layers(const std::string& draft, std::int64_t draft_num_layers);
+std::int64_t resolved_draft_num_layers(const Options& opts);
+// The draft table's row of these options: --draft with eagle_version (eagle: eagle3 or eagle1).
+DraftKind draft_kind(const Options& opts);
+std::string name_of(Draft v);
 
 // The names of enum values as flags and JSON write them ("truncate", "bfloat16", ...).
 std::string name_of(LrScheduler v);

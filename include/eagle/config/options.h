@@ -19,6 +19,10 @@ enum class QuantScale { amax, mse };
 enum class DdpBackend { auto_, gloo, nccl };
 enum class DraftSampling { greedy, sample };
 enum class BestMetric { ar, tree_ar, temp_ar, alpha_ar, loss };
+// --draft: a new EAGLE head (of eagle_version), the target's shipped MTP layer, or a DFlash block draft.
+enum class Draft { eagle, mtp, dflash };
+// A row of the draft table (head/draft_spec.h): --draft with eagle_version resolved (draft_kind()).
+enum class DraftKind { eagle3, eagle1, mtp, dflash };
 
 // Field comments give units; the help text in option_table.cpp is the user-facing description.
 struct Options {
@@ -54,7 +58,7 @@ struct Options {
   std::vector<std::int64_t> aux_hidden_state_layer_ids;  // input-of-layer ids; empty: [2, L/2, L-3]
 
   // draft
-  std::string draft = "eagle";  // eagle (eagle_version's head) | mtp (the target's shipped MTP layer) | dflash
+  Draft draft = Draft::eagle;  // eagle (eagle_version's head) | mtp (the target's shipped MTP layer) | dflash
   std::int64_t eagle_version = 3;
   std::int64_t ttt_steps = 7;
   bool fc_norm = false;               // EAGLE 3.1: an RMSNorm on each aux feature before the FC

@@ -19,8 +19,9 @@ struct BatchTensors {
   torch::Tensor aux_hidden;     // [B, T, aux_width] in the store's dtype; padding 0
   torch::Tensor last_hidden;    // [B, T, H] in the store's dtype; padding 0
   torch::Tensor target_argmax;  // [B, T] int64 when stored; padding 0
-  // A DFlash head's block anchors [B, N] int64 (filled by the trainer, not by a source); undefined else.
-  torch::Tensor anchors;
+  // The loss plan's extra head input of the batch (head::LossPlan: a DFlash head's block anchors [B, N]
+  // int64), filled by the trainer, not by a source; undefined for heads without one.
+  torch::Tensor extra;
 };
 
 // Allocates device buffers of the batch's shape. max_segments: the static bound on runs of equal

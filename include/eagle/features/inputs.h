@@ -15,12 +15,8 @@
 #include "eagle/data/dataset.h"
 #include "eagle/features/source.h"
 #include "eagle/features/store.h"
-#include "eagle/head/head.h"
+#include "eagle/head/draft_spec.h"
 #include "eagle/target/target.h"
-
-namespace eagle::head {
-struct DFlashSettings;  // eagle/head/dflash_head.h
-}  // namespace eagle::head
 
 namespace eagle::features {
 
@@ -59,45 +55,28 @@ struct RunInputs {
 // The inputs of a run with this target in the step (no data: the caller adds it).
 RunInputs online_inputs(target::TargetModel target, std::string target_name);
 
-// The inputs of `train`. Online (no features_path): the data, checked against the target's
-// vocabulary before its weights load, and the target with the options' aux layers. Offline: the
-// data and features of a dump-features or speculators folder, the target's ends only (from
+// Which split a command reads: train the training data and its held-out split, eval the held-out data
+// (eval_data_path, else data_path's validation split, else all of data_path or of the folder's samples).
+enum class Split { train, eval };
+
+// The one loader of a run's inputs for a head that reads `needs` (its row's plan for a new head, its
+// reads for a loaded one; head/draft_spec.h), from any source. Online (no features_path): the data, checked
+// against the target's vocabulary before its weights load, and the target with the aux layers read.
+// Offline: the data and features of a dump-features or speculators folder, the target's ends only (from
 // model_name_or_path, else the folder's copy) and the whole target only when the AR is measured
-// (eval_num_prompts > 0 and model_name_or_path given; else logged as skipped). With target_server:
-// the servers are checked (/health, /v1/models), the data loaded as online (samples longer than the
+// (eval_num_prompts > 0 and model_name_or_path given; else logged as skipped). With target_server: the
+// servers are checked (/health, /v1/models), the data loaded as online (samples longer than the
 // servers' max_model_len - 1 follow overlong_policy), the features of its samples requested from the
 // servers (ServerFeatures), the target's ends read from model_name_or_path.
+// needs.last_pre_norm: aux id L before the final norm, as vLLM's aux states (stored features, which hold
+// it after the norm, are refused for it). needs.last_as_aux: the target's last hidden state is the one
+// aux feature (id L), online, stored (LastAsAux) or served.
+RunInputs load_inputs(const config::Options& opts, const head::FeatureNeeds& needs, torch::Device device, Split split);
+// The inputs of `train`: load_inputs for what the options' new head will read (its row's plan).
 RunInputs load_train_inputs(const config::Options& opts, torch::Device device);
-// The inputs of `eval` for a head of this version reading these target layers (its own, not the
-// options'): the held-out data as training chooses it, else data_path (or the folder's samples)
-// whole; the target or the features as for training.
-// mtp_head: an MTP head's (--draft mtp): aux id L is the target's last hidden state, before or after
-// its final norm as the target's MTP family reads it (target::TargetModel::set_last_aux_pre_norm online;
-// offline the stored last hidden state, LastAsAux), from any of the three sources (inputs_drafts.cpp).
-RunInputs load_eval_inputs(const config::Options& opts, torch::Device device, std::int64_t eagle_version,
-                           const std::vector<std::int64_t>& aux_layer_ids, bool mtp_head = false);
 
 // The folder holding the target's config.json for these options: model_name_or_path when given,
 // else the copy of a dump-features folder (features_path); empty when neither has one.
 std::string target_config_dir(const config::Options& opts);
-
-// --draft dflash (docs/heads.md): its settings from the options and the target, and the target layers
-// it reads, online, from stored features or from vLLM servers.
-// The DFlash settings of these options for this target: draft_num_layers 0 is 5, mask_token_id -1
-// the target's first end-of-sequence id (Error(usage) naming mask_token_id when it has none).
-head::DFlashSettings dflash_settings(const config::Options& opts, const target::TargetConfig& target);
-
-// The inputs of a DFlash head that reads aux_layer_ids (DFlash target layer t is aux id t + 1; the
-// train inputs: head::dflash_config_from_target's, eval: the loaded head's). Online: the target with
-// those aux layers, aux id L (t = L - 1) taken before the final norm as vLLM does. features_path:
-// the dump's aux layers must be these (dump-features --aux_hidden_state_layer_ids t + 1 ...), and
-// t = L - 1 is refused (a dump stores the HF convention, normed); speculators folders as for
-// EAGLE-3. target_server: vLLM started with eagle_aux_hidden_state_layer_ids = these ids.
-RunInputs load_dflash_inputs(const config::Options& opts, torch::Device device,
-                             const std::vector<std::int64_t>& aux_layer_ids, bool eval);
-
-// The train inputs of --draft dflash: load_dflash_inputs with the aux ids of the head the options
-// build for the target (its config.json read first; every DFlash option checked there, by name).
-RunInputs load_dflash_train_inputs(const config::Options& opts, torch::Device device);
 
 }  // namespace eagle::features

@@ -12,7 +12,7 @@
 
 #include <torch/torch.h>
 
-#include "eagle/head/head_loss.h"
+#include "eagle/head/loss.h"
 
 namespace eagle::head {
 

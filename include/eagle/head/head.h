@@ -1,6 +1,8 @@
-// What the EAGLE-3 and EAGLE-1 draft heads share: their configuration (the fields the export
-// formats carry), the inputs of one training step, its outputs, the drafting cache, and the small
-// interface the trainer and the evaluator call.
+// What every draft head shares, whatever its kind (EAGLE-3 and its variants, EAGLE-1, MTP, DFlash): its
+// configuration (the fields the export formats carry), the inputs of one training step, its outputs,
+// the drafting cache, and the DraftHead interface the trainer and the evaluator call (its optional
+// drafting steps refuse by name in head.cpp). What differs by kind is asked of the kind's row
+// (draft_spec.h).
 #pragma once
 
 #include <cstdint>
@@ -10,7 +12,7 @@
 
 #include <torch/torch.h>
 
-#include "eagle/head/head_loss.h"
+#include "eagle/head/loss.h"
 #include "eagle/head/recompute.h"
 #include "eagle/head/ttt_attention.h"
 #include "eagle/model/layers.h"
@@ -56,7 +58,7 @@ struct HeadConfig {
   std::string target_dtype = "float32";            // the target's serving dtype (its config.json), written as the
                                                    // exports' torch_dtype: SGLang runs the draft in it
   TttAttentionImpl attention = TttAttentionImpl::efficient;
-  // --draft mtp (MTP.md): the target's own shipped MTP layer, fine-tuned (head/mtp_head.h); "" for the
+  // --draft mtp (MTP.md): the target's own shipped MTP layer, fine-tuned (head/mtp/head.h); "" for the
   // EAGLE heads, else the family whose MTP forward it is ("mimo", "qwen3_5", "deepseek_v3", ...: mtp_layout.h).
   // An MTP head is drafted and
   // trained as an EAGLE-3 head (eagle_version 3, one layer, aux_layer_ids {L}, the full vocabulary).
@@ -68,11 +70,11 @@ struct HeadConfig {
   // rope.head_dim qk_rope_head_dim; kv_lora_rank 0: not an MLA layer.
   std::int64_t q_lora_rank = 0, kv_lora_rank = 0, qk_nope_head_dim = 0, qk_rope_head_dim = 0, v_head_dim = 0;
   bool mla() const { return kv_lora_rank > 0; }
-  // The MTP block of a Qwen3.5 target (head/mtp_layout.h): every RMSNorm x * (1 + w) in fp32, and
+  // The MTP block of a Qwen3.5 target (head/mtp/layout.h): every RMSNorm x * (1 + w) in fp32, and
   // q_proj emitting [query | gate] per head, the attention times sigmoid(gate) before o_proj.
   bool norm_one_plus = false, attn_output_gate = false;
   bool mtp() const { return !mtp_family.empty(); }
-  // The MTP block's mixture of experts (Qwen3.5-MoE, Qwen3-Next, DeepSeek-V3, GLM-4.5; head/head_moe.h): the
+  // The MTP block's mixture of experts (Qwen3.5-MoE, Qwen3-Next, DeepSeek-V3, GLM-4.5; head/moe.h): the
   // target's router
   // (num_experts 0: the dense MLP of intermediate_size), each routed expert's and the shared expert's
   // widths, and the shared expert's sigmoid gate.
@@ -80,7 +82,7 @@ struct HeadConfig {
   std::int64_t moe_intermediate_size = 0, shared_intermediate_size = 0;
   bool shared_expert_gate = false;
   bool moe() const { return moe_router.num_experts > 0; }
-  // --draft dflash (DFlash.md, head/dflash_head.h): num_layers Qwen3-style layers over the target's
+  // --draft dflash (DFlash.md, head/dflash/head.h): num_layers Qwen3-style layers over the target's
   // features at aux_layer_ids (DFlash target layer t is aux id t + 1), drafting dflash_block_size - 1
   // tokens in one forward of the block [anchor, mask_token_id x (block - 1)]; 0: not a DFlash head.
   std::int64_t dflash_block_size = 0;
@@ -115,7 +117,7 @@ struct HeadInputs {
   torch::Tensor final_hidden;        // EAGLE-1: [B, T, H] final normed hidden (TargetOutput)
   torch::Tensor teacher_logits;      // EAGLE-3: [B, T, V_d] fp32 over the draft ids (TargetOutput)
   torch::Tensor target_argmax;       // [B, T] int64 target argmax over the full vocabulary
-  torch::Tensor anchors;             // DFlash: [B, N] int64 block anchors (head/dflash_attention.h)
+  torch::Tensor extra;               // the loss plan's extra input (draft_spec.h; DFlash: [B, N] int64 block anchors)
   model::AttentionSpec attention{};  // packed or padded rows (default: packed, exact for any layout)
 };
 
@@ -154,7 +156,7 @@ class DraftHead {
   void truncate(DraftCache& cache, std::int64_t length) const { cache.length = std::min(cache.length, length); }
 
   // Drafting in explicit steps, for trees and sampled drafts (acceptance/propose.cpp; sequentially
-  // drafting EAGLE-3 heads, head/eagle3_tree.cpp; other heads throw Error(usage)). draft_extend is draft()'s
+  // drafting EAGLE-3 heads, head/eagle/eagle3_tree.cpp; other heads throw Error(usage)). draft_extend is draft()'s
   // prefix pass: appends features/next_ids as draft() does and returns the last position's output.
   // draft_nodes runs n drafted nodes: their tokens ids [B, n] (target ids) with the recurrent
   // states of their parents [B, n, H] at RoPE positions [B, n], their keys written at cache slots
@@ -204,6 +206,13 @@ class DraftHead {
   // head's device; EAGLE-1: nothing beyond the target's own outputs).
   virtual target::TeacherSpec teacher_spec() const = 0;
 };
+
+// A training step's input checked by shape only (host metadata, no device synchronisation): Error(internal)
+// naming HeadInputs.<name>.
+void check_head_input(const torch::Tensor& t, const char* name, c10::IntArrayRef expected);
+// The [B, T] inputs every head's training step reads (loss_mask, position_ids, document_ids,
+// target_argmax) checked against input_ids' [B, T].
+void check_row_inputs(const HeadInputs& in);
 
 // The trainable parameters by name (the frozen target tensors are not parameters of the head).
 std::vector<std::pair<std::string, torch::Tensor>> named_parameters(DraftHead& head);

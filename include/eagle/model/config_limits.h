@@ -1,5 +1,5 @@
 // The ceilings of every size, count and number a model's config.json may hold, shared by the
-// target's reader (target/target_config.cpp) and the head's (head/head_config_json.cpp): a target
+// target's reader (target/target_config.cpp) and the head's (head/export/config_json.cpp): a target
 // that train accepts makes a head whose config.json eval, export and resume read back, and no
 // count drives a loop or an allocation before it is bounded (docs/models.md "Limits").
 #pragma once

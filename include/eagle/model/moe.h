@@ -1,5 +1,5 @@
 // Mixture-of-experts routing and the routed experts' forward, shared by the targets' sparse layers
-// (target_moe.cpp) and the trainable MoE block of an MTP head (head/head_moe.h), so that both route
+// (target_moe.cpp) and the trainable MoE block of an MTP head (head/moe.h), so that both route
 // every token bit for bit alike: the routers of transformers' Qwen3-MoE, Mixtral, gpt-oss,
 // DeepSeek-V2, DeepSeek-V3 / GLM-4.5 and Gemma 4 modules, then the tokens sorted by expert through grouped matmuls.
 // Both are differentiable (the head trains its router and experts through them).

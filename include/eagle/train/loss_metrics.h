@@ -1,5 +1,5 @@
 // Host-side loss denominators and metric summaries of the draft heads (EAGLE.md "Which positions
-// count", "Metrics"); the device-side pieces are in head/head_loss.h.
+// count", "Metrics"); the device-side pieces are in head/loss.h.
 #pragma once
 
 #include <chrono>
@@ -9,17 +9,10 @@
 #include <torch/torch.h>
 
 #include "eagle/data/batch.h"
-#include "eagle/head/head_loss.h"
+#include "eagle/head/loss.h"
 #include "eagle/io/step_stats.h"
 
 namespace eagle::train {
-
-// Host side, before the step: for k = 0..steps-1, the positions t of the batch with t+k+2 in the
-// same document as t and loss_mask[t+k+2] = 1. The trainer sums these over the micro-batches (and
-// ranks) of one optimizer step and passes them as the loss denominators. The third condition of
-// the rule (teacher argmax in the draft vocabulary) is only known on the device: positions failing
-// it add nothing to the numerator but still count here (docs/heads.md).
-std::vector<std::int64_t> count_loss_positions(const data::Batch& batch, std::int64_t steps);
 
 struct MetricSummary {
   std::vector<double> acc, cacc, loss;  // per step: acc_k, cacc_k, mean loss over valid positions

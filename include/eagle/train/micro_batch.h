@@ -17,32 +17,20 @@
 
 namespace eagle::train {
 
-// The loss denominators [steps] of the batches that share one normalisation (the micro-batches of
-// an optimizer step, or all batches of an evaluation): count_loss_positions summed.
-std::vector<std::int64_t> loss_denominators(const std::vector<data::Batch>& batches, std::int64_t steps);
-// As an fp32 host tensor, ready to be copied into a device buffer.
+// Loss denominators (a head::LossPlan's) as an fp32 host tensor, ready to be copied into a device buffer.
 torch::Tensor denominator_tensor(const std::vector<std::int64_t>& denominators);
 
 // The host counts of one optimizer step over its micro-batches, summed over the ranks as one vector
 // (to_vector, from_vector): the loss denominators and the step's real and computed tokens.
 struct StepCounts {
-  std::vector<std::int64_t> denominators;  // [steps] (loss_denominators)
+  std::vector<std::int64_t> denominators;  // [steps] (the head row's loss plan)
   std::int64_t real_tokens = 0, computed_tokens = 0;
 
-  static StepCounts of(const std::vector<data::Batch>& micro_batches, std::int64_t steps);
+  // denominators: the step's loss plan's (head::DraftSpec::loss_plan).
+  static StepCounts of(const std::vector<data::Batch>& micro_batches, std::vector<std::int64_t> denominators);
   std::vector<std::int64_t> to_vector() const;
   static StepCounts from_vector(const std::vector<std::int64_t>& values);
 };
-
-// --draft dflash: one batch's block anchors [B, N] int64 on the host, drawn by `generator`
-// (head::dflash_sample_anchors over the batch's loss mask and documents), and the valid slots per k
-// they give ([block - 1], head::dflash_count_slots): the loss denominators of the batches that share
-// one normalisation are their sums (in place of loss_denominators).
-struct DFlashAnchors {
-  torch::Tensor anchors;
-  std::vector<std::int64_t> slots;
-};
-DFlashAnchors dflash_batch_anchors(const data::Batch& batch, const head::HeadConfig& cfg, at::Generator generator);
 
 // head.train_step_forward(features.head_inputs(batch), denominators) under bf16 autocast when bf16.
 // Reads only the tensors given, never the host: safe inside a captured CUDA graph.
@@ -66,10 +54,11 @@ class MicroBatchRunner {
   MicroBatchRunner(const features::FeatureSource& source, head::DraftHead& head, std::int64_t max_segments, bool bf16)
       : source_(source), head_(head), max_segments_(max_segments), bf16_(bf16) {}
   // denominators: [K] fp32 on the host (denominator_tensor); loss_sum, metric_sums: train_micro_batch's.
-  // anchors: a DFlash head's [B, N] host anchors (dflash_batch_anchors), copied into the shape's
-  // buffer (N is fixed per shape: min(dflash_num_anchors, length)); undefined for other heads.
+  // extra: the loss plan's extra host input of the batch (a DFlash head's anchors [B, N]), copied into
+  // the shape's buffer (its size fixed per shape: DFlash's N is min(dflash_num_anchors, length));
+  // undefined for heads without one.
   void run(device::CudaGraphCache& graphs, const data::Batch& batch, const torch::Tensor& denominators,
-           torch::Tensor& loss_sum, torch::Tensor& metric_sums, const torch::Tensor& anchors = {});
+           torch::Tensor& loss_sum, torch::Tensor& metric_sums, const torch::Tensor& extra = {});
 
  private:
   struct ShapeBuffers {

@@ -1,0 +1,52 @@
+// The objects of a small training run on one device, built as the trainer builds them (inputs, a head
+// seeded 7, its feature source, the sampler, AdamW, the step's loss and metric sums): the fixture of the
+// micro-batch tests of every draft kind (tests/test_train_micro_batch*.cpp).
+#pragma once
+
+#include <memory>
+#include <utility>
+
+#include <torch/torch.h>
+
+#include "eagle/config/options.h"
+#include "eagle/data/plan.h"
+#include "eagle/data/sampler.h"
+#include "eagle/features/inputs.h"
+#include "eagle/head/loss.h"
+#include "eagle/train/optimizer.h"
+#include "eagle/train/setup.h"
+
+namespace eagle::test {
+
+struct StepRig {
+  config::Options o;
+  torch::Device device;
+  features::RunInputs inputs;
+  std::shared_ptr<head::DraftHead> head;
+  std::unique_ptr<features::FeatureSource> features;
+  data::Sampler sampler;
+  train::AdamW optimizer;
+  std::int64_t max_segments;
+  torch::Tensor step_loss, metrics;
+
+  StepRig(config::Options opts, torch::Device dev)
+      : o(std::move(opts)),
+        device(dev),
+        inputs(features::load_train_inputs(o, device)),
+        head(seeded_head(o, inputs, device)),
+        features(inputs.sources(head->teacher_spec(), device).train),
+        sampler(inputs.train->lengths(), data::SamplerOptions::from(o)),
+        optimizer(head::named_parameters(*head), train::AdamWConfig{0.9, 0.95, 1e-8, 0.0, 1.0}),
+        max_segments(o.padding_free ? data::max_segments_per_row(inputs.train->lengths(), o.training_seq_len) : 0) {
+    const auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+    step_loss = torch::zeros({}, f32);
+    metrics = torch::zeros({head->config().steps(), head::kMetricColumns}, f32);
+  }
+  static std::shared_ptr<head::DraftHead> seeded_head(const config::Options& o, const features::RunInputs& inputs,
+                                                      torch::Device device) {
+    torch::manual_seed(7);
+    return train::make_head(o, inputs, device);
+  }
+};
+
+}  // namespace eagle::test
