@@ -64,6 +64,24 @@ inline std::shared_ptr<head::MtpHead> mtp_three_step_head(const std::string& fol
   return head;
 }
 
+// A target with one MTP layer hands the MTP head its last hidden state (aux id L, after the final norm)
+// and its logits as the reference's target computed them; the MTP layer's tensors are in the folder but
+// not the target's (loaded without them). A packed row of two samples against each run alone: the
+// hybrid targets' measured packed bound 2.5e-4 (test_target_target_linear.cpp).
+inline void check_target_last_hidden(const std::string& folder, const std::map<std::string, torch::Tensor>& ref) {
+  const auto c = target::TargetConfig::from_model_dir(folder);
+  CHECK(c.num_mtp_layers == 1);
+  auto model = target::TargetModel::load(folder, torch::kFloat32, torch::kCPU);
+  model.set_aux_layer_ids({c.num_hidden_layers});
+  target::TargetBatch batch;
+  batch.input_ids = ref.at("input_ids");
+  batch.position_ids = ref.at("position_ids");
+  batch.document_ids = ref.at("document_ids");
+  const auto out = model.forward(batch, target::TeacherSpec{torch::arange(c.vocab_size, torch::kInt64)});
+  CHECK((out.aux_hidden - ref.at("hidden")).abs().max().item<double>() <= 2.5e-4);
+  CHECK((out.teacher_logits - ref.at("target_logits")).abs().max().item<double>() <= 2.5e-4);
+}
+
 // The reference's row: ids, positions, documents, the target's hidden state, its logits and argmax, the mask.
 inline head::HeadInputs mtp_reference_inputs(const std::map<std::string, torch::Tensor>& ref) {
   head::HeadInputs in;

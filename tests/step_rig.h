@@ -7,6 +7,7 @@
 #include <utility>
 
 #include <torch/torch.h>
+#include <catch2/catch.hpp>
 
 #include "eagle/config/options.h"
 #include "eagle/data/plan.h"
@@ -48,5 +49,21 @@ struct StepRig {
     return train::make_head(o, inputs, device);
   }
 };
+
+// Graphed steps against eager ones in fp32 (a run's per-step losses, final parameters and peak reserved
+// GPU memory): the same losses and parameters to rounding, and the graphs' memory near eager's.
+template <typename Run>
+void check_graphed_like_eager(const Run& eager, const Run& graphed) {
+  REQUIRE(graphed.losses.size() == eager.losses.size());
+  for (std::size_t i = 0; i < eager.losses.size(); ++i) {
+    INFO("step " << i + 1);
+    CHECK(graphed.losses[i] == Approx(eager.losses[i]).epsilon(1e-5));
+  }
+  for (std::size_t i = 0; i < eager.params.size(); ++i)
+    CHECK(torch::allclose(graphed.params[i], eager.params[i], 1e-5, 1e-6));
+  INFO("peak reserved: eager " << eager.peak_reserved / (1 << 20) << " MiB, graphed "
+                               << graphed.peak_reserved / (1 << 20) << " MiB");
+  CHECK(graphed.peak_reserved <= 1.3 * eager.peak_reserved);
+}
 
 }  // namespace eagle::test

@@ -134,19 +134,8 @@ TEST_CASE("the DeepSeek-V3 and GLM-4.5 targets hand the MTP head their last hidd
           "[head]") {
   for (const auto& f : {kDeepseek, kGlm}) {
     INFO(f.family);
-    auto ref = model::load_safetensors(f.reference);
-    const auto c = target::TargetConfig::from_model_dir(f.folder);
-    CHECK(c.num_mtp_layers == 1);
     // The target reads its own layers and leaves model.layers.2.* (the MTP layer) unloaded.
-    auto model = target::TargetModel::load(f.folder, torch::kFloat32, torch::kCPU);
-    model.set_aux_layer_ids({c.num_hidden_layers});
-    target::TargetBatch batch;
-    batch.input_ids = ref.at("input_ids");
-    batch.position_ids = ref.at("position_ids");
-    batch.document_ids = ref.at("document_ids");
-    const auto out = model.forward(batch, target::TeacherSpec{torch::arange(c.vocab_size, torch::kInt64)});
-    CHECK((out.aux_hidden - ref.at("hidden")).abs().max().item<double>() <= 2.5e-4);  // packed vs alone
-    CHECK((out.teacher_logits - ref.at("target_logits")).abs().max().item<double>() <= 2.5e-4);
+    test::check_target_last_hidden(f.folder, model::load_safetensors(f.reference));
   }
 }
 

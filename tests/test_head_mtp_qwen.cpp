@@ -78,21 +78,7 @@ TEST_CASE("the tiny Qwen3.5 folder reads as an MTP head under vLLM's mtp.* names
 }
 
 TEST_CASE("the Qwen3.5 target hands the MTP head its last hidden state after the final norm", "[head]") {
-  auto ref = reference();
-  const auto c = target::TargetConfig::from_model_dir(kQwen);
-  CHECK(c.num_mtp_layers == 1);
-  // mtp.* is in the checkpoint but not the target's: loaded without it.
-  auto model = target::TargetModel::load(kQwen, torch::kFloat32, torch::kCPU);
-  model.set_aux_layer_ids({c.num_hidden_layers});
-  target::TargetBatch batch;
-  batch.input_ids = ref.at("input_ids");
-  batch.position_ids = ref.at("position_ids");
-  batch.document_ids = ref.at("document_ids");
-  const auto out = model.forward(batch, target::TeacherSpec{torch::arange(c.vocab_size, torch::kInt64)});
-  // A packed row of two samples against each run alone: the hybrid targets' measured packed bound
-  // (test_target_target_linear.cpp).
-  CHECK((out.aux_hidden - ref.at("hidden")).abs().max().item<double>() <= 2.5e-4);
-  CHECK((out.teacher_logits - ref.at("target_logits")).abs().max().item<double>() <= 2.5e-4);
+  test::check_target_last_hidden(kQwen, reference());
 }
 
 TEST_CASE("the Qwen3.5 MTP head's unroll and one training step equal vLLM's forward in PyTorch", "[head]") {

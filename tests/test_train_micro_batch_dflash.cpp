@@ -311,16 +311,7 @@ TEST_CASE("graphed DFlash training steps equal eager ones, one capture per shape
     CHECK(graphed.captured == graphed.shapes + 1);
     CHECK(graphed.replays == (graphed.graphed_calls - graphed.graphed_shapes) + (kSteps - 1));
     CHECK(graphed.sync_ops == 0);
-    REQUIRE(graphed.losses.size() == eager.losses.size());
-    for (std::size_t i = 0; i < eager.losses.size(); ++i) {
-      INFO("step " << i + 1);
-      CHECK(graphed.losses[i] == Approx(eager.losses[i]).epsilon(1e-5));
-    }
-    for (std::size_t i = 0; i < eager.params.size(); ++i)
-      CHECK(torch::allclose(graphed.params[i], eager.params[i], 1e-5, 1e-6));
-    INFO("peak reserved: eager " << eager.peak_reserved / (1 << 20) << " MiB, graphed "
-                                 << graphed.peak_reserved / (1 << 20) << " MiB");
-    CHECK(graphed.peak_reserved <= 1.3 * eager.peak_reserved);
+    test::check_graphed_like_eager(eager, graphed);
   }
 #endif
 }
