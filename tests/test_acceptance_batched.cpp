@@ -3,7 +3,8 @@
 // tokens, round lengths and generated tokens, for a trained head, two draft lengths and batch sizes
 // 1, 3 (rows refilled as prompts end) and 16 (more rows than prompts); the same for a DFlash draft,
 // whose rows draft one block each (and, on CUDA, graphed rounds), and for a hybrid target, whose
-// rows' Gated DeltaNet states return to each row's accepted prefix every round.
+// rows' Gated DeltaNet states return to each row's accepted prefix every round; a first prefill kept
+// for the next depths (PrefillReuse) decodes them as a new prefill would.
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
@@ -120,6 +121,28 @@ TEST_CASE("batched speculative decoding equals one by one, prompt by prompt", "[
   }
   // Some drafts are accepted, so the batched rows see pending inputs of several lengths.
   CHECK(drafts_accepted > 0);
+}
+
+TEST_CASE("a batched evaluation's first prefill, kept at one depth, decodes the next depths as a new prefill would",
+          "[acceptance]") {
+  test::TrainedSmoke smoke;
+  const auto prompts = acceptance::eval_prompts(test::smoke_data(), 10);
+  for (std::int64_t rows : {16, 3}) {  // every prompt in the first prefill; the first 3 of them (refills after)
+    INFO("rows " << rows);
+    acceptance::PrefillReuse reuse;
+    for (std::int64_t K : {1, 2, 4}) {
+      INFO("draft_len " << K);
+      const auto fresh = acceptance::batched_acceptance(smoke.target, smoke.head, prompts, 20, K, rows);
+      const auto reused = acceptance::batched_acceptance(smoke.target, smoke.head, prompts, 20, K, rows, 0, &reuse);
+      REQUIRE(reused.per_prompt.size() == fresh.per_prompt.size());
+      for (std::size_t i = 0; i < fresh.per_prompt.size(); ++i) {
+        INFO("prompt " << i);
+        CHECK(reused.per_prompt[i] == fresh.per_prompt[i]);
+      }
+    }
+    CHECK(reuse.rows == std::min<std::int64_t>(rows, 10));
+    CHECK(reuse.reused == 2);  // kept at the first depth, taken at the two after it
+  }
 }
 
 TEST_CASE("batched speculative decoding of a hybrid target equals one by one, prompt by prompt", "[acceptance]") {

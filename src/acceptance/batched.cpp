@@ -37,8 +37,9 @@ class BatchedDecoder {
  public:
   BatchedDecoder(const target::TargetModel& target, head::DraftHead& head,
                  std::vector<std::vector<std::int64_t>> prompts, std::int64_t max_new_tokens, std::int64_t draft_len,
-                 std::int64_t batch_size, std::int64_t max_cuda_graphs)
+                 std::int64_t batch_size, std::int64_t max_cuda_graphs, PrefillReuse* reuse)
       : target_(target),
+        reuse_(target.config().hybrid() ? nullptr : reuse),
         head_(head),
         prompts_(std::move(prompts)),
         max_new_(max_new_tokens),
@@ -117,8 +118,35 @@ class BatchedDecoder {
     }
     const auto ids_t = on_device(ids, {R, N}), columns_t = on_device(columns, {R, N}), rows_t = on_device(row_ids, {R}),
                last_t = on_device(last, {R});
-    auto out = target_.forward_ragged_all(tcache_, {ids_t, columns_t, rows_t, last_t, N});
-    const auto first = out.logits.index({torch::arange(R, iopts_), last_t}).argmax(-1).cpu();
+    torch::Tensor first, aux_hidden;
+    if (first_refill_ && reuse_ && reuse_->rows == R && reuse_->length == N) {
+      // The first prompts, prefilled as before: their keys and values copied in, their outputs taken.
+      for (std::size_t l = 0; l < reuse_->keys.size(); ++l) {
+        if (!reuse_->keys[l].defined()) continue;
+        tcache_.keys[l].narrow(0, 0, R).narrow(2, 0, N).copy_(reuse_->keys[l]);
+        tcache_.values[l].narrow(0, 0, R).narrow(2, 0, N).copy_(reuse_->values[l]);
+      }
+      first = reuse_->first;
+      aux_hidden = reuse_->aux_hidden;
+      ++reuse_->reused;
+    } else {
+      auto out = target_.forward_ragged_all(tcache_, {ids_t, columns_t, rows_t, last_t, N});
+      first = out.logits.index({torch::arange(R, iopts_), last_t}).argmax(-1).cpu();
+      aux_hidden = out.aux_hidden;
+      // The first prefill fills rows 0..R-1 in order: kept for the next evaluation of these prompts.
+      if (first_refill_ && reuse_ && reuse_->rows == 0) {
+        reuse_->rows = R;
+        reuse_->length = N;
+        for (std::size_t l = 0; l < tcache_.keys.size(); ++l) {
+          const bool has = tcache_.keys[l].defined() && tcache_.keys[l].numel() > 0;
+          reuse_->keys.push_back(has ? tcache_.keys[l].narrow(0, 0, R).narrow(2, 0, N).clone() : torch::Tensor());
+          reuse_->values.push_back(has ? tcache_.values[l].narrow(0, 0, R).narrow(2, 0, N).clone() : torch::Tensor());
+        }
+        reuse_->first = first;
+        reuse_->aux_hidden = aux_hidden;
+      }
+    }
+    first_refill_ = false;
     // The head's pending inputs: every prompt position, each with the token after it (the last
     // one's is the target's first choice).
     std::vector<std::int64_t> next(ids.size(), 0);
@@ -131,7 +159,7 @@ class BatchedDecoder {
       next[i * N + last[i]] = row.x;
     }
     auto drafts = head_.draft_ragged(
-        hcache_, {out.aux_hidden, on_device(next, {R, N}), columns_t, rows_t, last_t, N + K_ - 1}, K_);
+        hcache_, {aux_hidden, on_device(next, {R, N}), columns_t, rows_t, last_t, N + K_ - 1}, K_);
     keep_drafts(fresh, drafts);
     for (auto b : fresh)
       if (done(*rows_[b])) finish(b);
@@ -230,6 +258,8 @@ class BatchedDecoder {
   }
 
   const target::TargetModel& target_;
+  PrefillReuse* reuse_;
+  bool first_refill_ = true;
   head::DraftHead& head_;
   std::vector<std::vector<std::int64_t>> prompts_;
   std::int64_t max_new_, K_, B_;
@@ -249,12 +279,13 @@ class BatchedDecoder {
 
 AcceptanceResult batched_acceptance(const target::TargetModel& target, head::DraftHead& head,
                                     const std::vector<std::vector<std::int64_t>>& prompts, std::int64_t max_new_tokens,
-                                    std::int64_t draft_len, std::int64_t batch_size, std::int64_t max_cuda_graphs) {
+                                    std::int64_t draft_len, std::int64_t batch_size, std::int64_t max_cuda_graphs,
+                                    PrefillReuse* reuse) {
   torch::NoGradGuard no_grad;
   EAGLE_CHECK(head.drafts_ragged() && draft_len > 0 && batch_size > 0,
               Error(ErrorKind::internal, "batched evaluation needs a head that drafts many sequences at once"));
   if (prompts.empty()) return {};
-  return BatchedDecoder(target, head, prompts, max_new_tokens, draft_len, batch_size, max_cuda_graphs).run();
+  return BatchedDecoder(target, head, prompts, max_new_tokens, draft_len, batch_size, max_cuda_graphs, reuse).run();
 }
 
 }  // namespace eagle::acceptance

@@ -39,11 +39,13 @@ AcceptanceSettings AcceptanceSettings::from(const config::Options& o, std::int64
 namespace {
 
 // The greedy chain over the prompts drafting draft_len tokens a round: batched where the head can.
+// Batched, the first prompts' prefill is computed at the first depth and reused at the others (reuse).
 AcceptanceResult greedy_chain(const target::TargetModel& target, head::DraftHead& head,
                               const std::vector<std::vector<std::int64_t>>& prompts, const AcceptanceSettings& s,
-                              std::int64_t draft_len, bool batched) {
+                              std::int64_t draft_len, bool batched, PrefillReuse& reuse) {
   if (batched)
-    return batched_acceptance(target, head, prompts, s.max_new_tokens, draft_len, s.batch_size, s.max_cuda_graphs);
+    return batched_acceptance(target, head, prompts, s.max_new_tokens, draft_len, s.batch_size, s.max_cuda_graphs,
+                              &reuse);
   ChainProposer proposer(draft_len);
   GreedyVerifier verifier;
   return decode_prompts(target, head, prompts, proposer, verifier, s.max_new_tokens);
@@ -109,8 +111,9 @@ AcceptanceStats measure(const target::TargetModel& target, head::DraftHead& head
   EAGLE_CHECK(s.draft_len >= 1, Error(ErrorKind::internal, "the acceptance evaluation drafts no token")
                                     .found(std::to_string(s.draft_len)));
   std::vector<AcceptanceResult> by_depth;
+  PrefillReuse reuse;
   for (std::int64_t k = 1; k <= s.draft_len; ++k)
-    by_depth.push_back(greedy_chain(target, head, prompts, s, k, batched));
+    by_depth.push_back(greedy_chain(target, head, prompts, s, k, batched, reuse));
   const AcceptanceResult& chain = by_depth.back();
   if (chain.rounds > 0) {
     out.ar = chain.ar;
@@ -119,9 +122,11 @@ AcceptanceStats measure(const target::TargetModel& target, head::DraftHead& head
     out.ar_by_category = by_category(heldout, samples, by_depth);
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  log::info("eval", "AR over {} prompts ({} at a time) at depths 1..{}: {} rounds, {} tokens at depth {} in {:.2f} s",
+  log::info("eval",
+            "AR over {} prompts ({} at a time) at depths 1..{}: {} rounds, {} tokens at depth {} in {:.2f} s{}",
             chain.prompts, batched ? std::min(s.batch_size, chain.prompts) : 1, s.draft_len, chain.rounds,
-            chain.generated, s.draft_len, seconds);
+            chain.generated, s.draft_len, seconds,
+            reuse.reused > 0 ? fmt::format(" ({} prompts prefilled once for every depth)", reuse.rows) : "");
   if (batched && target.dtype() != torch::kFloat32 && target.dtype() != torch::kFloat64) {
     static bool said = false;  // once per process: a training run evaluates many times
     if (!said)

@@ -14,8 +14,23 @@
 
 namespace eagle::acceptance {
 
+// The target's side of a batched evaluation's first prefill (the first batch_size prompts, rows 0..R-1,
+// prefilled together whatever the draft length), kept for the next evaluation of the same prompts with
+// the same batch size (measure()'s depths): their cache columns [0, N) and what the head reads of them.
+// Decoding from it is bit for bit decoding from a prefill run again (the same forward on the same
+// inputs). Not kept for targets whose cache holds more than keys and values (the hybrids' states).
+struct PrefillReuse {
+  std::int64_t rows = 0, length = 0;        // R, N; 0: nothing kept yet
+  std::vector<torch::Tensor> keys, values;  // per layer [R, kv_heads, N, d] (undefined where the layer has none)
+  torch::Tensor aux_hidden;                 // [R, N, F] the head's features of the prompts
+  torch::Tensor first;                      // [R] int64 (host) the target's first choice after each prompt
+  std::int64_t reused = 0;                  // prefills skipped (for the log)
+};
+
+// reuse: where the first prefill is kept or taken from (nullptr: prefilled every time).
 AcceptanceResult batched_acceptance(const target::TargetModel& target, head::DraftHead& head,
                                     const std::vector<std::vector<std::int64_t>>& prompts, std::int64_t max_new_tokens,
-                                    std::int64_t draft_len, std::int64_t batch_size, std::int64_t max_cuda_graphs = 0);
+                                    std::int64_t draft_len, std::int64_t batch_size, std::int64_t max_cuda_graphs = 0,
+                                    PrefillReuse* reuse = nullptr);
 
 }  // namespace eagle::acceptance
