@@ -101,3 +101,48 @@ TEST_CASE("the AR and its 95% interval come from the rounds' lengths", "[accepta
   CHECK(one.ar == 2.0);
   CHECK(one.ci95 == 0.0);
 }
+
+TEST_CASE("a prompt's prefill, kept at its first decoding, decodes the next depths and modes as a new prefill would",
+          "[acceptance]") {
+  test::TrainedSmoke smoke;
+  const auto prompts = acceptance::eval_prompts(test::smoke_data(), 6);
+  acceptance::PrefillStore kept;
+  // Each decoding run twice, prefilling anew and from what the first decoding kept: the same rounds.
+  auto same = [&](acceptance::Proposer& proposer, acceptance::Verifier& fresh_verifier,
+                  acceptance::Verifier& kept_verifier) {
+    const auto fresh = acceptance::decode_prompts(smoke.target, smoke.head, prompts, proposer, fresh_verifier, 16);
+    const auto reused =
+        acceptance::decode_prompts(smoke.target, smoke.head, prompts, proposer, kept_verifier, 16, &kept);
+    REQUIRE(reused.per_prompt.size() == fresh.per_prompt.size());
+    for (std::size_t i = 0; i < fresh.per_prompt.size(); ++i) {
+      INFO("prompt " << i);
+      CHECK(reused.per_prompt[i] == fresh.per_prompt[i]);
+    }
+  };
+  for (std::int64_t K : {1, 3}) {
+    INFO("chain of " << K);
+    acceptance::ChainProposer chain(K);
+    acceptance::GreedyVerifier a, b;
+    same(chain, a, b);
+  }
+  REQUIRE(kept.size() == prompts.size());
+  for (const auto& k : kept) CHECK(k.has_value());
+  {
+    INFO("tree");
+    acceptance::TreeProposer tree(acceptance::TreeShape{3, 2, 6});
+    acceptance::GreedyVerifier a, b;
+    same(tree, a, b);
+  }
+  {
+    INFO("temperature 1");
+    // One stream of draws per decoding, shared by its proposer and verifier (as measure() does).
+    const acceptance::SamplingSettings s{1.0, 1.0, false, 42};
+    acceptance::Uniform u1(s.seed), u2(s.seed);
+    acceptance::ChainProposer c1(3, s, u1), c2(3, s, u2);
+    acceptance::SampledVerifier v1(s, u1), v2(s, u2);
+    const auto fresh = acceptance::decode_prompts(smoke.target, smoke.head, prompts, c1, v1, 16);
+    const auto reused = acceptance::decode_prompts(smoke.target, smoke.head, prompts, c2, v2, 16, &kept);
+    REQUIRE(reused.per_prompt.size() == fresh.per_prompt.size());
+    for (std::size_t i = 0; i < fresh.per_prompt.size(); ++i) CHECK(reused.per_prompt[i] == fresh.per_prompt[i]);
+  }
+}

@@ -93,9 +93,42 @@ bool count_new_tokens(const target::TargetConfig& c, const std::vector<std::int6
   return false;
 }
 
+namespace {
+
+// The prompt's prefill into the empty cache: copied from `kept` when it holds one, else computed (and
+// kept there when given).
+PromptPrefill prefill_or_copy(const target::TargetModel& target, target::KvCache& cache,
+                              const std::vector<std::int64_t>& prompt, std::optional<PrefillSnapshot>* kept) {
+  const auto n = static_cast<std::int64_t>(prompt.size());
+  if (kept && kept->has_value()) {
+    const auto& s = **kept;
+    for (std::size_t l = 0; l < s.keys.size(); ++l) {
+      if (!s.keys[l].defined()) continue;
+      cache.keys[l].narrow(2, 0, n).copy_(s.keys[l]);
+      cache.values[l].narrow(2, 0, n).copy_(s.values[l]);
+    }
+    cache.length = n;
+    return s.prefill;
+  }
+  auto start = prefill_prompt(target, cache, prompt);
+  if (kept) {
+    PrefillSnapshot s;
+    for (std::size_t l = 0; l < cache.keys.size(); ++l) {
+      const bool has = cache.keys[l].numel() > 0;
+      s.keys.push_back(has ? cache.keys[l].narrow(2, 0, n).clone() : torch::Tensor());
+      s.values.push_back(has ? cache.values[l].narrow(2, 0, n).clone() : torch::Tensor());
+    }
+    s.prefill = start;
+    *kept = std::move(s);
+  }
+  return start;
+}
+
+}  // namespace
+
 PromptAcceptance decode_prompt(const target::TargetModel& target, head::DraftHead& head,
                                const std::vector<std::int64_t>& prompt, Proposer& proposer, Verifier& verifier,
-                               std::int64_t max_new_tokens) {
+                               std::int64_t max_new_tokens, std::optional<PrefillSnapshot>* kept) {
   torch::NoGradGuard no_grad;
   PromptAcceptance pa;
   // What the head reads of the target (its row of the draft table): the aux layers or the final hidden.
@@ -104,7 +137,7 @@ PromptAcceptance decode_prompt(const target::TargetModel& target, head::DraftHea
   const auto capacity = static_cast<std::int64_t>(prompt.size()) + max_new_tokens + proposer.spare_slots() + 2;
   auto tcache = target.new_cache(1, capacity);
   auto hcache = head.new_cache(1, capacity);
-  const auto start = prefill_prompt(target, tcache, prompt);
+  const auto start = prefill_or_copy(target, tcache, prompt, target.config().hybrid() ? nullptr : kept);
   std::int64_t x = verifier.first_token(start.last_logits);
   // The head's pending inputs: the target features of positions not yet in its cache, each with
   // the token that follows it.
@@ -143,9 +176,11 @@ PromptAcceptance decode_prompt(const target::TargetModel& target, head::DraftHea
 
 AcceptanceResult decode_prompts(const target::TargetModel& target, head::DraftHead& head,
                                 const std::vector<std::vector<std::int64_t>>& prompts, Proposer& proposer,
-                                Verifier& verifier, std::int64_t max_new_tokens) {
+                                Verifier& verifier, std::int64_t max_new_tokens, PrefillStore* kept) {
+  if (kept) kept->resize(prompts.size());
   AcceptanceResult r;
-  for (const auto& prompt : prompts) r.add(decode_prompt(target, head, prompt, proposer, verifier, max_new_tokens));
+  for (std::size_t i = 0; i < prompts.size(); ++i)
+    r.add(decode_prompt(target, head, prompts[i], proposer, verifier, max_new_tokens, kept ? &(*kept)[i] : nullptr));
   r.finish();
   return r;
 }

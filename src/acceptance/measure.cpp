@@ -39,16 +39,17 @@ AcceptanceSettings AcceptanceSettings::from(const config::Options& o, std::int64
 namespace {
 
 // The greedy chain over the prompts drafting draft_len tokens a round: batched where the head can.
-// Batched, the first prompts' prefill is computed at the first depth and reused at the others (reuse).
+// Each prompt is prefilled once: batched, the first prompts' prefill is computed at the first depth and
+// reused at the others (reuse); one by one, every prompt's (kept, for the depths and the other modes).
 AcceptanceResult greedy_chain(const target::TargetModel& target, head::DraftHead& head,
                               const std::vector<std::vector<std::int64_t>>& prompts, const AcceptanceSettings& s,
-                              std::int64_t draft_len, bool batched, PrefillReuse& reuse) {
+                              std::int64_t draft_len, bool batched, PrefillReuse& reuse, PrefillStore& kept) {
   if (batched)
     return batched_acceptance(target, head, prompts, s.max_new_tokens, draft_len, s.batch_size, s.max_cuda_graphs,
                               &reuse);
   ChainProposer proposer(draft_len);
   GreedyVerifier verifier;
-  return decode_prompts(target, head, prompts, proposer, verifier, s.max_new_tokens);
+  return decode_prompts(target, head, prompts, proposer, verifier, s.max_new_tokens, &kept);
 }
 
 double ar_or_nan(const AcceptanceResult& r) {
@@ -112,8 +113,9 @@ AcceptanceStats measure(const target::TargetModel& target, head::DraftHead& head
                                     .found(std::to_string(s.draft_len)));
   std::vector<AcceptanceResult> by_depth;
   PrefillReuse reuse;
+  PrefillStore kept;
   for (std::int64_t k = 1; k <= s.draft_len; ++k)
-    by_depth.push_back(greedy_chain(target, head, prompts, s, k, batched, reuse));
+    by_depth.push_back(greedy_chain(target, head, prompts, s, k, batched, reuse, kept));
   const AcceptanceResult& chain = by_depth.back();
   if (chain.rounds > 0) {
     out.ar = chain.ar;
@@ -139,7 +141,7 @@ AcceptanceStats measure(const target::TargetModel& target, head::DraftHead& head
   if (s.tree.on()) {
     TreeProposer proposer(s.tree);
     GreedyVerifier verifier;
-    const auto tree = decode_prompts(target, head, prompts, proposer, verifier, s.max_new_tokens);
+    const auto tree = decode_prompts(target, head, prompts, proposer, verifier, s.max_new_tokens, &kept);
     if (tree.rounds > 0) out.tree_ar = tree.ar;
     log::debug("eval", "tree AR ({}, {}, {}) over {} rounds", s.tree.steps, s.tree.topk, s.tree.draft_tokens,
                tree.rounds);
@@ -148,7 +150,7 @@ AcceptanceStats measure(const target::TargetModel& target, head::DraftHead& head
     Uniform u(s.sampling.seed);
     auto proposer = sampled_chain_proposer(head, s.draft_len, s.sampling, u);
     SampledVerifier verifier(s.sampling, u);
-    const auto sampled = decode_prompts(target, head, prompts, *proposer, verifier, s.max_new_tokens);
+    const auto sampled = decode_prompts(target, head, prompts, *proposer, verifier, s.max_new_tokens, &kept);
     if (sampled.rounds > 0) {
       out.temp_ar = sampled.ar;
       out.temp_ar_ci95 = sampled.ci95;
@@ -157,7 +159,7 @@ AcceptanceStats measure(const target::TargetModel& target, head::DraftHead& head
       Uniform tree_u(s.sampling.seed);
       TreeProposer tree_proposer(s.tree);
       SampledVerifier tree_verifier(s.sampling, tree_u);
-      const auto tree = decode_prompts(target, head, prompts, tree_proposer, tree_verifier, s.max_new_tokens);
+      const auto tree = decode_prompts(target, head, prompts, tree_proposer, tree_verifier, s.max_new_tokens, &kept);
       if (tree.rounds > 0) {
         out.tree_temp_ar = tree.ar;
         out.tree_temp_ar_ci95 = tree.ci95;

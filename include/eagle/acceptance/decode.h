@@ -57,6 +57,17 @@ struct PromptPrefill {
 PromptPrefill prefill_prompt(const target::TargetModel& target, target::KvCache& cache,
                              const std::vector<std::int64_t>& prompt);
 
+// Each prompt's prefill, kept at its first decoding for the next ones of the same prompts (measure()'s
+// depths and modes): the target's cache columns [0, n) and the prefill's outputs, so that a decoding
+// copies them into its new cache instead of running the forward again (the same forward on the same
+// inputs: bit for bit; the cache's capacity is not read by it). Not kept for targets whose cache holds
+// more than keys and values (the hybrids' states).
+struct PrefillSnapshot {
+  std::vector<torch::Tensor> keys, values;  // per layer [1, kv_heads, n, d] (undefined where the layer has none)
+  PromptPrefill prefill;
+};
+using PrefillStore = std::vector<std::optional<PrefillSnapshot>>;  // one per prompt, in order
+
 // Counts a round's new tokens (accepted drafts, then the target's own) into generated, stopping at
 // eos or max_new_tokens as the target's own decoding would: true when the prompt is done.
 bool count_new_tokens(const target::TargetConfig& c, const std::vector<std::int64_t>& tokens,
@@ -65,13 +76,14 @@ bool count_new_tokens(const target::TargetConfig& c, const std::vector<std::int6
 // One prompt: prefill, the verifier's first token, then rounds of proposer.propose, one target
 // forward over the round's tree (forward_cached for a chain, forward_tree otherwise), the verifier's
 // verdict, the accepted nodes' keys and values moved after the root's slot (a tree), and the
-// accepted positions' features as the head's next pending inputs.
+// accepted positions' features as the head's next pending inputs. kept: the prompt's prefill, taken
+// from it when it holds one, else kept in it (nullptr: prefilled and not kept).
 PromptAcceptance decode_prompt(const target::TargetModel& target, head::DraftHead& head,
                                const std::vector<std::int64_t>& prompt, Proposer& proposer, Verifier& verifier,
-                               std::int64_t max_new_tokens);
-// decode_prompt over every prompt in order, one by one.
+                               std::int64_t max_new_tokens, std::optional<PrefillSnapshot>* kept = nullptr);
+// decode_prompt over every prompt in order, one by one; kept: one entry per prompt (or nullptr).
 AcceptanceResult decode_prompts(const target::TargetModel& target, head::DraftHead& head,
                                 const std::vector<std::vector<std::int64_t>>& prompts, Proposer& proposer,
-                                Verifier& verifier, std::int64_t max_new_tokens);
+                                Verifier& verifier, std::int64_t max_new_tokens, PrefillStore* kept = nullptr);
 
 }  // namespace eagle::acceptance
