@@ -17,7 +17,12 @@ FeatureNeeds eagle1_reads(const HeadConfig&) {
 }
 // A new head reads the options' aux layers (none: the target's default, or a store's own).
 FeatureNeeds eagle3_plan(const HeadSettings& s) { return {s.aux_layer_ids}; }
-FeatureNeeds eagle1_plan(const HeadSettings& s) { return eagle1_reads(HeadConfig{}); }
+// EAGLE-1 reads the final hidden; the target computes the options' aux layers as before (they are unused).
+FeatureNeeds eagle1_plan(const HeadSettings& s) {
+  auto n = eagle1_reads(HeadConfig{});
+  n.aux_layer_ids = s.aux_layer_ids;
+  return n;
+}
 
 HeadConfig eagle_configure(const HeadSettings& s, const target::TargetConfig& tc, std::int64_t draft_vocab_size) {
   auto cfg = HeadConfig::from_target(tc, s.eagle_version, s.aux_layer_ids, draft_vocab_size);
