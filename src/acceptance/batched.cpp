@@ -121,11 +121,7 @@ class BatchedDecoder {
     torch::Tensor first, aux_hidden;
     if (first_refill_ && reuse_ && reuse_->rows == R && reuse_->length == N) {
       // The first prompts, prefilled as before: their keys and values copied in, their outputs taken.
-      for (std::size_t l = 0; l < reuse_->keys.size(); ++l) {
-        if (!reuse_->keys[l].defined()) continue;
-        tcache_.keys[l].narrow(0, 0, R).narrow(2, 0, N).copy_(reuse_->keys[l]);
-        tcache_.values[l].narrow(0, 0, R).narrow(2, 0, N).copy_(reuse_->values[l]);
-      }
+      reuse_->kv.write_into(tcache_);
       first = reuse_->first;
       aux_hidden = reuse_->aux_hidden;
       ++reuse_->reused;
@@ -137,11 +133,7 @@ class BatchedDecoder {
       if (first_refill_ && reuse_ && reuse_->rows == 0) {
         reuse_->rows = R;
         reuse_->length = N;
-        for (std::size_t l = 0; l < tcache_.keys.size(); ++l) {
-          const bool has = tcache_.keys[l].defined() && tcache_.keys[l].numel() > 0;
-          reuse_->keys.push_back(has ? tcache_.keys[l].narrow(0, 0, R).narrow(2, 0, N).clone() : torch::Tensor());
-          reuse_->values.push_back(has ? tcache_.values[l].narrow(0, 0, R).narrow(2, 0, N).clone() : torch::Tensor());
-        }
+        reuse_->kv = target::KvPrefix::of(tcache_, R, N);
         reuse_->first = first;
         reuse_->aux_hidden = aux_hidden;
       }

@@ -101,26 +101,12 @@ PromptPrefill prefill_or_copy(const target::TargetModel& target, target::KvCache
                               const std::vector<std::int64_t>& prompt, std::optional<PrefillSnapshot>* kept) {
   const auto n = static_cast<std::int64_t>(prompt.size());
   if (kept && kept->has_value()) {
-    const auto& s = **kept;
-    for (std::size_t l = 0; l < s.keys.size(); ++l) {
-      if (!s.keys[l].defined()) continue;
-      cache.keys[l].narrow(2, 0, n).copy_(s.keys[l]);
-      cache.values[l].narrow(2, 0, n).copy_(s.values[l]);
-    }
+    (*kept)->kv.write_into(cache);
     cache.length = n;
-    return s.prefill;
+    return (*kept)->prefill;
   }
   auto start = prefill_prompt(target, cache, prompt);
-  if (kept) {
-    PrefillSnapshot s;
-    for (std::size_t l = 0; l < cache.keys.size(); ++l) {
-      const bool has = cache.keys[l].numel() > 0;
-      s.keys.push_back(has ? cache.keys[l].narrow(2, 0, n).clone() : torch::Tensor());
-      s.values.push_back(has ? cache.values[l].narrow(2, 0, n).clone() : torch::Tensor());
-    }
-    s.prefill = start;
-    *kept = std::move(s);
-  }
+  if (kept) *kept = PrefillSnapshot{target::KvPrefix::of(cache, 1, n), start};
   return start;
 }
 

@@ -20,11 +20,11 @@ namespace eagle::acceptance {
 // Decoding from it is bit for bit decoding from a prefill run again (the same forward on the same
 // inputs). Not kept for targets whose cache holds more than keys and values (the hybrids' states).
 struct PrefillReuse {
-  std::int64_t rows = 0, length = 0;        // R, N; 0: nothing kept yet
-  std::vector<torch::Tensor> keys, values;  // per layer [R, kv_heads, N, d] (undefined where the layer has none)
-  torch::Tensor aux_hidden;                 // [R, N, F] the head's features of the prompts
-  torch::Tensor first;                      // [R] int64 (host) the target's first choice after each prompt
-  std::int64_t reused = 0;                  // prefills skipped (for the log)
+  std::int64_t rows = 0, length = 0;  // R, N; 0: nothing kept yet
+  target::KvPrefix kv;                // the target cache's rows [0, R), columns [0, N)
+  torch::Tensor aux_hidden;           // [R, N, F] the head's features of the prompts
+  torch::Tensor first;                // [R] int64 (host) the target's first choice after each prompt
+  std::int64_t reused = 0;            // prefills skipped (for the log)
 };
 
 // reuse: where the first prefill is kept or taken from (nullptr: prefilled every time).

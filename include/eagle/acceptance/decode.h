@@ -63,7 +63,7 @@ PromptPrefill prefill_prompt(const target::TargetModel& target, target::KvCache&
 // inputs: bit for bit; the cache's capacity is not read by it). Not kept for targets whose cache holds
 // more than keys and values (the hybrids' states).
 struct PrefillSnapshot {
-  std::vector<torch::Tensor> keys, values;  // per layer [1, kv_heads, n, d] (undefined where the layer has none)
+  target::KvPrefix kv;  // the cache's columns [0, n)
   PromptPrefill prefill;
 };
 using PrefillStore = std::vector<std::optional<PrefillSnapshot>>;  // one per prompt, in order

@@ -46,6 +46,32 @@ struct KvCache {
   RaggedLinear ragged;
 };
 
+// The keys and values of a KvCache's rows [0, rows) at columns [0, length), copied out: a prefill kept
+// for later decodings of the same prompts, written back into a new cache of the same layers (of any
+// capacity; the forwards read columns below their length only). Only keys and values: not for a cache
+// with Gated DeltaNet states (a hybrid target's), whose layers keep no keys and are left out here.
+struct KvPrefix {
+  std::vector<torch::Tensor> keys, values;  // per layer [rows, kv_heads, length, d]; undefined: no keys
+
+  static KvPrefix of(const KvCache& cache, std::int64_t rows, std::int64_t length) {
+    KvPrefix p;
+    for (std::size_t l = 0; l < cache.keys.size(); ++l) {
+      const bool has = cache.keys[l].defined() && cache.keys[l].numel() > 0;
+      p.keys.push_back(has ? cache.keys[l].narrow(0, 0, rows).narrow(2, 0, length).clone() : torch::Tensor());
+      p.values.push_back(has ? cache.values[l].narrow(0, 0, rows).narrow(2, 0, length).clone() : torch::Tensor());
+    }
+    return p;
+  }
+  void write_into(KvCache& cache) const {
+    for (std::size_t l = 0; l < keys.size(); ++l) {
+      if (!keys[l].defined()) continue;
+      const auto rows = keys[l].size(0), length = keys[l].size(2);
+      cache.keys[l].narrow(0, 0, rows).narrow(2, 0, length).copy_(keys[l]);
+      cache.values[l].narrow(0, 0, rows).narrow(2, 0, length).copy_(values[l]);
+    }
+  }
+};
+
 // One forward of batched generation (target_ragged.cpp) over a KvCache whose rows hold sequences of
 // different lengths: a row's tokens sit at columns 0, 1, ... of its cache row, and the column is the
 // token's position id. KvCache::length is not used. A row's step starting at column 0 begins a new sequence.
