@@ -70,6 +70,13 @@ std::vector<std::int64_t> count_loss_positions(const data::Batch& batch, std::in
   return counts;
 }
 
+void resolve_resumed_option(nlohmann::json& before, nlohmann::json& now, const std::string& key,
+                            const nlohmann::json& saved, const nlohmann::json& unset, const nlohmann::json& resolved) {
+  if (!before.contains(key) || !now.contains(key)) return;
+  before[key] = saved;
+  if (now[key] == unset) now[key] = resolved;
+}
+
 LossPlan ttt_loss_plan(const std::vector<data::Batch>& batches, const HeadConfig& cfg, const PlanSeed&) {
   LossPlan plan;
   plan.denominators.assign(static_cast<std::size_t>(cfg.steps()), 0);

@@ -133,6 +133,11 @@ inline const DraftSpec& draft_spec(const HeadConfig& cfg) { return draft_spec(ki
 // the rule (teacher argmax in the draft vocabulary) is only known on the device: positions failing
 // it add nothing to the numerator but still count here (docs/heads.md).
 std::vector<std::int64_t> count_loss_positions(const data::Batch& batch, std::int64_t steps);
+// resolve_resume's rule for one option whose default stands for a value resolved at start-up: where both
+// options hold `key`, the checkpoint's becomes `saved` (what its head resolved) and the run's becomes
+// `resolved` while it is still the default `unset`.
+void resolve_resumed_option(nlohmann::json& before, nlohmann::json& now, const std::string& key,
+                            const nlohmann::json& saved, const nlohmann::json& unset, const nlohmann::json& resolved);
 // The loss plan of the heads trained with TTT (EAGLE-3, EAGLE-1, MTP): count_loss_positions summed, no extras.
 LossPlan ttt_loss_plan(const std::vector<data::Batch>& batches, const HeadConfig& cfg, const PlanSeed& seed);
 

@@ -96,11 +96,8 @@ DraftLimits dflash_limits(const HeadConfig& cfg) {
 // mask_token_id and dflash_target_layers: the checkpoint's head records what its run resolved
 // (draft_num_layers is resolved in both before this).
 void dflash_resolve_resume(const HeadConfig& head, nlohmann::json& before, nlohmann::json& now) {
-  const std::string mask = "mask_token_id", layers = "draft_num_layers", dflash_layers = "dflash_target_layers";
-  if (before.contains(mask) && now.contains(mask)) {
-    before[mask] = head.mask_token_id;
-    if (now[mask] == -1) now[mask] = head.mask_token_id;
-  }
+  const std::string layers = "draft_num_layers", dflash_layers = "dflash_target_layers";
+  resolve_resumed_option(before, now, "mask_token_id", head.mask_token_id, -1, head.mask_token_id);
   if (before.contains(dflash_layers) && now.contains(dflash_layers)) {
     before[dflash_layers] = dflash_target_layer_ids(head);
     if (now[dflash_layers].empty() && now.contains(layers) && now[layers].is_number_integer()) {

@@ -78,15 +78,10 @@ DraftLimits eagle1_limits(const HeadConfig&) {
 
 // aux ids and, for P-EAGLE, the mask token: the checkpoint's head records what its run resolved.
 void eagle3_resolve_resume(const HeadConfig& head, nlohmann::json& before, nlohmann::json& now) {
-  const std::string aux = "aux_hidden_state_layer_ids", mask = "mask_token_id";
-  if (before.contains(aux) && now.contains(aux)) {
-    before[aux] = head.aux_layer_ids;
-    if (now[aux].empty()) now[aux] = target::default_aux_layer_ids(head.target_num_hidden_layers);
-  }
-  if (head.parallel_drafting && before.contains(mask) && now.contains(mask)) {
-    before[mask] = head.mask_token_id;
-    if (now[mask] == -1) now[mask] = head.mask_token_id;
-  }
+  resolve_resumed_option(before, now, "aux_hidden_state_layer_ids", head.aux_layer_ids, nlohmann::json::array(),
+                         target::default_aux_layer_ids(head.target_num_hidden_layers));
+  if (head.parallel_drafting)
+    resolve_resumed_option(before, now, "mask_token_id", head.mask_token_id, -1, head.mask_token_id);
 }
 void eagle1_resolve_resume(const HeadConfig&, nlohmann::json&, nlohmann::json&) {}
 

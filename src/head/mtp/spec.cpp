@@ -69,11 +69,8 @@ DraftLimits mtp_limits(const HeadConfig&) { return {}; }
 
 // An MTP head reads hidden_states[L] (before the final norm), not the EAGLE-3 default.
 void mtp_resolve_resume(const HeadConfig& head, nlohmann::json& before, nlohmann::json& now) {
-  const std::string aux = "aux_hidden_state_layer_ids";
-  if (before.contains(aux) && now.contains(aux)) {
-    before[aux] = head.aux_layer_ids;
-    if (now[aux].empty()) now[aux] = head.aux_layer_ids;
-  }
+  resolve_resumed_option(before, now, "aux_hidden_state_layer_ids", head.aux_layer_ids, nlohmann::json::array(),
+                         head.aux_layer_ids);
 }
 
 }  // namespace
