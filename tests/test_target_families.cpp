@@ -40,9 +40,9 @@ TEST_CASE("sliding windows per layer, as transformers' masks apply them in every
     c["architectures"] = {"MistralForCausalLM"};
     c["model_type"] = "mistral";
     c["sliding_window"] = 64;
-    CHECK(parse(dir, c).layer_windows == Windows{64, 64, 64, 64});
+    CHECK(parse(dir, c).attention.layer_windows == Windows{64, 64, 64, 64});
     c["sliding_window"] = nullptr;
-    CHECK(parse(dir, c).layer_windows.empty());
+    CHECK(parse(dir, c).attention.layer_windows.empty());
   }
   SECTION("Qwen2 and Qwen3: use_sliding_window from max_window_layers on (4.x), or layer_types (5.x)") {
     auto c = llama;
@@ -51,20 +51,20 @@ TEST_CASE("sliding windows per layer, as transformers' masks apply them in every
     c["use_sliding_window"] = true;
     c["sliding_window"] = 32;
     c["max_window_layers"] = 2;
-    CHECK(parse(dir, c).layer_windows == Windows{0, 0, 32, 32});
+    CHECK(parse(dir, c).attention.layer_windows == Windows{0, 0, 32, 32});
     c["use_sliding_window"] = false;  // Qwen2.5's configs: a window that never applies
-    CHECK(parse(dir, c).layer_windows.empty());
+    CHECK(parse(dir, c).attention.layer_windows.empty());
     c["use_sliding_window"] = true;
     c["layer_types"] = {"sliding_attention", "full_attention", "full_attention", "sliding_attention"};
-    CHECK(parse(dir, c).layer_windows == Windows{32, 0, 0, 32});
+    CHECK(parse(dir, c).attention.layer_windows == Windows{32, 0, 0, 32});
   }
   SECTION("Gemma 3: every sliding_window_pattern-th layer is global (4.x), else layer_types") {
     auto c = config_of("tiny-gemma3");
     c.erase("layer_types");
     c["num_hidden_layers"] = 4;
     c["sliding_window_pattern"] = 2;
-    CHECK(parse(dir, c).layer_windows == Windows{4, 0, 4, 0});
-    CHECK(parse(dir, config_of("tiny-gemma3")).layer_windows == Windows{4, 4, 0, 4});
+    CHECK(parse(dir, c).attention.layer_windows == Windows{4, 0, 4, 0});
+    CHECK(parse(dir, config_of("tiny-gemma3")).attention.layer_windows == Windows{4, 4, 0, 4});
   }
   SECTION("layer types of the wrong kind or count") {
     auto c = llama;
@@ -80,36 +80,36 @@ TEST_CASE("Gemma, Phi-3 and RoPE fields in the 4.x and 5.x spellings", "[target]
   SECTION("Gemma 3: per-layer-type RoPE (5.x) and rope_theta + rope_local_base_freq + rope_scaling (4.x)") {
     auto j = config_of("tiny-gemma3");
     const auto c5 = parse(dir, j);
-    REQUIRE(c5.local_rope);
+    REQUIRE(c5.attention.local_rope);
     CHECK(c5.rope.type == "linear");
     CHECK(c5.rope.factor == 8.0);
     CHECK(c5.rope.theta == 1e6);
-    CHECK(c5.local_rope->type == "default");
-    CHECK(c5.local_rope->theta == 10000.0);
-    CHECK((c5.norm_one_plus && c5.embed_scaled && c5.sandwich_norms && c5.qk_norm));
-    CHECK(c5.attention_scale == Approx(1.0 / std::sqrt(24.0)));
+    CHECK(c5.attention.local_rope->type == "default");
+    CHECK(c5.attention.local_rope->theta == 10000.0);
+    CHECK((c5.norm_one_plus && c5.embed_scaled && c5.sandwich_norms && c5.attention.qk_norm));
+    CHECK(c5.attention.scale == Approx(1.0 / std::sqrt(24.0)));
     CHECK(c5.hidden_act == "gelu_pytorch_tanh");
     j.erase("rope_parameters");
     j["rope_theta"] = 1e6;
     j["rope_local_base_freq"] = 10000.0;
     j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 8.0}};
     const auto c4 = parse(dir, j);
-    REQUIRE(c4.local_rope);
+    REQUIRE(c4.attention.local_rope);
     CHECK(c4.rope.type == "linear");
     CHECK(c4.rope.factor == 8.0);
-    CHECK(c4.local_rope->theta == 10000.0);
-    CHECK(c4.local_rope->type == "default");
+    CHECK(c4.attention.local_rope->theta == 10000.0);
+    CHECK(c4.attention.local_rope->type == "default");
     j["use_bidirectional_attention"] = true;
     CHECK_THAT(config_error(dir, j), Catch::Contains("use_bidirectional_attention"));
   }
   SECTION("Gemma 2: soft caps on scores and logits") {
     const auto j = config_of("tiny-gemma2");
     const auto c = parse(dir, j);
-    CHECK(c.attn_softcap == j["attn_logit_softcapping"].get<double>());
+    CHECK(c.attention.softcap == j["attn_logit_softcapping"].get<double>());
     CHECK(c.final_softcap == j["final_logit_softcapping"].get<double>());
-    CHECK(c.attn_softcap > 0);
+    CHECK(c.attention.softcap > 0);
     CHECK(c.final_softcap > 0);
-    CHECK(!c.qk_norm);
+    CHECK(!c.attention.qk_norm);
   }
   SECTION("Phi-3: fused checkpoint, partial rotary, longrope (and its old name su)") {
     auto j = config_of("tiny-phi3");
@@ -159,7 +159,7 @@ TEST_CASE("FP8 checkpoints: block scales named with the weights, other FP8 layou
   test::TempDir dir;
   const auto cfg = config_of("tiny-qwen3-fp8");
   const auto c = parse(dir, cfg);
-  CHECK(c.fp8_block == std::vector<std::int64_t>{16, 16});
+  CHECK(c.quant.fp8_block == std::vector<std::int64_t>{16, 16});
   auto t = model::load_safetensors((fixture("tiny-qwen3-fp8") / "model.safetensors").string());
   const std::string w = "model.layers.1.mlp.down_proj.weight";
   REQUIRE(t.at(w).scalar_type() == torch::kFloat8_e4m3fn);
@@ -294,8 +294,8 @@ TEST_CASE("MiMo runs as a Qwen2 target and hands the MTP head its last hidden st
   CHECK(c.family == target::Family::mimo);
   CHECK(c.model_type == "mimo");
   CHECK(c.num_mtp_layers == 1);
-  CHECK(c.attention_bias);
-  CHECK_FALSE(c.o_bias);
+  CHECK(c.attention.bias);
+  CHECK_FALSE(c.attention.o_bias);
   // model.mtp_layers.0.* is in the checkpoint but not the target's: loaded without it, not refused.
   auto model = TargetModel::load(fixture("tiny-mimo").string(), torch::kFloat32, torch::kCPU);
   auto ref = model::load_safetensors(std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/reference/mtp-mimo.safetensors");

@@ -172,7 +172,7 @@ TEST_CASE("target bf16 forward stays within the documented bound of transformers
     // token, and only one, may exceed the bound. The tokens after it attend to its changed keys and
     // values, so they may exceed 0.02 too, but not 0.1 (tiny-deepseek-v3: token 5 rerouted at 0.18,
     // the next three at 0.021-0.058, the rest within 0.02).
-    const bool moe = m.config().moe();
+    const bool moe = m.config().moe.enabled();
     INFO("hidden " << rel_hs << " logits " << rel_logits);
     for (const auto& rel : {rel_hs, rel_logits}) {
       CHECK((rel > (moe ? 0.1 : 0.02)).sum().item<std::int64_t>() <= (moe ? 1 : 0));

@@ -73,11 +73,11 @@ TEST_CASE("target config: transformers 5.x spelling and family layouts", "[targe
   CHECK(l3.dtype == "float32");
   CHECK(l3.eos_token_ids == std::vector<std::int64_t>{2, 3});
   auto q2 = TargetConfig::from_json_file(base + "tiny-qwen2/config.json");
-  CHECK(q2.attention_bias);
-  CHECK_FALSE(q2.o_bias);
+  CHECK(q2.attention.bias);
+  CHECK_FALSE(q2.attention.o_bias);
   CHECK(q2.rope.theta == 1000000.0);
   auto q3 = TargetConfig::from_json_file(base + "tiny-qwen3/config.json");
-  CHECK(q3.qk_norm);
+  CHECK(q3.attention.qk_norm);
   CHECK(q3.head_dim == 20);
   auto mi = TargetConfig::from_json_file(base + "tiny-mistral/config.json");
   CHECK(mi.model_type == "mistral");
@@ -302,8 +302,9 @@ TEST_CASE("target config: each family's row gives its Family, MoE layout and ref
     INFO(name);
     const auto c = TargetConfig::from_model_dir((fs::path(EAGLE_SOURCE_DIR) / "tests/fixtures/models" / name).string());
     CHECK(c.family == family);
-    CHECK(c.moe() == (family == Family::qwen3_moe || family == Family::mixtral || family == Family::gpt_oss ||
-                      family == Family::deepseek_v2 || name == "tiny-gemma4-moe"));  // Gemma 4's by enable_moe_block
+    CHECK(c.moe.enabled() == (family == Family::qwen3_moe || family == Family::mixtral || family == Family::gpt_oss ||
+                              family == Family::deepseek_v2 ||
+                              name == "tiny-gemma4-moe"));  // Gemma 4's by enable_moe_block
   }
   // The refusal lists every row's architecture, in the table's order.
   test::TempDir dir;

@@ -31,30 +31,30 @@ std::string dir_of(const char* name) { return test::model_fixture(name).string()
 TEST_CASE("Gemma 4 config: per-layer geometry, KV sharing, per-layer inputs, proportional RoPE", "[target]") {
   const auto c = TargetConfig::from_model_dir(dir_of("tiny-gemma4"));
   CHECK(c.family == target::Family::gemma4_text);
-  CHECK(c.gemma4);
+  CHECK(c.gemma4.enabled);
   CHECK_FALSE(c.multimodal);
-  CHECK(c.layer_windows == I{4, 0, 4, 4, 0});
-  CHECK(c.layer_head_dims == I{16, 32, 16, 16, 32});  // per_layer_config (global_head_dim 32) on the full layers
-  CHECK(c.layer_kv_heads == I{2, 1, 2, 2, 1});        // num_global_key_value_heads 1 with attention_k_eq_v
-  CHECK(c.first_kv_shared == 3);
-  CHECK(c.kv_source == I{0, 1, 2, 2, 1});  // the last earlier layer of each type
+  CHECK(c.attention.layer_windows == I{4, 0, 4, 4, 0});
+  CHECK(c.gemma4.layer_head_dims == I{16, 32, 16, 16, 32});  // per_layer_config (global_head_dim 32) on the full layers
+  CHECK(c.gemma4.layer_kv_heads == I{2, 1, 2, 2, 1});        // num_global_key_value_heads 1 with attention_k_eq_v
+  CHECK(c.gemma4.first_kv_shared == 3);
+  CHECK(c.gemma4.kv_source == I{0, 1, 2, 2, 1});  // the last earlier layer of each type
   CHECK(c.layer_intermediate(2) == 48);
   CHECK(c.layer_intermediate(3) == 96);  // use_double_wide_mlp on the KV-shared layers
   CHECK(c.values_from_keys(1));
   CHECK_FALSE(c.values_from_keys(0));
-  CHECK(c.per_layer_input_dim == 8);
-  CHECK(c.per_layer_vocab == 256);
+  CHECK(c.gemma4.per_layer_input_dim == 8);
+  CHECK(c.gemma4.per_layer_vocab == 256);
   CHECK(c.rope.head_dim == 32);
   CHECK(c.rope.theta == 1e6);
-  CHECK(c.rope_angles == 4);  // int(0.25 * 32 // 2) of 16 pairs turn
-  REQUIRE(c.local_rope.has_value());
-  CHECK(c.local_rope->head_dim == 16);
-  CHECK(c.local_rope->theta == 1e4);
-  CHECK(c.attention_scale == 1.0);
+  CHECK(c.gemma4.rope_angles == 4);  // int(0.25 * 32 // 2) of 16 pairs turn
+  REQUIRE(c.attention.local_rope.has_value());
+  CHECK(c.attention.local_rope->head_dim == 16);
+  CHECK(c.attention.local_rope->theta == 1e4);
+  CHECK(c.attention.scale == 1.0);
   CHECK(c.final_softcap == 10.0);
   CHECK(c.norm_weight_fp32);
   CHECK_FALSE(c.norm_one_plus);
-  CHECK((c.value_norm && c.layer_scalar && c.qk_norm && c.sandwich_norms && c.embed_scaled));
+  CHECK((c.gemma4.value_norm && c.gemma4.layer_scalar && c.attention.qk_norm && c.sandwich_norms && c.embed_scaled));
   CHECK(c.tie_word_embeddings);
 
   // Without per_layer_config: global_head_dim (default 512) and num_global_key_value_heads on the full layers.
@@ -63,17 +63,17 @@ TEST_CASE("Gemma 4 config: per-layer geometry, KV sharing, per-layer inputs, pro
   j.erase("per_layer_config");
   j["global_head_dim"] = 64;
   auto g = test::parse_config(dir, j);
-  CHECK(g.layer_head_dims == I{16, 64, 16, 16, 64});
-  CHECK(g.layer_kv_heads == I{2, 2, 2, 2, 2});  // num_global_key_value_heads absent: num_key_value_heads
+  CHECK(g.gemma4.layer_head_dims == I{16, 64, 16, 16, 64});
+  CHECK(g.gemma4.layer_kv_heads == I{2, 2, 2, 2, 2});  // num_global_key_value_heads absent: num_key_value_heads
   j["attention_k_eq_v"] = false;
   j["num_global_key_value_heads"] = 1;  // read only with attention_k_eq_v
-  CHECK(test::parse_config(dir, j).layer_kv_heads == I{2, 2, 2, 2, 2});
+  CHECK(test::parse_config(dir, j).gemma4.layer_kv_heads == I{2, 2, 2, 2, 2});
   // The last layer is always full (transformers forces it), default layer types every sixth.
   auto k = test::fixture_config("tiny-gemma4");
   k["layer_types"] = {"sliding_attention", "full_attention", "sliding_attention", "sliding_attention",
                       "sliding_attention"};
   k.erase("per_layer_config");
-  CHECK(test::parse_config(dir, k).layer_windows == I{4, 0, 4, 4, 0});
+  CHECK(test::parse_config(dir, k).attention.layer_windows == I{4, 0, 4, 4, 0});
 }
 
 TEST_CASE("Gemma 4 config: what is not implemented is refused by name", "[target]") {
@@ -107,7 +107,7 @@ TEST_CASE("Gemma 4 config: what is not implemented is refused by name", "[target
   // Bidirectional attention among image tokens leaves text causal: accepted.
   auto vision = base;
   vision["use_bidirectional_attention"] = "vision";
-  CHECK(test::parse_config(dir, vision).gemma4);
+  CHECK(test::parse_config(dir, vision).gemma4.enabled);
 }
 
 TEST_CASE("Gemma 4 KV cache: each layer's own widths; a draft tree's verification equals its chains", "[target]") {

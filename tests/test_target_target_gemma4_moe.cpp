@@ -39,20 +39,20 @@ constexpr std::int64_t kIdleExperts = 4 * (8 - 2) * 3 * 48 * 16;
 TEST_CASE("Gemma 4 MoE config: the router and experts beside the dense MLP in every layer", "[target]") {
   const auto c = TargetConfig::from_model_dir(dir_of("tiny-gemma4-moe"));
   CHECK(c.family == target::Family::gemma4_text);
-  CHECK(c.gemma4);
-  REQUIRE(c.moe());
-  CHECK(c.num_experts == 8);
-  CHECK(c.experts_per_token == 2);  // top_k_experts
-  CHECK(c.moe_intermediate_size == 16);
+  CHECK(c.gemma4.enabled);
+  REQUIRE(c.moe.enabled());
+  CHECK(c.moe.num_experts == 8);
+  CHECK(c.moe.experts_per_token == 2);  // top_k_experts
+  CHECK(c.moe.intermediate_size == 16);
   CHECK(c.intermediate_size == 48);  // the dense MLP still runs
-  CHECK(c.routing == target::MoeRouting::scaled_softmax_topk);
-  CHECK(c.norm_topk_prob);
-  CHECK(c.routing_weights_fp32);
-  CHECK(c.sparse_layers == std::vector<bool>{true, true, true, true});
+  CHECK(c.moe.routing == target::MoeRouting::scaled_softmax_topk);
+  CHECK(c.moe.norm_topk_prob);
+  CHECK(c.moe.routing_weights_fp32);
+  CHECK(c.moe.sparse_layers == std::vector<bool>{true, true, true, true});
   CHECK(c.moe_router().input_norm_eps == c.rms_norm_eps);
-  CHECK(c.per_layer_input_dim == 0);  // as gemma-4-26B-A4B: no per-layer inputs, no KV sharing
-  CHECK(c.first_kv_shared == 4);
-  CHECK_FALSE(TargetConfig::from_model_dir(dir_of("tiny-gemma4")).moe());  // enable_moe_block false
+  CHECK(c.gemma4.per_layer_input_dim == 0);  // as gemma-4-26B-A4B: no per-layer inputs, no KV sharing
+  CHECK(c.gemma4.first_kv_shared == 4);
+  CHECK_FALSE(TargetConfig::from_model_dir(dir_of("tiny-gemma4")).moe.enabled());  // enable_moe_block false
 
   test::TempDir dir;
   const auto base = test::fixture_config("tiny-gemma4-moe");
@@ -77,9 +77,9 @@ TEST_CASE("Gemma 4 MoE config: the router and experts beside the dense MLP in ev
   dense["top_k_experts"] = 1;
   dense["moe_intermediate_size"] = 8;
   const auto g = test::parse_config(dir, dense);
-  CHECK(g.moe());
-  CHECK(g.sparse_layers == std::vector<bool>(5, true));
-  CHECK(g.per_layer_input_dim == 8);
+  CHECK(g.moe.enabled());
+  CHECK(g.moe.sparse_layers == std::vector<bool>(5, true));
+  CHECK(g.gemma4.per_layer_input_dim == 8);
 }
 
 TEST_CASE("Gemma 4's router: normed, scaled input; the top k renormalised, then times each expert's scale",

@@ -48,23 +48,23 @@ target::TeacherSpec full_vocab(const TargetModel& m) { return {torch::arange(m.c
 TEST_CASE("hybrid targets read their layer types, Gated DeltaNet sizes and the multimodal wrapper", "[target]") {
   const auto next = target::TargetConfig::from_model_dir(model_dir("tiny-qwen3-next"));
   CHECK(next.family == target::Family::qwen3_next);
-  CHECK(next.linear_layers == std::vector<bool>{true, true, false, true});
-  CHECK(next.linear_key_heads == 2);
-  CHECK(next.linear_value_heads == 4);
-  CHECK(next.linear_conv_dim() == 2 * 2 * 8 + 4 * 12);
-  CHECK(next.attn_output_gate);
+  CHECK(next.linear_attention.layers == std::vector<bool>{true, true, false, true});
+  CHECK(next.linear_attention.key_heads == 2);
+  CHECK(next.linear_attention.value_heads == 4);
+  CHECK(next.linear_attention.conv_dim() == 2 * 2 * 8 + 4 * 12);
+  CHECK(next.attention.output_gate);
   CHECK(next.norm_one_plus);
   CHECK(next.rope.head_dim == 4);  // partial_rotary_factor 0.25 of head_dim 16
-  CHECK(next.sparse_layers == std::vector<bool>{true, false, true, true});  // mlp_only_layers [1]
-  CHECK(next.shared_expert_gate);
-  CHECK(next.shared_intermediate_size == 24);
+  CHECK(next.moe.sparse_layers == std::vector<bool>{true, false, true, true});  // mlp_only_layers [1]
+  CHECK(next.moe.shared_expert_gate);
+  CHECK(next.moe.shared_intermediate_size == 24);
   CHECK_FALSE(next.multimodal);
 
   const auto vl = target::TargetConfig::from_model_dir(model_dir("tiny-qwen3-5-vl"));
   CHECK(vl.family == target::Family::qwen3_5);
   CHECK(vl.multimodal);
   CHECK(vl.hidden_size == 64);  // text_config's
-  CHECK(vl.linear_layers == std::vector<bool>{true, false, true, true});
+  CHECK(vl.linear_attention.layers == std::vector<bool>{true, false, true, true});
   std::vector<std::pair<std::int64_t, std::string>> media;
   for (const auto& m : vl.media_tokens) media.emplace_back(m.id, m.name);
   CHECK(media == std::vector<std::pair<std::int64_t, std::string>>{{250, "image_token_id"},
@@ -209,7 +209,7 @@ TEST_CASE("hybrid targets: bf16 forward within the documented bound of transform
     const auto ref_hs = ref.at("a.bf16.hidden_states"), ref_logits = ref.at("a.bf16.logits");
     const auto rel_hs = (hs - ref_hs).abs().amax({0, 3}).squeeze(0) / ref_hs.abs().max();
     const auto rel_logits = (out.teacher_logits - ref_logits).abs().amax(-1).squeeze(0) / ref_logits.abs().max();
-    const std::int64_t allowed = m.config().moe() ? 1 : 0;  // a near-tied router may flip one token's experts
+    const std::int64_t allowed = m.config().moe.enabled() ? 1 : 0;  // a near-tied router may flip one token's experts
     INFO("hidden " << rel_hs << " logits " << rel_logits);
     CHECK((rel_hs > 0.02).sum().item<std::int64_t>() <= allowed);
     CHECK((rel_logits > 0.02).sum().item<std::int64_t>() <= allowed);

@@ -46,35 +46,35 @@ TEST_CASE("DeepSeek-V3 configs: MLA widths, the softmax scale's mscale, the grou
   const auto c = parse(dir, j);
   CHECK(c.family == target::Family::deepseek_v3);
   CHECK(c.mla());
-  CHECK(c.q_lora_rank == 24);
-  CHECK(c.kv_lora_rank == 32);
+  CHECK(c.attention.q_lora_rank == 24);
+  CHECK(c.attention.kv_lora_rank == 32);
   CHECK(c.head_dim == 20);  // qk_nope_head_dim 12 + qk_rope_head_dim 8 (config.json's head_dim 8 is the RoPE's)
   CHECK(c.value_head_dim() == 10);
   CHECK(c.rope.head_dim == 8);
   CHECK(c.rope.type == "yarn");
-  CHECK(c.rope_interleave);
+  CHECK(c.attention.rope_interleave);
   // yarn_apply_mscale: qk_head_dim^-1/2 times (0.1 mscale_all_dim ln(factor) + 1)^2.
   const double mscale = 0.1 * 0.8 * std::log(4.0) + 1.0;
-  CHECK(c.attention_scale == Approx(mscale * mscale / std::sqrt(20.0)).epsilon(1e-12));
-  CHECK(c.routing == target::MoeRouting::sigmoid_grouped);
-  CHECK(c.num_experts == 8);
-  CHECK(c.experts_per_token == 3);
-  CHECK(c.n_group == 4);
-  CHECK(c.topk_group == 2);
-  CHECK(c.routed_scaling_factor == 2.5);
-  CHECK(c.shared_intermediate_size == 32);  // two shared experts of 16
-  CHECK(c.sparse_layers == std::vector<bool>{false, true, true});
+  CHECK(c.attention.scale == Approx(mscale * mscale / std::sqrt(20.0)).epsilon(1e-12));
+  CHECK(c.moe.routing == target::MoeRouting::sigmoid_grouped);
+  CHECK(c.moe.num_experts == 8);
+  CHECK(c.moe.experts_per_token == 3);
+  CHECK(c.moe.n_group == 4);
+  CHECK(c.moe.topk_group == 2);
+  CHECK(c.moe.routed_scaling_factor == 2.5);
+  CHECK(c.moe.shared_intermediate_size == 32);  // two shared experts of 16
+  CHECK(c.moe.sparse_layers == std::vector<bool>{false, true, true});
   CHECK(c.num_mtp_layers == 1);
-  CHECK_FALSE(c.attention_bias);
+  CHECK_FALSE(c.attention.bias);
 
   SECTION("q_lora_rank null (Moonlight) and absent (transformers' default 1536)") {
     const auto nolora = parse(dir, config_of("tiny-deepseek-v3-nolora"));
-    CHECK(nolora.q_lora_rank == 0);
-    CHECK_FALSE(nolora.rope_interleave);
-    CHECK(nolora.attention_scale == Approx(1.0 / std::sqrt(20.0)).epsilon(1e-12));  // default RoPE: no mscale
+    CHECK(nolora.attention.q_lora_rank == 0);
+    CHECK_FALSE(nolora.attention.rope_interleave);
+    CHECK(nolora.attention.scale == Approx(1.0 / std::sqrt(20.0)).epsilon(1e-12));  // default RoPE: no mscale
     auto k = j;
     k.erase("q_lora_rank");
-    CHECK(parse(dir, k).q_lora_rank == 1536);
+    CHECK(parse(dir, k).attention.q_lora_rank == 1536);
   }
   SECTION("Kimi-K2's model_type kimi_k2 is DeepSeek-V3's architecture") {
     auto k = j;
@@ -89,7 +89,7 @@ TEST_CASE("DeepSeek-V3 configs: MLA widths, the softmax scale's mscale, the grou
     k["scoring_func"] = "sigmoid";
     k["topk_method"] = "noaux_tc";
     k["moe_layer_freq"] = 1;
-    CHECK(parse(dir, k).routing == target::MoeRouting::sigmoid_grouped);
+    CHECK(parse(dir, k).moe.routing == target::MoeRouting::sigmoid_grouped);
     k["scoring_func"] = "softmax";
     CHECK_THAT(config_error(dir, k), Catch::Contains("\"scoring_func\"") && Catch::Contains("softmax"));
     k["scoring_func"] = "sigmoid";
@@ -129,15 +129,15 @@ TEST_CASE("GLM-4.5 configs: q/k/v bias without o_proj's, q/k norm, partial RoPE 
   const auto c = parse(dir, j);
   CHECK(c.family == target::Family::glm4_moe);
   CHECK_FALSE(c.mla());
-  CHECK(c.attention_bias);
-  CHECK_FALSE(c.o_bias);
-  CHECK(c.qk_norm);             // use_qk_norm: GLM-4.5's own field, not refused as another decoder's
+  CHECK(c.attention.bias);
+  CHECK_FALSE(c.attention.o_bias);
+  CHECK(c.attention.qk_norm);   // use_qk_norm: GLM-4.5's own field, not refused as another decoder's
   CHECK(c.rope.head_dim == 8);  // 16 x 0.5
-  CHECK(c.routing == target::MoeRouting::sigmoid_grouped);
-  CHECK(c.n_group == 2);
-  CHECK(c.topk_group == 1);
-  CHECK(c.shared_intermediate_size == 16);
-  CHECK(c.sparse_layers == std::vector<bool>{false, true, true});
+  CHECK(c.moe.routing == target::MoeRouting::sigmoid_grouped);
+  CHECK(c.moe.n_group == 2);
+  CHECK(c.moe.topk_group == 1);
+  CHECK(c.moe.shared_intermediate_size == 16);
+  CHECK(c.moe.sparse_layers == std::vector<bool>{false, true, true});
   CHECK(c.num_mtp_layers == 1);
   auto k = j;
   k["rope_parameters"].erase("partial_rotary_factor");
@@ -146,9 +146,9 @@ TEST_CASE("GLM-4.5 configs: q/k/v bias without o_proj's, q/k norm, partial RoPE 
   CHECK(parse(dir, k).rope.head_dim == 16);
   k = j;
   k["use_qk_norm"] = false;
-  CHECK_FALSE(parse(dir, k).qk_norm);
+  CHECK_FALSE(parse(dir, k).attention.qk_norm);
   k["sliding_window"] = 4;  // transformers' GLM-4.5 never slides
-  CHECK(parse(dir, k).layer_windows.empty());
+  CHECK(parse(dir, k).attention.layer_windows.empty());
 }
 
 TEST_CASE("GLM-4.7-Flash configs: DeepSeek-V3's attention, GLM-4.5's router, mlp_layer_types", "[target]") {
@@ -160,14 +160,14 @@ TEST_CASE("GLM-4.7-Flash configs: DeepSeek-V3's attention, GLM-4.5's router, mlp
   CHECK(c.head_dim == 20);
   CHECK(c.value_head_dim() == 24);  // wider than the queries and keys: they are padded in the training forward
   CHECK(c.rope.head_dim == 8);      // no partial rotary by default (GLM-4.5's 0.5 is not Glm4MoeLiteConfig's)
-  CHECK(c.rope_interleave);
-  CHECK(c.routing == target::MoeRouting::sigmoid_grouped);
-  CHECK(c.routed_scaling_factor == 1.8);
-  CHECK(c.sparse_layers == std::vector<bool>{true, false, true});
+  CHECK(c.attention.rope_interleave);
+  CHECK(c.moe.routing == target::MoeRouting::sigmoid_grouped);
+  CHECK(c.moe.routed_scaling_factor == 1.8);
+  CHECK(c.moe.sparse_layers == std::vector<bool>{true, false, true});
   auto k = j;
   k.erase("mlp_layer_types");      // transformers' default: the first layer dense
   k["first_k_dense_replace"] = 2;  // not read by Glm4MoeLiteConfig
-  CHECK(parse(dir, k).sparse_layers == std::vector<bool>{false, true, true});
+  CHECK(parse(dir, k).moe.sparse_layers == std::vector<bool>{false, true, true});
   k["mlp_layer_types"] = {"sparse", "moe", "dense"};
   CHECK_THAT(config_error(dir, k), Catch::Contains("mlp_layer_types[1]") && Catch::Contains("moe"));
   k["mlp_layer_types"] = {"sparse"};
@@ -180,46 +180,46 @@ TEST_CASE("DeepSeek-V2 configs: MLA without q LoRA, the RoPE in fp32, the softma
   const auto c = parse(dir, j);
   CHECK(c.family == target::Family::deepseek_v2);
   CHECK(c.mla());
-  CHECK(c.q_lora_rank == 0);  // q_lora_rank null, as DeepSeek-V2-Lite
+  CHECK(c.attention.q_lora_rank == 0);  // q_lora_rank null, as DeepSeek-V2-Lite
   CHECK(c.head_dim == 20);
   CHECK(c.value_head_dim() == 10);
   CHECK(c.rope.type == "yarn");
-  CHECK(c.rope_interleave);
-  CHECK(c.rope_fp32);
+  CHECK(c.attention.rope_interleave);
+  CHECK(c.attention.rope_fp32);
   const double mscale = 0.1 * 0.707 * std::log(4.0) + 1.0;  // yarn_apply_mscale, as DeepSeek-V3's
-  CHECK(c.attention_scale == Approx(mscale * mscale / std::sqrt(20.0)).epsilon(1e-12));
-  CHECK(c.routing == target::MoeRouting::softmax_grouped);
-  CHECK(c.routing_weights_fp32);
-  CHECK_FALSE(c.norm_topk_prob);
-  CHECK(c.num_experts == 8);
-  CHECK(c.experts_per_token == 3);
-  CHECK(c.n_group == 4);  // group_limited_greedy
-  CHECK(c.topk_group == 2);
-  CHECK(c.routed_scaling_factor == 2.0);
-  CHECK(c.shared_intermediate_size == 32);  // two shared experts of 16
-  CHECK(c.sparse_layers == std::vector<bool>{false, true, true});
+  CHECK(c.attention.scale == Approx(mscale * mscale / std::sqrt(20.0)).epsilon(1e-12));
+  CHECK(c.moe.routing == target::MoeRouting::softmax_grouped);
+  CHECK(c.moe.routing_weights_fp32);
+  CHECK_FALSE(c.moe.norm_topk_prob);
+  CHECK(c.moe.num_experts == 8);
+  CHECK(c.moe.experts_per_token == 3);
+  CHECK(c.moe.n_group == 4);  // group_limited_greedy
+  CHECK(c.moe.topk_group == 2);
+  CHECK(c.moe.routed_scaling_factor == 2.0);
+  CHECK(c.moe.shared_intermediate_size == 32);  // two shared experts of 16
+  CHECK(c.moe.sparse_layers == std::vector<bool>{false, true, true});
   CHECK(c.num_mtp_layers == 0);
 
   SECTION("greedy (the default, DeepSeek-V2-Lite's) reads no groups; rope_interleave is not read") {
     auto k = j;
     k["topk_method"] = "greedy";
     auto g = parse(dir, k);
-    CHECK(g.routing == target::MoeRouting::softmax_grouped);
-    CHECK(g.n_group == 1);
-    CHECK(g.topk_group == 1);
+    CHECK(g.moe.routing == target::MoeRouting::softmax_grouped);
+    CHECK(g.moe.n_group == 1);
+    CHECK(g.moe.topk_group == 1);
     k.erase("topk_method");
     k["n_group"] = nullptr;
     k["topk_group"] = nullptr;
     k["num_experts_per_tok"] = 6;  // more than 2 groups of 2 hold: greedy chooses among all 8
     g = parse(dir, k);
-    CHECK(g.n_group == 1);
-    CHECK(g.experts_per_token == 6);
+    CHECK(g.moe.n_group == 1);
+    CHECK(g.moe.experts_per_token == 6);
     k = j;
     k["rope_interleave"] = false;  // DeepseekV2Attention always turns interleaved pairs
-    CHECK(parse(dir, k).rope_interleave);
+    CHECK(parse(dir, k).attention.rope_interleave);
     k = j;
     k.erase("first_k_dense_replace");  // DeepseekV2Config's default: no dense layer
-    CHECK(parse(dir, k).sparse_layers == std::vector<bool>{true, true, true});
+    CHECK(parse(dir, k).moe.sparse_layers == std::vector<bool>{true, true, true});
   }
   SECTION("what transformers' DeepSeek-V2 does not compute is refused by name") {
     auto k = j;

@@ -51,40 +51,40 @@ TEST_CASE("MoE configs: experts, dense layers, routing and attention types per f
     j["decoder_sparse_step"] = 2;
     j["mlp_only_layers"] = {3};
     const auto c = parse(dir, j);
-    CHECK(c.num_experts == 8);
-    CHECK(c.experts_per_token == 2);
-    CHECK(c.moe_intermediate_size == 24);
-    CHECK(c.sparse_layers == std::vector<bool>{false, true, false, false});  // (l + 1) % 2 == 0, not 3
-    CHECK(c.routing == target::MoeRouting::softmax_topk);
-    CHECK(c.norm_topk_prob);
-    CHECK(c.qk_norm);
-    CHECK(c.layer_windows.empty());
+    CHECK(c.moe.num_experts == 8);
+    CHECK(c.moe.experts_per_token == 2);
+    CHECK(c.moe.intermediate_size == 24);
+    CHECK(c.moe.sparse_layers == std::vector<bool>{false, true, false, false});  // (l + 1) % 2 == 0, not 3
+    CHECK(c.moe.routing == target::MoeRouting::softmax_topk);
+    CHECK(c.moe.norm_topk_prob);
+    CHECK(c.attention.qk_norm);
+    CHECK(c.attention.layer_windows.empty());
     j["use_sliding_window"] = true;
     j["sliding_window"] = 6;
-    CHECK(parse(dir, j).layer_windows == std::vector<std::int64_t>{6, 6, 6, 6});
+    CHECK(parse(dir, j).attention.layer_windows == std::vector<std::int64_t>{6, 6, 6, 6});
   }
   SECTION("Mixtral: every layer sparse, its sliding window in every layer, fp32 routing weights") {
     const auto c = parse(dir, config_of("tiny-mixtral"));
-    CHECK(c.sparse_layers == std::vector<bool>{true, true, true});
-    CHECK(c.layer_windows == std::vector<std::int64_t>{8, 8, 8});
-    CHECK(c.moe_intermediate_size == c.intermediate_size);
-    CHECK(c.routing_weights_fp32);
-    CHECK(!c.attention_bias);
+    CHECK(c.moe.sparse_layers == std::vector<bool>{true, true, true});
+    CHECK(c.attention.layer_windows == std::vector<std::int64_t>{8, 8, 8});
+    CHECK(c.moe.intermediate_size == c.intermediate_size);
+    CHECK(c.moe.routing_weights_fp32);
+    CHECK(!c.attention.bias);
   }
   SECTION("gpt-oss: top-k then softmax, biases, sinks, layer types (default: sliding first), YaRN") {
     auto j = config_of("tiny-gpt-oss");
     auto c = parse(dir, j);
-    CHECK(c.routing == target::MoeRouting::topk_softmax);
-    CHECK((c.router_bias && c.expert_bias && c.clamped_swiglu && c.attention_sinks && c.norm_weight_fp32));
-    CHECK((c.attention_bias && c.o_bias));
-    CHECK(c.swiglu_limit == 1.5);
-    CHECK(c.layer_windows == std::vector<std::int64_t>{4, 0, 4, 0});
+    CHECK(c.moe.routing == target::MoeRouting::topk_softmax);
+    CHECK((c.moe.router_bias && c.moe.expert_bias && c.moe.clamped_swiglu && c.attention.sinks && c.norm_weight_fp32));
+    CHECK((c.attention.bias && c.attention.o_bias));
+    CHECK(c.moe.swiglu_limit == 1.5);
+    CHECK(c.attention.layer_windows == std::vector<std::int64_t>{4, 0, 4, 0});
     CHECK(c.rope.type == "yarn");
     CHECK(!c.rope.truncate);
     CHECK(c.rope.original_max_position_embeddings == 16);
     j.erase("layer_types");
     j["num_hidden_layers"] = 3;
-    CHECK(parse(dir, j).layer_windows == std::vector<std::int64_t>{4, 0, 4});
+    CHECK(parse(dir, j).attention.layer_windows == std::vector<std::int64_t>{4, 0, 4});
   }
 }
 

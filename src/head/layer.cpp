@@ -93,7 +93,7 @@ double mla_rope_factor(const model::RopeConfig& r) {
 Qkv mla_qkv(const HeadAttentionImpl& attn, const HeadConfig& cfg, const torch::Tensor& x, const torch::Tensor& inv_freq,
             const torch::Tensor& positions) {
   // vLLM: RMSNorm(rank, eps=config.rms_norm_eps); get_rope(..., is_neox_style=False).
-  const auto d = model::MlaDims::of(cfg, cfg.rms_norm_eps, /*rope_interleave=*/true);
+  const auto d = model::MlaDims::of(cfg.num_attention_heads, cfg, cfg.rms_norm_eps, /*rope_interleave=*/true);
   auto [cos, sin] = model::rope_cos_sin(inv_freq, positions, x.scalar_type(), mla_rope_factor(cfg.rope));
   const auto m = model::mla_heads(
       d, {attn.q_a_layernorm->weight, attn.q_b_proj->weight, attn.kv_a_layernorm->weight, attn.kv_b_proj->weight},

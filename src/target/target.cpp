@@ -60,7 +60,7 @@ TargetModel TargetModel::load(const std::string& dir_name, torch::ScalarType dty
   auto get = [&](const std::string& name) {
     auto t = raw(name);
     if (is_fp8_weight(c, name))  // dequantized on the device, block by block
-      return dequantize_fp8(t.to(device), raw(name + "_scale_inv").to(device), c.fp8_block, dtype, name);
+      return dequantize_fp8(t.to(device), raw(name + "_scale_inv").to(device), c.quant.fp8_block, dtype, name);
     if (t.scalar_type() == torch::kUInt8) return t.to(device);
     // The sigmoid routers' correction bias stays fp32 (transformers' _keep_in_fp32_modules_strict).
     return t.to(device, name.ends_with("e_score_correction_bias") ? torch::kFloat32 : dtype);
@@ -79,8 +79,8 @@ TargetModel TargetModel::load(const std::string& dir_name, torch::ScalarType dty
 
 TargetModel TargetModel::random(const TargetConfig& config_in, torch::ScalarType dtype, torch::Device device) {
   auto config = config_in;
-  config.quant_method.clear();  // random float experts and weights
-  config.fp8_block.clear();
+  config.quant.method.clear();  // random float experts and weights
+  config.quant.fp8_block.clear();
   const auto shapes = expected_tensors(config);
   const auto opts = torch::TensorOptions().dtype(dtype).device(device);
   auto m = assemble(config, dtype, device, [&](const std::string& name) {
@@ -109,10 +109,10 @@ namespace {
 void assemble_mla(const TargetConfig& c, const std::string& p, TargetLayerWeights& w,
                   const std::function<torch::Tensor(const std::string&)>& get) {
   const auto a = p + "self_attn.";
-  const bool lora = c.q_lora_rank > 0;
+  const bool lora = c.attention.q_lora_rank > 0;
   const auto q_w = get(a + (lora ? "q_a_proj.weight" : "q_proj.weight"));
   w.qkv_w = torch::cat({q_w, get(a + "kv_a_proj_with_mqa.weight")});
-  if (c.attention_bias)  // q_proj has no bias (only q_a_proj does)
+  if (c.attention.bias)  // q_proj has no bias (only q_a_proj does)
     w.qkv_b = torch::cat({lora ? get(a + "q_a_proj.bias") : torch::zeros({q_w.size(0)}, q_w.options()),
                           get(a + "kv_a_proj_with_mqa.bias")});
   if (lora) {
@@ -131,8 +131,9 @@ void assemble_linear(const TargetConfig& c, const std::string& p, TargetLayerWei
                      const std::function<torch::Tensor(const std::string&)>& get) {
   const auto a = p + "linear_attn.";
   if (c.family == Family::qwen3_next) {
-    const auto nk = c.linear_key_heads, dk = c.linear_key_head_dim;
-    const auto rdv = c.linear_value_heads / nk * c.linear_value_head_dim, r = c.linear_value_heads / nk;
+    const auto nk = c.linear_attention.key_heads, dk = c.linear_attention.key_head_dim;
+    const auto rdv = c.linear_attention.value_heads / nk * c.linear_attention.value_head_dim,
+               r = c.linear_attention.value_heads / nk;
     const auto qkvz = get(a + "in_proj_qkvz.weight");
     const auto H = qkvz.size(1);
     const auto g = qkvz.view({nk, 2 * dk + 2 * rdv, H});
@@ -168,7 +169,7 @@ TargetModel TargetModel::assemble(const TargetConfig& c, torch::ScalarType dtype
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const auto p = fmt::format("model.layers.{}.", l);
     TargetLayerWeights w;
-    if (c.gemma4) {
+    if (c.gemma4.enabled) {
       assemble_gemma4_layer(c, l, w, get);
       impl->layers.push_back(std::move(w));
       continue;
@@ -187,17 +188,17 @@ TargetModel TargetModel::assemble(const TargetConfig& c, torch::ScalarType dtype
       w.qkv_w = c.fused_checkpoint ? get(p + "self_attn.qkv_proj.weight")
                                    : torch::cat({get(p + "self_attn.q_proj.weight"), get(p + "self_attn.k_proj.weight"),
                                                  get(p + "self_attn.v_proj.weight")});
-      if (c.attention_bias)
+      if (c.attention.bias)
         w.qkv_b = torch::cat(
             {get(p + "self_attn.q_proj.bias"), get(p + "self_attn.k_proj.bias"), get(p + "self_attn.v_proj.bias")});
     }
     if (!c.linear(l)) w.o_w = get(p + "self_attn.o_proj.weight");
-    if (c.o_bias && !c.linear(l)) w.o_b = get(p + "self_attn.o_proj.bias");
-    if (c.qk_norm && !c.linear(l)) {
+    if (c.attention.o_bias && !c.linear(l)) w.o_b = get(p + "self_attn.o_proj.bias");
+    if (c.attention.qk_norm && !c.linear(l)) {
       w.q_norm = get(p + "self_attn.q_norm.weight");
       w.k_norm = get(p + "self_attn.k_norm.weight");
     }
-    if (c.attention_sinks) w.sinks = get(p + "self_attn.sinks");
+    if (c.attention.sinks) w.sinks = get(p + "self_attn.sinks");
     if (c.sparse(l)) {
       assemble_experts(c, p, w, get, dtype);
     } else {
@@ -211,13 +212,14 @@ TargetModel TargetModel::assemble(const TargetConfig& c, torch::ScalarType dtype
   std::tie(impl->parameter_count, impl->active_parameter_count) = parameter_counts(c);
   impl->inv_freq = model::rope_inv_freq(c.rope);
   // Gemma 4's proportional RoPE: the pairs past rope_angles have frequency 0 (cos 1, sin 0: they do not turn).
-  if (c.rope_angles > 0) impl->inv_freq.narrow(0, c.rope_angles, impl->inv_freq.size(0) - c.rope_angles).zero_();
+  if (c.gemma4.rope_angles > 0)
+    impl->inv_freq.narrow(0, c.gemma4.rope_angles, impl->inv_freq.size(0) - c.gemma4.rope_angles).zero_();
   impl->inv_freq = impl->inv_freq.to(device);
-  if (c.per_layer_input_dim > 0)
+  if (c.gemma4.per_layer_input_dim > 0)
     impl->per_layer = {get("model.embed_tokens_per_layer.weight"), get("model.per_layer_model_projection.weight"),
                        get("model.per_layer_projection_norm.weight")};
   if (c.rope.type == "longrope") impl->long_inv_freq = model::rope_inv_freq_long(c.rope).to(device);
-  if (c.local_rope) impl->local_inv_freq = model::rope_inv_freq(*c.local_rope).to(device);
+  if (c.attention.local_rope) impl->local_inv_freq = model::rope_inv_freq(*c.attention.local_rope).to(device);
   impl->aux_ids = default_aux_layer_ids(c.num_hidden_layers);
   TargetModel m;
   m.impl_ = std::move(impl);
@@ -255,10 +257,10 @@ std::int64_t TargetModel::active_parameter_count() const { return impl_->active_
 
 bool TargetModel::graph_safe() const {
   const auto& m = *impl_;
-  if (!m.cfg.moe() || !m.device.is_cuda()) return true;
+  if (!m.cfg.moe.enabled() || !m.device.is_cuda()) return true;
 #ifdef EAGLE_WITH_CUDA
   return m.dtype == torch::kBFloat16 && at::cuda::getDeviceProperties(m.device.index())->major >= 9 &&
-         m.cfg.hidden_size % 8 == 0 && m.cfg.moe_intermediate_size % 8 == 0;
+         m.cfg.hidden_size % 8 == 0 && m.cfg.moe.intermediate_size % 8 == 0;
 #else
   return false;
 #endif

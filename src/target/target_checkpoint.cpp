@@ -136,11 +136,11 @@ void check_counts(const fs::path& dir, const CheckpointFiles& ck, const TargetCo
   const auto layers = stored_count(ck, "model.layers.");
   EAGLE_CHECK(c.num_hidden_layers <= layers,
               more_than_stored("num_hidden_layers", "layers", c.num_hidden_layers, layers));
-  if (c.moe() && c.family != Family::gpt_oss && !c.gemma4) {
+  if (c.moe.enabled() && c.family != Family::gpt_oss && !c.gemma4.enabled) {
     const auto experts = stored_count(ck, ".experts.");
-    EAGLE_CHECK(c.num_experts <= experts,
+    EAGLE_CHECK(c.moe.num_experts <= experts,
                 more_than_stored(c.family == Family::qwen3_moe ? "num_experts" : "num_local_experts", "experts",
-                                 c.num_experts, experts));
+                                 c.moe.num_experts, experts));
   }
   auto it = ck.where.find("model.embed_tokens.weight");
   if (it == ck.where.end()) return;  // reported with every other missing tensor
@@ -184,7 +184,7 @@ namespace {
 // there (the sigmoid-routed ones: DeepSeek-V3, GLM-4.5, GLM-4.7-Flash).
 bool is_mtp_layer_tensor(const TargetConfig& c, const std::string& name) {
   constexpr std::string_view kLayers = "model.layers.";
-  if (c.routing != MoeRouting::sigmoid_grouped || !name.starts_with(kLayers)) return false;
+  if (c.moe.routing != MoeRouting::sigmoid_grouped || !name.starts_with(kLayers)) return false;
   std::int64_t n = 0;
   const char* begin = name.data() + kLayers.size();
   auto [end, ec] = std::from_chars(begin, name.data() + name.size(), n);

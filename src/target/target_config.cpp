@@ -93,19 +93,19 @@ void read_quantization(const Reader& r, TargetConfig& c) {
       q.contains("quant_method") && q["quant_method"].is_string() ? q["quant_method"].get<std::string>() : q.dump();
   // FP8 is read for the attention-only dense families (a hybrid's Gated DeltaNet projections are not covered).
   // Gemma 4 is not: which of its per-layer-input projections a release would quantize is unknown.
-  if (method == "fp8" && !c.moe() && !c.hybrid() && !c.gemma4) return read_fp8(r, q, c);
+  if (method == "fp8" && !c.moe.enabled() && !c.hybrid() && !c.gemma4.enabled) return read_fp8(r, q, c);
   EAGLE_CHECK(c.family == Family::gpt_oss && method == "mxfp4",
               r.bad("quantization_config.quant_method", "quantized checkpoint not supported")
                   .expected(c.family == Family::gpt_oss ? "mxfp4, or no quantization_config"
                                                         : "fp8 (block-scaled e4m3) on a dense target, or none")
                   .found(method)
                   .hint("use the checkpoint's bf16 release, or dequantize it with transformers first"));
-  EAGLE_CHECK(c.hidden_size % 32 == 0 && c.moe_intermediate_size % 32 == 0,
+  EAGLE_CHECK(c.hidden_size % 32 == 0 && c.moe.intermediate_size % 32 == 0,
               r.bad("quantization_config",
                     "MXFP4 blocks hold 32 values: hidden_size and intermediate_size must be "
                     "multiples of 32")
-                  .found(fmt::format("{} and {}", c.hidden_size, c.moe_intermediate_size)));
-  c.quant_method = method;
+                  .found(fmt::format("{} and {}", c.hidden_size, c.moe.intermediate_size)));
+  c.quant.method = method;
 }
 
 // Which keys each layer attends, as transformers' masks do per family: `layer_types` when the
@@ -142,8 +142,8 @@ void read_attention_types(const Reader& r, TargetConfig& c) {
   }
   for (std::size_t l = 0; l < sliding.size(); ++l) {
     if (!sliding[l] || window == 0) continue;
-    if (c.layer_windows.empty()) c.layer_windows.assign(sliding.size(), 0);
-    c.layer_windows[l] = window;
+    if (c.attention.layer_windows.empty()) c.attention.layer_windows.assign(sliding.size(), 0);
+    c.attention.layer_windows[l] = window;
   }
   EAGLE_CHECK(window > 0 || !r.has("layer_types") || std::find(sliding.begin(), sliding.end(), true) == sliding.end() ||
                   qwen || full_only,
@@ -172,11 +172,11 @@ void read_fp8(const Reader& r, const json& q, TargetConfig& c) {
                 bad("weight_block_size", "block sizes out of range")
                     .expected(fmt::format("integers in [1, {}] (rows, columns of each block)", model::limits::kMaxSize))
                     .found(x.dump()));
-    c.fp8_block.push_back(x.get<std::int64_t>());
+    c.quant.fp8_block.push_back(x.get<std::int64_t>());
   }
   if (q.contains("modules_to_not_convert") && q["modules_to_not_convert"].is_array())
     for (const auto& m : q["modules_to_not_convert"])
-      if (m.is_string()) c.fp8_skip.push_back(m.get<std::string>() + ".");
+      if (m.is_string()) c.quant.fp8_skip.push_back(m.get<std::string>() + ".");
 }
 
 }  // namespace
@@ -269,27 +269,27 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
                   .expected("float32, bfloat16 or float16")
                   .found(c.dtype));
   read_rope_layers(r, c);
-  if (c.mla()) c.head_dim = c.qk_nope_head_dim + c.qk_rope_head_dim;
+  if (c.mla()) c.head_dim = c.attention.qk_nope_head_dim + c.attention.qk_rope_head_dim;
 
   // Bias and normalisation layout per family (as in transformers' modeling files).
   const bool attention_bias = r.boolean_or("attention_bias", t == Family::gpt_oss);
   if (t == Family::qwen2 || t == Family::mimo) {
-    c.attention_bias = true;  // Qwen2 (and MiMo, a Qwen2 decoder) always has q/k/v bias, never o_proj bias
+    c.attention.bias = true;  // Qwen2 (and MiMo, a Qwen2 decoder) always has q/k/v bias, never o_proj bias
   } else if (t == Family::mistral || t == Family::mixtral) {
     EAGLE_CHECK(!attention_bias, r.bad("attention_bias", "Mistral and Mixtral have no attention bias").found("true"));
   } else {
-    c.attention_bias = attention_bias;
-    c.o_bias = attention_bias;  // Llama, Qwen3(-MoE) and gpt-oss put the bias on o_proj too
+    c.attention.bias = attention_bias;
+    c.attention.o_bias = attention_bias;  // Llama, Qwen3(-MoE) and gpt-oss put the bias on o_proj too
   }
-  c.qk_norm = t == Family::qwen3 || t == Family::qwen3_moe;
+  c.attention.qk_norm = t == Family::qwen3 || t == Family::qwen3_moe;
   if (fam->read != nullptr) fam->read(r, c);
-  c.attention_sinks = t == Family::gpt_oss;
+  c.attention.sinks = t == Family::gpt_oss;
   c.norm_weight_fp32 = t == Family::gpt_oss || t == Family::gemma4_text;  // Gemma4RMSNorm: x * w in fp32
   EAGLE_CHECK(!r.boolean_or("mlp_bias", false),
               r.bad("mlp_bias", "MLP bias is not supported").expected("false").found("true"));
   if (fam->moe) read_moe(r, c);
-  bool dense_layers = !c.moe();
-  for (bool sparse : c.sparse_layers) dense_layers = dense_layers || !sparse;
+  bool dense_layers = !c.moe.enabled();
+  for (bool sparse : c.moe.sparse_layers) dense_layers = dense_layers || !sparse;
   EAGLE_CHECK(!dense_layers || c.intermediate_size > 0,
               r.bad("intermediate_size", "required (the dense MLP layers' size) and must be positive")
                   .found(std::to_string(c.intermediate_size)));
@@ -301,7 +301,7 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
     if (gemma && (k == "attn_logit_softcapping" || k == "final_logit_softcapping" || k == "query_pre_attn_scalar"))
       continue;  // Gemma's own fields (read above)
     if (t == Family::glm4_moe && k == "use_qk_norm") continue;  // GLM-4.5's own (read_glm4_moe)
-    if (c.gemma4 && k == "final_logit_softcapping") continue;    // Gemma 4's own (read_gemma4)
+    if (c.gemma4.enabled && k == "final_logit_softcapping") continue;  // Gemma 4's own (read_gemma4)
     // One rule in every family: a soft cap of 0 means none, as null does.
     if (std::find(std::begin(kNoneMeansZero), std::end(kNoneMeansZero), k) != std::end(kNoneMeansZero) && r.has(key) &&
         r.j[key].is_number() && r.j[key].get<double>() == 0.0)
@@ -324,7 +324,7 @@ TargetConfig TargetConfig::from_json_file(const std::string& path) {
     // Gemma4Model replaces these three (get_placeholder_mask) by the towers' outputs; boi/eoi are plain tokens.
     const std::vector<Id> gemma4 = {Id{"image_token_id", 258880}, Id{"video_token_id", 258884},
                                     Id{"audio_token_id", 258881}};
-    for (auto [key, def] : c.gemma4 ? gemma4 : qwen) {
+    for (auto [key, def] : c.gemma4.enabled ? gemma4 : qwen) {
       const auto id = top.integer_or(key, def);
       if (id >= 0 && id < c.vocab_size) c.media_tokens.push_back({id, key});
     }

@@ -36,30 +36,30 @@ SigmoidMoeDefaults sigmoid_moe_defaults(Family f) {
 void read_sigmoid_moe(const Reader& r, TargetConfig& c) {
   const auto d = sigmoid_moe_defaults(c.family);
   namespace lim = model::limits;
-  c.num_experts = r.bounded_or("n_routed_experts", d.experts, 1, lim::kMaxExperts);
-  c.experts_per_token = r.integer_or("num_experts_per_tok", d.per_token);
-  c.moe_intermediate_size = r.bounded_or("moe_intermediate_size", d.width, 1, lim::kMaxSize);
-  c.norm_topk_prob = r.boolean_or("norm_topk_prob", true);
-  c.routing = MoeRouting::sigmoid_grouped;
-  c.routing_weights_fp32 = true;  // the fp32 router's weights multiply each expert's output before the cast
-  c.routed_scaling_factor = r.number_in("routed_scaling_factor", d.scaling, 1e-6, 1e12);
-  c.n_group = r.bounded_or("n_group", d.groups, 1, lim::kMaxExperts);
-  c.topk_group = r.bounded_or("topk_group", d.kept, 1, lim::kMaxExperts);
-  EAGLE_CHECK(c.topk_group <= c.n_group, r.bad("topk_group", "more groups kept than there are")
-                                             .expected(fmt::format("1..{} (n_group)", c.n_group))
-                                             .found(std::to_string(c.topk_group)));
+  c.moe.num_experts = r.bounded_or("n_routed_experts", d.experts, 1, lim::kMaxExperts);
+  c.moe.experts_per_token = r.integer_or("num_experts_per_tok", d.per_token);
+  c.moe.intermediate_size = r.bounded_or("moe_intermediate_size", d.width, 1, lim::kMaxSize);
+  c.moe.norm_topk_prob = r.boolean_or("norm_topk_prob", true);
+  c.moe.routing = MoeRouting::sigmoid_grouped;
+  c.moe.routing_weights_fp32 = true;  // the fp32 router's weights multiply each expert's output before the cast
+  c.moe.routed_scaling_factor = r.number_in("routed_scaling_factor", d.scaling, 1e-6, 1e12);
+  c.moe.n_group = r.bounded_or("n_group", d.groups, 1, lim::kMaxExperts);
+  c.moe.topk_group = r.bounded_or("topk_group", d.kept, 1, lim::kMaxExperts);
+  EAGLE_CHECK(c.moe.topk_group <= c.moe.n_group, r.bad("topk_group", "more groups kept than there are")
+                                                     .expected(fmt::format("1..{} (n_group)", c.moe.n_group))
+                                                     .found(std::to_string(c.moe.topk_group)));
   // Each group's score is the sum of its two best experts (topk(2) per group), so a group holds at least two.
-  EAGLE_CHECK(c.num_experts % c.n_group == 0 && c.num_experts / c.n_group >= 2,
+  EAGLE_CHECK(c.moe.num_experts % c.moe.n_group == 0 && c.moe.num_experts / c.moe.n_group >= 2,
               r.bad("n_group", "the experts must split into groups of at least two")
-                  .found(fmt::format("{} experts in {} groups", c.num_experts, c.n_group)));
-  const auto candidates = c.topk_group * (c.num_experts / c.n_group);
-  EAGLE_CHECK(c.experts_per_token >= 1 && c.experts_per_token <= candidates,
+                  .found(fmt::format("{} experts in {} groups", c.moe.num_experts, c.moe.n_group)));
+  const auto candidates = c.moe.topk_group * (c.moe.num_experts / c.moe.n_group);
+  EAGLE_CHECK(c.moe.experts_per_token >= 1 && c.moe.experts_per_token <= candidates,
               r.bad("num_experts_per_tok", "experts per token out of range")
-                  .expected(fmt::format("1..{} (the experts of topk_group {} groups)", candidates, c.topk_group))
-                  .found(std::to_string(c.experts_per_token)));
+                  .expected(fmt::format("1..{} (the experts of topk_group {} groups)", candidates, c.moe.topk_group))
+                  .found(std::to_string(c.moe.experts_per_token)));
   const auto shared = r.bounded_or("n_shared_experts", 1, 0, 64);
-  c.shared_intermediate_size = shared * c.moe_intermediate_size;
-  c.sparse_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), true);
+  c.moe.shared_intermediate_size = shared * c.moe.intermediate_size;
+  c.moe.sparse_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), true);
   if (c.family == Family::glm4_moe_lite && r.has("mlp_layer_types")) {
     // Glm4MoeLiteDecoderLayer: "sparse" or "dense" per layer (first_k_dense_replace is not read).
     const auto& types = r.j["mlp_layer_types"];
@@ -72,13 +72,13 @@ void read_sigmoid_moe(const Reader& r, TargetConfig& c) {
                   r.bad(fmt::format("mlp_layer_types[{}]", l), "unknown MLP type")
                       .expected("sparse or dense")
                       .found(types[l].dump()));
-      c.sparse_layers[l] = types[l] == "sparse";
+      c.moe.sparse_layers[l] = types[l] == "sparse";
     }
   } else {
     const auto dense = c.family == Family::glm4_moe_lite
                            ? std::min<std::int64_t>(1, c.num_hidden_layers)
                            : r.bounded_or("first_k_dense_replace", d.dense, 0, c.num_hidden_layers);
-    for (std::int64_t l = 0; l < dense; ++l) c.sparse_layers[static_cast<std::size_t>(l)] = false;
+    for (std::int64_t l = 0; l < dense; ++l) c.moe.sparse_layers[static_cast<std::size_t>(l)] = false;
   }
   // The original DeepSeek-V3 configs name their router; transformers computes only this one.
   const auto scoring = r.string_or("scoring_func", "sigmoid");
@@ -89,7 +89,7 @@ void read_sigmoid_moe(const Reader& r, TargetConfig& c) {
                                         .expected("noaux_tc")
                                         .found(method)
                                         .hint("DeepSeek-V2's greedy and group_limited_greedy: DeepseekV2ForCausalLM"));
-  c.router_named = r.has("scoring_func") && r.has("topk_method");
+  c.moe.router_named = r.has("scoring_func") && r.has("topk_method");
   const auto freq = r.integer_or("moe_layer_freq", 1);
   EAGLE_CHECK(freq == 1, r.bad("moe_layer_freq", "every layer after first_k_dense_replace is a MoE layer")
                              .expected("1")
@@ -104,13 +104,13 @@ void read_sigmoid_moe(const Reader& r, TargetConfig& c) {
 // DeepseekV2Config's defaults: 64 experts of 1407, 2 shared, scaling 1, no dense layer; k has none.
 void read_softmax_moe(const Reader& r, TargetConfig& c) {
   namespace lim = model::limits;
-  c.num_experts = r.bounded_or("n_routed_experts", 64, 1, lim::kMaxExperts);
-  c.experts_per_token = r.bounded("num_experts_per_tok", 1, c.num_experts);
-  c.moe_intermediate_size = r.bounded_or("moe_intermediate_size", 1407, 1, lim::kMaxSize);
-  c.routing = MoeRouting::softmax_grouped;
-  c.routing_weights_fp32 = true;  // the fp32 router's weights multiply each expert's output before the cast
-  c.norm_topk_prob = false;
-  c.routed_scaling_factor = r.number_in("routed_scaling_factor", 1.0, 1e-6, 1e12);
+  c.moe.num_experts = r.bounded_or("n_routed_experts", 64, 1, lim::kMaxExperts);
+  c.moe.experts_per_token = r.bounded("num_experts_per_tok", 1, c.moe.num_experts);
+  c.moe.intermediate_size = r.bounded_or("moe_intermediate_size", 1407, 1, lim::kMaxSize);
+  c.moe.routing = MoeRouting::softmax_grouped;
+  c.moe.routing_weights_fp32 = true;  // the fp32 router's weights multiply each expert's output before the cast
+  c.moe.norm_topk_prob = false;
+  c.moe.routed_scaling_factor = r.number_in("routed_scaling_factor", 1.0, 1e-6, 1e12);
   // transformers' router never renormalises; DeepSeek's own modeling_deepseek.py would, so a true is ambiguous.
   EAGLE_CHECK(!r.boolean_or("norm_topk_prob", false),
               r.bad("norm_topk_prob", "DeepSeek-V2's renormalised top-k weights are not implemented")
@@ -126,24 +126,24 @@ void read_softmax_moe(const Reader& r, TargetConfig& c) {
                   .expected("greedy or group_limited_greedy")
                   .found(method)
                   .hint("noaux_tc (with a score correction bias) is DeepSeek-V3's: DeepseekV3ForCausalLM"));
-  c.n_group = c.topk_group = 1;  // greedy: the k best of all experts (n_group and topk_group unread)
+  c.moe.n_group = c.moe.topk_group = 1;  // greedy: the k best of all experts (n_group and topk_group unread)
   if (method == "group_limited_greedy") {
-    c.n_group = r.bounded("n_group", 1, c.num_experts);
-    c.topk_group = r.bounded("topk_group", 1, c.n_group);
-    EAGLE_CHECK(c.num_experts % c.n_group == 0, r.bad("n_group", "the experts must split into equal groups")
-                                                    .found(fmt::format("{} experts in {} groups", c.num_experts,
-                                                                       c.n_group)));
+    c.moe.n_group = r.bounded("n_group", 1, c.moe.num_experts);
+    c.moe.topk_group = r.bounded("topk_group", 1, c.moe.n_group);
+    EAGLE_CHECK(c.moe.num_experts % c.moe.n_group == 0,
+                r.bad("n_group", "the experts must split into equal groups")
+                    .found(fmt::format("{} experts in {} groups", c.moe.num_experts, c.moe.n_group)));
     // Beyond the kept groups' experts transformers would pick zeroed scores (ties): refused.
-    const auto candidates = c.topk_group * (c.num_experts / c.n_group);
-    EAGLE_CHECK(c.experts_per_token <= candidates,
+    const auto candidates = c.moe.topk_group * (c.moe.num_experts / c.moe.n_group);
+    EAGLE_CHECK(c.moe.experts_per_token <= candidates,
                 r.bad("num_experts_per_tok", "more experts per token than the kept groups hold")
-                    .expected(fmt::format("1..{} (the experts of topk_group {} groups)", candidates, c.topk_group))
-                    .found(std::to_string(c.experts_per_token)));
+                    .expected(fmt::format("1..{} (the experts of topk_group {} groups)", candidates, c.moe.topk_group))
+                    .found(std::to_string(c.moe.experts_per_token)));
   }
-  c.shared_intermediate_size = r.bounded_or("n_shared_experts", 2, 1, 64) * c.moe_intermediate_size;
-  c.sparse_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), true);
+  c.moe.shared_intermediate_size = r.bounded_or("n_shared_experts", 2, 1, 64) * c.moe.intermediate_size;
+  c.moe.sparse_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), true);
   const auto dense = r.bounded_or("first_k_dense_replace", 0, 0, c.num_hidden_layers);
-  for (std::int64_t l = 0; l < dense; ++l) c.sparse_layers[static_cast<std::size_t>(l)] = false;
+  for (std::int64_t l = 0; l < dense; ++l) c.moe.sparse_layers[static_cast<std::size_t>(l)] = false;
   // transformers reads no moe_layer_freq; DeepSeek's own code skips layers by it: only 1 means the same.
   const auto freq = r.integer_or("moe_layer_freq", 1);
   EAGLE_CHECK(freq == 1, r.bad("moe_layer_freq", "every layer after first_k_dense_replace is a MoE layer")
@@ -166,27 +166,28 @@ void read_moe(const Reader& r, TargetConfig& c) {
   // each config class's (Qwen3NextConfig 512 top 10, Qwen3_5MoeTextConfig 256 top 8).
   const std::int64_t experts_default =
       t == Family::mixtral ? 8 : (t == Family::qwen3_next ? 512 : (t == Family::qwen3_5_moe ? 256 : 128));
-  c.num_experts = r.bounded_or(experts_key, experts_default, t == Family::qwen3_moe ? 0 : 1, model::limits::kMaxExperts);
-  c.experts_per_token = r.integer_or(
-      "num_experts_per_tok",
-      t == Family::gpt_oss ? 4 : (t == Family::mixtral ? 2 : (t == Family::qwen3_next ? 10 : 8)));
-  EAGLE_CHECK(c.num_experts == 0 || (c.experts_per_token >= 1 && c.experts_per_token <= c.num_experts),
+  c.moe.num_experts =
+      r.bounded_or(experts_key, experts_default, t == Family::qwen3_moe ? 0 : 1, model::limits::kMaxExperts);
+  c.moe.experts_per_token =
+      r.integer_or("num_experts_per_tok",
+                   t == Family::gpt_oss ? 4 : (t == Family::mixtral ? 2 : (t == Family::qwen3_next ? 10 : 8)));
+  EAGLE_CHECK(c.moe.num_experts == 0 || (c.moe.experts_per_token >= 1 && c.moe.experts_per_token <= c.moe.num_experts),
               r.bad("num_experts_per_tok", "experts per token out of range")
-                  .expected(fmt::format("1..{} (the number of experts)", c.num_experts))
-                  .found(std::to_string(c.experts_per_token)));
-  c.sparse_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), c.num_experts > 0);
+                  .expected(fmt::format("1..{} (the number of experts)", c.moe.num_experts))
+                  .found(std::to_string(c.moe.experts_per_token)));
+  c.moe.sparse_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), c.moe.num_experts > 0);
   if (hybrid_family(t)) {
     // Qwen3NextSparseMoeBlock / Qwen3_5MoeSparseMoeBlock: Qwen3-MoE's router (Qwen3.5-MoE always renormalises
     // the top k), plus one shared expert of shared_expert_intermediate_size times sigmoid(shared_expert_gate(x)).
-    c.moe_intermediate_size = r.bounded_or("moe_intermediate_size", 512, 1, model::limits::kMaxSize);
-    c.norm_topk_prob = t == Family::qwen3_5_moe || r.boolean_or("norm_topk_prob", true);
-    c.shared_intermediate_size = r.bounded_or("shared_expert_intermediate_size", 512, 1, model::limits::kMaxSize);
-    c.shared_expert_gate = true;
+    c.moe.intermediate_size = r.bounded_or("moe_intermediate_size", 512, 1, model::limits::kMaxSize);
+    c.moe.norm_topk_prob = t == Family::qwen3_5_moe || r.boolean_or("norm_topk_prob", true);
+    c.moe.shared_intermediate_size = r.bounded_or("shared_expert_intermediate_size", 512, 1, model::limits::kMaxSize);
+    c.moe.shared_expert_gate = true;
   }
   if (t == Family::qwen3_moe || t == Family::qwen3_next) {
     if (t == Family::qwen3_moe) {
-      c.moe_intermediate_size = r.bounded("moe_intermediate_size", 1, model::limits::kMaxSize);
-      c.norm_topk_prob = r.boolean_or("norm_topk_prob", false);
+      c.moe.intermediate_size = r.bounded("moe_intermediate_size", 1, model::limits::kMaxSize);
+      c.moe.norm_topk_prob = r.boolean_or("norm_topk_prob", false);
     }
     const auto step = r.integer_or("decoder_sparse_step", 1);
     EAGLE_CHECK(step >= 1, r.bad("decoder_sparse_step", "must be positive").found(std::to_string(step)));
@@ -199,21 +200,21 @@ void read_moe(const Reader& r, TargetConfig& c) {
       }
     }
     for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
-      c.sparse_layers[static_cast<std::size_t>(l)] =
-          c.num_experts > 0 && (l + 1) % step == 0 && std::find(dense.begin(), dense.end(), l) == dense.end();
+      c.moe.sparse_layers[static_cast<std::size_t>(l)] =
+          c.moe.num_experts > 0 && (l + 1) % step == 0 && std::find(dense.begin(), dense.end(), l) == dense.end();
   } else if (!hybrid_family(t)) {
-    c.moe_intermediate_size = c.intermediate_size;
-    c.norm_topk_prob = true;
+    c.moe.intermediate_size = c.intermediate_size;
+    c.moe.norm_topk_prob = true;
   }
-  c.routing_weights_fp32 = t == Family::mixtral;
+  c.moe.routing_weights_fp32 = t == Family::mixtral;
   if (t == Family::gpt_oss) {
-    c.routing = MoeRouting::topk_softmax;
-    c.router_bias = c.expert_bias = c.clamped_swiglu = true;
-    c.swiglu_alpha = r.number_or("swiglu_alpha", 1.702);
-    c.swiglu_limit = r.number_or("swiglu_limit", 7.0);
-    EAGLE_CHECK(std::isfinite(c.swiglu_alpha) && c.swiglu_limit > 0 && std::isfinite(c.swiglu_limit),
+    c.moe.routing = MoeRouting::topk_softmax;
+    c.moe.router_bias = c.moe.expert_bias = c.moe.clamped_swiglu = true;
+    c.moe.swiglu_alpha = r.number_or("swiglu_alpha", 1.702);
+    c.moe.swiglu_limit = r.number_or("swiglu_limit", 7.0);
+    EAGLE_CHECK(std::isfinite(c.moe.swiglu_alpha) && c.moe.swiglu_limit > 0 && std::isfinite(c.moe.swiglu_limit),
                 r.bad("swiglu_limit", "gpt-oss's swiglu_alpha and swiglu_limit must be finite, the limit positive")
-                    .found(fmt::format("{} and {}", c.swiglu_alpha, c.swiglu_limit)));
+                    .found(fmt::format("{} and {}", c.moe.swiglu_alpha, c.moe.swiglu_limit)));
   }
 }
 

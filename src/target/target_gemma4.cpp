@@ -17,7 +17,7 @@ namespace {
 // projection: gate rows then up rows [E, 2 I, H], as chunk(2) splits them; down [E, H, I]) and its three norms.
 void gemma4_moe_tensors(const TargetConfig& c, const std::string& p,
                         std::map<std::string, std::vector<std::int64_t>>& e) {
-  const auto H = c.hidden_size, E = c.num_experts, I = c.moe_intermediate_size;
+  const auto H = c.hidden_size, E = c.moe.num_experts, I = c.moe.intermediate_size;
   e[p + "router.proj.weight"] = {E, H};
   e[p + "router.scale"] = {H};
   e[p + "router.per_expert_scale"] = {E};
@@ -42,9 +42,9 @@ void assemble_gemma4_moe(const std::string& p, TargetLayerWeights& w,
 }  // namespace
 
 void gemma4_tensors(const TargetConfig& c, std::map<std::string, std::vector<std::int64_t>>& e) {
-  const auto H = c.hidden_size, nh = c.num_attention_heads, L = c.num_hidden_layers, Dp = c.per_layer_input_dim;
+  const auto H = c.hidden_size, nh = c.num_attention_heads, L = c.num_hidden_layers, Dp = c.gemma4.per_layer_input_dim;
   if (Dp > 0) {
-    e["model.embed_tokens_per_layer.weight"] = {c.per_layer_vocab, L * Dp};
+    e["model.embed_tokens_per_layer.weight"] = {c.gemma4.per_layer_vocab, L * Dp};
     e["model.per_layer_model_projection.weight"] = {L * Dp, H};
     e["model.per_layer_projection_norm.weight"] = {Dp};
   }
@@ -59,17 +59,17 @@ void gemma4_tensors(const TargetConfig& c, std::map<std::string, std::vector<std
     e[a + "q_proj.weight"] = {nh * d, H};
     e[a + "q_norm.weight"] = {d};
     e[a + "o_proj.weight"] = {H, nh * d};
-    if (c.attention_bias) {
+    if (c.attention.bias) {
       e[a + "q_proj.bias"] = {nh * d};
       e[a + "o_proj.bias"] = {H};
     }
     if (!c.kv_shared(l)) {  // a KV-shared layer has no k/v projections (nor k_norm)
       e[a + "k_proj.weight"] = {kv, H};
       e[a + "k_norm.weight"] = {d};
-      if (c.attention_bias) e[a + "k_proj.bias"] = {kv};
+      if (c.attention.bias) e[a + "k_proj.bias"] = {kv};
       if (!c.values_from_keys(l)) {
         e[a + "v_proj.weight"] = {kv, H};
-        if (c.attention_bias) e[a + "v_proj.bias"] = {kv};
+        if (c.attention.bias) e[a + "v_proj.bias"] = {kv};
       }
     }
     e[p + "mlp.gate_proj.weight"] = {I, H};
@@ -89,18 +89,18 @@ void assemble_gemma4_layer(const TargetConfig& c, std::int64_t l, TargetLayerWei
   const auto p = fmt::format("model.layers.{}.", l);
   const auto a = p + "self_attn.";
   std::vector<torch::Tensor> rows = {get(a + "q_proj.weight")}, bias;
-  if (c.attention_bias) bias.push_back(get(a + "q_proj.bias"));
+  if (c.attention.bias) bias.push_back(get(a + "q_proj.bias"));
   if (!c.kv_shared(l)) {
     rows.push_back(get(a + "k_proj.weight"));
-    if (c.attention_bias) bias.push_back(get(a + "k_proj.bias"));
+    if (c.attention.bias) bias.push_back(get(a + "k_proj.bias"));
     if (!c.values_from_keys(l)) {
       rows.push_back(get(a + "v_proj.weight"));
-      if (c.attention_bias) bias.push_back(get(a + "v_proj.bias"));
+      if (c.attention.bias) bias.push_back(get(a + "v_proj.bias"));
     }
     w.k_norm = get(a + "k_norm.weight");
   }
   w.qkv_w = torch::cat(rows);
-  if (c.attention_bias) {
+  if (c.attention.bias) {
     w.qkv_b = torch::cat(bias);
     w.o_b = get(a + "o_proj.bias");
   }
@@ -113,7 +113,7 @@ void assemble_gemma4_layer(const TargetConfig& c, std::int64_t l, TargetLayerWei
   w.gate_up_w = torch::cat({get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")});
   w.down_w = get(p + "mlp.down_proj.weight");
   w.layer_scalar = get(p + "layer_scalar");
-  if (c.per_layer_input_dim > 0) {
+  if (c.gemma4.per_layer_input_dim > 0) {
     w.ple_gate_w = get(p + "per_layer_input_gate.weight");
     w.ple_proj_w = get(p + "per_layer_projection.weight");
     w.ple_norm = get(p + "post_per_layer_input_norm.weight");
@@ -122,13 +122,13 @@ void assemble_gemma4_layer(const TargetConfig& c, std::int64_t l, TargetLayerWei
 }
 
 bool gemma4_ignored_tensor(const TargetConfig& c, const std::string& name) {
-  if (!c.gemma4) return false;
+  if (!c.gemma4.enabled) return false;
   // Gemma4Model's vision and audio towers and their embedders (a text-only target never runs them).
   if (c.multimodal)
     for (const char* tower : {"model.vision_tower.", "model.audio_tower.", "model.embed_vision.", "model.embed_audio."})
       if (name.starts_with(tower)) return true;
   // Gemma4TextModel's _keys_to_ignore_on_load_unexpected: a KV-shared layer's k/v projections and norms.
-  for (std::int64_t l = c.first_kv_shared; l < c.num_hidden_layers; ++l) {
+  for (std::int64_t l = c.gemma4.first_kv_shared; l < c.num_hidden_layers; ++l) {
     const auto a = fmt::format("model.layers.{}.self_attn.", l);
     if (!name.starts_with(a)) continue;
     for (const char* m : {"k_proj.", "v_proj.", "k_norm.", "v_norm."})
@@ -149,7 +149,7 @@ torch::Tensor times_scale(const torch::Tensor& x, double scale) {
 
 torch::Tensor gemma4_per_layer_inputs(const TargetConfig& c, const Gemma4Inputs& w, const torch::Tensor& ids,
                                       const torch::Tensor& x) {
-  const auto L = c.num_hidden_layers, Dp = c.per_layer_input_dim;
+  const auto L = c.num_hidden_layers, Dp = c.gemma4.per_layer_input_dim;
   auto shape = x.sizes().vec();
   shape.pop_back();
   shape.push_back(L);

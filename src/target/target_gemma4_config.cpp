@@ -30,8 +30,8 @@ std::vector<bool> gemma4_full_layers(const Reader& r, std::int64_t L) {
 // global_head_dim (default 512) and, with attention_k_eq_v, num_global_key_value_heads.
 void read_layer_geometry(const Reader& r, TargetConfig& c, const std::vector<bool>& full) {
   const auto L = c.num_hidden_layers;
-  c.layer_head_dims.assign(static_cast<std::size_t>(L), c.head_dim);
-  c.layer_kv_heads.assign(static_cast<std::size_t>(L), c.num_key_value_heads);
+  c.gemma4.layer_head_dims.assign(static_cast<std::size_t>(L), c.head_dim);
+  c.gemma4.layer_kv_heads.assign(static_cast<std::size_t>(L), c.num_key_value_heads);
   if (r.has("per_layer_config")) {
     const auto& plc = r.j["per_layer_config"];
     EAGLE_CHECK(plc.is_object(), r.bad("per_layer_config", "not an object").found(plc.dump()));
@@ -49,17 +49,18 @@ void read_layer_geometry(const Reader& r, TargetConfig& c, const std::vector<boo
                         .expected("head_dim or num_key_value_heads")
                         .hint("other per-layer overrides change the layer's math and are not implemented"));
       const auto i = static_cast<std::size_t>(l);
-      c.layer_head_dims[i] = o.bounded_or("head_dim", c.head_dim, 2, lim::kMaxHeadDim);
-      c.layer_kv_heads[i] = o.bounded_or("num_key_value_heads", c.num_key_value_heads, 1, lim::kMaxHeads);
+      c.gemma4.layer_head_dims[i] = o.bounded_or("head_dim", c.head_dim, 2, lim::kMaxHeadDim);
+      c.gemma4.layer_kv_heads[i] = o.bounded_or("num_key_value_heads", c.num_key_value_heads, 1, lim::kMaxHeads);
     }
   } else {
     const auto global = r.bounded_or("global_head_dim", 512, 2, lim::kMaxHeadDim);
-    const auto kv = c.k_eq_v ? r.bounded_or("num_global_key_value_heads", c.num_key_value_heads, 1, lim::kMaxHeads)
-                             : c.num_key_value_heads;
+    const auto kv = c.gemma4.k_eq_v
+                        ? r.bounded_or("num_global_key_value_heads", c.num_key_value_heads, 1, lim::kMaxHeads)
+                        : c.num_key_value_heads;
     for (std::int64_t l = 0; l < L; ++l)
       if (full[static_cast<std::size_t>(l)]) {
-        c.layer_head_dims[static_cast<std::size_t>(l)] = global;
-        c.layer_kv_heads[static_cast<std::size_t>(l)] = kv;
+        c.gemma4.layer_head_dims[static_cast<std::size_t>(l)] = global;
+        c.gemma4.layer_kv_heads[static_cast<std::size_t>(l)] = kv;
       }
   }
   // One RoPE table per layer type needs one head width per type (transformers refuses the rest too).
@@ -67,17 +68,17 @@ void read_layer_geometry(const Reader& r, TargetConfig& c, const std::vector<boo
   for (std::int64_t l = 0; l < L; ++l) {
     const auto i = static_cast<std::size_t>(l);
     auto& w = width[full[i] ? 1 : 0];
-    EAGLE_CHECK(w < 0 || w == c.layer_head_dims[i],
+    EAGLE_CHECK(w < 0 || w == c.gemma4.layer_head_dims[i],
                 r.bad("per_layer_config", "layers of one type must share their head_dim (one RoPE per layer type)")
-                    .found(fmt::format("layer {}: {}, an earlier one: {}", l, c.layer_head_dims[i], w)));
-    w = c.layer_head_dims[i];
-    EAGLE_CHECK(c.layer_head_dims[i] % 2 == 0,
+                    .found(fmt::format("layer {}: {}, an earlier one: {}", l, c.gemma4.layer_head_dims[i], w)));
+    w = c.gemma4.layer_head_dims[i];
+    EAGLE_CHECK(c.gemma4.layer_head_dims[i] % 2 == 0,
                 r.bad("per_layer_config", "head_dim must be even for RoPE")
-                    .found(fmt::format("layer {}: {}", l, c.layer_head_dims[i])));
-    EAGLE_CHECK(c.num_attention_heads % c.layer_kv_heads[i] == 0,
+                    .found(fmt::format("layer {}: {}", l, c.gemma4.layer_head_dims[i])));
+    EAGLE_CHECK(c.num_attention_heads % c.gemma4.layer_kv_heads[i] == 0,
                 r.bad("per_layer_config", "key/value heads must divide num_attention_heads")
                     .found(fmt::format("layer {}: {} heads, {} key/value heads", l, c.num_attention_heads,
-                                       c.layer_kv_heads[i])));
+                                       c.gemma4.layer_kv_heads[i])));
   }
 }
 
@@ -120,40 +121,41 @@ std::pair<model::RopeConfig, std::int64_t> gemma4_rope(const Reader& r, const js
 // per token (the config class has no defaults), routed by MoeRouting::scaled_softmax_topk.
 void read_gemma4_moe(const Reader& r, TargetConfig& c) {
   if (!r.boolean_or("enable_moe_block", false)) return;
-  c.num_experts = r.bounded("num_experts", 1, lim::kMaxExperts);
-  c.experts_per_token = r.bounded("top_k_experts", 1, c.num_experts);
-  c.moe_intermediate_size = r.bounded("moe_intermediate_size", 1, lim::kMaxSize);
-  c.routing = MoeRouting::scaled_softmax_topk;
-  c.norm_topk_prob = true;        // Gemma4TextRouter always renormalises the chosen k
-  c.routing_weights_fp32 = true;  // its fp32 weights times per_expert_scale multiply each expert's output
-  c.sparse_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), true);
+  c.moe.num_experts = r.bounded("num_experts", 1, lim::kMaxExperts);
+  c.moe.experts_per_token = r.bounded("top_k_experts", 1, c.moe.num_experts);
+  c.moe.intermediate_size = r.bounded("moe_intermediate_size", 1, lim::kMaxSize);
+  c.moe.routing = MoeRouting::scaled_softmax_topk;
+  c.moe.norm_topk_prob = true;        // Gemma4TextRouter always renormalises the chosen k
+  c.moe.routing_weights_fp32 = true;  // its fp32 weights times per_expert_scale multiply each expert's output
+  c.moe.sparse_layers.assign(static_cast<std::size_t>(c.num_hidden_layers), true);
 }
 
 }  // namespace
 
 void read_gemma4(const Reader& r, TargetConfig& c) {
   const auto L = c.num_hidden_layers;
-  c.gemma4 = c.embed_scaled = c.sandwich_norms = c.qk_norm = c.value_norm = c.layer_scalar = true;
+  c.gemma4.enabled = c.gemma4.value_norm = c.gemma4.layer_scalar = true;
+  c.embed_scaled = c.sandwich_norms = c.attention.qk_norm = true;
   c.norm_one_plus = false;   // Gemma4RMSNorm scales by w itself (in fp32: norm_weight_fp32)
-  c.attention_scale = 1.0;   // Gemma4TextAttention: scaling 1.0 (q and k are RMS-normed)
+  c.attention.scale = 1.0;   // Gemma4TextAttention: scaling 1.0 (q and k are RMS-normed)
   c.hidden_act = r.string_or("hidden_activation", "gelu_pytorch_tanh");
   EAGLE_CHECK(c.hidden_act == "gelu_pytorch_tanh",
               r.bad("hidden_activation", "unsupported activation").expected("gelu_pytorch_tanh").found(c.hidden_act));
   c.final_softcap = r.number_in("final_logit_softcapping", 0.0, 0.0, 1e12);
-  c.attention_bias = c.o_bias = r.boolean_or("attention_bias", false);
+  c.attention.bias = c.attention.o_bias = r.boolean_or("attention_bias", false);
   const auto bidirectional = r.string_or("use_bidirectional_attention", "");
   EAGLE_CHECK(bidirectional.empty() || bidirectional == "vision",
               r.bad("use_bidirectional_attention", "bidirectional attention over text is not a causal target")
                   .expected("null, or vision (bidirectional among image tokens only; text stays causal)")
                   .found(bidirectional));
   read_gemma4_moe(r, c);
-  c.k_eq_v = r.boolean_or("attention_k_eq_v", false);
-  c.double_wide_mlp = r.boolean_or("use_double_wide_mlp", false);
+  c.gemma4.k_eq_v = r.boolean_or("attention_k_eq_v", false);
+  c.gemma4.double_wide_mlp = r.boolean_or("use_double_wide_mlp", false);
 
   const auto full = gemma4_full_layers(r, L);
   const auto window = r.bounded_or("sliding_window", 512, 1, lim::kMaxPositions);
-  c.layer_windows.assign(static_cast<std::size_t>(L), 0);
-  for (std::size_t l = 0; l < full.size(); ++l) c.layer_windows[l] = full[l] ? 0 : window;
+  c.attention.layer_windows.assign(static_cast<std::size_t>(L), 0);
+  for (std::size_t l = 0; l < full.size(); ++l) c.attention.layer_windows[l] = full[l] ? 0 : window;
   read_layer_geometry(r, c, full);
 
   // RoPE per layer type (the config class's defaults when absent): c.rope the full layers', c.local_rope
@@ -171,26 +173,26 @@ void read_gemma4(const Reader& r, TargetConfig& c) {
   EAGLE_CHECK(angles >= 0, r.bad("rope_parameters.full_attention.partial_rotary_factor",
                                  "no frequency turns: transformers' proportional RoPE has none to compute")
                                .expected("a factor with at least one rotated pair"));
-  c.rope_angles = angles;
+  c.gemma4.rope_angles = angles;
   if (sliding_dim > 0) {
     auto [local, local_angles] = gemma4_rope(r, rp, "sliding_attention", sliding_dim, c);
     EAGLE_CHECK(local_angles == 0, r.bad("rope_parameters.sliding_attention.rope_type",
                                          "proportional RoPE is implemented for the full-attention layers only")
                                        .expected("default"));
-    c.local_rope = local;
+    c.attention.local_rope = local;
   }
 
   // KV sharing (Gemma4TextConfig.kv_sharing_modes): layers from L - num_kv_shared_layers on attend the keys
   // and values of the last earlier layer of their type.
   const auto shared = r.bounded_or("num_kv_shared_layers", 0, 0, L - 1);
-  c.first_kv_shared = L - shared;
-  c.kv_source.resize(static_cast<std::size_t>(L));
+  c.gemma4.first_kv_shared = L - shared;
+  c.gemma4.kv_source.resize(static_cast<std::size_t>(L));
   for (std::int64_t l = 0; l < L; ++l) {
-    auto& src = c.kv_source[static_cast<std::size_t>(l)];
+    auto& src = c.gemma4.kv_source[static_cast<std::size_t>(l)];
     src = l;
-    if (l < c.first_kv_shared) continue;
+    if (l < c.gemma4.first_kv_shared) continue;
     src = -1;
-    for (std::int64_t p = c.first_kv_shared - 1; p >= 0 && src < 0; --p)
+    for (std::int64_t p = c.gemma4.first_kv_shared - 1; p >= 0 && src < 0; --p)
       if (full[static_cast<std::size_t>(p)] == full[static_cast<std::size_t>(l)]) src = p;
     EAGLE_CHECK(src >= 0, r.bad("num_kv_shared_layers", "a KV-shared layer has no earlier layer of its type")
                               .found(fmt::format("layer {} ({})", l, full[static_cast<std::size_t>(l)]
@@ -203,14 +205,15 @@ void read_gemma4(const Reader& r, TargetConfig& c) {
   }
 
   // Per-layer inputs (PLE; hidden_size_per_layer_input 0 or null: none).
-  c.per_layer_input_dim = r.bounded_or("hidden_size_per_layer_input", 256, 0, lim::kMaxSize);
-  if (c.per_layer_input_dim > 0) {
-    c.per_layer_vocab = r.bounded_or("vocab_size_per_layer_input", 262144, 1, lim::kMaxVocab);
-    EAGLE_CHECK(c.per_layer_vocab >= c.vocab_size,
-                r.bad("vocab_size_per_layer_input", "smaller than the vocabulary: the per-layer embedding of the "
-                                                    "tokens past it does not exist")
+  c.gemma4.per_layer_input_dim = r.bounded_or("hidden_size_per_layer_input", 256, 0, lim::kMaxSize);
+  if (c.gemma4.per_layer_input_dim > 0) {
+    c.gemma4.per_layer_vocab = r.bounded_or("vocab_size_per_layer_input", 262144, 1, lim::kMaxVocab);
+    EAGLE_CHECK(c.gemma4.per_layer_vocab >= c.vocab_size,
+                r.bad("vocab_size_per_layer_input",
+                      "smaller than the vocabulary: the per-layer embedding of the "
+                      "tokens past it does not exist")
                     .expected(fmt::format("at least {} (vocab_size)", c.vocab_size))
-                    .found(std::to_string(c.per_layer_vocab)));
+                    .found(std::to_string(c.gemma4.per_layer_vocab)));
   }
 }
 

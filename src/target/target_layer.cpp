@@ -34,12 +34,12 @@ std::pair<torch::Tensor, torch::Tensor> tables(const model::RopeConfig& rope, co
 TargetModel::Impl::RopeTables TargetModel::Impl::rope(const torch::Tensor& position_ids,
                                                       const torch::Tensor& lengths) const {
   RopeTables t;
-  // DeepSeek-V2 turns its queries and keys in fp32 (TargetConfig::rope_fp32; model::mla_rope casts back).
-  std::tie(t.cos, t.sin) =
-      tables(cfg.rope, inv_freq, long_inv_freq, position_ids, lengths, cfg.rope_fp32 ? torch::kFloat32 : dtype);
-  if (cfg.local_rope)
+  // DeepSeek-V2 turns its queries and keys in fp32 (AttentionConfig::rope_fp32; model::mla_rope casts back).
+  std::tie(t.cos, t.sin) = tables(cfg.rope, inv_freq, long_inv_freq, position_ids, lengths,
+                                  cfg.attention.rope_fp32 ? torch::kFloat32 : dtype);
+  if (cfg.attention.local_rope)
     std::tie(t.local_cos, t.local_sin) =
-        tables(*cfg.local_rope, local_inv_freq, torch::Tensor(), position_ids, lengths, dtype);
+        tables(*cfg.attention.local_rope, local_inv_freq, torch::Tensor(), position_ids, lengths, dtype);
   return t;
 }
 
@@ -54,7 +54,7 @@ torch::Tensor target_norm(const TargetConfig& config, const torch::Tensor& x, co
 }
 
 double target_attention_scale(const TargetConfig& config) {
-  return config.attention_scale > 0 ? config.attention_scale : 1.0 / std::sqrt(static_cast<double>(config.head_dim));
+  return config.attention.scale > 0 ? config.attention.scale : 1.0 / std::sqrt(static_cast<double>(config.head_dim));
 }
 
 namespace {
@@ -73,7 +73,7 @@ torch::Tensor gated_mlp(const TargetConfig& cfg, const torch::Tensor& h, const t
 
 torch::Tensor TargetModel::Impl::mlp(std::size_t l, const torch::Tensor& h) const {
   const auto& w = layers[l];
-  if (!cfg.sparse(static_cast<std::int64_t>(l)) || cfg.gemma4) return gated_mlp(cfg, h, w.gate_up_w, w.down_w);
+  if (!cfg.sparse(static_cast<std::int64_t>(l)) || cfg.gemma4.enabled) return gated_mlp(cfg, h, w.gate_up_w, w.down_w);
   auto y = moe(w, h);
   // DeepSeek-V3, GLM-4.5: the routed experts' sum, then the shared experts' MLP of the same input added;
   // Qwen3-Next, Qwen3.5-MoE: the shared expert times sigmoid(shared_expert_gate(h)).
@@ -112,34 +112,34 @@ torch::Tensor TargetModel::Impl::layer(std::size_t l, const torch::Tensor& x, co
   } else {
     auto qkv = torch::linear(h, w.qkv_w, w.qkv_b);
     // Gated attention (Qwen3.5, Qwen3-Next): each head's q_proj rows are its query, then its output gate.
-    const auto qw = cfg.attn_output_gate ? 2 * nh * hd : nh * hd;
-    if (cfg.attn_output_gate) {
+    const auto qw = cfg.attention.output_gate ? 2 * nh * hd : nh * hd;
+    if (cfg.attention.output_gate) {
       const auto qg = qkv.narrow(-1, 0, qw).view({B, T, nh, 2 * hd});
       q = qg.narrow(-1, 0, hd);
       gate = qg.narrow(-1, hd, hd).reshape({B, T, nh * hd});
     } else {
       q = qkv.narrow(-1, 0, nh * hd).view({B, T, nh, hd});
     }
-    if (cfg.qk_norm) q = norm(q, w.q_norm);
+    if (cfg.attention.qk_norm) q = norm(q, w.q_norm);
     q = model::apply_rope(q, cos, sin, /*head_axis=*/2);
     if (cfg.kv_shared(li)) {
       // Gemma 4: the keys and values of its source layer (normed, with RoPE), made earlier in this walk.
-      std::tie(k, v) = walk.kv.at(static_cast<std::size_t>(cfg.kv_source.at(l)));
+      std::tie(k, v) = walk.kv.at(static_cast<std::size_t>(cfg.gemma4.kv_source.at(l)));
     } else {
       k = qkv.narrow(-1, qw, kvh * hd).view({B, T, kvh, hd});
       // attention_k_eq_v: the values are k_proj's output, before k_norm and RoPE.
       v = cfg.values_from_keys(li) ? k : qkv.narrow(-1, qw + kvh * hd, kvh * hd).view({B, T, kvh, hd});
-      if (cfg.qk_norm) k = norm(k, w.k_norm);
+      if (cfg.attention.qk_norm) k = norm(k, w.k_norm);
       k = model::apply_rope(k, cos, sin, /*head_axis=*/2);
-      if (cfg.value_norm) v = model::rms_norm_unscaled(v, cfg.rms_norm_eps);
+      if (cfg.gemma4.value_norm) v = model::rms_norm_unscaled(v, cfg.rms_norm_eps);
       // Kept only where a KV-shared layer will read them (the walk would hold every layer's otherwise).
-      if (cfg.gemma4)
-        for (std::int64_t j = cfg.first_kv_shared; j < cfg.num_hidden_layers; ++j)
-          if (cfg.kv_source.at(static_cast<std::size_t>(j)) == li) walk.kv[l] = {k, v};
+      if (cfg.gemma4.enabled)
+        for (std::int64_t j = cfg.gemma4.first_kv_shared; j < cfg.num_hidden_layers; ++j)
+          if (cfg.gemma4.kv_source.at(static_cast<std::size_t>(j)) == li) walk.kv[l] = {k, v};
     }
   }
   if (!o.defined()) {
-    const model::AttentionExtras extras{window, w.sinks, cfg.attn_softcap};
+    const model::AttentionExtras extras{window, w.sinks, cfg.attention.softcap};
     o = attend(l, q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), extras);  // [B, heads, T, d_v]
     o = o.transpose(1, 2).reshape({B, T, nh * o.size(-1)});  // each layer's value width (Gemma 4's vary)
     if (gate.defined()) o = o * torch::sigmoid(gate);
@@ -153,9 +153,9 @@ torch::Tensor TargetModel::Impl::layer(std::size_t l, const torch::Tensor& x, co
     if (cfg.sandwich_norms) a = norm(a, w.post_norm);
     auto r = xc + a;
     auto m = mlp(l, norm(r, cfg.sandwich_norms ? w.pre_ff_norm : w.post_norm));
-    if (cfg.gemma4 && cfg.sparse(li)) m = gemma4_moe(cfg, w, m, r);  // the experts beside the dense MLP
+    if (cfg.gemma4.enabled && cfg.sparse(li)) m = gemma4_moe(cfg, w, m, r);  // the experts beside the dense MLP
     if (cfg.sandwich_norms) m = norm(m, w.post_ff_norm);
-    return cfg.gemma4 ? gemma4_layer_tail(cfg, w, r + m, pc) : r + m;
+    return cfg.gemma4.enabled ? gemma4_layer_tail(cfg, w, r + m, pc) : r + m;
   };
   if (chunk_tokens <= 0 || T <= chunk_tokens) return rest(x, o, per_layer);
   auto out = torch::empty_like(x);
@@ -194,9 +194,9 @@ torch::Tensor TargetModel::Impl::run_layers(const torch::Tensor& ids, const Rope
   auto x = embed_scaled(ids);
   keep(0, x);
   Walk walk;
-  if (cfg.gemma4) {
+  if (cfg.gemma4.enabled) {
     walk.kv.resize(L);
-    if (cfg.per_layer_input_dim > 0) walk.per_layer = gemma4_per_layer_inputs(cfg, per_layer, ids, x);
+    if (cfg.gemma4.per_layer_input_dim > 0) walk.per_layer = gemma4_per_layer_inputs(cfg, per_layer, ids, x);
   }
   for (std::size_t l = 0; l < L; ++l) {
     x = layer(l, x, rope, attend, mix, walk);

@@ -27,7 +27,8 @@ struct Projected {
 };
 Projected project(const TargetConfig& c, const TargetLayerWeights& w, const torch::Tensor& h) {
   const auto y = torch::linear(h, w.lin_in_w);
-  const auto C = c.linear_conv_dim(), vd = c.linear_value_dim(), hv = c.linear_value_heads;
+  const auto C = c.linear_attention.conv_dim(), vd = c.linear_attention.value_dim(),
+             hv = c.linear_attention.value_heads;
   return {y.narrow(-1, 0, C), y.narrow(-1, C, vd), y.narrow(-1, C + vd, hv), y.narrow(-1, C + vd + hv, hv)};
 }
 
@@ -56,11 +57,13 @@ struct DeltaInputs {
 DeltaInputs delta_inputs(const TargetConfig& c, const TargetLayerWeights& w, const torch::Tensor& conv_out,
                          const torch::Tensor& b, const torch::Tensor& a) {
   const auto B = conv_out.size(0), T = conv_out.size(1);
-  const auto kd = c.linear_key_dim(), dk = c.linear_key_head_dim, dv = c.linear_value_head_dim;
-  const auto rep = c.linear_value_heads / c.linear_key_heads;
-  auto q = conv_out.narrow(-1, 0, kd).reshape({B, T, c.linear_key_heads, dk});
-  auto k = conv_out.narrow(-1, kd, kd).reshape({B, T, c.linear_key_heads, dk});
-  auto v = conv_out.narrow(-1, 2 * kd, c.linear_value_dim()).reshape({B, T, c.linear_value_heads, dv});
+  const auto kd = c.linear_attention.key_dim(), dk = c.linear_attention.key_head_dim,
+             dv = c.linear_attention.value_head_dim;
+  const auto rep = c.linear_attention.value_heads / c.linear_attention.key_heads;
+  auto q = conv_out.narrow(-1, 0, kd).reshape({B, T, c.linear_attention.key_heads, dk});
+  auto k = conv_out.narrow(-1, kd, kd).reshape({B, T, c.linear_attention.key_heads, dk});
+  auto v =
+      conv_out.narrow(-1, 2 * kd, c.linear_attention.value_dim()).reshape({B, T, c.linear_attention.value_heads, dv});
   if (rep > 1) {
     q = q.repeat_interleave(rep, 2);
     k = k.repeat_interleave(rep, 2);
@@ -168,8 +171,9 @@ torch::Tensor gated_norm(const TargetConfig& c, const TargetLayerWeights& w, con
   const auto dtype = z.scalar_type();
   auto x = core.transpose(1, 2).to(dtype).to(torch::kFloat32);  // the rule's output in the model dtype, as returned
   x = x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + c.rms_norm_eps);
-  const auto gate = z.reshape({B, T, c.linear_value_heads, c.linear_value_head_dim}).to(torch::kFloat32);
-  return ((w.lin_norm * x.to(dtype)) * torch::silu(gate)).to(dtype).reshape({B, T, c.linear_value_dim()});
+  const auto gate =
+      z.reshape({B, T, c.linear_attention.value_heads, c.linear_attention.value_head_dim}).to(torch::kFloat32);
+  return ((w.lin_norm * x.to(dtype)) * torch::silu(gate)).to(dtype).reshape({B, T, c.linear_attention.value_dim()});
 }
 
 }  // namespace
@@ -182,7 +186,7 @@ torch::Tensor linear_runs(const torch::Tensor& document_ids) {
 
 torch::Tensor linear_attention(const TargetConfig& c, const TargetLayerWeights& w, const torch::Tensor& h,
                                const torch::Tensor& runs) {
-  const auto B = h.size(0), T = h.size(1), K = c.linear_conv_kernel;
+  const auto B = h.size(0), T = h.size(1), K = c.linear_attention.conv_kernel;
   const auto p = project(c, w, h);
   // The conv window stops at its run's first token: tap k reads token t - (K - 1 - k), kept iff it is in t's run.
   const auto x_ext = torch::constant_pad_nd(p.conv_in, {0, 0, K - 1, 0});
@@ -192,8 +196,9 @@ torch::Tensor linear_attention(const TargetConfig& c, const TargetLayerWeights& 
     keep.push_back((runs_ext.narrow(1, k, T) == runs).to(torch::kFloat32).unsqueeze(-1));
   keep.emplace_back();  // the token itself
   const auto d = delta_inputs(c, w, conv_silu(x_ext, w.conv_w, T, keep), p.b, p.a);
-  auto S = torch::zeros({B, c.linear_value_heads, c.linear_key_head_dim, c.linear_value_head_dim},
-                        h.options().dtype(torch::kFloat32));
+  auto S = torch::zeros(
+      {B, c.linear_attention.value_heads, c.linear_attention.key_head_dim, c.linear_attention.value_head_dim},
+      h.options().dtype(torch::kFloat32));
   return gated_norm(c, w, chunked_rule(d, runs, S), p.z);
 }
 
@@ -210,20 +215,22 @@ void init_linear_states(const TargetConfig& c, KvCache& cache, std::int64_t batc
   for (auto* v : {&rl.conv_inputs, &rl.b, &rl.a}) v->assign(L, torch::Tensor());
   for (std::size_t l = 0; l < L; ++l) {
     if (!c.linear(static_cast<std::int64_t>(l))) continue;
-    cache.conv_states[l] = torch::zeros({batch, c.linear_conv_kernel - 1, c.linear_conv_dim()}, opts);
+    cache.conv_states[l] =
+        torch::zeros({batch, c.linear_attention.conv_kernel - 1, c.linear_attention.conv_dim()}, opts);
     cache.recurrent_states[l] = torch::zeros(
-        {batch, c.linear_value_heads, c.linear_key_head_dim, c.linear_value_head_dim}, opts.dtype(torch::kFloat32));
+        {batch, c.linear_attention.value_heads, c.linear_attention.key_head_dim, c.linear_attention.value_head_dim},
+        opts.dtype(torch::kFloat32));
     if (rollback_tokens == 0) continue;
-    rl.conv_inputs[l] = torch::zeros({batch, rollback_tokens, c.linear_conv_dim()}, opts);
-    rl.b[l] = torch::zeros({batch, rollback_tokens, c.linear_value_heads}, opts);
-    rl.a[l] = torch::zeros({batch, rollback_tokens, c.linear_value_heads}, opts);
+    rl.conv_inputs[l] = torch::zeros({batch, rollback_tokens, c.linear_attention.conv_dim()}, opts);
+    rl.b[l] = torch::zeros({batch, rollback_tokens, c.linear_attention.value_heads}, opts);
+    rl.a[l] = torch::zeros({batch, rollback_tokens, c.linear_attention.value_heads}, opts);
   }
   cache.rollback = {};
 }
 
 torch::Tensor linear_attention_cached(const TargetConfig& c, const TargetLayerWeights& w, std::size_t l,
                                       const torch::Tensor& h, KvCache& cache) {
-  const auto T = h.size(1), K = c.linear_conv_kernel;
+  const auto T = h.size(1), K = c.linear_attention.conv_kernel;
   const auto p = project(c, w, h);
   const auto x_ext = torch::cat({cache.conv_states[l], p.conv_in}, 1);
   const auto conv_out = conv_silu(x_ext, w.conv_w, T, {});
@@ -266,7 +273,7 @@ void rollback_linear_states(const TargetConfig& c, const std::vector<TargetLayer
                                            : std::string("no rollback after a call of more than 256 tokens"))
                   .found(std::to_string(length))
                   .hint("the Gated DeltaNet layers keep their recurrent state at the cache's length only"));
-  const auto n = length - log.start, K = c.linear_conv_kernel;
+  const auto n = length - log.start, K = c.linear_attention.conv_kernel;
   for (std::size_t l = 0; l < layers.size(); ++l) {
     if (!c.linear(static_cast<std::int64_t>(l))) continue;
     // The conv window: the last K - 1 inputs before `length`; the state: the recurrent form over the accepted
@@ -304,7 +311,7 @@ LinearRows begin_ragged_linear(const KvCache& cache, const RaggedStep& step) {
 
 torch::Tensor linear_attention_ragged(const TargetConfig& c, const TargetLayerWeights& w, std::size_t l,
                                       const torch::Tensor& h, KvCache& cache, const LinearRows& r) {
-  const auto R = h.size(0), N = h.size(1), K = c.linear_conv_kernel, C = c.linear_conv_dim();
+  const auto R = h.size(0), N = h.size(1), K = c.linear_attention.conv_kernel, C = c.linear_attention.conv_dim();
   auto& rl = cache.ragged;
   const bool all = !r.rows.defined();
   auto of_rows = [&](const torch::Tensor& t) { return all ? t : t.index_select(0, r.rows); };

@@ -16,13 +16,15 @@ constexpr double kLatentNormEps = 1e-6;
 
 MlaQkv mla_qkv(const TargetConfig& c, const TargetLayerWeights& w, const torch::Tensor& h, const torch::Tensor& cos,
                const torch::Tensor& sin) {
-  const auto d = model::MlaDims::of(c, kLatentNormEps, c.rope_interleave);
-  const auto q_rows =
-      c.q_lora_rank > 0 ? c.q_lora_rank : c.num_attention_heads * (c.qk_nope_head_dim + c.qk_rope_head_dim);
+  const auto d = model::MlaDims::of(c.num_attention_heads, c.attention, kLatentNormEps, c.attention.rope_interleave);
+  const auto q_rows = c.attention.q_lora_rank > 0
+                          ? c.attention.q_lora_rank
+                          : c.num_attention_heads * (c.attention.qk_nope_head_dim + c.attention.qk_rope_head_dim);
   // One matmul for both projections of the hidden state: q_a_proj (or q_proj) and kv_a_proj_with_mqa.
   const auto a = torch::linear(h, w.qkv_w, w.qkv_b);
-  const auto m = model::mla_heads(d, {w.q_a_norm, w.q_b_w, w.kv_a_norm, w.kv_b_w}, a.narrow(-1, 0, q_rows),
-                                  a.narrow(-1, q_rows, c.kv_lora_rank + c.qk_rope_head_dim), cos, sin);
+  const auto m =
+      model::mla_heads(d, {w.q_a_norm, w.q_b_w, w.kv_a_norm, w.kv_b_w}, a.narrow(-1, 0, q_rows),
+                       a.narrow(-1, q_rows, c.attention.kv_lora_rank + c.attention.qk_rope_head_dim), cos, sin);
   return {m.q, m.k, m.v};
 }
 

@@ -11,14 +11,14 @@ namespace eagle::target {
 
 model::MoeRouter TargetConfig::moe_router() const {
   model::MoeRouter r;
-  r.routing = routing;
-  r.num_experts = num_experts;
-  r.experts_per_token = experts_per_token;
-  r.norm_topk_prob = norm_topk_prob;
-  r.routing_weights_fp32 = routing_weights_fp32;
-  r.n_group = n_group;
-  r.topk_group = topk_group;
-  r.routed_scaling_factor = routed_scaling_factor;
+  r.routing = moe.routing;
+  r.num_experts = moe.num_experts;
+  r.experts_per_token = moe.experts_per_token;
+  r.norm_topk_prob = moe.norm_topk_prob;
+  r.routing_weights_fp32 = moe.routing_weights_fp32;
+  r.n_group = moe.n_group;
+  r.topk_group = moe.topk_group;
+  r.routed_scaling_factor = moe.routed_scaling_factor;
   r.input_norm_eps = rms_norm_eps;  // Gemma 4's router norms its input
   return r;
 }
@@ -27,7 +27,7 @@ torch::Tensor TargetModel::Impl::moe(const TargetLayerWeights& w, const torch::T
   const auto flat = x.reshape({-1, x.size(-1)});
   const auto route = model::route_experts(cfg.moe_router(), flat, w.router_w, w.router_b, w.router_score_bias);
   const model::ExpertWeights experts{w.experts_gate_up, w.experts_gate_up_b, w.experts_down, w.experts_down_b};
-  return model::run_experts(flat, route, experts, {cfg.clamped_swiglu, cfg.swiglu_alpha, cfg.swiglu_limit})
+  return model::run_experts(flat, route, experts, {cfg.moe.clamped_swiglu, cfg.moe.swiglu_alpha, cfg.moe.swiglu_limit})
       .view(x.sizes());
 }
 

@@ -146,7 +146,7 @@ void read_rope_layers(const Reader& r, TargetConfig& c) {
                           : json{{"rope_theta", gemma3 ? 1e6 : 10000.0}};
     c.rope = parse_rope(r, full, "rope_parameters.full_attention", c);
     if (rp.contains("sliding_attention") && rp["sliding_attention"].is_object())
-      c.local_rope = parse_rope(r, rp["sliding_attention"], "rope_parameters.sliding_attention", c);
+      c.attention.local_rope = parse_rope(r, rp["sliding_attention"], "rope_parameters.sliding_attention", c);
     return;
   }
   json params = json::object();
@@ -157,7 +157,7 @@ void read_rope_layers(const Reader& r, TargetConfig& c) {
   params["rope_theta"] = r.number_or("rope_theta", gemma3 ? 1e6 : 10000.0);
   c.rope = parse_rope(r, params, "rope_scaling", c);
   if (gemma3)  // 4.x: the local layers' base; their RoPE is never scaled
-    c.local_rope =
+    c.attention.local_rope =
         parse_rope(r, json{{"rope_type", "default"}, {"rope_theta", r.number_or("rope_local_base_freq", 1e4)}},
                    "rope_local_base_freq", c);
 }

@@ -26,17 +26,17 @@ std::string expert(const std::string& pattern, std::int64_t e) { return fmt::for
 
 // DeepSeek-V2/V3 and GLM-4.5's grouped routers: shared experts beside the routed ones (mlp.shared_experts.*).
 bool grouped(const TargetConfig& c) {
-  return c.routing == MoeRouting::sigmoid_grouped || c.routing == MoeRouting::softmax_grouped;
+  return c.moe.routing == MoeRouting::sigmoid_grouped || c.moe.routing == MoeRouting::softmax_grouped;
 }
 
 // gpt-oss keeps all experts of a layer in one tensor per projection: [E, in, out] in bf16 (gate and
 // up columns interleaved), or MXFP4 blocks [E, out, in / 32, 16] and scales [E, out, in / 32].
 void gpt_oss_experts(const TargetConfig& c, const std::string& p, std::map<std::string, std::vector<std::int64_t>>& e) {
-  const auto E = c.num_experts, H = c.hidden_size, I = c.moe_intermediate_size;
+  const auto E = c.moe.num_experts, H = c.hidden_size, I = c.moe.intermediate_size;
   const auto x = p + "mlp.experts.";
   e[x + "gate_up_proj_bias"] = {E, 2 * I};
   e[x + "down_proj_bias"] = {E, H};
-  if (c.quant_method == "mxfp4") {
+  if (c.quant.method == "mxfp4") {
     e[x + "gate_up_proj_blocks"] = {E, 2 * I, H / 32, 16};
     e[x + "gate_up_proj_scales"] = {E, 2 * I, H / 32};
     e[x + "down_proj_blocks"] = {E, H, I / 32, 16};
@@ -52,31 +52,32 @@ void add_fp8_scales(const TargetConfig& c, std::map<std::string, std::vector<std
   std::vector<std::pair<std::string, std::vector<std::int64_t>>> scales;
   for (const auto& [name, shape] : e)
     if (is_fp8_weight(c, name))
-      scales.push_back(
-          {name + "_scale_inv",
-           {(shape[0] + c.fp8_block[0] - 1) / c.fp8_block[0], (shape[1] + c.fp8_block[1] - 1) / c.fp8_block[1]}});
+      scales.push_back({name + "_scale_inv",
+                        {(shape[0] + c.quant.fp8_block[0] - 1) / c.quant.fp8_block[0],
+                         (shape[1] + c.quant.fp8_block[1] - 1) / c.quant.fp8_block[1]}});
   for (auto& [name, shape] : scales) e[name] = shape;
 }
 
 // DeepSeek-V3's multi-head latent attention (DeepseekV3Attention's modules); attention_bias puts a bias on
 // q_a_proj, kv_a_proj_with_mqa and o_proj (q_proj and the b projections never have one).
 void mla_tensors(const TargetConfig& c, const std::string& p, std::map<std::string, std::vector<std::int64_t>>& e) {
-  const auto H = c.hidden_size, nh = c.num_attention_heads, qk = c.qk_nope_head_dim + c.qk_rope_head_dim;
+  const auto H = c.hidden_size, nh = c.num_attention_heads,
+             qk = c.attention.qk_nope_head_dim + c.attention.qk_rope_head_dim;
   const auto a = p + "self_attn.";
-  if (c.q_lora_rank > 0) {
-    e[a + "q_a_proj.weight"] = {c.q_lora_rank, H};
-    if (c.attention_bias) e[a + "q_a_proj.bias"] = {c.q_lora_rank};
-    e[a + "q_a_layernorm.weight"] = {c.q_lora_rank};
-    e[a + "q_b_proj.weight"] = {nh * qk, c.q_lora_rank};
+  if (c.attention.q_lora_rank > 0) {
+    e[a + "q_a_proj.weight"] = {c.attention.q_lora_rank, H};
+    if (c.attention.bias) e[a + "q_a_proj.bias"] = {c.attention.q_lora_rank};
+    e[a + "q_a_layernorm.weight"] = {c.attention.q_lora_rank};
+    e[a + "q_b_proj.weight"] = {nh * qk, c.attention.q_lora_rank};
   } else {
     e[a + "q_proj.weight"] = {nh * qk, H};
   }
-  e[a + "kv_a_proj_with_mqa.weight"] = {c.kv_lora_rank + c.qk_rope_head_dim, H};
-  if (c.attention_bias) e[a + "kv_a_proj_with_mqa.bias"] = {c.kv_lora_rank + c.qk_rope_head_dim};
-  e[a + "kv_a_layernorm.weight"] = {c.kv_lora_rank};
-  e[a + "kv_b_proj.weight"] = {nh * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank};
-  e[a + "o_proj.weight"] = {H, nh * c.v_head_dim};
-  if (c.o_bias) e[a + "o_proj.bias"] = {H};
+  e[a + "kv_a_proj_with_mqa.weight"] = {c.attention.kv_lora_rank + c.attention.qk_rope_head_dim, H};
+  if (c.attention.bias) e[a + "kv_a_proj_with_mqa.bias"] = {c.attention.kv_lora_rank + c.attention.qk_rope_head_dim};
+  e[a + "kv_a_layernorm.weight"] = {c.attention.kv_lora_rank};
+  e[a + "kv_b_proj.weight"] = {nh * (c.attention.qk_nope_head_dim + c.attention.v_head_dim), c.attention.kv_lora_rank};
+  e[a + "o_proj.weight"] = {H, nh * c.attention.v_head_dim};
+  if (c.attention.o_bias) e[a + "o_proj.bias"] = {H};
 }
 
 // A Gated DeltaNet layer (Qwen3NextGatedDeltaNet, Qwen3_5GatedDeltaNet): Qwen3-Next's projections fused per key
@@ -84,7 +85,8 @@ void mla_tensors(const TargetConfig& c, const std::string& p, std::map<std::stri
 // depthwise conv1d [conv_dim, 1, K] without bias, dt_bias and A_log per value head, the gated norm per value
 // head's features, out_proj.
 void linear_tensors(const TargetConfig& c, const std::string& p, std::map<std::string, std::vector<std::int64_t>>& e) {
-  const auto H = c.hidden_size, kd = c.linear_key_dim(), vd = c.linear_value_dim(), hv = c.linear_value_heads;
+  const auto H = c.hidden_size, kd = c.linear_attention.key_dim(), vd = c.linear_attention.value_dim(),
+             hv = c.linear_attention.value_heads;
   const auto a = p + "linear_attn.";
   if (c.family == Family::qwen3_next) {
     e[a + "in_proj_qkvz.weight"] = {2 * kd + 2 * vd, H};
@@ -95,10 +97,10 @@ void linear_tensors(const TargetConfig& c, const std::string& p, std::map<std::s
     e[a + "in_proj_b.weight"] = {hv, H};
     e[a + "in_proj_a.weight"] = {hv, H};
   }
-  e[a + "conv1d.weight"] = {c.linear_conv_dim(), 1, c.linear_conv_kernel};
+  e[a + "conv1d.weight"] = {c.linear_attention.conv_dim(), 1, c.linear_attention.conv_kernel};
   e[a + "dt_bias"] = {hv};
   e[a + "A_log"] = {hv};
-  e[a + "norm.weight"] = {c.linear_value_head_dim};
+  e[a + "norm.weight"] = {c.linear_attention.value_head_dim};
   e[a + "out_proj.weight"] = {H, vd};
 }
 
@@ -116,7 +118,7 @@ std::map<std::string, std::vector<std::int64_t>> expected_tensors(const TargetCo
   const auto H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
   const auto q = c.num_attention_heads * D, kv = c.num_key_value_heads * D;
   auto e = end_tensors(c);
-  if (c.gemma4) {  // per-layer head widths, KV sharing, per-layer inputs (target_gemma4.cpp)
+  if (c.gemma4.enabled) {  // per-layer head widths, KV sharing, per-layer inputs (target_gemma4.cpp)
     gemma4_tensors(c, e);
     return e;
   }
@@ -129,7 +131,7 @@ std::map<std::string, std::vector<std::int64_t>> expected_tensors(const TargetCo
       e[p + "post_feedforward_layernorm.weight"] = {H};
     }
     // Gated attention (Qwen3.5, Qwen3-Next): q_proj holds each head's query and its output gate.
-    const auto qp = c.attn_output_gate ? 2 * q : q;
+    const auto qp = c.attention.output_gate ? 2 * q : q;
     if (c.linear(l)) {
       linear_tensors(c, p, e);
     } else if (c.mla()) {
@@ -143,17 +145,17 @@ std::map<std::string, std::vector<std::int64_t>> expected_tensors(const TargetCo
     }
     const bool attention = !c.mla() && !c.linear(l);  // q/k/v/o_proj
     if (attention) e[p + "self_attn.o_proj.weight"] = {H, q};
-    if (c.attention_bias && attention) {
+    if (c.attention.bias && attention) {
       e[p + "self_attn.q_proj.bias"] = {qp};
       e[p + "self_attn.k_proj.bias"] = {kv};
       e[p + "self_attn.v_proj.bias"] = {kv};
     }
-    if (c.o_bias && attention) e[p + "self_attn.o_proj.bias"] = {H};
-    if (c.qk_norm && !c.linear(l)) {
+    if (c.attention.o_bias && attention) e[p + "self_attn.o_proj.bias"] = {H};
+    if (c.attention.qk_norm && !c.linear(l)) {
       e[p + "self_attn.q_norm.weight"] = {D};
       e[p + "self_attn.k_norm.weight"] = {D};
     }
-    if (c.attention_sinks) e[p + "self_attn.sinks"] = {c.num_attention_heads};
+    if (c.attention.sinks) e[p + "self_attn.sinks"] = {c.num_attention_heads};
     if (!c.sparse(l)) {
       if (c.fused_checkpoint) {
         e[p + "mlp.gate_up_proj.weight"] = {2 * I, H};
@@ -165,19 +167,19 @@ std::map<std::string, std::vector<std::int64_t>> expected_tensors(const TargetCo
       continue;
     }
     const auto n = expert_names(c, p);
-    const auto E = c.num_experts, Ie = c.moe_intermediate_size;
+    const auto E = c.moe.num_experts, Ie = c.moe.intermediate_size;
     e[n.router] = {E, H};
-    if (c.router_bias) e[n.router_bias] = {E};
+    if (c.moe.router_bias) e[n.router_bias] = {E};
     // DeepSeek-V3, GLM-4.5: a score correction bias; DeepSeek-V2 (softmax_grouped) has none.
-    if (c.routing == MoeRouting::sigmoid_grouped) e[p + "mlp.gate.e_score_correction_bias"] = {E};
-    if (grouped(c) && c.shared_intermediate_size > 0) {
-      const auto Is = c.shared_intermediate_size;
+    if (c.moe.routing == MoeRouting::sigmoid_grouped) e[p + "mlp.gate.e_score_correction_bias"] = {E};
+    if (grouped(c) && c.moe.shared_intermediate_size > 0) {
+      const auto Is = c.moe.shared_intermediate_size;
       e[p + "mlp.shared_experts.gate_proj.weight"] = {Is, H};
       e[p + "mlp.shared_experts.up_proj.weight"] = {Is, H};
       e[p + "mlp.shared_experts.down_proj.weight"] = {H, Is};
     }
-    if (c.shared_expert_gate) {  // Qwen3-Next, Qwen3.5-MoE: one gated shared expert
-      const auto Is = c.shared_intermediate_size;
+    if (c.moe.shared_expert_gate) {  // Qwen3-Next, Qwen3.5-MoE: one gated shared expert
+      const auto Is = c.moe.shared_intermediate_size;
       e[p + "mlp.shared_expert.gate_proj.weight"] = {Is, H};
       e[p + "mlp.shared_expert.up_proj.weight"] = {Is, H};
       e[p + "mlp.shared_expert.down_proj.weight"] = {H, Is};
@@ -193,13 +195,13 @@ std::map<std::string, std::vector<std::int64_t>> expected_tensors(const TargetCo
       e[expert(n.down, x)] = {H, Ie};
     }
   }
-  if (!c.fp8_block.empty()) add_fp8_scales(c, e);
+  if (!c.quant.fp8_block.empty()) add_fp8_scales(c, e);
   return e;
 }
 
 bool is_fp8_weight(const TargetConfig& c, const std::string& name) {
-  if (c.fp8_block.empty() || name.rfind("model.layers.", 0) != 0 || !name.ends_with("_proj.weight")) return false;
-  for (const auto& skip : c.fp8_skip)
+  if (c.quant.fp8_block.empty() || name.rfind("model.layers.", 0) != 0 || !name.ends_with("_proj.weight")) return false;
+  for (const auto& skip : c.quant.fp8_skip)
     if (name.find(skip) != std::string::npos) return false;
   return true;
 }
@@ -237,8 +239,8 @@ torch::Tensor dequantize_fp8(const torch::Tensor& weight, const torch::Tensor& s
 // Parameters of the checkpoint as a float model has them (MXFP4 blocks count their values), and
 // those one token runs through (top-k of the experts).
 std::pair<std::int64_t, std::int64_t> parameter_counts(TargetConfig c) {
-  c.quant_method.clear();
-  c.fp8_block.clear();  // the block scales are not parameters
+  c.quant.method.clear();
+  c.quant.fp8_block.clear();  // the block scales are not parameters
   std::int64_t total = 0;
   for (const auto& [name, shape] : expected_tensors(c)) {
     std::int64_t n = 1;
@@ -246,10 +248,10 @@ std::pair<std::int64_t, std::int64_t> parameter_counts(TargetConfig c) {
     total += n;
   }
   std::int64_t idle = 0;
-  const auto per_expert =
-      3 * c.hidden_size * c.moe_intermediate_size + (c.expert_bias ? 2 * c.moe_intermediate_size + c.hidden_size : 0);
+  const auto per_expert = 3 * c.hidden_size * c.moe.intermediate_size +
+                          (c.moe.expert_bias ? 2 * c.moe.intermediate_size + c.hidden_size : 0);
   for (std::int64_t l = 0; l < c.num_hidden_layers; ++l)
-    if (c.sparse(l)) idle += (c.num_experts - c.experts_per_token) * per_expert;
+    if (c.sparse(l)) idle += (c.moe.num_experts - c.moe.experts_per_token) * per_expert;
   return {total, total - idle};
 }
 
@@ -261,16 +263,16 @@ void assemble_experts(const TargetConfig& c, const std::string& p, TargetLayerWe
                       const std::function<torch::Tensor(const std::string&)>& get, torch::ScalarType dtype) {
   const auto n = expert_names(c, p);
   w.router_w = get(n.router);
-  if (c.router_bias) w.router_b = get(n.router_bias);
+  if (c.moe.router_bias) w.router_b = get(n.router_bias);
   // fp32 as transformers keeps it (_keep_in_fp32_modules_strict), whatever the model's dtype.
-  if (c.routing == MoeRouting::sigmoid_grouped)
+  if (c.moe.routing == MoeRouting::sigmoid_grouped)
     w.router_score_bias = get(p + "mlp.gate.e_score_correction_bias").to(torch::kFloat32);
-  if (grouped(c) && c.shared_intermediate_size > 0) {
+  if (grouped(c) && c.moe.shared_intermediate_size > 0) {
     w.shared_gate_up =
         torch::cat({get(p + "mlp.shared_experts.gate_proj.weight"), get(p + "mlp.shared_experts.up_proj.weight")});
     w.shared_down = get(p + "mlp.shared_experts.down_proj.weight");
   }
-  if (c.shared_expert_gate) {
+  if (c.moe.shared_expert_gate) {
     w.shared_gate_up =
         torch::cat({get(p + "mlp.shared_expert.gate_proj.weight"), get(p + "mlp.shared_expert.up_proj.weight")});
     w.shared_down = get(p + "mlp.shared_expert.down_proj.weight");
@@ -278,7 +280,7 @@ void assemble_experts(const TargetConfig& c, const std::string& p, TargetLayerWe
   }
   if (c.family != Family::gpt_oss) {
     std::vector<torch::Tensor> gate_up, down;
-    for (std::int64_t e = 0; e < c.num_experts; ++e) {
+    for (std::int64_t e = 0; e < c.moe.num_experts; ++e) {
       gate_up.push_back(torch::cat({get(expert(n.gate, e)), get(expert(n.up, e))}));
       down.push_back(get(expert(n.down, e)));
     }
@@ -290,7 +292,7 @@ void assemble_experts(const TargetConfig& c, const std::string& p, TargetLayerWe
   // or the MXFP4 blocks' own row order), de-interleaved here; down [E, H, I].
   const auto x = p + "mlp.experts.";
   torch::Tensor gate_up, down;
-  if (c.quant_method == "mxfp4") {
+  if (c.quant.method == "mxfp4") {
     gate_up =
         dequantize_mxfp4(get(x + "gate_up_proj_blocks"), get(x + "gate_up_proj_scales"), dtype, x + "gate_up_proj");
     down = dequantize_mxfp4(get(x + "down_proj_blocks"), get(x + "down_proj_scales"), dtype, x + "down_proj");

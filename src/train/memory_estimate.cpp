@@ -44,12 +44,12 @@ double target_parameters(const target::TargetConfig& t) {
   const double attn = h * static_cast<double>((2 * t.num_attention_heads + 2 * kv) * d);
   double p = h * static_cast<double>(t.vocab_size) * (t.tie_word_embeddings ? 1 : 2);
   for (std::int64_t l = 0; l < t.num_hidden_layers; ++l) {
-    const double mlp = t.sparse(l) ? static_cast<double>(t.num_experts) * 3 * h *
-                                         static_cast<double>(t.moe_intermediate_size > 0 ? t.moe_intermediate_size
+    const double mlp = t.sparse(l) ? static_cast<double>(t.moe.num_experts) * 3 * h *
+                                         static_cast<double>(t.moe.intermediate_size > 0 ? t.moe.intermediate_size
                                                                                          : t.intermediate_size)
                                    : 3 * h * static_cast<double>(t.intermediate_size);
     // Gemma 4's MoE layers keep their dense MLP beside the experts.
-    const double beside = t.gemma4 && t.sparse(l) ? 3 * h * static_cast<double>(t.intermediate_size) : 0.0;
+    const double beside = t.gemma4.enabled && t.sparse(l) ? 3 * h * static_cast<double>(t.intermediate_size) : 0.0;
     p += attn + mlp + beside + 2 * h;
   }
   return p;
@@ -119,8 +119,8 @@ MemoryEstimate estimate_step_memory(const StepShape& s) {
     const auto kv = t.num_key_value_heads > 0 ? t.num_key_value_heads : t.num_attention_heads;
     const auto td = t.head_dim > 0 ? t.head_dim : t.hidden_size / t.num_attention_heads;
     const double rows = s.target_chunk_tokens > 0 ? std::min(n, static_cast<double>(s.target_chunk_tokens)) : n;
-    const double inter =
-        static_cast<double>(t.moe() && t.moe_intermediate_size > 0 ? t.moe_intermediate_size : t.intermediate_size);
+    const double inter = static_cast<double>(t.moe.enabled() && t.moe.intermediate_size > 0 ? t.moe.intermediate_size
+                                                                                            : t.intermediate_size);
     // The residual stream and its norm, q/k/v and the attention's output over the row; one chunk of
     // the MLP half; the teacher's LM-head chunk of 1024 rows over the full vocabulary.
     target_work = n * (3 * ht + static_cast<double>((2 * t.num_attention_heads + 2 * kv) * td)) * tb +

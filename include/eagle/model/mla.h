@@ -18,16 +18,17 @@ struct MlaDims {
   double latent_eps = 1e-6;
   bool rope_interleave = true;  // DeepSeek's interleaved pairs (vLLM: is_neox_style=False)
 
-  // The geometry of a config holding the MLA fields (target::TargetConfig, head::HeadConfig), filled once.
-  template <typename Config>
-  static MlaDims of(const Config& c, double latent_eps, bool rope_interleave) {
+  // The geometry of heads of attention over a config holding the five MLA widths (target::AttentionConfig,
+  // head::HeadConfig), filled once.
+  template <typename Widths>
+  static MlaDims of(std::int64_t heads, const Widths& w, double latent_eps, bool rope_interleave) {
     MlaDims d;
-    d.heads = c.num_attention_heads;
-    d.q_lora_rank = c.q_lora_rank;
-    d.kv_lora_rank = c.kv_lora_rank;
-    d.qk_nope_head_dim = c.qk_nope_head_dim;
-    d.qk_rope_head_dim = c.qk_rope_head_dim;
-    d.v_head_dim = c.v_head_dim;
+    d.heads = heads;
+    d.q_lora_rank = w.q_lora_rank;
+    d.kv_lora_rank = w.kv_lora_rank;
+    d.qk_nope_head_dim = w.qk_nope_head_dim;
+    d.qk_rope_head_dim = w.qk_rope_head_dim;
+    d.v_head_dim = w.v_head_dim;
     d.latent_eps = latent_eps;
     d.rope_interleave = rope_interleave;
     return d;

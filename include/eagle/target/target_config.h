@@ -44,29 +44,19 @@ enum class Family {
   gemma4_text   // Gemma4ForCausalLM (gemma4_text) or the multimodal Gemma4ForConditionalGeneration (gemma4)
 };
 
-struct TargetConfig {
-  std::string architecture;  // config.json "architectures"[0], e.g. LlamaForCausalLM
-  std::string model_type;    // config.json model_type, as the family's row spells it (printed by inspect)
-  Family family = Family::llama;  // read once from architectures and model_type
-  std::int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0;
-  // head_dim: the width of each head's queries and keys (MLA: qk_nope_head_dim + qk_rope_head_dim).
-  std::int64_t num_attention_heads = 0, num_key_value_heads = 0, head_dim = 0;
-  std::int64_t max_position_embeddings = 0;
-  double rms_norm_eps = 1e-6;
-  model::RopeConfig rope;
-  bool tie_word_embeddings = false;
-  bool attention_bias = false;      // q/k/v bias (Qwen2; Llama/Qwen3 with attention_bias)
-  bool o_bias = false;              // o_proj bias (Llama/Qwen3 with attention_bias; never Qwen2)
-  bool qk_norm = false;             // q_norm/k_norm (Qwen3)
-  std::string hidden_act = "silu";  // or gelu_pytorch_tanh (Gemma's hidden_activation)
-  std::string dtype = "float32";    // torch_dtype (4.x) or dtype (5.x)
-  std::vector<std::int64_t> eos_token_ids;
-  std::int64_t bos_token_id = -1;
-  // The shipped MTP layers: MiMo's num_nextn_predict_layers (model.mtp_layers.{i}.*; DeepSeek-V3 and
-  // GLM-4.5: model.layers.{num_hidden_layers + i}.*), Qwen3.5's mtp_num_hidden_layers and Qwen3-Next's
-  // num_nextn_predict_layers (mtp.*). The target never loads them; --draft mtp trains layer 0
-  // (head/mtp/head.h).
-  std::int64_t num_mtp_layers = 0;
+// Attention beyond its heads' count and width, every family (model::attention, model::mla; target_layer.cpp).
+struct AttentionConfig {
+  bool bias = false;         // q/k/v bias (Qwen2; Llama/Qwen3 with attention_bias)
+  bool o_bias = false;       // o_proj bias (Llama/Qwen3 with attention_bias; never Qwen2)
+  bool qk_norm = false;      // q_norm/k_norm (Qwen3)
+  bool output_gate = false;  // attn_output_gate: q_proj doubled per head, [query; gate], the output times sigmoid(gate)
+  bool sinks = false;        // gpt-oss: a learned per-head logit in every softmax denominator
+  double scale = 0.0;        // Gemma 2/3: query_pre_attn_scalar^-1/2; 0: head_dim^-1/2
+  double softcap = 0.0;      // Gemma 2: tanh soft cap on the scores; 0: none
+  // Per layer: 0 full causal attention, W > 0 a sliding window of W keys (token i attends j iff
+  // i - W < j <= i: transformers' sliding_window_overlay). Empty: full attention everywhere.
+  std::vector<std::int64_t> layer_windows;
+  std::optional<model::RopeConfig> local_rope;  // the sliding layers' RoPE where it differs (Gemma 3)
   // Multi-head latent attention (DeepSeek-V3; kv_lora_rank > 0): q from q_a_proj, its norm and q_b_proj
   // (q_lora_rank 0: q_proj), keys and values from the latent kv_a_proj_with_mqa (kv_lora_rank, normed,
   // through kv_b_proj) plus one shared RoPE key of qk_rope_head_dim; values v_head_dim wide. rope_interleave:
@@ -77,25 +67,18 @@ struct TargetConfig {
   // the result cast back to the model's dtype.
   bool rope_fp32 = false;
 
-  // Hybrid linear attention (Qwen3.5, Qwen3-Next; layer_types linear_attention / full_attention): per layer
-  // whether it is a Gated DeltaNet layer (else attention). Its causal depthwise conv1d of linear_conv_kernel
-  // taps over q, k, v; linear_key_heads heads of linear_key_head_dim for q and k, linear_value_heads of
-  // linear_value_head_dim for v (each key head serving value_heads / key_heads consecutive value heads).
-  std::vector<bool> linear_layers;
-  std::int64_t linear_conv_kernel = 0, linear_key_heads = 0, linear_value_heads = 0;
-  std::int64_t linear_key_head_dim = 0, linear_value_head_dim = 0;
-  bool attn_output_gate = false;  // q_proj doubled per head: [query; gate], the output times sigmoid(gate)
-  // A multimodal checkpoint read as its text model (Qwen3_5ForConditionalGeneration): config.json's
-  // text_config, the tensors model.language_model.* read as model.*, the vision tower model.visual.* not
-  // loaded; media_tokens (Qwen3.5: image, video, vision start and end; Gemma 4: image, video, audio; by
-  // their config.json keys) are refused in every dataset read against it (data::LoadOptions::media_tokens).
-  bool multimodal = false;
-  std::vector<data::MediaToken> media_tokens;
+  bool mla() const { return kv_lora_rank > 0; }
+  std::int64_t window(std::int64_t layer) const {
+    return layer_windows.empty() ? 0 : layer_windows.at(static_cast<std::size_t>(layer));
+  }
+};
 
-  // Mixture of experts; num_experts 0: a dense MLP (intermediate_size) in every layer.
+// Mixture of experts (target_moe.cpp); num_experts 0: a dense MLP (intermediate_size) in every layer.
+struct MoeConfig {
   std::int64_t num_experts = 0, experts_per_token = 0;
-  std::int64_t moe_intermediate_size = 0;  // each expert's (Qwen3-MoE's field; the others' intermediate_size)
-  std::vector<bool> sparse_layers;         // per layer: a MoE block (else the dense MLP)
+  // Each expert's width (Qwen3-MoE's moe_intermediate_size; the others' intermediate_size).
+  std::int64_t intermediate_size = 0;
+  std::vector<bool> sparse_layers;  // per layer: a MoE block (else the dense MLP)
   MoeRouting routing = MoeRouting::softmax_topk;
   bool norm_topk_prob = true;         // softmax_topk: renormalise the chosen k weights
   bool routing_weights_fp32 = false;  // Mixtral weighs the experts' outputs in fp32 (Qwen3-MoE: model dtype)
@@ -114,71 +97,118 @@ struct TargetConfig {
   // (up + 1) * gate * sigmoid(alpha * gate). Otherwise SiLU(gate) * up.
   bool clamped_swiglu = false;
   double swiglu_alpha = 1.702, swiglu_limit = 7.0;
-  std::string quant_method;  // "" or "mxfp4" (gpt-oss experts stored as FP4 blocks and scales)
 
-  // Attention per layer: 0 full causal attention, W > 0 a sliding window of W keys (token i attends
-  // j iff i - W < j <= i: transformers' sliding_window_overlay). Empty: full attention everywhere.
-  std::vector<std::int64_t> layer_windows;
-  bool attention_sinks = false;                 // gpt-oss: a learned per-head logit in every softmax denominator
-  bool norm_weight_fp32 = false;                // GptOssRMSNorm multiplies its weight before the cast back
-  std::optional<model::RopeConfig> local_rope;  // the sliding layers' RoPE where it differs (Gemma 3)
+  bool enabled() const { return num_experts > 0; }
+  bool sparse(std::int64_t layer) const { return enabled() && sparse_layers.at(static_cast<std::size_t>(layer)); }
+};
 
-  // Gemma 2/3: RMSNorm x * (1 + w) in fp32, the embedding times sqrt(hidden_size) in the model
-  // dtype, a norm on the attention's output and norms before and after the MLP, attention scaled
-  // by query_pre_attn_scalar^-1/2, tanh soft caps on the attention scores and the final logits.
-  bool norm_one_plus = false, embed_scaled = false, sandwich_norms = false;
-  double attention_scale = 0.0;                    // 0: head_dim^-1/2
-  double attn_softcap = 0.0, final_softcap = 0.0;  // 0: none
-  bool fused_checkpoint = false;                   // Phi-3: qkv_proj and gate_up_proj stored fused
+// Hybrid linear attention (Qwen3.5, Qwen3-Next; layer_types linear_attention / full_attention): per layer
+// whether it is a Gated DeltaNet layer (else attention). Its causal depthwise conv1d of conv_kernel taps over
+// q, k, v; key_heads heads of key_head_dim for q and k, value_heads of value_head_dim for v (each key head
+// serving value_heads / key_heads consecutive value heads). Empty layers: no linear attention.
+struct LinearAttentionConfig {
+  std::vector<bool> layers;
+  std::int64_t conv_kernel = 0, key_heads = 0, value_heads = 0, key_head_dim = 0, value_head_dim = 0;
 
-  // Gemma 4 (transformers' modeling_gemma4; docs/models.md): the full-attention layers' own head width and
-  // key/value heads (per_layer_config, or global_head_dim and num_global_key_value_heads), their values
-  // k_proj's output (attention_k_eq_v: no v_proj), values RMS-normed per head without a weight, each layer's
-  // output times its layer_scalar [1], proportional RoPE on the full layers (only the first rope_angles
-  // frequency pairs of c.rope turn; 0: all), per-layer inputs (PLE: embed_tokens_per_layer of
-  // per_layer_input_dim per layer, 0: none), and the last layers from first_kv_shared on attending the keys
-  // and values of kv_source (the last earlier layer of their type), their MLP twice as wide with
-  // double_wide_mlp. Its MoE block (enable_moe_block) is every layer sparse with the dense MLP still running beside
-  // the experts (routing scaled_softmax_topk, GELU-tanh experts; target_gemma4.cpp).
-  bool gemma4 = false, k_eq_v = false, value_norm = false, layer_scalar = false, double_wide_mlp = false;
-  std::vector<std::int64_t> layer_head_dims, layer_kv_heads;  // per layer; empty: head_dim, num_key_value_heads
-  std::int64_t rope_angles = 0, per_layer_input_dim = 0, per_layer_vocab = 0;
-  std::int64_t first_kv_shared = 0;     // num_hidden_layers - num_kv_shared_layers (Gemma 4; else unused)
-  std::vector<std::int64_t> kv_source;  // per layer: the layer whose keys and values it attends (itself mostly)
-  // FP8 checkpoints (quantization_config.quant_method fp8): e4m3 weights with weight_scale_inv
-  // per block of fp8_block[0] x fp8_block[1]; empty: none.
-  std::vector<std::int64_t> fp8_block;
-  std::vector<std::string> fp8_skip;  // modules_to_not_convert: names containing one stay float
-
-  bool moe() const { return num_experts > 0; }
-  model::MoeRouter moe_router() const;  // the sparse layers' router (target_moe.cpp)
-  bool mla() const { return kv_lora_rank > 0; }
-  bool hybrid() const { return !linear_layers.empty(); }
-  bool linear(std::int64_t layer) const {
-    return hybrid() && linear_layers.at(static_cast<std::size_t>(layer));
-  }
+  bool enabled() const { return !layers.empty(); }
   // Gated DeltaNet widths: q and k (each key_heads x key_head_dim), v (value_heads x value_head_dim), and the
   // conv1d's channels (q, k, v).
-  std::int64_t linear_key_dim() const { return linear_key_heads * linear_key_head_dim; }
-  std::int64_t linear_value_dim() const { return linear_value_heads * linear_value_head_dim; }
-  std::int64_t linear_conv_dim() const { return 2 * linear_key_dim() + linear_value_dim(); }
-  std::int64_t value_head_dim() const { return mla() ? v_head_dim : head_dim; }  // each head's values
-  bool sparse(std::int64_t layer) const { return moe() && sparse_layers.at(static_cast<std::size_t>(layer)); }
-  std::int64_t window(std::int64_t layer) const {
-    return layer_windows.empty() ? 0 : layer_windows.at(static_cast<std::size_t>(layer));
+  std::int64_t key_dim() const { return key_heads * key_head_dim; }
+  std::int64_t value_dim() const { return value_heads * value_head_dim; }
+  std::int64_t conv_dim() const { return 2 * key_dim() + value_dim(); }
+};
+
+// Gemma 4 (transformers' modeling_gemma4; docs/models.md): the full-attention layers' own head width and
+// key/value heads (per_layer_config, or global_head_dim and num_global_key_value_heads), their values
+// k_proj's output (attention_k_eq_v: no v_proj), values RMS-normed per head without a weight, each layer's
+// output times its layer_scalar [1], proportional RoPE on the full layers (only the first rope_angles
+// frequency pairs of the config's rope turn; 0: all), per-layer inputs (PLE: embed_tokens_per_layer of
+// per_layer_input_dim per layer, 0: none), and the last layers from first_kv_shared on attending the keys
+// and values of kv_source (the last earlier layer of their type), their MLP twice as wide with
+// double_wide_mlp. Its MoE block (enable_moe_block) is every layer sparse with the dense MLP still running
+// beside the experts (routing scaled_softmax_topk, GELU-tanh experts; target_gemma4.cpp).
+struct Gemma4Config {
+  bool enabled = false, k_eq_v = false, value_norm = false, layer_scalar = false, double_wide_mlp = false;
+  std::vector<std::int64_t> layer_head_dims, layer_kv_heads;  // per layer; empty: head_dim, num_key_value_heads
+  std::int64_t rope_angles = 0, per_layer_input_dim = 0, per_layer_vocab = 0;
+  std::int64_t first_kv_shared = 0;     // num_hidden_layers - num_kv_shared_layers
+  std::vector<std::int64_t> kv_source;  // per layer: the layer whose keys and values it attends (itself mostly)
+
+  bool kv_shared(std::int64_t layer) const { return enabled && layer >= first_kv_shared; }
+};
+
+// Quantized checkpoints: quantization_config.quant_method "" (none), "mxfp4" (gpt-oss experts stored as FP4
+// blocks and scales) or "fp8" (e4m3 weights with weight_scale_inv per block of fp8_block[0] x fp8_block[1];
+// modules_to_not_convert: names containing one of fp8_skip stay float).
+struct QuantConfig {
+  std::string method;
+  std::vector<std::int64_t> fp8_block;
+  std::vector<std::string> fp8_skip;
+};
+
+// Every field the forward paths read: the model-wide ones, then one struct per concern, each filled by the
+// family's reader (target_config*.cpp) as torchtitan's families build their nested configs.
+struct TargetConfig {
+  std::string architecture;       // config.json "architectures"[0], e.g. LlamaForCausalLM
+  std::string model_type;         // config.json model_type, as the family's row spells it (printed by inspect)
+  Family family = Family::llama;  // read once from architectures and model_type
+  std::int64_t vocab_size = 0, hidden_size = 0, intermediate_size = 0, num_hidden_layers = 0;
+  // head_dim: the width of each head's queries and keys (MLA: qk_nope_head_dim + qk_rope_head_dim).
+  std::int64_t num_attention_heads = 0, num_key_value_heads = 0, head_dim = 0;
+  std::int64_t max_position_embeddings = 0;
+  double rms_norm_eps = 1e-6;
+  model::RopeConfig rope;
+  bool tie_word_embeddings = false;
+  std::string hidden_act = "silu";  // or gelu_pytorch_tanh (Gemma's hidden_activation)
+  std::string dtype = "float32";    // torch_dtype (4.x) or dtype (5.x)
+  std::vector<std::int64_t> eos_token_ids;
+  std::int64_t bos_token_id = -1;
+  // The shipped MTP layers: MiMo's num_nextn_predict_layers (model.mtp_layers.{i}.*; DeepSeek-V3 and
+  // GLM-4.5: model.layers.{num_hidden_layers + i}.*), Qwen3.5's mtp_num_hidden_layers and Qwen3-Next's
+  // num_nextn_predict_layers (mtp.*). The target never loads them; --draft mtp trains layer 0
+  // (head/mtp/head.h).
+  std::int64_t num_mtp_layers = 0;
+  // A multimodal checkpoint read as its text model (Qwen3_5ForConditionalGeneration): config.json's
+  // text_config, the tensors model.language_model.* read as model.*, the vision tower model.visual.* not
+  // loaded; media_tokens (Qwen3.5: image, video, vision start and end; Gemma 4: image, video, audio; by
+  // their config.json keys) are refused in every dataset read against it (data::LoadOptions::media_tokens).
+  bool multimodal = false;
+  std::vector<data::MediaToken> media_tokens;
+  // Gemma 2/3: RMSNorm x * (1 + w) in fp32, the embedding times sqrt(hidden_size) in the model dtype, a norm
+  // on the attention's output and norms before and after the MLP, a tanh soft cap on the final logits.
+  bool norm_one_plus = false, embed_scaled = false, sandwich_norms = false;
+  double final_softcap = 0.0;     // 0: none
+  bool norm_weight_fp32 = false;  // GptOssRMSNorm multiplies its weight before the cast back
+  bool fused_checkpoint = false;  // Phi-3: qkv_proj and gate_up_proj stored fused
+
+  AttentionConfig attention;
+  MoeConfig moe;
+  LinearAttentionConfig linear_attention;
+  Gemma4Config gemma4;
+  QuantConfig quant;
+
+  model::MoeRouter moe_router() const;  // the sparse layers' router (target_moe.cpp)
+  bool mla() const { return attention.mla(); }
+  bool hybrid() const { return linear_attention.enabled(); }
+  bool linear(std::int64_t layer) const {
+    return hybrid() && linear_attention.layers.at(static_cast<std::size_t>(layer));
   }
+  std::int64_t value_head_dim() const { return mla() ? attention.v_head_dim : head_dim; }  // each head's values
+  bool sparse(std::int64_t layer) const { return moe.sparse(layer); }
+  std::int64_t window(std::int64_t layer) const { return attention.window(layer); }
   // Gemma 4's per-layer attention geometry (every other family: the same in every layer).
   std::int64_t layer_head_dim(std::int64_t layer) const {
-    return layer_head_dims.empty() ? head_dim : layer_head_dims.at(static_cast<std::size_t>(layer));
+    return gemma4.layer_head_dims.empty() ? head_dim : gemma4.layer_head_dims.at(static_cast<std::size_t>(layer));
   }
   std::int64_t layer_kv_heads_of(std::int64_t layer) const {
-    return layer_kv_heads.empty() ? num_key_value_heads : layer_kv_heads.at(static_cast<std::size_t>(layer));
+    return gemma4.layer_kv_heads.empty() ? num_key_value_heads
+                                         : gemma4.layer_kv_heads.at(static_cast<std::size_t>(layer));
   }
-  bool kv_shared(std::int64_t layer) const { return gemma4 && layer >= first_kv_shared; }
+  bool kv_shared(std::int64_t layer) const { return gemma4.kv_shared(layer); }
   // Values from k_proj (Gemma 4's attention_k_eq_v, full-attention layers only).
-  bool values_from_keys(std::int64_t layer) const { return k_eq_v && window(layer) == 0; }
+  bool values_from_keys(std::int64_t layer) const { return gemma4.k_eq_v && window(layer) == 0; }
   std::int64_t layer_intermediate(std::int64_t layer) const {
-    return double_wide_mlp && kv_shared(layer) ? 2 * intermediate_size : intermediate_size;
+    return gemma4.double_wide_mlp && kv_shared(layer) ? 2 * intermediate_size : intermediate_size;
   }
 
   // Reads config.json (transformers 4.x and 5.x spellings); refuses unsupported architectures and

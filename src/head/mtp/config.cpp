@@ -62,7 +62,7 @@ void check_after_last(const target::TargetConfig& t, const MtpLayout& l) {
         .hint("--draft eagle trains a new head for any target");
   };
   // vLLM's DeepseekV2MoE and Glm4MoE: n_shared_experts' MLP beside the routed experts (0 builds a zero-wide one).
-  EAGLE_CHECK(t.shared_intermediate_size >= 1,
+  EAGLE_CHECK(t.moe.shared_intermediate_size >= 1,
               refuse("no shared experts", "n_shared_experts").expected("at least 1").found("0"));
   if (!l.mla) {
     // GLM-4.5 and 4.6 ship default RoPE, the one an MTP checkpoint's config.json writes for this layer.
@@ -72,16 +72,17 @@ void check_after_last(const target::TargetConfig& t, const MtpLayout& l) {
   }
   // vLLM's DeepseekV2MoE reads scoring_func (default softmax) and builds the correction bias only for topk_method
   // noaux_tc; transformers' DeepseekV3Config has neither and computes the sigmoid router with the bias.
-  EAGLE_CHECK(t.router_named, refuse("vLLM reads its router from scoring_func and topk_method, absent here "
-                                     "(it would route by softmax, without e_score_correction_bias)",
-                                     "scoring_func, topk_method")
-                                  .expected("\"scoring_func\": \"sigmoid\" and \"topk_method\": \"noaux_tc\" in "
-                                            "config.json, as DeepSeek-V3's and Kimi-K2's configs write them")
-                                  .found("missing"));
+  EAGLE_CHECK(t.moe.router_named, refuse("vLLM reads its router from scoring_func and topk_method, absent here "
+                                         "(it would route by softmax, without e_score_correction_bias)",
+                                         "scoring_func, topk_method")
+                                      .expected("\"scoring_func\": \"sigmoid\" and \"topk_method\": \"noaux_tc\" in "
+                                                "config.json, as DeepSeek-V3's and Kimi-K2's configs write them")
+                                      .found("missing"));
   // The head's MLA layer has a latent query (q_a_proj, q_a_layernorm, q_b_proj).
-  EAGLE_CHECK(t.q_lora_rank > 0, refuse("no q_lora_rank (q_proj straight from the hidden state)", "q_lora_rank")
-                                     .expected("q_lora_rank > 0 (DeepSeek-V3, Kimi-K2)")
-                                     .found("null"));
+  EAGLE_CHECK(t.attention.q_lora_rank > 0,
+              refuse("no q_lora_rank (q_proj straight from the hidden state)", "q_lora_rank")
+                  .expected("q_lora_rank > 0 (DeepSeek-V3, Kimi-K2)")
+                  .found("null"));
   // DeepseekV2MLAAttention serves any scaled RoPE as deepseek_yarn, and YaRN with attention_factor 1 as
   // deepseek_llama_scaling.
   EAGLE_CHECK(t.rope.type == "default" || (t.rope.type == "yarn" && t.rope.attention_factor != 1.0),
@@ -185,17 +186,17 @@ HeadConfig mtp_config_from_target(const target::TargetConfig& t) {
   const auto l = mtp_layout(family, t.num_hidden_layers);
   // Qwen3.5's attention_bias puts a bias on o_proj as well, which the head's layer does not have; DeepSeek-V3's
   // on q_a_proj, kv_a_proj_with_mqa and o_proj, which vLLM's MLA layer does not have (its loader skips them).
-  EAGLE_CHECK(l.attention_bias || !t.attention_bias,
-              Error(ErrorKind::usage, fmt::format("--draft mtp does not train a {} MTP layer with attention biases",
-                                                  t.architecture))
+  EAGLE_CHECK(l.attention_bias || !t.attention.bias,
+              Error(ErrorKind::usage,
+                    fmt::format("--draft mtp does not train a {} MTP layer with attention biases", t.architecture))
                   .place("attention_bias")
                   .expected("false")
                   .found("true"));
   if (l.prefix_after_last_layer) check_after_last(t, l);
   auto c = HeadConfig::from_target(t, 3, {t.num_hidden_layers}, t.vocab_size);
   c.mtp_family = l.family;
-  c.attention_bias = l.attention_bias && t.attention_bias;
-  c.qk_norm = l.qk_norm || (l.qk_norm_of_target && t.qk_norm);
+  c.attention_bias = l.attention_bias && t.attention.bias;
+  c.qk_norm = l.qk_norm || (l.qk_norm_of_target && t.attention.qk_norm);
   c.norm_one_plus = l.norm_one_plus;
   c.attn_output_gate = l.attn_output_gate;
   if (l.partial_rope) c.rope = t.rope;  // its rotary width: the first head_dim * partial_rotary_factor features
@@ -208,11 +209,11 @@ HeadConfig mtp_config_from_target(const target::TargetConfig& t) {
   // GLM-4.5's Glm4MoE (sigmoid grouped top k with the correction bias, routed_scaling_factor, shared_experts):
   // vLLM makes layer index L sparse when L >= first_k_dense_replace, which the target reader bounds to <= L.
   const bool qwen_moe = t.family == Family::qwen3_5_moe || t.family == Family::qwen3_next;
-  if (qwen_moe || (l.prefix_after_last_layer && t.moe())) {
+  if (qwen_moe || (l.prefix_after_last_layer && t.moe.enabled())) {
     c.moe_router = t.moe_router();
-    c.moe_intermediate_size = t.moe_intermediate_size;
-    c.shared_intermediate_size = t.shared_intermediate_size;
-    c.shared_expert_gate = t.shared_expert_gate;
+    c.moe_intermediate_size = t.moe.intermediate_size;
+    c.shared_intermediate_size = t.moe.shared_intermediate_size;
+    c.shared_expert_gate = t.moe.shared_expert_gate;
   }
   return c;
 }
