@@ -25,7 +25,10 @@ FeatureNeeds eagle1_plan(const HeadSettings& s) {
 }
 
 HeadConfig eagle_configure(const HeadSettings& s, const target::TargetConfig& tc, std::int64_t draft_vocab_size) {
-  auto cfg = HeadConfig::from_target(tc, s.eagle_version, s.aux_layer_ids, draft_vocab_size);
+  // EAGLE-1 fuses no aux layers: its config (and so its checkpoint, which a resume compares) names none, whatever
+  // layers the target computes.
+  auto cfg = HeadConfig::from_target(
+      tc, s.eagle_version, s.eagle_version == 3 ? s.aux_layer_ids : std::vector<std::int64_t>{}, draft_vocab_size);
   cfg.ttt_steps = s.ttt_steps;
   cfg.ttt_loss_decay = s.ttt_loss_decay;
   cfg.loss = s.loss;
