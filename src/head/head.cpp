@@ -66,10 +66,11 @@ void HeadConfig::use_mla_layer(const target::TargetConfig& target) {
                                 .hint("use draft_layer llama"));
   // vLLM's DeepseekV2Eagle3Model maps q_a_proj and kv_a_proj_with_mqa onto fused_qkv_a_proj, which
   // DeepseekV2MLAAttention builds only with a q_lora_rank: a q_proj layer would not load.
-  EAGLE_CHECK(target.q_lora_rank > 0, refuse("needs a q_lora_rank (vLLM's deepseek_eagle3 loader fuses q_a_proj "
-                                             "with kv_a_proj_with_mqa)")
-                                          .expected("a target with q_lora_rank > 0")
-                                          .found("q_lora_rank null (q_proj straight from the hidden state)"));
+  EAGLE_CHECK(target.attention.q_lora_rank > 0,
+              refuse("needs a q_lora_rank (vLLM's deepseek_eagle3 loader fuses q_a_proj "
+                     "with kv_a_proj_with_mqa)")
+                  .expected("a target with q_lora_rank > 0")
+                  .found("q_lora_rank null (q_proj straight from the hidden state)"));
   // vLLM serves every scaled RoPE of this layer as deepseek_yarn.
   EAGLE_CHECK(target.rope.type == "default" || target.rope.type == "yarn",
               refuse("rotates default RoPE or YaRN (vLLM serves every scaled type as deepseek_yarn)")
@@ -83,11 +84,11 @@ void HeadConfig::use_mla_layer(const target::TargetConfig& target) {
 
 void HeadConfig::set_mla_shape(const target::TargetConfig& target) {
   num_attention_heads = num_key_value_heads = target.num_attention_heads;
-  q_lora_rank = target.q_lora_rank;
-  kv_lora_rank = target.kv_lora_rank;
-  qk_nope_head_dim = target.qk_nope_head_dim;
-  qk_rope_head_dim = target.qk_rope_head_dim;
-  v_head_dim = target.v_head_dim;
+  q_lora_rank = target.attention.q_lora_rank;
+  kv_lora_rank = target.attention.kv_lora_rank;
+  qk_nope_head_dim = target.attention.qk_nope_head_dim;
+  qk_rope_head_dim = target.attention.qk_rope_head_dim;
+  v_head_dim = target.attention.v_head_dim;
   head_dim = qk_nope_head_dim + qk_rope_head_dim;
   attention_bias = false;  // vLLM's layer has no biases
   rope = target.rope;
@@ -153,6 +154,9 @@ void check_finite_parameters(DraftHead& head, const std::string& head_dir, const
   std::vector<std::string> bad;
   for (const auto& [name, p] : named_parameters(head))
     if (!torch::isfinite(p).all().item<bool>()) bad.push_back(name);
+  // The frozen buffers too (an MTP layer's correction bias; the vocabulary maps are integers).
+  for (const auto& b : head.module().named_buffers())
+    if (b.value().is_floating_point() && !torch::isfinite(b.value()).all().item<bool>()) bad.push_back(b.key());
   EAGLE_CHECK(bad.empty(), Error(ErrorKind::input, "the head's weights hold NaN or Inf")
                                .file(head_dir)
                                .place(fmt::format("tensor {}", fmt::join(bad, ", ")))

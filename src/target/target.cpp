@@ -368,6 +368,14 @@ void TargetModel::set_chunk_tokens(std::int64_t tokens) {
 TargetModel load_target(const config::Options& opts, torch::Device device,
                         const std::vector<std::int64_t>& aux_layer_ids) {
   auto target = TargetModel::load(opts.model_name_or_path, model::target_dtype(opts.target_dtype), device);
+  // Every command that runs the target refuses NaN or Inf weights by name before they reach a feature (one read
+  // of every weight; a NaN correction bias or norm weight would otherwise train and export without an error).
+  const auto non_finite = target.non_finite_weights();
+  EAGLE_CHECK(non_finite.empty(), Error(ErrorKind::input, "the target's weights hold NaN or Inf")
+                                      .file(opts.model_name_or_path)
+                                      .place(fmt::format("tensor {}", fmt::join(non_finite, ", ")))
+                                      .expected("finite values")
+                                      .hint("the checkpoint is corrupt; download or convert it again"));
   if (!aux_layer_ids.empty()) target.set_aux_layer_ids(aux_layer_ids);
   target.set_chunk_tokens(opts.target_chunk_tokens);
   const auto& c = target.config();

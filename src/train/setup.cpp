@@ -8,6 +8,7 @@
 #include "eagle/head/draft_spec.h"
 #include "eagle/head/draft_vocab.h"
 #include "eagle/train/memory_estimate.h"
+#include "eagle/util/error.h"
 #include "eagle/util/log.h"
 
 namespace eagle::train {
@@ -35,6 +36,10 @@ std::shared_ptr<head::DraftHead> make_head(const config::Options& opts, const fe
   if (spec.auto_recompute)
     cfg.recompute = resolve_recompute(opts, tc, cfg, device, inputs.target.has_value());
   auto head = spec.make(cfg, settings, inputs.ends, vocab, device);
+  // What the head starts from is finite (an MTP layer is read from the target's folder, beside the layers the
+  // target load checked).
+  head::check_finite_parameters(*head, opts.model_name_or_path,
+                                "the checkpoint is corrupt; download or convert it again");
   if (spec.reduced_vocab) {
     std::uint64_t covered = 0;
     for (auto id : vocab.draft_ids) covered += stats.trained_token_counts.count(static_cast<data::TokenId>(id));
