@@ -193,3 +193,31 @@ TEST_CASE("--draft dflash refuses what it would ignore or cannot do, by name", "
   refused(" --draft medusa", "eagle|mtp|dflash");
   refused(" --draft dspark", "dspark, DFlash with vLLM's Markov and confidence heads, is not implemented");
 }
+
+TEST_CASE(
+    "--draft dflash refuses training data with no whole block to train, before anything is written (issue 53 "
+    "item 5)",
+    "[cli]") {
+  TempDir dir;
+  // Samples of 6 tokens, the last four trained: EAGLE trains on them, but no block of 8 fits in a sample.
+  std::string lines;
+  for (int i = 0; i < 20; ++i)
+    lines += "{\"input_ids\":[1," + std::to_string(10 + i) + ",20,30,40,50],\"loss_mask\":[0,0,1,1,1,1]}\n";
+  const auto data = dir / "short.jsonl";
+  eagle::test::write_file(data, lines);
+  std::string common = kCommon;
+  common.replace(common.find(EAGLE_SOURCE_DIR "/tests/fixtures/data/smoke.jsonl"),
+                 std::string(EAGLE_SOURCE_DIR "/tests/fixtures/data/smoke.jsonl").size(), data.string());
+  auto r = run_cli("train" + common + " --draft dflash --dflash_block_size 8 --max_steps 2 --save_steps 1" +
+                   " --output_dir " + (dir / "run").string());
+  INFO(r.output);
+  CHECK(r.exit_code == 3);
+  CHECK_THAT(r.output, Catch::Contains("short.jsonl") && Catch::Contains("nothing a DFlash draft can train on") &&
+                           Catch::Contains("a whole block of 8 tokens"));
+  CHECK_FALSE(std::filesystem::exists(dir / "run" / "checkpoint-1"));
+  // A block of 4 fits: it trains.
+  auto ok = run_cli("train" + common + " --draft dflash --dflash_block_size 4 --max_steps 2 --eval_steps 0" +
+                    " --output_dir " + (dir / "ok").string());
+  INFO(ok.output);
+  CHECK(ok.exit_code == 0);
+}

@@ -32,6 +32,17 @@ std::shared_ptr<head::DraftHead> make_head(const config::Options& opts, const fe
                                                    std::min(opts.draft_vocab_size, tc.vocab_size))
                          : head::DraftVocab::identity(tc.vocab_size);
   auto cfg = spec.configure(settings, tc, vocab.size());
+  if (spec.untrainable) {
+    const auto& train = inputs.train.value();
+    const auto expected = spec.untrainable(train, cfg, opts.training_seq_len);
+    EAGLE_CHECK(
+        expected.empty(),
+        Error(ErrorKind::input, fmt::format("the training data has nothing {} draft can train on", spec.noun))
+            .file(train.source())
+            .expected(expected)
+            .found(fmt::format("{} samples, {} trained tokens, none such", train.size(), train.stats().trained_tokens))
+            .hint("check the loss masks and the sample lengths (eagle-train data-stats)"));
+  }
   // After the head's shape is known: auto weighs each mode's predicted step against the memory left.
   if (spec.auto_recompute)
     cfg.recompute = resolve_recompute(opts, tc, cfg, device, inputs.target.has_value());

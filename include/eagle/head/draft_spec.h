@@ -15,6 +15,7 @@
 
 #include "eagle/config/options.h"
 #include "eagle/data/batch.h"
+#include "eagle/data/dataset.h"
 #include "eagle/head/draft_vocab.h"
 #include "eagle/head/head.h"
 #include "eagle/target/target.h"
@@ -115,6 +116,10 @@ struct DraftSpec {
                                      const DraftVocab& vocab, torch::Device device);
   LossPlan (*loss_plan)(const std::vector<data::Batch>& batches, const HeadConfig& cfg, const PlanSeed& seed);
   DraftLimits (*limits)(const HeadConfig& cfg);
+  // Train's start, beside the rule every kind shares (a trained token at position 2 or later): what a sample of
+  // the training data, truncated at max_len tokens, must hold for this head to train on it, or "" when some
+  // sample does. Null: the shared rule is the kind's.
+  std::string (*untrainable)(const data::Dataset& train, const HeadConfig& cfg, std::int64_t max_len);
   // A resume compares the checkpoint's options with the run's; the options whose default stands for a
   // value resolved at start-up are rewritten, in both, to what the checkpoint's head resolved.
   void (*resolve_resume)(const HeadConfig& saved, nlohmann::json& before, nlohmann::json& now);

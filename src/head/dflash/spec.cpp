@@ -93,6 +93,24 @@ DraftLimits dflash_limits(const HeadConfig& cfg) {
   return l;
 }
 
+// dflash_anchor_candidates' rule on the data: a trained anchor a with its whole block in its sample
+// (a + block_size - 1 < length) and a trained slot after it; else every step would train nothing.
+std::string dflash_untrainable(const data::Dataset& train, const HeadConfig& cfg, std::int64_t max_len) {
+  const auto B = cfg.dflash_block_size;
+  for (std::size_t i = 0; i < train.size(); ++i) {
+    const auto n = std::min(train.length(i), max_len);
+    for (std::int64_t a = 0; a + B - 1 < n; ++a) {
+      if (!train.trained(i, a)) continue;
+      for (std::int64_t k = 1; k < B; ++k)
+        if (train.trained(i, a + k)) return "";
+    }
+  }
+  return fmt::format(
+      "a sample holding a whole block of {} tokens (dflash_block_size) within training_seq_len {} whose anchor "
+      "and a later token of the block are trained (loss_mask 1)",
+      B, max_len);
+}
+
 // mask_token_id and dflash_target_layers: the checkpoint's head records what its run resolved
 // (draft_num_layers is resolved in both before this).
 void dflash_resolve_resume(const HeadConfig& head, nlohmann::json& before, nlohmann::json& now) {
@@ -144,23 +162,25 @@ DFlashAnchors dflash_batch_anchors(const data::Batch& b, const HeadConfig& cfg, 
 }
 
 const DraftSpec& dflash_spec() {
-  static const DraftSpec spec{DraftKind::dflash,
-                              "dflash",
-                              "a DFlash",
-                              "mask slot(s) per block",
-                              /*reduced_vocab=*/false,
-                              /*memory_model=*/false,  // the estimate models EAGLE's TTT unroll, not DFlash's blocks (not yet)
-                              /*auto_recompute=*/false,
-                              /*evaluate_at_start=*/false,
-                              {HeadFormat::dflash, HeadFormat::sglang},
-                              HeadFormat::dflash,
-                              dflash_plan,
-                              dflash_reads,
-                              dflash_configure,
-                              dflash_make,
-                              dflash_loss_plan,
-                              dflash_limits,
-                              dflash_resolve_resume};
+  static const DraftSpec spec{
+      DraftKind::dflash,
+      "dflash",
+      "a DFlash",
+      "mask slot(s) per block",
+      /*reduced_vocab=*/false,
+      /*memory_model=*/false,  // the estimate models EAGLE's TTT unroll, not DFlash's blocks (not yet)
+      /*auto_recompute=*/false,
+      /*evaluate_at_start=*/false,
+      {HeadFormat::dflash, HeadFormat::sglang},
+      HeadFormat::dflash,
+      dflash_plan,
+      dflash_reads,
+      dflash_configure,
+      dflash_make,
+      dflash_loss_plan,
+      dflash_limits,
+      dflash_untrainable,
+      dflash_resolve_resume};
   return spec;
 }
 

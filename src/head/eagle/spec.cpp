@@ -107,6 +107,7 @@ const DraftSpec& eagle3_spec() {
                               eagle_make,
                               ttt_loss_plan,
                               eagle3_limits,
+                              /*untrainable=*/nullptr,
                               eagle3_resolve_resume};
   return spec;
 }
@@ -128,6 +129,7 @@ const DraftSpec& eagle1_spec() {
                               eagle_make,
                               ttt_loss_plan,
                               eagle1_limits,
+                              /*untrainable=*/nullptr,
                               eagle1_resolve_resume};
   return spec;
 }

@@ -92,6 +92,7 @@ const DraftSpec& mtp_spec() {
                               mtp_make,
                               ttt_loss_plan,
                               mtp_limits,
+                              /*untrainable=*/nullptr,
                               mtp_resolve_resume};
   return spec;
 }
