@@ -278,3 +278,21 @@ TEST_CASE("an option that would be silently ignored is refused by name (issue 41
   // The defaults (what --dump-config writes for them) act with nothing and pass everywhere.
   for (Command c : all_commands()) CHECK_NOTHROW(check_ignored(Options{}, c));
 }
+
+TEST_CASE("EAGLE-3's variants with eagle_version 1 are refused by name, not trained as EAGLE-1 (issue 53 L3)",
+          "[config]") {
+  for (const std::vector<std::string>& variant : std::vector<std::vector<std::string>>{{"--fc_norm"},
+                                                                                       {"--norm_output"},
+                                                                                       {"--norm_before_fc"},
+                                                                                       {"--parallel_drafting"},
+                                                                                       {"--draft_layer", "qwen3"},
+                                                                                       {"--draft_layer", "deepseek"}}) {
+    INFO(variant.front());
+    auto args = variant;
+    args.insert(args.end(), {"--eagle_version", "1"});
+    CHECK_THAT(error_text([&] { parse_train(args); }),
+               Catch::Contains("--eagle_version") && Catch::Contains("EAGLE-1's head has none of them"));
+    args.back() = "3";
+    CHECK_NOTHROW(parse_train(args));
+  }
+}

@@ -181,7 +181,16 @@ std::vector<OptionEntry> declare_options() {
         "Draft head: 3 (EAGLE-3, three fused layers, training-time test) or 1 (EAGLE-1); eval and export use "
         "the head's")
       .range(1, 3)
-      .check([](std::int64_t v, const Options&) { return v == 1 || v == 3 ? "" : "1 or 3"; });
+      .check([](std::int64_t v, const Options& o) {
+        if (v != 1 && v != 3) return std::string("1 or 3");
+        // EAGLE-1's head is one fixed layer over [embedding; hidden]: none of EAGLE-3's variants apply.
+        if (v == 1 &&
+            (o.fc_norm || o.norm_output || o.norm_before_fc || o.parallel_drafting || o.draft_layer != "llama"))
+          return std::string(
+              "3 for fc_norm, norm_output, norm_before_fc, parallel_drafting and draft_layer "
+              "(EAGLE-1's head has none of them)");
+        return std::string();
+      });
   t.add(&Options::ttt_steps, "ttt_steps", G::draft, kTrain,
         "Training-time test steps: how far the head is unrolled on its own outputs; eval uses the head's")
       .range(1, 32)
