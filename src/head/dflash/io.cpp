@@ -8,6 +8,8 @@
 
 #include <fmt/format.h>
 
+#include "eagle/head/config_fields.h"
+#include "eagle/model/config_limits.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/model/shape_check.h"
 #include "eagle/util/error.h"
@@ -103,70 +105,105 @@ bool is_dflash_config(const json& j) {
 }
 
 HeadConfig dflash_config_from_json(const json& j, const std::string& file) {
-  using util::json_field;
-  using util::json_field_or;
-  const auto d = json_field<json>(j, "dflash_config", file);
-  if (json_field_or<bool>(j, "is_causal", false, file) || json_field_or<bool>(d, "causal", false, file))
+  namespace lim = model::limits;
+  const ConfigFields top{j, file, ""};
+  EAGLE_CHECK(top.has("dflash_config"), top.bad("dflash_config", "missing").expected("an object").found("nothing"));
+  const auto d = top.object("dflash_config");
+  if (top.boolean_or("is_causal", false) || d.boolean_or("causal", false))
     throw unsupported(file, "is_causal / dflash_config.causal", "causal layers");
-  if (json_field_or<bool>(d, "use_swa", false, file)) throw unsupported(file, "dflash_config.use_swa", "true");
-  if (!json_field_or<bool>(d, "use_aux_hidden_state", true, file))
+  if (d.boolean_or("use_swa", false)) throw unsupported(file, "dflash_config.use_swa", "true");
+  if (!d.boolean_or("use_aux_hidden_state", true))
     throw unsupported(file, "dflash_config.use_aux_hidden_state", "false");
-  if (d.contains("attention_value_scale")) throw unsupported(file, "dflash_config.attention_value_scale", "a scale");
+  if (d.has("attention_value_scale")) throw unsupported(file, "dflash_config.attention_value_scale", "a scale");
   // DSpark (vLLM's qwen3_dspark.py) shifts every slot to the next token and adds a Markov head.
-  if (json_field_or<bool>(d, "sample_from_anchor", false, file) ||
-      json_field_or<bool>(j, "sample_from_anchor", false, file))
+  if (d.boolean_or("sample_from_anchor", false) || top.boolean_or("sample_from_anchor", false))
     throw unsupported(file, "sample_from_anchor", "true (a DSpark draft; not implemented, docs/heads.md)");
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) throw unsupported(file, "rope_scaling", "scaled RoPE");
-  if (j.contains("layer_types"))
-    for (const auto& t : json_field<std::vector<std::string>>(j, "layer_types", file))
-      if (t != "full_attention") throw unsupported(file, "layer_types", t);
+  if (top.has("rope_scaling")) throw unsupported(file, "rope_scaling", "scaled RoPE");
+  // Every size, count and number within the limits train and the other readers apply (config_fields.h,
+  // model/config_limits.h), before anything is allocated: the shapes are then compared with the file.
   HeadConfig c;
   c.eagle_version = 3;
-  c.hidden_size = json_field<std::int64_t>(j, "hidden_size", file);
-  c.intermediate_size = json_field<std::int64_t>(j, "intermediate_size", file);
-  c.num_layers = json_field<std::int64_t>(j, "num_hidden_layers", file);
-  c.num_attention_heads = json_field<std::int64_t>(j, "num_attention_heads", file);
-  c.num_key_value_heads = json_field_or<std::int64_t>(j, "num_key_value_heads", c.num_attention_heads, file);
-  EAGLE_CHECK(c.hidden_size > 0 && c.num_attention_heads > 0 && c.num_key_value_heads > 0 && c.num_layers > 0 &&
-                  c.num_attention_heads % c.num_key_value_heads == 0,
-              Error(ErrorKind::input, "the DFlash config's sizes do not fit together")
-                  .file(file)
-                  .found(fmt::format("hidden_size {}, heads {}/{}, layers {}", c.hidden_size, c.num_attention_heads,
-                                     c.num_key_value_heads, c.num_layers)));
-  c.head_dim = json_field_or<std::int64_t>(j, "head_dim", c.hidden_size / c.num_attention_heads, file);
-  c.rms_norm_eps = json_field_or<double>(j, "rms_norm_eps", 1e-6, file);
-  c.hidden_act = json_field_or<std::string>(j, "hidden_act", "silu", file);
-  c.max_position_embeddings = json_field_or<std::int64_t>(j, "max_position_embeddings", 2048, file);
+  c.hidden_size = top.integer("hidden_size", 1, lim::kMaxSize);
+  c.intermediate_size = top.integer("intermediate_size", 1, lim::kMaxSize);
+  c.num_layers = top.integer("num_hidden_layers", 1, kMaxDraftLayers);
+  c.num_attention_heads = top.integer("num_attention_heads", 1, lim::kMaxHeads);
+  c.num_key_value_heads = top.integer_or("num_key_value_heads", c.num_attention_heads, 1, lim::kMaxHeads);
+  EAGLE_CHECK(c.num_attention_heads % c.num_key_value_heads == 0,
+              top.bad("num_key_value_heads", "the DFlash config's heads do not fit together")
+                  .expected(fmt::format("a divisor of num_attention_heads {}", c.num_attention_heads))
+                  .found(std::to_string(c.num_key_value_heads)));
+  if (top.has("layer_types")) {
+    const auto& types = top.typed("layer_types", j["layer_types"].is_array(), "a list of strings");
+    EAGLE_CHECK(std::ssize(types) == c.num_layers,
+                top.bad("layer_types", "one entry per layer")
+                    .expected(fmt::format("{} entries (num_hidden_layers)", c.num_layers))
+                    .found(std::to_string(types.size())));
+    for (const auto& t : types) {
+      EAGLE_CHECK(t.is_string(),
+                  top.bad("layer_types", "wrong JSON type").expected("a list of strings").found(t.dump()));
+      if (t.get<std::string>() != "full_attention") throw unsupported(file, "layer_types", t.get<std::string>());
+    }
+  }
+  if (top.has("head_dim")) {
+    c.head_dim = top.integer("head_dim", 2, lim::kMaxHeadDim);
+  } else {
+    c.head_dim = c.hidden_size / c.num_attention_heads;
+    EAGLE_CHECK(
+        c.head_dim >= 2 && c.head_dim <= lim::kMaxHeadDim,
+        top.bad("head_dim", "out of range")
+            .expected(fmt::format("hidden_size / num_attention_heads in [2, {}], or head_dim given", lim::kMaxHeadDim))
+            .found(fmt::format("{} / {}", c.hidden_size, c.num_attention_heads)));
+  }
+  EAGLE_CHECK(c.head_dim % 2 == 0, top.bad("head_dim", "RoPE turns pairs of features")
+                                       .expected("an even head_dim")
+                                       .found(std::to_string(c.head_dim)));
+  c.rms_norm_eps = top.number_or("rms_norm_eps", 1e-6, 0, lim::kMaxNormEps);
+  EAGLE_CHECK(c.rms_norm_eps > 0 && c.rms_norm_eps < lim::kMaxNormEps,
+              top.bad("rms_norm_eps", "out of range")
+                  .expected(fmt::format("a number in (0, {})", lim::kMaxNormEps))
+                  .found(fmt::format("{}", c.rms_norm_eps)));
+  c.hidden_act = top.string_or("hidden_act", "silu");
+  c.max_position_embeddings = top.integer_or("max_position_embeddings", 2048, 1, lim::kMaxPositions);
   c.rope = model::RopeConfig{};
   c.rope.head_dim = c.head_dim;
-  c.rope.theta = json_field_or<double>(j, "rope_theta", 1e6, file);  // vLLM's set_default_rope_theta
+  c.rope.theta = top.number_or("rope_theta", 1e6, lim::kMinRope, lim::kMaxRope);  // vLLM's set_default_rope_theta
   c.rope.max_position_embeddings = c.max_position_embeddings;
-  c.attention_bias = json_field_or<bool>(j, "attention_bias", false, file);
-  c.vocab_size = json_field<std::int64_t>(j, "vocab_size", file);
+  c.attention_bias = top.boolean_or("attention_bias", false);
+  c.vocab_size = top.integer("vocab_size", 1, lim::kMaxVocab);
   c.draft_vocab_size = c.vocab_size;
-  c.target_hidden_size = json_field_or<std::int64_t>(j, "target_hidden_size", c.hidden_size, file);
-  c.target_num_hidden_layers = json_field_or<std::int64_t>(j, "num_target_layers", 0, file);
-  c.target_dtype = json_field_or<std::string>(j, "torch_dtype", "float32", file);
+  c.target_hidden_size = top.integer_or("target_hidden_size", c.hidden_size, 1, lim::kMaxSize);
+  c.target_num_hidden_layers = top.integer_or("num_target_layers", 0, 0, lim::kMaxLayers);
+  c.target_dtype = top.string_or("torch_dtype", "float32");
   c.qk_norm = true;
-  c.mask_token_id = json_field<std::int64_t>(d, "mask_token_id", file);
+  c.mask_token_id = d.integer("mask_token_id", 0, c.vocab_size - 1);
+  const std::int64_t top_layer = c.target_num_hidden_layers > 0 ? c.target_num_hidden_layers - 1 : lim::kMaxLayers - 1;
+  EAGLE_CHECK(d.has("target_layer_ids"),
+              d.bad("target_layer_ids", "missing").expected("a list of target layer ids").found("nothing"));
   std::set<std::int64_t> ids;
-  for (auto t : json_field<std::vector<std::int64_t>>(d, "target_layer_ids", file)) ids.insert(t + 1);
+  const auto layer_ids = d.integers("target_layer_ids");
+  for (std::size_t i = 0; i < layer_ids.size(); ++i) {
+    EAGLE_CHECK(layer_ids[i] >= 0 && layer_ids[i] <= top_layer,
+                d.bad(fmt::format("target_layer_ids[{}]", i), "out of range")
+                    .expected(fmt::format("a layer id in [0, {}]", top_layer))
+                    .found(std::to_string(layer_ids[i])));
+    ids.insert(layer_ids[i] + 1);
+  }
+  EAGLE_CHECK(!ids.empty(), d.bad("target_layer_ids", "empty").expected("at least one target layer id").found("[]"));
   c.aux_layer_ids.assign(ids.begin(), ids.end());
-  c.dflash_block_size = json_field<std::int64_t>(j, "block_size", file);
-  EAGLE_CHECK(c.dflash_block_size >= 2 && !ids.empty() && *ids.begin() >= 1 && c.mask_token_id >= 0 &&
-                  c.mask_token_id < c.vocab_size,
-              Error(ErrorKind::input, "the DFlash config's block, layers or mask token are out of range")
-                  .file(file)
-                  .found(fmt::format("block_size {}, {} target layers, mask_token_id {} of vocab {}",
-                                     c.dflash_block_size, ids.size(), c.mask_token_id, c.vocab_size)));
+  c.dflash_block_size = top.integer("block_size", 2, kMaxBlockSize);
+  // speculators writes the block twice; both must agree.
+  EAGLE_CHECK(!d.has("block_size") || d.integer("block_size", 2, kMaxBlockSize) == c.dflash_block_size,
+              d.bad("block_size", "two block sizes")
+                  .expected(fmt::format("block_size {} (the top level's)", c.dflash_block_size))
+                  .found(j["dflash_config"]["block_size"].dump()));
   c.ttt_steps = c.dflash_block_size - 1;
-  if (j.contains("eagle_train")) {
-    const auto e = json_field<json>(j, "eagle_train", file);
-    c.dflash_num_anchors = json_field_or<std::int64_t>(e, "dflash_num_anchors", c.dflash_num_anchors, file);
-    c.dflash_decay_gamma = json_field_or<double>(e, "dflash_decay_gamma", c.dflash_decay_gamma, file);
-    c.dflash_hard_labels = json_field_or<bool>(e, "dflash_hard_labels", c.dflash_hard_labels, file);
-    c.target_name_or_path = json_field_or<std::string>(e, "target", "", file);
-    c.target_architecture = json_field_or<std::string>(e, "target_architecture", "", file);
+  if (top.has("eagle_train")) {
+    const auto e = top.object("eagle_train");
+    c.dflash_num_anchors = e.integer_or("dflash_num_anchors", c.dflash_num_anchors, 1, 1 << 20);
+    c.dflash_decay_gamma = e.number_or("dflash_decay_gamma", c.dflash_decay_gamma, 0, 1e6);
+    c.dflash_hard_labels = e.boolean_or("dflash_hard_labels", c.dflash_hard_labels);
+    c.target_name_or_path = e.string_or("target", "");
+    c.target_architecture = e.string_or("target_architecture", "");
   }
   return c;
 }
@@ -193,14 +230,45 @@ void export_dflash(DraftHead& head, const std::string& dir, DFlashEngine engine)
   }
 }
 
+namespace {
+
+// The file's header against the config, before the head is allocated: a config whose sizes are within the
+// limits but not the file's (hidden_size 2^20 over a 64-wide draft) is refused here, not after gigabytes.
+void check_dflash_shapes(const model::SafetensorsFile& file, const HeadConfig& c) {
+  const auto last = fmt::format("layers.{}.", c.num_layers - 1);
+  const std::int64_t A = std::ssize(c.aux_layer_ids);
+  const std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected{
+      {"fc.weight", {c.hidden_size, A * c.target_hidden_size}},
+      {last + "self_attn.q_proj.weight", {c.num_attention_heads * c.head_dim, c.hidden_size}},
+      {last + "self_attn.k_proj.weight", {c.num_key_value_heads * c.head_dim, c.hidden_size}},
+      {last + "mlp.gate_proj.weight", {c.intermediate_size, c.hidden_size}},
+  };
+  for (const auto& [name, shape] : expected) {
+    const auto alias = name == "fc.weight" && !file.contains(name) ? std::string("encoder.fc.weight") : name;
+    EAGLE_CHECK(file.contains(alias), Error(ErrorKind::input, "a tensor of the DFlash draft is missing")
+                                          .file(file.path())
+                                          .place(fmt::format("tensor {}", name))
+                                          .hint("config.json and model.safetensors are of different drafts"));
+    model::check_shape(file.shape(alias), shape,
+                       Error(ErrorKind::input, "the DFlash config.json does not match its weights")
+                           .file(file.path())
+                           .place(fmt::format("tensor {}", alias))
+                           .hint("config.json and model.safetensors are of different drafts"));
+  }
+}
+
+}  // namespace
+
 std::shared_ptr<DFlashHead> load_dflash_head(const std::string& dir, torch::Device device) {
   const auto config_path = (fs::path(dir) / "config.json").string();
   const auto j = util::read_json_object(config_path, "DFlash config");
   EAGLE_CHECK(is_dflash_config(j), Error(ErrorKind::input, "not a DFlash draft")
                                        .file(config_path)
                                        .expected("architectures DFlashDraftModel and a dflash_config block"));
-  auto head = std::make_shared<DFlashHead>(dflash_config_from_json(j, config_path));
+  const auto cfg = dflash_config_from_json(j, config_path);
   const auto weights_path = (fs::path(dir) / "model.safetensors").string();
+  check_dflash_shapes(model::SafetensorsFile::open(weights_path), cfg);
+  auto head = std::make_shared<DFlashHead>(cfg);
   auto file = model::load_safetensors(weights_path);
   // vLLM's aliases (qwen3_dflash.py): the encoder's names of fc and hidden_norm.
   for (auto [alias, name] : {std::pair{"encoder.fc.weight", "fc.weight"},

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "eagle/head/config_fields.h"
 #include "eagle/head/dflash/io.h"
 #include "eagle/head/export/io.h"
 #include "eagle/head/mtp/io.h"
@@ -18,106 +19,9 @@ using nlohmann::json;
 namespace eagle::head {
 namespace {
 
+using Fields = ConfigFields;
+
 namespace lim = model::limits;  // the ceilings the target's reader applies too
-
-constexpr std::int64_t kMaxDraftLayers = 16;  // as --draft_num_layers
-
-Error config_error(const std::string& file, const std::string& key, const std::string& what) {
-  return Error(ErrorKind::input, what).file(file).place(fmt::format("key \"{}\"", key));
-}
-
-// One object of the config (the top level, transformer_layer_config, eagle_train, ...) read by
-// typed getters: absent or null is the default; another JSON type is an Error(input) naming the
-// file, the field's path ("eagle_train.ttt_steps") and the type expected.
-struct Fields {
-  const json& j;
-  const std::string& file;
-  std::string prefix;  // "" or "eagle_train." for a nested object
-
-  bool has(const std::string& key) const { return j.contains(key) && !j[key].is_null(); }
-  Error bad(const std::string& key, const std::string& what) const { return config_error(file, prefix + key, what); }
-  const json& typed(const std::string& key, bool ok, const char* type) const {
-    EAGLE_CHECK(ok, bad(key, "wrong JSON type").expected(type).found(j[key].dump()));
-    return j[key];
-  }
-
-  std::int64_t integer(const std::string& key) const {
-    EAGLE_CHECK(has(key), bad(key, "missing or not an integer").expected("an integer").found("nothing"));
-    const auto& v = typed(key, j[key].is_number_integer(), "an integer");
-    // An unsigned value past 2^63-1 would wrap to a negative one (2^64-1 reads as -1).
-    EAGLE_CHECK(!v.is_number_unsigned() ||
-                    v.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()),
-                bad(key, "out of range").expected("an integer in [-2^63, 2^63-1]").found(v.dump()));
-    return v.get<std::int64_t>();
-  }
-  // An integer field in [lo, hi]; the bounds keep every size made from it (a head of
-  // intermediate_size 1e9 is a 256 GB allocation) and every division by it (no head_dim: H / heads) sane.
-  std::int64_t integer(const std::string& key, std::int64_t lo, std::int64_t hi) const {
-    // A value past 2^63-1 is out of [lo, hi] too: named with the field's own range (a mask_token_id
-    // of 2^64-1 is outside the vocabulary, not "outside int64").
-    EAGLE_CHECK(!has(key) || !j[key].is_number_unsigned() ||
-                    j[key].get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()),
-                bad(key, "out of range").expected(fmt::format("an integer in [{}, {}]", lo, hi)).found(j[key].dump()));
-    const auto v = integer(key);
-    EAGLE_CHECK(
-        v >= lo && v <= hi,
-        bad(key, "out of range").expected(fmt::format("an integer in [{}, {}]", lo, hi)).found(std::to_string(v)));
-    return v;
-  }
-  std::int64_t integer_or(const std::string& key, std::int64_t def, std::int64_t lo, std::int64_t hi) const {
-    return has(key) ? integer(key, lo, hi) : def;
-  }
-  // A finite number in [lo, hi], else the default.
-  double number_or(const std::string& key, double def, double lo, double hi) const {
-    if (!has(key)) return def;
-    const double v = typed(key, j[key].is_number(), "a number").get<double>();
-    EAGLE_CHECK(std::isfinite(v) && v >= lo && v <= hi,
-                bad(key, "out of range").expected(fmt::format("a number in [{}, {}]", lo, hi)).found(j[key].dump()));
-    return v;
-  }
-  std::string string_or(const std::string& key, const std::string& def) const {
-    return has(key) ? typed(key, j[key].is_string(), "a string").get<std::string>() : def;
-  }
-  bool boolean_or(const std::string& key, bool def) const {
-    return has(key) ? typed(key, j[key].is_boolean(), "true or false").get<bool>() : def;
-  }
-  // The first string of a list of strings (architectures); empty when absent or empty.
-  std::string first_string(const std::string& key) const {
-    if (!has(key)) return "";
-    const auto& list = typed(key, j[key].is_array(), "a list of strings");
-    if (list.empty()) return "";
-    EAGLE_CHECK(list[0].is_string(), bad(key + "[0]", "wrong JSON type").expected("a string").found(list[0].dump()));
-    return list[0].get<std::string>();
-  }
-  std::vector<std::int64_t> integers(const std::string& key) const {
-    const auto& list = typed(key, j[key].is_array(), "a list of integers");
-    std::vector<std::int64_t> out;
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      EAGLE_CHECK(
-          list[i].is_number_integer() &&
-              (!list[i].is_number_unsigned() ||
-               list[i].get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())),
-          bad(fmt::format("{}[{}]", key, i), "wrong JSON type").expected("an integer").found(list[i].dump()));
-      out.push_back(list[i].get<std::int64_t>());
-    }
-    return out;
-  }
-  // A nested object (an empty one when absent), its fields named under "key.".
-  Fields object(const std::string& key) const {
-    static const json empty = json::object();
-    if (!has(key)) return {empty, file, prefix + key + "."};
-    return {typed(key, j[key].is_object(), "an object"), file, prefix + key + "."};
-  }
-  // The first object of a list of objects (proposal_methods); an empty one when absent or empty.
-  Fields first_object(const std::string& key) const {
-    static const json empty = json::object();
-    if (!has(key)) return {empty, file, prefix + key + "[0]."};
-    const auto& list = typed(key, j[key].is_array(), "a list of objects");
-    if (list.empty()) return {empty, file, prefix + key + "[0]."};
-    EAGLE_CHECK(list[0].is_object(), bad(key + "[0]", "wrong JSON type").expected("an object").found(list[0].dump()));
-    return {list[0], file, prefix + key + "[0]."};
-  }
-};
 
 model::RopeConfig rope_from_json(const Fields& layer, std::int64_t head_dim, std::int64_t max_pos) {
   model::RopeConfig r;
