@@ -145,3 +145,39 @@ TEST_CASE("SVG charts: breaks at non-finite values, single points, no data, esca
   CHECK(format_number(nan) == "n/a");
   CHECK(format_number(1.5e-5) == "1.5e-05");
 }
+
+TEST_CASE("SVG charts are bounded for any finite value and any number of points (issue 53 item 6)", "[io]") {
+  // Steps near 1e17 (a step there plus 1 is the same double) and losses out to -1.7e308 drew ticks forever.
+  const double huge = 1.7e308;
+  for (const auto& points : std::vector<std::vector<std::pair<double, double>>>{
+           {{1e17, 1.0}, {1e17 + 16, 2.0}, {1e17 + 32, 3.0}},
+           {{0, -huge}, {1, huge}},
+           {{1e300, -huge}, {-1e300, 1e-300}},
+           {{5, 1e-300}, {6, 1e-300}}}) {
+    const auto svg = line_chart("t", "step", {Series{"s", points}});
+    const auto bad = std::min(svg.find("nan"), svg.find("inf"));
+    INFO(svg.substr(bad == std::string::npos ? 0 : bad - std::min<std::size_t>(bad, 200), 400));
+    CHECK(count(svg, "<polyline") == 1);
+    CHECK(svg.size() < 20000);
+    CHECK(svg.find("nan") == std::string::npos);
+    CHECK(svg.find("inf") == std::string::npos);
+  }
+  CHECK(bar_chart("b", {Bar{"x", huge, huge}, Bar{"y", -huge, {}}}).size() < 20000);
+  // A million points draw as about a thousand, the line still broken where a skipped point was not finite.
+  Series many{"loss", {}};
+  for (int i = 0; i < 1000000; ++i)
+    many.points.emplace_back(i, i == 500001 ? std::numeric_limits<double>::quiet_NaN() : std::sin(i * 1e-4));
+  const auto svg = line_chart("t", "step", {many});
+  CHECK(count(svg, "<polyline") == 2);
+  CHECK(svg.size() < 40000);
+}
+
+TEST_CASE("the run report of a long run stays a page of bounded size", "[io]") {
+  RunRecords r;
+  r.dir = "run";
+  for (int i = 1; i <= 300000; ++i)
+    r.steps.push_back(json{{"step", i}, {"loss", 1.0 / i}, {"acc", {0.5, 0.25, 0.125}}, {"lr", 1e-3},
+                           {"tokens_per_s", 1000.0}, {"grad_norm", 1.0}});
+  const auto page = render_report(r);
+  CHECK(page.size() < 2'000'000);  // about 0.3 MB: 3 points a pixel column at most per series
+}

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -14,6 +15,9 @@ constexpr double kWidth = 640, kHeight = 300;
 constexpr double kLeft = 64, kRight = 16, kTop = 34, kBottom = 64;  // plot margins, pixels
 constexpr const char* kColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
                                     "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr std::size_t kMaxPoints = 1000;  // per drawn series
 
 struct Range {
   double lo = std::numeric_limits<double>::infinity();
@@ -26,32 +30,60 @@ struct Range {
   bool empty() const { return !(lo <= hi); }
 };
 
-// A tick step of 1, 2 or 5 times a power of ten giving about `count` ticks over [lo, hi].
+// Ranges and ticks are computed on half values (v / 2), so any two finite doubles have a finite distance
+// (1e308 - -1.7e308 overflows a double, its half does not).
+double half_span(double lo, double hi) { return hi * 0.5 - lo * 0.5; }
+
+// A tick step of 1, 2 or 5 times a power of ten giving about `count` ticks over [lo, hi]; infinite when the
+// step itself passes the largest double (a range near the whole double line).
 double nice_step(double lo, double hi, int count) {
-  double raw = (hi - lo) / count;
-  if (!(raw > 0)) return 1.0;
-  double mag = std::pow(10.0, std::floor(std::log10(raw)));
-  double f = raw / mag;
+  const double raw_half = half_span(lo, hi) / count;
+  if (!(raw_half > 0) || !std::isfinite(raw_half)) return 1.0;
+  const double mag = std::pow(10.0, std::floor(std::log10(raw_half)));
+  const double f = 2 * (raw_half / mag);
   return (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * mag;
 }
 
-// Widens a range to whole tick steps (and a flat range to a visible one).
+// Widens a range to whole tick steps (and a flat range to a visible one); a range whose rounding to steps
+// would overflow stays as it is.
 Range padded(Range r, int ticks, double* step) {
-  if (r.hi - r.lo < 1e-12 * std::max(1.0, std::abs(r.hi))) {
+  if (half_span(r.lo, r.hi) < 0.5e-12 * std::max(1.0, std::abs(r.hi))) {
     double pad = std::max(std::abs(r.hi) * 0.05, 0.5);
     r.lo -= pad;
     r.hi += pad;
   }
   *step = nice_step(r.lo, r.hi, ticks);
-  r.lo = std::floor(r.lo / *step) * *step;
-  r.hi = std::ceil(r.hi / *step) * *step;
+  const double lo = std::floor(r.lo / *step) * *step, hi = std::ceil(r.hi / *step) * *step;
+  if (std::isfinite(lo) && std::isfinite(hi)) {
+    r.lo = lo;
+    r.hi = hi;
+  }
   return r;
+}
+
+// The tick values from lo to hi by step: at most kMaxTicks, by index (adding a step to 1e17 changes nothing, so
+// a loop of `v += step` never ends); only the two ends when the step does not divide the range into few.
+constexpr double kMaxTicks = 50;
+std::vector<double> ticks(double lo, double hi, double step) {
+  if (!(lo <= hi)) return {};
+  const double n = std::isfinite(step) && step > 0 ? std::floor(half_span(lo, hi) / (step * 0.5) + 1e-6) : kNaN;
+  if (!(n >= 0 && n <= kMaxTicks)) return lo == hi ? std::vector<double>{lo} : std::vector<double>{lo, hi};
+  std::vector<double> out;
+  for (int i = 0; i <= static_cast<int>(n); ++i) {
+    const double v = 2 * (lo * 0.5 + i * (step * 0.5));  // i * step alone may pass the largest double
+    if (std::isfinite(v)) out.push_back(std::min(v, hi));
+  }
+  return out;
 }
 
 struct Frame {
   Range x, y;
-  double px(double v) const { return kLeft + (v - x.lo) / (x.hi - x.lo) * (kWidth - kLeft - kRight); }
-  double py(double v) const { return kHeight - kBottom - (v - y.lo) / (y.hi - y.lo) * (kHeight - kTop - kBottom); }
+  double px(double v) const {
+    return kLeft + half_span(x.lo, v) / half_span(x.lo, x.hi) * (kWidth - kLeft - kRight);
+  }
+  double py(double v) const {
+    return kHeight - kBottom - half_span(y.lo, v) / half_span(y.lo, y.hi) * (kHeight - kTop - kBottom);
+  }
 };
 
 std::string open_svg(std::string_view title) {
@@ -63,7 +95,7 @@ std::string open_svg(std::string_view title) {
 
 std::string y_axis(const Frame& f, double step) {
   std::string out;
-  for (double v = f.y.lo; v <= f.y.hi + step * 1e-6; v += step) {
+  for (double v : ticks(f.y.lo, f.y.hi, step)) {
     double y = f.py(v);
     out += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#ddd\"/>"
                        "<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"11\" text-anchor=\"end\">{}</text>",
@@ -113,12 +145,12 @@ std::string line_chart(std::string_view title, std::string_view x_label, const s
         f.y.add(y);
       }
   if (f.x.empty() || f.y.empty()) return no_data(title);
-  if (f.x.hi == f.x.lo) f.x.hi = f.x.lo + 1;
+  if (f.x.hi == f.x.lo) f.x.hi = f.x.lo + std::max(1.0, std::abs(f.x.lo) * 1e-6);
   double y_step = 1;
   f.y = padded(f.y, 5, &y_step);
   std::string out = open_svg(title) + y_axis(f, y_step);
-  double x_step = nice_step(f.x.lo, f.x.hi, 6);
-  for (double v = std::ceil(f.x.lo / x_step) * x_step; v <= f.x.hi + x_step * 1e-6; v += x_step)
+  const double x_step = nice_step(f.x.lo, f.x.hi, 6), x_first = std::ceil(f.x.lo / x_step) * x_step;
+  for (double v : std::isfinite(x_first) ? ticks(x_first, f.x.hi, x_step) : std::vector<double>{f.x.lo, f.x.hi})
     out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"11\" text-anchor=\"middle\">{}</text>", f.px(v),
                        kHeight - kBottom + 16, format_number(v));
   out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"11\" text-anchor=\"middle\">{}</text>",
@@ -134,11 +166,17 @@ std::string line_chart(std::string_view title, std::string_view x_label, const s
       out += fmt::format("<polyline fill=\"none\" stroke=\"{}\" stroke-width=\"1.8\" points=\"{}\"/>", c, pts);
       pts.clear();
     };
-    for (const auto& [x, y] : s.points) {
-      if (!std::isfinite(y)) {
-        flush();
-        continue;
-      }
+    // At most about kMaxPoints drawn per series (a 1e6-line log would otherwise make a page of tens of MB):
+    // every stride-th point and the last, a break kept wherever a skipped point was not finite.
+    const std::size_t stride = (s.points.size() + kMaxPoints - 1) / kMaxPoints;
+    bool gap = false;
+    for (std::size_t i = 0; i < s.points.size(); ++i) {
+      const auto& [x, y] = s.points[i];
+      gap = gap || !std::isfinite(y);
+      if (i % stride != 0 && i + 1 != s.points.size()) continue;
+      if (gap || !std::isfinite(y)) flush();
+      gap = false;
+      if (!std::isfinite(y)) continue;
       pts += fmt::format("{}{:.1f},{:.1f}", pts.empty() ? "" : " ", f.px(x), f.py(y));
     }
     flush();
