@@ -7,6 +7,8 @@
 #include <limits>
 #include <sstream>
 
+#include <sys/stat.h>
+
 #include "eagle/util/log_sink.h"
 #include "eagle/io/metrics_log.h"
 #include "eagle/io/progress.h"
@@ -218,4 +220,26 @@ TEST_CASE("metrics.jsonl: a resumed run keeps steps up to the checkpoint and con
     log.write({{"step", 11}});
   }
   CHECK(eagle::test::read_file(empty / "metrics.jsonl") == "{\"step\":11}\n");
+}
+
+TEST_CASE("a FIFO or folder planted as metrics.jsonl is refused by name, never opened (issue 53 L1)", "[io]") {
+  eagle::test::TempDir dir;
+  const auto log = dir / MetricsLog::kFileName;
+  REQUIRE(::mkfifo(log.c_str(), 0600) == 0);
+  for (const auto resumed : {std::optional<std::int64_t>{}, std::optional<std::int64_t>{5}}) {
+    try {
+      MetricsLog m(dir.path(), resumed);  // opening the FIFO would block this test forever
+      FAIL("opened");
+    } catch (const eagle::Error& e) {
+      CHECK(e.kind() == eagle::ErrorKind::output);
+      CHECK_THAT(e.format(), Catch::Contains("metrics.jsonl") && Catch::Contains("metrics log"));
+    }
+  }
+  std::filesystem::remove(log);
+  std::filesystem::create_directories(log);
+  CHECK_THROWS_AS(MetricsLog(dir.path(), 5), eagle::Error);
+  std::filesystem::remove(log);
+  MetricsLog fresh(dir.path(), std::nullopt);  // a regular file (none yet) opens
+  fresh.write(json{{"step", 1}});
+  CHECK(std::filesystem::is_regular_file(log));
 }

@@ -6,9 +6,9 @@
 #include <fstream>
 #include <string>
 
-#include "eagle/util/log.h"
 #include "eagle/util/error.h"
 #include "eagle/util/fs_sync.h"
+#include "eagle/util/log.h"
 
 namespace eagle::io {
 namespace fs = std::filesystem;
@@ -20,6 +20,10 @@ MetricsLog::MetricsLog(const fs::path& output_dir, std::optional<std::int64_t> r
   fs::create_directories(output_dir, ec);
   if (ec)
     throw Error(ErrorKind::output, "cannot create the output folder").file(output_dir.string()).found(ec.message());
+  // Anything but a regular file under the log's name is refused before it is opened: a FIFO planted as
+  // metrics.jsonl blocked the open forever (and with it the first SIGTERM).
+  if (fs::exists(path_, ec) || fs::is_symlink(path_, ec))
+    util::require_regular_file(path_, ErrorKind::output, "the run's metrics log");
   if (resumed_step && fs::exists(path_)) {
     std::ifstream in(path_);
     std::string line, kept;
@@ -53,7 +57,8 @@ MetricsLog::~MetricsLog() {
 
 void MetricsLog::write(const json& record) {
   if (!record.is_object() || !record.contains("step") || !record["step"].is_number_integer())
-    throw Error(ErrorKind::internal, "a metrics record needs an integer \"step\"").file(path_.string())
+    throw Error(ErrorKind::internal, "a metrics record needs an integer \"step\"")
+        .file(path_.string())
         .found(record.dump());
   std::string line = record.dump() + "\n";
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0)
