@@ -6,6 +6,9 @@
 
 #include <limits>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "eagle/head/export/io.h"
 #include "eagle/model/safetensors.h"
 #include "eagle/util/error.h"
@@ -283,4 +286,35 @@ TEST_CASE("a head whose config.json leaves out some of its tensors is refused, t
                                                          Catch::Contains("not part of the head") &&
                                                          Catch::Contains(c.tensor));
   }
+}
+
+TEST_CASE("export removes the temporary folder a killed export left, never a live one's (issue 53 L7)", "[head]") {
+  torch::manual_seed(15);
+  auto cfg = tiny_head_config(3, 2);
+  head::Eagle3Head head(cfg, tiny_vocab());
+  TempDir tmp;
+  std::filesystem::create_directories(tmp / "ckpt");
+  head::write_head_files(head, head::checkpoint_format(cfg), (tmp / "ckpt").string());
+  // A process that has exited: its pid names the leftover of a killed export.
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  REQUIRE(child > 0);
+  int status = 0;
+  REQUIRE(waitpid(child, &status, 0) == child);
+  const auto dead = tmp / (".tmp-out." + std::to_string(child));
+  const auto live = tmp / (".tmp-out." + std::to_string(getpid()));  // this test: alive
+  const auto other = tmp / (".tmp-other." + std::to_string(child));  // another output's
+  for (const auto& d : {dead, live, other}) {
+    std::filesystem::create_directories(d);
+    eagle::test::write_file(d / "model.safetensors", "partial");
+  }
+  auto ok =
+      run_cli("export --checkpoint " + (tmp / "ckpt").string() + " --format sglang --output " + (tmp / "out").string());
+  INFO(ok.output);
+  REQUIRE(ok.exit_code == 0);
+  CHECK_FALSE(std::filesystem::exists(dead));
+  CHECK_THAT(ok.output, Catch::Contains("left by a killed export"));
+  CHECK(std::filesystem::exists(live / "model.safetensors"));
+  CHECK(std::filesystem::exists(other / "model.safetensors"));
+  CHECK(std::filesystem::exists(tmp / "out" / "model.safetensors"));
 }
