@@ -280,6 +280,24 @@ TEST_CASE("config messages name the field at fault and print numbers as written 
     CHECK_THAT(config_error(dir, j), Catch::Contains("\"sliding_window\"") && Catch::Contains("found 0") &&
                                          Catch::Contains("0 and null mean none"));
   }
+  SECTION("reader leftovers of round 4 (issue 53 L9): each refused by its field, not ending in NaN or ignored") {
+    auto g = config_of("tiny-gemma2");
+    g["final_logit_softcapping"] = 1e-300;  // 0 in fp32: x / 0
+    CHECK_THAT(config_error(dir, g), Catch::Contains("\"final_logit_softcapping\"") && Catch::Contains("[1e-06"));
+    auto y = config_of("tiny-qwen3-yarn");
+    y["rope_parameters"]["beta_fast"] = 1.0;
+    y["rope_parameters"]["beta_slow"] = 32.0;
+    CHECK_THAT(config_error(dir, y), Catch::Contains("beta_fast") && Catch::Contains("more than beta_slow 32"));
+    y = config_of("tiny-qwen3-yarn");
+    y["rope_parameters"]["attention_factor"] = 1e12;  // scores times 1e24: NaN at step 1
+    CHECK_THAT(config_error(dir, y), Catch::Contains("attention_factor") && Catch::Contains("[0, 100]"));
+    y["rope_parameters"]["attention_factor"] = 1.2;
+    CHECK(parse(dir, y).rope.attention_factor == 1.2);
+    auto q = config_of("tiny-qwen3-fp8");
+    q["quantization_config"]["modules_to_not_convert"] = "lm_head";  // a string, silently read as none before
+    CHECK_THAT(config_error(dir, q),
+               Catch::Contains("quantization_config.modules_to_not_convert") && Catch::Contains("a list of strings"));
+  }
   SECTION("FP8 weight_block_size near 2^63 is refused with its range") {
     auto j = config_of("tiny-qwen3-fp8");
     j["quantization_config"]["weight_block_size"] = {std::int64_t{1} << 62, 16};

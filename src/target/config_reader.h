@@ -70,6 +70,14 @@ struct Reader {
                                         .found(has(key) ? j[key].dump() : fmt::format("{}", v)));
     return v;
   }
+  // A tanh soft cap: 0 or null is none; else in [1e-6, 1e12] (a cap of 1e-300 is 0 in fp32, and x / 0 is NaN).
+  double softcap(const std::string& key) const {
+    const double v = number_in(key, 0.0, 0.0, 1e12);
+    EAGLE_CHECK(v == 0.0 || v >= 1e-6, bad(key, "out of range")
+                                           .expected("0 or null (no cap), or a cap in [1e-06, 1e+12]")
+                                           .found(j[key].dump()));
+    return v;
+  }
   bool boolean_or(const std::string& key, bool def) const {
     if (!has(key)) return def;
     EAGLE_CHECK(j[key].is_boolean(), bad(key, "not a boolean").found(j[key].dump()));

@@ -174,9 +174,13 @@ void read_fp8(const Reader& r, const json& q, TargetConfig& c) {
                     .found(x.dump()));
     c.quant.fp8_block.push_back(x.get<std::int64_t>());
   }
-  if (q.contains("modules_to_not_convert") && q["modules_to_not_convert"].is_array())
-    for (const auto& m : q["modules_to_not_convert"])
-      if (m.is_string()) c.quant.fp8_skip.push_back(m.get<std::string>() + ".");
+  if (!qr.has("modules_to_not_convert")) return;
+  const auto& skip = q["modules_to_not_convert"];
+  EAGLE_CHECK(skip.is_array() && std::all_of(skip.begin(), skip.end(), [](const json& m) { return m.is_string(); }),
+              bad("modules_to_not_convert", "not a list of module names")
+                  .expected("a list of strings (the modules kept in float), or null")
+                  .found(skip.dump().substr(0, 120)));
+  for (const auto& m : skip) c.quant.fp8_skip.push_back(m.get<std::string>() + ".");
 }
 
 }  // namespace

@@ -25,8 +25,8 @@ void read_gemma(const Reader& r, TargetConfig& c) {
   c.attention.scale = 1.0 / std::sqrt(scalar);
   // Gemma 3's attention never applies attn_logit_softcapping (transformers does not pass it on).
   // A soft cap of 0 or null is no cap (kNoneMeansZero); each one is named by its own field.
-  c.attention.softcap = c.family == Family::gemma2 ? r.number_in("attn_logit_softcapping", 0.0, 0.0, 1e12) : 0.0;
-  c.final_softcap = r.number_in("final_logit_softcapping", 0.0, 0.0, 1e12);
+  c.attention.softcap = c.family == Family::gemma2 ? r.softcap("attn_logit_softcapping") : 0.0;
+  c.final_softcap = r.softcap("final_logit_softcapping");
   EAGLE_CHECK(!r.boolean_or("use_bidirectional_attention", false),
               r.bad("use_bidirectional_attention", "bidirectional attention (an encoder) is not a causal target")
                   .found("true"));

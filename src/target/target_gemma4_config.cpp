@@ -141,7 +141,7 @@ void read_gemma4(const Reader& r, TargetConfig& c) {
   c.hidden_act = r.string_or("hidden_activation", "gelu_pytorch_tanh");
   EAGLE_CHECK(c.hidden_act == "gelu_pytorch_tanh",
               r.bad("hidden_activation", "unsupported activation").expected("gelu_pytorch_tanh").found(c.hidden_act));
-  c.final_softcap = r.number_in("final_logit_softcapping", 0.0, 0.0, 1e12);
+  c.final_softcap = r.softcap("final_logit_softcapping");
   c.attention.bias = c.attention.o_bias = r.boolean_or("attention_bias", false);
   const auto bidirectional = r.string_or("use_bidirectional_attention", "");
   EAGLE_CHECK(bidirectional.empty() || bidirectional == "vision",

@@ -84,11 +84,19 @@ model::RopeConfig parse_rope(const Reader& r, const json& params, const std::str
         in("factor",
            static_cast<double>(c.max_position_embeddings) / static_cast<double>(rope.original_max_position_embeddings),
            lim::kMinRope, lim::kMaxRope);
-    rope.attention_factor = in("attention_factor", 0.0, 0.0, lim::kMaxRope);
+    // The attention factor scales cos and sin, so every score by its square: released YaRN models use about
+    // 1-1.5 (0.1 ln(factor) + 1); past 100 the scores overflow in half precision and the run ends in NaN.
+    rope.attention_factor = in("attention_factor", 0.0, 0.0, 100.0);
   }
   if (rope.type == "yarn") {
     rope.beta_fast = in("beta_fast", 32.0, lim::kMinRope, lim::kMaxRope);
     rope.beta_slow = in("beta_slow", 1.0, lim::kMinRope, lim::kMaxRope);
+    // The ramp runs from the dimension of beta_fast rotations to that of beta_slow: fast above slow.
+    EAGLE_CHECK(rope.beta_fast > rope.beta_slow,
+                bad("beta_fast", "out of range")
+                    .expected(fmt::format("more than beta_slow {} (YaRN's ramp from fast to slow rotations)",
+                                          rope.beta_slow))
+                    .found(fmt::format("{}", rope.beta_fast)));
     rope.truncate = p.boolean_or("truncate", true);
     rope.mscale = in("mscale", 0.0, -lim::kMaxRope, lim::kMaxRope);
     rope.mscale_all_dim = in("mscale_all_dim", 0.0, -lim::kMaxRope, lim::kMaxRope);
