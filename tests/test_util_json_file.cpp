@@ -47,6 +47,18 @@ TEST_CASE("read_json_object reads an object and names the file in every error", 
   CHECK(list.file() == (tmp / "list.json").string());
 
   CHECK(read_error(tmp.path()).message() == "the test config is not a regular file");
+
+  // A key twice, at the top or nested (a DFlash config with two block sizes): refused by name (issue 53 L5);
+  // the same key in two objects is not a duplicate.
+  test::write_file(tmp / "twice.json", R"({"block_size": 4, "dflash_config": {"a": 1}, "block_size": 8})");
+  const auto twice = read_error(tmp / "twice.json");
+  CHECK(twice.kind() == ErrorKind::input);
+  CHECK(twice.message() == "a key is given twice in the test config");
+  CHECK(twice.place() == "key \"block_size\"");
+  test::write_file(tmp / "nested.json", R"({"d": {"mask_token_id": 1, "mask_token_id": 2}})");
+  CHECK(read_error(tmp / "nested.json").place() == "key \"mask_token_id\"");
+  test::write_file(tmp / "apart.json", R"({"a": {"k": 1}, "b": {"k": 2}, "k": 3})");
+  CHECK(util::read_json_object(tmp / "apart.json", "test config")["k"] == 3);
 }
 
 TEST_CASE("json_field reads a typed field or names the missing or mistyped one", "[util]") {

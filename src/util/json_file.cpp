@@ -2,6 +2,11 @@
 #include "eagle/util/json_file.h"
 
 #include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include "eagle/util/fs_sync.h"
 
@@ -14,9 +19,26 @@ nlohmann::json read_json_object(const std::filesystem::path& path, std::string_v
   require_regular_file(path, ErrorKind::input, "the " + name);
   std::ifstream in(path);
   EAGLE_CHECK(in.good(), Error(ErrorKind::input, "cannot read the " + name).file(file).hint(std::string(hint)));
+  // A key given twice in one object is refused by name: parsers keep one of the two silently (the last, in
+  // nlohmann's and Python's), so which value a model or draft config means is not certain.
+  std::vector<std::set<std::string>> seen;  // the keys of each open object
+  auto no_duplicates = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    using event_t = nlohmann::json::parse_event_t;
+    if (event == event_t::object_start) {
+      seen.emplace_back();
+    } else if (event == event_t::object_end) {
+      seen.pop_back();
+    } else if (event == event_t::key && !seen.back().insert(parsed.get<std::string>()).second) {
+      throw Error(ErrorKind::input, "a key is given twice in the " + name)
+          .file(file)
+          .place(fmt::format("key \"{}\"", parsed.get<std::string>()))
+          .hint("keep one of them");
+    }
+    return true;
+  };
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in);
+    j = nlohmann::json::parse(in, no_duplicates);
   } catch (const nlohmann::json::exception& e) {
     throw Error(ErrorKind::input, name + " is not valid JSON")
         .file(file)
