@@ -7,6 +7,7 @@
 #include "acceptance_helpers.h"
 #include "eagle/acceptance/decode.h"
 #include "eagle/acceptance/measure.h"
+#include "eagle/util/progress.h"
 
 using namespace eagle;
 
@@ -103,4 +104,29 @@ TEST_CASE("no prompt, no AR by depth", "[acceptance]") {
   CHECK_FALSE(none.ar);
   CHECK(none.ar_by_depth.empty());
   CHECK(none.ar_by_category.empty());
+}
+
+TEST_CASE("the eval command's progress line shows each depth pass: prompts, running AR, speed (issue 53 item 7)",
+          "[acceptance]") {
+  test::TempDir dir;
+  auto target = test::tiny_llama();
+  auto trained = test::trained_on_replies(dir.path(), target);
+  std::FILE* out = std::tmpfile();
+  REQUIRE(out);
+  auto s = chain_settings(3, 1);
+  {
+    util::ProgressDisplay display("eval", util::ProgressMode::bar, out);
+    s.progress = &display;
+    const auto stats = acceptance::measure(target, *trained, test::smoke_data(), s);
+    REQUIRE(stats.ar);
+  }
+  std::fflush(out);
+  std::rewind(out);
+  std::string text;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, out)) > 0;) text.append(buf, n);
+  std::fclose(out);
+  // The first pass always draws (a bar redraws at most 5 times a second after it).
+  CHECK_THAT(text, Catch::Contains("eval [") && Catch::Contains("depth 1/3 over 8 prompts, AR ") &&
+                       Catch::Contains(" tok/s | ") && Catch::Contains(" elapsed | ETA "));
 }

@@ -16,6 +16,7 @@
 #include "eagle/head/draft_spec.h"
 #include "eagle/util/error.h"
 #include "eagle/util/log.h"
+#include "eagle/util/progress.h"
 
 namespace eagle::acceptance {
 
@@ -114,8 +115,22 @@ AcceptanceStats measure(const target::TargetModel& target, head::DraftHead& head
   std::vector<AcceptanceResult> by_depth;
   PrefillReuse reuse;
   PrefillStore kept;
-  for (std::int64_t k = 1; k <= s.draft_len; ++k)
+  const util::ProgressLine line("eval");
+  std::int64_t tokens = 0;
+  for (std::int64_t k = 1; k <= s.draft_len; ++k) {
     by_depth.push_back(greedy_chain(target, head, prompts, s, k, batched, reuse, kept));
+    tokens += by_depth.back().generated;
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (s.progress != nullptr && s.progress->due(elapsed, false)) {
+      const double done = static_cast<double>(k) / static_cast<double>(s.draft_len);
+      line.show(*s.progress, done,
+                fmt::format("depth {}/{} over {} prompts, AR {} | {:.0f} tok/s | {} elapsed | {}", k, s.draft_len,
+                            by_depth.back().prompts, fmt::format("{:.3f}", ar_or_nan(by_depth.back())),
+                            static_cast<double>(tokens) / std::max(elapsed, 1e-9), util::format_duration(elapsed),
+                            util::format_eta(done, 1.0, elapsed)),
+                elapsed, false);
+    }
+  }
   const AcceptanceResult& chain = by_depth.back();
   if (chain.rounds > 0) {
     out.ar = chain.ar;

@@ -22,6 +22,7 @@
 #include "eagle/util/error.h"
 #include "eagle/util/fs_sync.h"
 #include "eagle/util/log.h"
+#include "eagle/util/progress.h"
 
 namespace eagle::cli {
 namespace {
@@ -131,7 +132,9 @@ void run_eval(const config::Options& opts, const Invocation& argv) {
     warn_other_target(loaded.config, opts.model_name_or_path);
   }
   // The head decides what it reads: the target layers it was trained on.
-  const auto settings = train::EvalSettings::from(opts, loaded.config.ttt_steps);
+  auto settings = train::EvalSettings::from(opts, loaded.config.ttt_steps);
+  util::ProgressDisplay progress("eval");  // a long evaluation shows where it is (issue 53 item 7)
+  settings.acceptance.progress = &progress;
   acceptance::check_head_settings(loaded.config, settings.acceptance);  // before the target loads
   const auto inputs = features::load_inputs(opts, head::draft_spec(loaded.config).reads(loaded.config), device,
                                             features::Split::eval);

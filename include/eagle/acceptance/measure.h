@@ -13,6 +13,10 @@
 #include "eagle/io/step_stats.h"
 #include "eagle/target/target.h"
 
+namespace eagle::util {
+class ProgressDisplay;
+}
+
 namespace eagle::acceptance {
 
 struct AcceptanceSettings {
@@ -23,6 +27,10 @@ struct AcceptanceSettings {
   std::int64_t max_cuda_graphs = 0;  // batched rounds' shapes graphed on a GPU (max_cuda_graphs)
   TreeShape tree;                    // topk 0: no tree
   SamplingSettings sampling;         // temperature 0: no sampled metrics
+  // The progress line of the eval command (not owned; null: none, as in training's evaluations): after each
+  // depth pass, the prompts, the running AR, tokens/s, elapsed and ETA; off a terminal, a log line at most
+  // every 30 s, so a short evaluation prints none.
+  util::ProgressDisplay* progress = nullptr;
 
   // eval_* options; eval_draft_len 0: ttt_steps, the head's own; eval_tree_steps 0: the draft length;
   // eval_tree_draft_tokens 0: steps + 1.
