@@ -374,7 +374,7 @@ TEST_CASE("target config: a target at every ceiling makes a head whose config.js
   c["rope_parameters"] = {{"rope_type", "yarn"},      {"rope_theta", 1e12},
                           {"factor", 1e12},           {"original_max_position_embeddings", std::int64_t{1} << 24},
                           {"beta_fast", 1e12},        {"beta_slow", 1e-6},
-                          {"attention_factor", 1e12}, {"mscale", -1e12},
+                          {"attention_factor", 100.0}, {"mscale", -1e12},
                           {"mscale_all_dim", 1e12}};
   const auto t = test::parse_config(dir, c);
   const auto h = head::HeadConfig::from_target(t, 3, {}, 32);
@@ -385,6 +385,7 @@ TEST_CASE("target config: a target at every ceiling makes a head whose config.js
     CHECK(back.rope.theta == 1e12);
     CHECK(back.rope.factor == 1e12);
     CHECK(back.rope.mscale == -1e12);
+    CHECK(back.rope.attention_factor == 100.0);  // the target's ceiling (it scales every score by its square)
     CHECK(back.target_num_hidden_layers == t.num_hidden_layers);
   }
 }
