@@ -156,3 +156,26 @@ TEST_CASE("export_mtp_target copies a target folder of symlinks with the MTP ten
   CHECK_THROWS_WITH(head::export_mtp_target(*head, kRoot + "models/tiny-qwen2", (dir / "qwen").string()),
                     Catch::Contains("the target ships no MTP layer"));
 }
+
+TEST_CASE("a MiMo folder holding a second MTP layer its config does not count is refused by name (issue 53 L4)",
+          "[head]") {
+  namespace fs = std::filesystem;
+  test::TempDir dir;
+  const auto out = dir / "mimo";
+  fs::create_directories(out);
+  fs::copy_file(fs::path(kMimo) / "config.json", out / "config.json");  // num_nextn_predict_layers 1
+  std::map<std::string, torch::Tensor> copy;  // the two shards as one file, and layer 0 again as layer 1
+  for (const char* shard : {"/model-00001-of-00002.safetensors", "/model-00002-of-00002.safetensors"})
+    for (const auto& [name, t] : model::load_safetensors(kMimo + shard)) {
+      copy[name] = t.clone();
+      if (name.rfind("model.mtp_layers.0.", 0) == 0) copy["model.mtp_layers.1." + name.substr(19)] = t.clone();
+    }
+  model::save_safetensors((out / "model.safetensors").string(), copy);
+  auto head = std::make_shared<head::MtpHead>(head::read_head_folder_config(kMimo));
+  CHECK_THROWS_WITH(head::load_mtp_weights(*head, out.string()),
+                    Catch::Contains("an MTP layer its config.json does not count") &&
+                        Catch::Contains("model.mtp_layers.1.") && Catch::Contains("num_nextn_predict_layers 1"));
+  // The shipped folder, one layer: reads.
+  auto shipped = std::make_shared<head::MtpHead>(head::read_head_folder_config(kMimo));
+  CHECK_NOTHROW(head::load_mtp_weights(*shipped, kMimo));
+}

@@ -89,7 +89,19 @@ void load_mtp_weights(DraftHead& head, const std::string& dir) {
   // What vLLM loads and then replaces by the target's (the embedding, DeepSeek's shared_head.head): read past.
   std::set<std::string> replaced;
   for (const auto& r : layout.replaced_by_target) replaced.insert(layout.prefix + r);
+  // MiMo numbers its MTP layers model.mtp_layers.{i}: one past the config's count (vLLM's multi-module
+  // speculator would load it; an export would carry it untrained) is refused by name. Qwen's mtp.layers.{i}
+  // fall under the prefix's check below; DeepSeek's and GLM's model.layers.{L + i} under the target
+  // checkpoint's layer count.
+  const std::string numbered = "model.mtp_layers.";
+  const bool mimo_numbering = layout.prefix.rfind(numbered, 0) == 0;
   for (const auto& [name, file] : files) {
+    EAGLE_CHECK(!mimo_numbering || name.rfind(numbered, 0) != 0 || name.rfind(layout.prefix, 0) == 0,
+                Error(ErrorKind::input, "the folder holds an MTP layer its config.json does not count")
+                    .file((fs::path(dir) / file).string())
+                    .place(fmt::format("tensor {}", name))
+                    .expected(fmt::format("only {}* (num_nextn_predict_layers 1: --draft mtp trains one layer)",
+                                          layout.prefix)));
     EAGLE_CHECK(!head.config().moe() || name.rfind(extra, 0) != 0,
                 Error(ErrorKind::input, "the MTP layer holds more experts than the config's num_experts")
                     .file((fs::path(dir) / file).string())
