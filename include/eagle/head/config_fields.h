@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "eagle/model/config_limits.h"
 #include "eagle/util/error.h"
 
 namespace eagle::head {
@@ -71,6 +72,15 @@ struct ConfigFields {
     const double v = typed(key, j[key].is_number(), "a number").get<double>();
     EAGLE_CHECK(std::isfinite(v) && v >= lo && v <= hi,
                 bad(key, "out of range").expected(fmt::format("a number in [{}, {}]", lo, hi)).found(j[key].dump()));
+    return v;
+  }
+  // rms_norm_eps in (0, model::limits::kMaxNormEps) (0 divides by zero on a zero row), else the default 1e-6.
+  double rms_norm_eps() const {
+    constexpr double kMax = model::limits::kMaxNormEps;
+    const double v = number_or("rms_norm_eps", 1e-6, 0, kMax);
+    EAGLE_CHECK(v > 0 && v < kMax, bad("rms_norm_eps", "out of range")
+                                       .expected(fmt::format("a number in (0, {})", kMax))
+                                       .found(fmt::format("{}", v)));
     return v;
   }
   std::string string_or(const std::string& key, const std::string& def) const {

@@ -157,11 +157,7 @@ HeadConfig dflash_config_from_json(const json& j, const std::string& file) {
   EAGLE_CHECK(c.head_dim % 2 == 0, top.bad("head_dim", "RoPE turns pairs of features")
                                        .expected("an even head_dim")
                                        .found(std::to_string(c.head_dim)));
-  c.rms_norm_eps = top.number_or("rms_norm_eps", 1e-6, 0, lim::kMaxNormEps);
-  EAGLE_CHECK(c.rms_norm_eps > 0 && c.rms_norm_eps < lim::kMaxNormEps,
-              top.bad("rms_norm_eps", "out of range")
-                  .expected(fmt::format("a number in (0, {})", lim::kMaxNormEps))
-                  .found(fmt::format("{}", c.rms_norm_eps)));
+  c.rms_norm_eps = top.rms_norm_eps();
   c.hidden_act = top.string_or("hidden_act", "silu");
   c.max_position_embeddings = top.integer_or("max_position_embeddings", 2048, 1, lim::kMaxPositions);
   c.rope = model::RopeConfig{};

@@ -137,11 +137,7 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
   const bool mla = arch == "Eagle3DeepseekV3ForCausalLM" || arch == "Eagle3DeepseekV2ForCausalLM";
   if (mla) read_mla_layer(layer, c);  // head_dim: qk_nope + qk_rope (DeepseekV3Config's head_dim is the RoPE's)
   EAGLE_CHECK(c.head_dim % 2 == 0, layer.bad("head_dim", "must be even for RoPE").found(std::to_string(c.head_dim)));
-  c.rms_norm_eps = layer.number_or("rms_norm_eps", 1e-6, 0, lim::kMaxNormEps);
-  EAGLE_CHECK(c.rms_norm_eps > 0 && c.rms_norm_eps < lim::kMaxNormEps,
-              layer.bad("rms_norm_eps", "out of range")
-                  .expected(fmt::format("a number in (0, {})", lim::kMaxNormEps))
-                  .found(fmt::format("{}", c.rms_norm_eps)));
+  c.rms_norm_eps = layer.rms_norm_eps();
   c.hidden_act = layer.string_or("hidden_act", "silu");
   c.max_position_embeddings = layer.integer_or("max_position_embeddings", 2048, 1, lim::kMaxPositions);
   c.rope = rope_from_json(layer, mla ? c.qk_rope_head_dim : c.head_dim, c.max_position_embeddings);
