@@ -12,6 +12,7 @@
 #include <set>
 
 #include "eagle/util/error.h"
+#include "eagle/util/json_file.h"
 
 namespace eagle::config {
 
@@ -85,20 +86,9 @@ void apply_json_file(Options& opts, const std::string& path, std::set<std::strin
   util::require_regular_file(path, ErrorKind::usage, "the config file");
   std::ifstream in(path);
   if (!in) throw Error(ErrorKind::usage, "cannot open the config file").file(path);
-  // A key given twice in one object is an error (JSON parsers keep the last silently).
-  std::vector<std::set<std::string>> seen;  // the keys of each open object
-  auto no_duplicates = [&](int, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::object_start) seen.emplace_back();
-    else if (event == json::parse_event_t::object_end) seen.pop_back();
-    else if (event == json::parse_event_t::key && !seen.back().insert(parsed.get<std::string>()).second)
-      throw Error(ErrorKind::usage, "a key is given twice").file(path)
-          .place(fmt::format("key \"{}\"", parsed.get<std::string>()))
-          .hint("keep one of them");
-    return true;
-  };
   json doc;
   try {
-    doc = json::parse(in, no_duplicates);
+    doc = util::parse_json_unique_keys(in, ErrorKind::usage, "a key is given twice", path);
   } catch (const json::parse_error& e) {
     throw Error(ErrorKind::usage, "malformed JSON").file(path).place(fmt::format("byte {}", e.byte)).found(e.what());
   }

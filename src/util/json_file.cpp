@@ -12,15 +12,8 @@
 
 namespace eagle::util {
 
-nlohmann::json read_json_object(const std::filesystem::path& path, std::string_view what, std::string_view hint,
-                                std::string_view malformed_hint) {
-  const std::string name(what), file = path.string();
-  // Before opening: a FIFO would block the open forever.
-  require_regular_file(path, ErrorKind::input, "the " + name);
-  std::ifstream in(path);
-  EAGLE_CHECK(in.good(), Error(ErrorKind::input, "cannot read the " + name).file(file).hint(std::string(hint)));
-  // A key given twice in one object is refused by name: parsers keep one of the two silently (the last, in
-  // nlohmann's and Python's), so which value a model or draft config means is not certain.
+nlohmann::json parse_json_unique_keys(std::istream& in, ErrorKind kind, const std::string& message,
+                                      const std::string& file) {
   std::vector<std::set<std::string>> seen;  // the keys of each open object
   auto no_duplicates = [&](int, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
     using event_t = nlohmann::json::parse_event_t;
@@ -29,16 +22,26 @@ nlohmann::json read_json_object(const std::filesystem::path& path, std::string_v
     } else if (event == event_t::object_end) {
       seen.pop_back();
     } else if (event == event_t::key && !seen.back().insert(parsed.get<std::string>()).second) {
-      throw Error(ErrorKind::input, "a key is given twice in the " + name)
+      throw Error(kind, message)
           .file(file)
           .place(fmt::format("key \"{}\"", parsed.get<std::string>()))
           .hint("keep one of them");
     }
     return true;
   };
+  return nlohmann::json::parse(in, no_duplicates);
+}
+
+nlohmann::json read_json_object(const std::filesystem::path& path, std::string_view what, std::string_view hint,
+                                std::string_view malformed_hint) {
+  const std::string name(what), file = path.string();
+  // Before opening: a FIFO would block the open forever.
+  require_regular_file(path, ErrorKind::input, "the " + name);
+  std::ifstream in(path);
+  EAGLE_CHECK(in.good(), Error(ErrorKind::input, "cannot read the " + name).file(file).hint(std::string(hint)));
   nlohmann::json j;
   try {
-    j = nlohmann::json::parse(in, no_duplicates);
+    j = parse_json_unique_keys(in, ErrorKind::input, "a key is given twice in the " + name, file);
   } catch (const nlohmann::json::exception& e) {
     throw Error(ErrorKind::input, name + " is not valid JSON")
         .file(file)

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <filesystem>
+#include <istream>
 #include <string>
 #include <string_view>
 
@@ -17,6 +18,12 @@ namespace eagle::util {
 // a JSON object"). `hint` goes with the "cannot read" error, `malformed_hint` with the last two.
 nlohmann::json read_json_object(const std::filesystem::path& path, std::string_view what, std::string_view hint = {},
                                 std::string_view malformed_hint = {});
+
+// The JSON of `in`, with a key given twice in one object refused as Error(kind, message) naming `file` and the
+// key (parsers keep one of the two silently: nlohmann and Python the last). Malformed JSON throws nlohmann's
+// parse error, which the caller words.
+nlohmann::json parse_json_unique_keys(std::istream& in, ErrorKind kind, const std::string& message,
+                                      const std::string& file);
 
 // The errors of json_field: `key` is absent, or of another type than asked (`why`: the parser's text).
 Error json_field_missing(std::string_view key, const std::string& file);
