@@ -3,12 +3,15 @@
 
 #include <ext/stdio_filebuf.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <string>
 
 #include <fmt/format.h>
@@ -55,6 +58,24 @@ void fsync_tree(const fs::path& folder) {
 
 fs::path temporary_name(const fs::path& path) {
   return folder_of(path) / (".tmp-" + path.filename().string() + "." + std::to_string(::getpid()));
+}
+
+std::vector<fs::path> remove_dead_temporaries(const fs::path& path) {
+  const std::string prefix = ".tmp-" + path.filename().string() + ".";  // temporary_name's, less the pid
+  std::vector<fs::path> removed;
+  std::error_code ec;
+  for (fs::directory_iterator it(folder_of(path), ec), end; !ec && it != end; it.increment(ec)) {
+    const auto name = it->path().filename().string();
+    if (!name.starts_with(prefix) || !all_digits(std::string_view(name).substr(prefix.size()))) continue;
+    const auto pid = std::strtoll(name.c_str() + prefix.size(), nullptr, 10);
+    if (pid <= 0 || pid > std::numeric_limits<pid_t>::max() || ::kill(static_cast<pid_t>(pid), 0) == 0 ||
+        errno != ESRCH)
+      continue;
+    std::error_code rm;
+    fs::remove_all(it->path(), rm);
+    if (!rm) removed.push_back(it->path());
+  }
+  return removed;
 }
 
 fs::path temporary_folder_name(const fs::path& path) { return folder_of(path) / (".tmp-" + path.filename().string()); }

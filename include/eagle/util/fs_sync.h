@@ -7,6 +7,7 @@
 #include <functional>
 #include <ostream>
 #include <string_view>
+#include <vector>
 
 #include "eagle/util/error.h"
 
@@ -15,6 +16,10 @@ namespace eagle::util {
 // The one temporary-name rule of every writer: ".tmp-<name>.<pid>" beside `path` (hidden, and the pid
 // keeps two writers of one target apart).
 std::filesystem::path temporary_name(const std::filesystem::path& path);
+// What killed writers of `path` left: its temporary_name files or folders (".tmp-<name>.<pid>") whose process
+// is gone, removed; returns their paths. A live pid's belongs to a writer still at work, and a pid running
+// again may be another process now: both are kept.
+std::vector<std::filesystem::path> remove_dead_temporaries(const std::filesystem::path& path);
 // The rule for a folder written under a lock whose leftover the next writer removes by name
 // (checkpoints): ".tmp-<name>" beside `path`.
 std::filesystem::path temporary_folder_name(const std::filesystem::path& path);

@@ -1,12 +1,6 @@
 // Exporting a draft of any kind (see export/draft.h): what was in cli/cmd_export.cpp, by kind.
 #include "eagle/head/export/draft.h"
 
-#include <cerrno>
-#include <charconv>
-#include <filesystem>
-
-#include <signal.h>
-
 #include "eagle/head/dflash/io.h"
 #include "eagle/head/mtp/io.h"
 #include "eagle/target/target.h"
@@ -16,32 +10,6 @@
 
 namespace eagle::head {
 namespace {
-
-namespace fs = std::filesystem;
-
-// A killed export leaves its temporary folder (util::temporary_name: ".tmp-<name>.<pid>") beside the output;
-// the next export of that output removes the ones whose process is gone. A live process's is another
-// export's, and a pid that is running again is left alone too (it may be another process's now).
-void remove_dead_temporaries(const std::string& output) {
-  auto out = fs::path(output).lexically_normal();
-  if (out.filename().empty()) out = out.parent_path();
-  const auto dir = out.has_parent_path() ? out.parent_path() : fs::path(".");
-  const auto name = out.filename().string();
-  const std::string prefix = ".tmp-" + name + ".";
-  std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    const auto entry = it->path().filename().string();
-    if (!entry.starts_with(prefix) || !util::is_temporary(entry, name)) continue;
-    const auto digits = std::string_view(entry).substr(prefix.size());
-    pid_t pid = 0;
-    const auto [end_ptr, err] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
-    if (err != std::errc() || end_ptr != digits.data() + digits.size() || pid <= 0) continue;
-    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;
-    std::error_code rm;
-    fs::remove_all(it->path(), rm);
-    if (!rm) log::info("export", "removed {}, left by a killed export (process {} is gone)", it->path().string(), pid);
-  }
-}
 
 // The target folder with its MTP tensors replaced (docs/export.md): the target named here, else the
 // one the head records.
@@ -99,7 +67,9 @@ void export_eagle(const LoadedHead& loaded, HeadFormat format, const ExportReque
 
 void export_draft(const LoadedHead& loaded, HeadFormat format, const ExportRequest& request, const std::string& source) {
   const auto& c = loaded.config;
-  remove_dead_temporaries(request.output);
+  // What a killed export of this output left beside it (util::temporary_name) is cleaned first.
+  for (const auto& left : util::remove_dead_temporaries(request.output))
+    log::info("export", "removed {}, left by a killed export (its process is gone)", left.string());
   switch (kind_of(c)) {
     case DraftKind::mtp:
       log::info("export", "read the MTP head ({} layout) from {}", format_name(loaded.format), source);
