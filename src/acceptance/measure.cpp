@@ -124,8 +124,8 @@ AcceptanceStats measure(const target::TargetModel& target, head::DraftHead& head
     if (s.progress != nullptr && s.progress->due(elapsed, false)) {
       const double done = static_cast<double>(k) / static_cast<double>(s.draft_len);
       line.show(*s.progress, done,
-                fmt::format("depth {}/{} over {} prompts, AR {} | {:.0f} tok/s | {} elapsed | {}", k, s.draft_len,
-                            by_depth.back().prompts, fmt::format("{:.3f}", ar_or_nan(by_depth.back())),
+                fmt::format("depth {}/{} over {} prompts, AR {:.3f} | {:.0f} tok/s | {} elapsed | {}", k, s.draft_len,
+                            by_depth.back().prompts, ar_or_nan(by_depth.back()),
                             static_cast<double>(tokens) / std::max(elapsed, 1e-9), util::format_duration(elapsed),
                             util::format_eta(done, 1.0, elapsed)),
                 elapsed, false);
