@@ -221,3 +221,36 @@ TEST_CASE(
   INFO(ok.output);
   CHECK(ok.exit_code == 0);
 }
+
+TEST_CASE("A DFlash draft learns where EAGLE-3 learns (issue 53 item 2)", "[cli]") {
+  // tiny-llama-learn and the recurrence data (scripts/make_learning_fixture.py): a random target whose
+  // argmax a draft can fit. The same data, steps, learning rate and seed for an EAGLE-3 head and a one-layer
+  // DFlash draft with block 4, each evaluated at 3 drafted tokens on the same held-out prompts. Slot 1 of
+  // the block sees what EAGLE-3's first step sees (the context before the anchor and the anchor's token), so
+  // their AR at depth 1 must be alike. Measured on this machine (2 cores, --num_threads 1): EAGLE-3
+  // ar@1 1.135, DFlash 1.143 (speculators 0.9.0's DFlash on the same features and data: held-out slot-1
+  // accuracy within 0.01 of ours, docs/benchmarks.md); the draft reported in issue 53 stayed at 1.001. The
+  // bounds leave room for another CPU's rounding: EAGLE-3 must gain at least 0.06 (half its measured 0.135),
+  // DFlash at least half of what EAGLE-3 gains.
+  TempDir dir;
+  const std::string fixtures = EAGLE_SOURCE_DIR "/tests/fixtures/";
+  const std::string common = " --model_name_or_path " + fixtures + "models/tiny-llama-learn --data_path " + fixtures +
+                             "data/recurrence_train.jsonl --eval_data_path " + fixtures +
+                             "data/recurrence_eval.jsonl --per_device_train_batch_size 4 --training_seq_len 256"
+                             " --bucket_granularity 64 --learning_rate 3e-3 --seed 11 --max_steps 150"
+                             " --logging_steps 50 --eval_num_prompts 16 --eval_max_new_tokens 32 --device cpu"
+                             " --num_threads 1";
+  auto ar_at_1 = [&](const std::string& flags, const std::string& name) {
+    auto r = run_cli("train" + common + flags + " --output_dir " + (dir / name).string());
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    const auto summary = json::parse(read_file(dir / name / "summary.json"));
+    REQUIRE(summary["ar_by_depth"].size() == 3);
+    return summary["ar_by_depth"][0].get<double>();
+  };
+  const double eagle = ar_at_1(" --draft_vocab_size 512 --eval_draft_len 3", "eagle3");
+  const double dflash = ar_at_1(" --draft dflash --dflash_block_size 4 --draft_num_layers 1", "dflash");
+  INFO("EAGLE-3 ar@1 " << eagle << ", DFlash ar@1 " << dflash);
+  CHECK(eagle - 1.0 >= 0.06);
+  CHECK(dflash - 1.0 >= 0.5 * (eagle - 1.0));
+}
