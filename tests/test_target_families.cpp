@@ -279,6 +279,17 @@ TEST_CASE("config messages name the field at fault and print numbers as written 
     j["sliding_window"] = 0;
     CHECK_THAT(config_error(dir, j), Catch::Contains("\"sliding_window\"") && Catch::Contains("found 0") &&
                                          Catch::Contains("0 and null mean none"));
+    // null is "none" as 0 is, in every family that must slide (issue 53 L9): it took gpt-oss's default 128
+    // and Gemma's 4096 silently, and Gemma's alternating layers took 0 as full attention.
+    j["sliding_window"] = nullptr;
+    CHECK_THAT(config_error(dir, j), Catch::Contains("\"sliding_window\"") && Catch::Contains("found null"));
+    for (const nlohmann::json& value : {nlohmann::json(0), nlohmann::json(nullptr)}) {
+      auto g = config_of("tiny-gemma2");
+      g["sliding_window"] = value;
+      CHECK_THAT(config_error(dir, g), Catch::Contains("\"sliding_window\"") && Catch::Contains("need a window"));
+    }
+    j.erase("sliding_window");  // absent: the family's default
+    CHECK(parse(dir, j).attention.layer_windows.front() == 128);
   }
   SECTION("reader leftovers of round 4 (issue 53 L9): each refused by its field, not ending in NaN or ignored") {
     auto g = config_of("tiny-gemma2");

@@ -124,7 +124,10 @@ void read_attention_types(const Reader& r, TargetConfig& c) {
   const bool slides = qwen ? r.boolean_or("use_sliding_window", false) : !full_only;
   const bool gemma = t == Family::gemma2 || t == Family::gemma3_text;
   const std::int64_t default_window = t == Family::gpt_oss ? 128 : (gemma ? 4096 : 0);
-  const auto window = slides ? r.integer_or("sliding_window", qwen ? 4096 : default_window) : 0;
+  // An explicit null is "none", as 0 is (absent: the family's default): layers that must slide then
+  // refuse both alike below, instead of null silently taking the default window.
+  const bool none_given = r.j.contains("sliding_window") && r.j["sliding_window"].is_null();
+  const auto window = slides && !none_given ? r.integer_or("sliding_window", qwen ? 4096 : default_window) : 0;
   EAGLE_CHECK(window >= 0,
               r.bad("sliding_window", "must be positive, or 0 or null for none").found(std::to_string(window)));
   std::vector<bool> sliding(static_cast<std::size_t>(L), false);
@@ -145,8 +148,9 @@ void read_attention_types(const Reader& r, TargetConfig& c) {
     if (c.attention.layer_windows.empty()) c.attention.layer_windows.assign(sliding.size(), 0);
     c.attention.layer_windows[l] = window;
   }
-  EAGLE_CHECK(window > 0 || !r.has("layer_types") || std::find(sliding.begin(), sliding.end(), true) == sliding.end() ||
-                  qwen || full_only,
+  const bool must_slide = r.has("layer_types") || t == Family::gpt_oss || gemma;  // listed or alternating
+  EAGLE_CHECK(window > 0 || !must_slide || std::find(sliding.begin(), sliding.end(), true) == sliding.end() || qwen ||
+                  full_only,
               r.bad("sliding_window", "sliding_attention layers need a window (0 and null mean none)")
                   .expected("a window of 1 or more tokens")
                   .found(r.has("sliding_window") ? r.j["sliding_window"].dump() : "null"));
