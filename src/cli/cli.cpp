@@ -4,6 +4,10 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
 #include <cstdlib>
 #include <iostream>
 #include <map>
@@ -94,16 +98,34 @@ std::string version_text() {
                      EAGLE_TORCH_VERSION, compiled, torch::cuda::is_available() ? "yes" : "no");
 }
 
-void install_start_up_signals(int argc, char** argv) {
+namespace {
+constexpr std::string_view kLauncherBlocked = "EAGLE_TRAIN_LAUNCHER_BLOCKED";
+}  // namespace
+
+void install_start_up_signals(int argc, char** argv, char** envp) {
+  // The launcher (apps/eagle_train_launcher.cpp) blocked SIGINT/SIGTERM before exec'ing this process,
+  // so that one sent while LibTorch loads stays pending.
+  bool launcher_blocked = false;
+  for (char** e = envp; e != nullptr && *e != nullptr; ++e)
+    launcher_blocked |= std::string_view(*e).substr(0, kLauncherBlocked.size() + 1) == "EAGLE_TRAIN_LAUNCHER_BLOCKED=";
   // A SIGINT/SIGTERM while the libraries start or the options, data or target are read is kept for
   // the run's own stop path (a summary, exit 130) instead of ending the process with 143.
   if (argc > 1 && argv != nullptr && argv[1] != nullptr &&
-      (std::string_view(argv[1]) == "train" || std::string_view(argv[1]) == "generate"))
-    run::install_stop_signals();
+      (std::string_view(argv[1]) == "train" || std::string_view(argv[1]) == "generate")) {
+    run::install_stop_signals();  // unblocks them: a pending one reaches the handlers
+  } else if (launcher_blocked) {
+    // The other commands keep the default action: a pending stop ends the process now, as it would have.
+    sigset_t stop;
+    sigemptyset(&stop);
+    sigaddset(&stop, SIGINT);
+    sigaddset(&stop, SIGTERM);
+    ::pthread_sigmask(SIG_UNBLOCK, &stop, nullptr);
+  }
 }
 
 int main(int argc, char** argv) {
-  install_start_up_signals(argc, argv);  // done already from .preinit_array in eagle-train
+  install_start_up_signals(argc, argv, environ);      // done already from .preinit_array in eagle-train
+  ::unsetenv(std::string(kLauncherBlocked).c_str());  // not for the processes this one starts
   // Started by torchrun (RANK or WORLD_SIZE set, device::launch_info's rule): a launcher killed with
   // SIGKILL cannot forward a signal, so the kernel's parent-death signal stops the rank instead.
   if (std::getenv("RANK") != nullptr || std::getenv("WORLD_SIZE") != nullptr) run::stop_when_parent_dies();

@@ -14,8 +14,11 @@ int main(int argc, char** argv);
 
 // The stop-signal handlers of train and generate (run::install_stop_signals), for the argv of a
 // process: apps/eagle_train.cpp runs it from .preinit_array, before any shared library's
-// initialiser (LibTorch's take most of a second), and main again (idempotent).
-void install_start_up_signals(int argc, char** argv);
+// initialiser (LibTorch's take most of a second), and main again (idempotent). The launcher
+// (apps/eagle_train_launcher.cpp) blocked SIGINT/SIGTERM across the exec and says so in envp (read
+// from envp, not getenv: the C library may not have set its environment before .preinit_array):
+// the other commands get them unblocked with their default action.
+void install_start_up_signals(int argc, char** argv, char** envp);
 
 // The command line of this process as main received it (argv[0] first), for command_line.txt.
 using Invocation = std::vector<std::string>;
