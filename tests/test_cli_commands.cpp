@@ -76,6 +76,15 @@ TEST_CASE("flags and config files are read strictly: overflow, duplicate keys, f
   auto real = run_cli("train --dump-config --learning_rate 1e999");
   CHECK(real.exit_code == 2);
   CHECK_THAT(real.output, Catch::Contains("--learning_rate") && Catch::Contains("out of range"));
+  // The same number in a config file: a usage error naming the file, not an internal error (issue 53 L6).
+  eagle::test::write_file(dir / "huge.json", "{\"learning_rate\": 1e999}");
+  auto huge = run_cli("train --dump-config --config " + (dir / "huge.json").string());
+  CHECK(huge.exit_code == 2);
+  CHECK_THAT(huge.output, Catch::Contains("huge.json") && Catch::Contains("malformed JSON"));
+  // An empty output_dir is a bad value (it ended as an output failure, exit 4).
+  auto empty_dir = run_cli("train --dump-config --output_dir \"\"");
+  CHECK(empty_dir.exit_code == 2);
+  CHECK_THAT(empty_dir.output, Catch::Contains("output_dir"));
   auto junk = run_cli("train --dump-config --max_steps 12abc");
   CHECK(junk.exit_code == 2);
   // A key twice in a config file is an error naming the file and the key.
@@ -180,7 +189,7 @@ TEST_CASE("report RUN_DIR writes the run's report.html and prints its path", "[c
   // Both forms at once, a folder that is not there, and one without metrics are refused.
   CHECK(run_cli("report " + run.string() + " --output_dir " + run.string()).exit_code == 2);
   auto missing = run_cli("report " + (dir / "nope").string());
-  CHECK(missing.exit_code == 2);
+  CHECK(missing.exit_code == 3);  // a missing input (docs/usage.md), as a missing checkpoint is
   CHECK_THAT(missing.output, Catch::Contains((dir / "nope").string()));
   std::filesystem::create_directories(dir / "empty");
   auto empty = run_cli("report " + (dir / "empty").string());

@@ -349,8 +349,15 @@ TEST_CASE("data inputs that are not regular files are refused by path, in folder
   CHECK(dangling.exit_code == 3);
   CHECK_THAT(dangling.output, Catch::Contains("dangling.jsonl") && Catch::Contains("dangling symbolic link") &&
                                   Catch::Contains("gone.jsonl"));
-  // Names that are not sample files are no data: left alone whatever they are.
   fs::remove(dir / "data" / "dangling.jsonl");
+  // A folder with a sample file's name is refused too, not walked as a folder (issue 53 L6: it was skipped).
+  fs::create_directory(dir / "data" / "c.jsonl");
+  auto folder = eagle::test::run_cli("data-stats --data_path " + (dir / "data").string());
+  INFO(folder.output);
+  CHECK(folder.exit_code == 3);
+  CHECK_THAT(folder.output, Catch::Contains("c.jsonl") && Catch::Contains("folder"));
+  fs::remove(dir / "data" / "c.jsonl");
+  // Names that are not sample files are no data: left alone whatever they are.
   fs::create_symlink(dir / "gone", dir / "data" / "notes.txt");
   CHECK(eagle::test::run_cli("data-stats --data_path " + (dir / "data").string()).exit_code == 0);
 }

@@ -132,6 +132,14 @@ TEST_CASE("safetensors validation names the file, tensor and problem", "[model]"
     test::write_file(p, raw);
     CHECK_THAT(open_error(p), Catch::Contains("header length") && Catch::Contains("truncated"));
   }
+  SECTION("a tensor named twice in the header (a parser keeps one silently; issue 53 L6)") {
+    write_raw(p,
+              R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"w":{"dtype":"F32","shape":[2],)"
+              R"("data_offsets":[0,8]}})",
+              data8);
+    CHECK_THAT(open_error(p),
+               Catch::Contains("bad.safetensors") && Catch::Contains("named twice") && Catch::Contains("key \"w\""));
+  }
   SECTION("header is not JSON") {
     write_raw(p, "{not json", data8);
     CHECK_THAT(open_error(p), Catch::Contains("not valid JSON"));

@@ -9,8 +9,11 @@ namespace eagle::cli {
 
 void run_report(const config::Options& opts, const Invocation&) {
   std::error_code ec;
+  // A missing input, as a missing checkpoint or data file is (exit 3).
   if (!std::filesystem::is_directory(opts.output_dir, ec))
-    throw Error(ErrorKind::usage, "the run folder to report on does not exist")
+    throw Error(ErrorKind::input, std::filesystem::exists(opts.output_dir, ec)
+                                      ? "the run folder to report on is not a folder"
+                                      : "the run folder to report on does not exist")
         .file(opts.output_dir)
         .expected("the output_dir of a training run (holding metrics.jsonl)");
   std::cout << io::write_report(opts.output_dir).string() << "\n";

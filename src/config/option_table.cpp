@@ -373,7 +373,10 @@ std::vector<OptionEntry> declare_options() {
   // checkpoint
   t.add(&Options::output_dir, "output_dir", G::checkpoint, kTrain | kReport,
         "Run folder: checkpoints, metrics.jsonl, TensorBoard events, summary.json, resolved config, "
-        "report.html (report: the run folder to draw; also given as its positional argument)");
+        "report.html (report: the run folder to draw; also given as its positional argument)")
+      .check([](const std::string& v, const Options&) {
+        return v.empty() ? std::string("a folder name") : std::string();
+      });
   t.add(&Options::overwrite_output_dir, "overwrite_output_dir", G::checkpoint, kTrain,
         "Allow training into an output_dir that holds another run's files (checkpoints, logs, "
         "summary); they are deleted at the start");

@@ -91,6 +91,8 @@ void apply_json_file(Options& opts, const std::string& path, std::set<std::strin
     doc = util::parse_json_unique_keys(in, ErrorKind::usage, "a key is given twice", path);
   } catch (const json::parse_error& e) {
     throw Error(ErrorKind::usage, "malformed JSON").file(path).place(fmt::format("byte {}", e.byte)).found(e.what());
+  } catch (const json::exception& e) {  // a number past the double range (1e999): out_of_range, not parse_error
+    throw Error(ErrorKind::usage, "malformed JSON").file(path).found(e.what());
   }
   apply_json(opts, doc, path);
   if (keys && doc.is_object())

@@ -174,11 +174,11 @@ void walk_folder(const fs::path& root, std::vector<std::string>& found) {
     std::error_code ec;
     for (const auto& entry : fs::directory_iterator(dir, ec)) {
       std::error_code e2;
-      if (entry.is_directory(e2)) {
-        pending.push_back(entry.path());
-      } else if (is_sample_file(entry.path().string())) {
+      if (is_sample_file(entry.path().string())) {  // a folder named c.jsonl too: refused, not walked as a folder
         util::require_regular_file(entry.path(), ErrorKind::input, "a data file of the folder");
         found.push_back(entry.path().string());
+      } else if (entry.is_directory(e2)) {
+        pending.push_back(entry.path());
       }
     }
     if (ec) throw Error(ErrorKind::input, "cannot read the folder").file(dir.string()).found(ec.message());

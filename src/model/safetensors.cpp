@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -14,6 +15,7 @@
 #include "eagle/util/checked.h"
 #include "eagle/util/error.h"
 #include "eagle/util/fs_sync.h"
+#include "eagle/util/json_file.h"
 #include "eagle/util/mapped_file.h"
 
 namespace eagle::model {
@@ -105,8 +107,10 @@ SafetensorsFile SafetensorsFile::open(const std::string& path, util::MappedFile:
 
   nlohmann::json header;
   try {
-    header = nlohmann::json::parse(reinterpret_cast<const char*>(bytes + 8),
-                                   reinterpret_cast<const char*>(bytes + 8 + header_len));
+    // A tensor named twice in the header is refused by name (a parser keeps one of them silently).
+    std::istringstream text(std::string(reinterpret_cast<const char*>(bytes + 8), header_len));
+    header = util::parse_json_unique_keys(text, ErrorKind::input, "a tensor or key is named twice in the header",
+                                          impl->path);
   } catch (const nlohmann::json::exception& e) {
     throw impl->bad("header is not valid JSON").place("header").found(e.what());
   }
