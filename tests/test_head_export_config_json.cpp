@@ -49,6 +49,7 @@ TEST_CASE("a head config field of the wrong JSON type is named with the type exp
   };
   const std::vector<Case> cases = {
       {&sglang, json::json_pointer("/eagle_train/ttt_steps"), "3", "eagle_train.ttt_steps", "an integer"},
+      {&sglang, json::json_pointer("/eagle_train/eagle_version"), "3", "eagle_train.eagle_version", "an integer"},
       {&sglang, json::json_pointer("/eagle_train/ttt_loss_decay"), "0.8", "eagle_train.ttt_loss_decay", "a number"},
       {&sglang, json::json_pointer("/eagle_train/fc_bias"), "no", "eagle_train.fc_bias", "true or false"},
       {&sglang, json::json_pointer("/eagle_train/target_dtype"), 16, "eagle_train.target_dtype", "a string"},
@@ -138,4 +139,23 @@ TEST_CASE("a head's mask_token_id out of range names the vocabulary, whatever th
     CHECK_THAT(read_error(j), Catch::Contains("mask_token_id") && Catch::Contains("outside the vocabulary") &&
                                   Catch::Contains("[0, 64)") && !Catch::Contains("2^63"));
   }
+}
+
+TEST_CASE("a head's eagle_train.eagle_version must agree with its architecture (issue 53 L6)", "[head]") {
+  // It was never read: a head edited to 2, or an EAGLE-3 head saying 1, evaluated and exported with exit 0.
+  const json sglang = head::head_config_json(test::tiny_head_config(3), head::HeadFormat::sglang);
+  const json spec = head::head_config_json(test::tiny_head_config(3), head::HeadFormat::speculators);
+  const json eagle1 = head::head_config_json(test::tiny_head_config(1), head::HeadFormat::vllm_eagle1);
+  REQUIRE(sglang["eagle_train"].contains("eagle_version"));
+  for (const auto& [base, value] :
+       std::vector<std::pair<json, int>>{{sglang, 1}, {spec, 1}, {eagle1, 3}, {sglang, 2}}) {
+    json j = base;
+    j["eagle_train"]["eagle_version"] = value;
+    CHECK_THAT(read_error(j), Catch::Contains("eagle_train.eagle_version") &&
+                                  Catch::Contains("contradicts the head's architecture") &&
+                                  Catch::Contains("found " + std::to_string(value)));
+  }
+  json out_of_range = sglang;
+  out_of_range["eagle_train"]["eagle_version"] = -1;
+  CHECK_THAT(read_error(out_of_range), Catch::Contains("eagle_train.eagle_version"));
 }

@@ -191,6 +191,13 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
   c.target_name_or_path = verifier.string_or("name_or_path", c.target_name_or_path);
   if (const auto a = verifier.first_string("architectures"); !a.empty()) c.target_architecture = a;
   const Fields e = top.object("eagle_train");
+  // The architecture says which EAGLE a head is; the version eagle-train writes beside it must agree (a head
+  // edited to 2, or to 1 under an EAGLE-3 architecture, evaluated and exported as if it did).
+  const auto version = e.integer_or("eagle_version", c.eagle_version, 1, 3);
+  EAGLE_CHECK(version == c.eagle_version,
+              config_error(file, "eagle_train.eagle_version", "contradicts the head's architecture")
+                  .expected(fmt::format("{} (architectures {})", c.eagle_version, arch.empty() ? spec_type : arch))
+                  .found(std::to_string(version)));
   c.target_name_or_path = e.string_or("target_name_or_path", c.target_name_or_path);
   c.target_architecture = e.string_or("target_architecture", c.target_architecture);
   c.target_dtype = e.string_or("target_dtype", c.target_dtype);
