@@ -10,8 +10,8 @@ norm for the teacher. Packing as speculators packs (one row, document ids), Adam
 to 0, gradients clipped at 0.5, the target's embedding and LM head frozen.
 
 Needs torch, transformers and speculators 0.9.0 (pip install --no-deps speculators==0.9.0 into a
-scratch venv or a folder on PYTHONPATH); speculators' data-pipeline imports (openai, datasets,
-hs_connectors, loguru) are stubbed, as nothing here uses them. Example (the fixture of the test):
+scratch venv or a folder on PYTHONPATH); speculators' data-pipeline imports are stubbed
+(scripts/speculators_shims.py), as nothing here uses them. Example (the fixture of the test):
   PYTHONPATH=/tmp/specref python scripts/bench/dflash_learning_reference.py \
     --target tests/fixtures/models/tiny-llama-learn --train tests/fixtures/data/recurrence_train.jsonl \
     --eval tests/fixtures/data/recurrence_eval.jsonl --steps 150 --target_layers 2
@@ -19,46 +19,18 @@ hs_connectors, loguru) are stubbed, as nothing here uses them. Example (the fixt
 import argparse
 import json
 import math
+import pathlib
 import sys
-import types
-
-import importlib.abc
-import importlib.machinery
-import logging
 
 import torch
 
-# speculators' package imports its data pipeline, whose dependencies nothing here uses: stub them.
-STUBS = {"openai", "datasets", "hs_connectors", "wandb", "aiohttp", "httpx"}
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent))
+import speculators_shims  # noqa: E402
 
-
-class _Stub(types.ModuleType):
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        return type(name, (), {"__init__": lambda self, *a, **k: None})
-
-
-class _StubFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, name, path, target=None):
-        if name.split(".")[0] not in STUBS:
-            return None
-        return importlib.machinery.ModuleSpec(name, self, is_package=True)
-
-    def create_module(self, spec):
-        return _Stub(spec.name)
-
-    def exec_module(self, module):
-        module.__path__ = []
-
-
-_loguru = types.ModuleType("loguru")
-_loguru.logger = logging.getLogger("loguru")
-sys.modules["loguru"] = _loguru
-sys.meta_path.append(_StubFinder())
-import transformers
-from speculators.models.dflash.core import DFlashDraftModel
-from speculators.losses import resolve_loss_config
+speculators_shims.install()
+import transformers  # noqa: E402
+from speculators.losses import resolve_loss_config  # noqa: E402
+from speculators.models.dflash.core import DFlashDraftModel  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--target"); ap.add_argument("--train"); ap.add_argument("--eval")
