@@ -133,13 +133,16 @@ dflash=(--model_name_or_path "$ROOT/tests/fixtures/models/tiny-qwen3" --data_pat
   --draft dflash --dflash_block_size 4 --draft_num_layers 2 --dflash_num_anchors 32 --learning_rate 0.001
   --warmup_steps 0 --logging_steps 5 --max_steps 20 --eval_steps 0 --save_steps 0 --eval_num_prompts 0
   --device "$DEVICE" --num_threads 4 --seed 42 --overwrite_output_dir)
-for mode in dflash-eager dflash-graphed dflash-packed-eager dflash-packed-graphed; do
+for mode in dflash-eager dflash-graphed dflash-packed-eager dflash-packed-graphed \
+  dspark-eager dspark-graphed dspark-packed-eager dspark-packed-graphed; do
   graphs=8
   [[ "$mode" = *eager ]] && graphs=0
   extra=()
   [[ "$mode" = *packed* ]] && extra=(--padding_free)
+  # DSpark: DFlash's backbone with the Markov and confidence heads, its slots drafted left to right.
+  [[ "$mode" = dspark* ]] && extra+=(--draft dspark --dspark_markov_rank 8 --dflash_decay_gamma 4)
   "$BUILD/eagle-train" train "${dflash[@]}" "${extra[@]}" --max_cuda_graphs "$graphs" --output_dir "$OUT/$mode" \
-    >"$OUT/$mode.log" 2>&1 || fail "DFlash training ($mode)"
+    >"$OUT/$mode.log" 2>&1 || fail "DFlash/DSpark training ($mode)"
 done
 "$PY" - "$OUT" "$DEVICE" >>"$OUT/summary.txt" <<'PYEOF' || fail "graphed losses differ from eager, or a DFlash run replayed no graph"
 import json, re, sys
@@ -148,7 +151,8 @@ def losses(run):
     return [j["loss"] for j in map(json.loads, open(f"{out}/{run}/metrics.jsonl")) if "loss" in j]
 ok = True
 for e, g in (("eager", "graphed"), ("packed-eager", "packed-graphed"), ("moe-eager", "moe-graphed"),
-             ("dflash-eager", "dflash-graphed"), ("dflash-packed-eager", "dflash-packed-graphed")):
+             ("dflash-eager", "dflash-graphed"), ("dflash-packed-eager", "dflash-packed-graphed"),
+             ("dspark-eager", "dspark-graphed"), ("dspark-packed-eager", "dspark-packed-graphed")):
     a, b = losses(e), losses(g)
     worst = max(abs(x - y) for x, y in zip(a, b)) if a and len(a) == len(b) else float("inf")
     graphs = re.findall(r"CUDA graphs: .*", open(f"{out}/{g}.log").read())
@@ -157,7 +161,7 @@ for e, g in (("eager", "graphed"), ("packed-eager", "packed-graphed"), ("moe-eag
     ok &= worst < 1e-4
     # A DFlash run on a GPU must have replayed graphs: its shapes and the update captured, then replays.
     m = re.search(r"(\d+) captured, (\d+) replays", counts)
-    if device == "cuda" and g.startswith("dflash") and not (m and int(m.group(1)) > 1 and int(m.group(2)) > 0):
+    if device == "cuda" and g.startswith(("dflash", "dspark")) and not (m and int(m.group(1)) > 1 and int(m.group(2)) > 0):
         print(f"smoke {g}: no CUDA graph replayed")
         ok = False
 sys.exit(0 if ok else 1)

@@ -191,7 +191,7 @@ TEST_CASE("--draft dflash refuses what it would ignore or cannot do, by name", "
   refused(" --draft dflash --dflash_block_size 4 --eval_draft_len 4", "eval_draft_len");
   refused(" --draft dflash --dry_run", "dry_run");
   refused(" --draft medusa", "eagle|mtp|dflash");
-  refused(" --draft dspark", "dspark, DFlash with vLLM's Markov and confidence heads, is not implemented");
+  refused(" --draft dflash2", "dflash2, DFlash with local convolutions and candidate reranking, is not implemented");
 }
 
 TEST_CASE(

@@ -31,10 +31,10 @@ TEST_CASE("DSpark's training step and greedy round equal speculators' DSparkDraf
   backbone.target_layer_ids = {0, 1};  // aux ids 1, 2
   backbone.mask_token_id = 255;
   auto cfg = head::dflash_config_from_target(target::TargetConfig::from_model_dir(kQwen3), backbone);
-  head::DSparkSettings settings;
-  settings.markov_rank = 8;
-  settings.decay_gamma = 4.0;
-  head::DSparkHead h(cfg, settings);
+  cfg.dspark_markov_rank = 8;
+  cfg.dspark_confidence_head = true;
+  cfg.dflash_decay_gamma = 4.0;
+  head::DSparkHead h(cfg);
   {
     torch::NoGradGuard ng;
     for (auto& p : h.named_parameters()) {

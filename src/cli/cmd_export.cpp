@@ -18,6 +18,8 @@ head::HeadFormat head_format(config::ExportFormat f) {
       return head::HeadFormat::mtp;
     case config::ExportFormat::dflash:
       return head::HeadFormat::dflash;
+    case config::ExportFormat::dspark:
+      return head::HeadFormat::dspark;
   }
   return head::HeadFormat::sglang;
 }

@@ -56,17 +56,17 @@ struct EnumNames<TargetDtype> {
 };
 template <>
 struct EnumNames<Draft> {
-  static constexpr std::array<std::pair<const char*, Draft>, 3> v{
-      {{"eagle", Draft::eagle}, {"mtp", Draft::mtp}, {"dflash", Draft::dflash}}};
+  static constexpr std::array<std::pair<const char*, Draft>, 4> v{
+      {{"eagle", Draft::eagle}, {"mtp", Draft::mtp}, {"dflash", Draft::dflash}, {"dspark", Draft::dspark}}};
 };
 template <>
 struct EnumNames<ExportFormat> {
-  static constexpr std::array<std::pair<const char*, ExportFormat>, 5> v{
-      {{"sglang", ExportFormat::sglang},
-       {"speculators", ExportFormat::speculators},
-       {"vllm-eagle1", ExportFormat::vllm_eagle1},
-       {"mtp", ExportFormat::mtp},
-       {"dflash", ExportFormat::dflash}}};
+  static constexpr std::array<std::pair<const char*, ExportFormat>, 6> v{{{"sglang", ExportFormat::sglang},
+                                                                          {"speculators", ExportFormat::speculators},
+                                                                          {"vllm-eagle1", ExportFormat::vllm_eagle1},
+                                                                          {"mtp", ExportFormat::mtp},
+                                                                          {"dflash", ExportFormat::dflash},
+                                                                          {"dspark", ExportFormat::dspark}}};
 };
 
 template <>
@@ -109,12 +109,12 @@ std::optional<E> enum_parse(std::string_view s) {
     if (s == name) return value;
   return std::nullopt;
 }
-// What an error adds for a value that names something known but not built (--draft dspark).
+// What an error adds for a value that names something known but not built (--draft dflash2).
 template <typename E>
 std::string enum_unknown_note(std::string_view s) {
   if constexpr (std::is_same_v<E, Draft>) {
-    if (s == "dspark")
-      return " (dspark, DFlash with vLLM's Markov and confidence heads, is not implemented: docs/heads.md)";
+    if (s == "dflash2")
+      return " (dflash2, DFlash with local convolutions and candidate reranking, is not implemented: docs/heads.md)";
   }
   return "";
 }

@@ -80,7 +80,9 @@ const OptionEntry* find_option(std::string_view name) {
 
 std::int64_t resolved_draft_num_layers(const std::string& draft, std::int64_t draft_num_layers) {
   if (draft_num_layers > 0) return draft_num_layers;
-  return enum_parse<Draft>(draft) == Draft::dflash ? 5 : 1;  // the published z-lab DFlash drafts have 5 layers
+  const auto d = enum_parse<Draft>(draft);
+  // The published z-lab DFlash drafts and speculators' DSpark recipe have 5 layers.
+  return d == Draft::dflash || d == Draft::dspark ? 5 : 1;
 }
 
 std::int64_t resolved_draft_num_layers(const Options& opts) {
@@ -93,6 +95,8 @@ DraftKind draft_kind(const Options& opts) {
       return DraftKind::mtp;
     case Draft::dflash:
       return DraftKind::dflash;
+    case Draft::dspark:
+      return DraftKind::dspark;
     case Draft::eagle:
       break;
   }

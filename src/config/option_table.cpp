@@ -20,7 +20,10 @@ std::string check_increasing(const std::vector<std::int64_t>& v) {
 }
 
 bool is_dflash(const Options& o) { return o.draft == Draft::dflash; }
-bool not_dflash(const Options& o) { return o.draft != Draft::dflash; }
+bool is_dspark(const Options& o) { return o.draft == Draft::dspark; }
+// The block drafts: DFlash and DSpark (its backbone's options are DFlash's).
+bool is_block(const Options& o) { return o.draft == Draft::dflash || o.draft == Draft::dspark; }
+bool not_dflash(const Options& o) { return !is_block(o); }
 
 }  // namespace
 
@@ -162,19 +165,24 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::draft, "draft", G::draft, kTrain,
         "The draft head: eagle (a new EAGLE head, eagle_version), mtp (fine-tune the target's shipped MTP "
         "layer, read from model_name_or_path under its native names; MiMo, Qwen3.5, Qwen3-Next, DeepSeek-V3, "
-        "GLM-4.5) or dflash (a DFlash "
-        "block draft: dflash_block_size - 1 tokens from one forward, served by vLLM's method dflash); docs/heads.md")
+        "GLM-4.5), dflash (a DFlash "
+        "block draft: dflash_block_size - 1 tokens from one forward, served by vLLM's method dflash) or dspark "
+        "(DFlash's "
+        "backbone drafting all dflash_block_size tokens of its block, left to right with a Markov head, and a "
+        "confidence head; served by vLLM's method dspark); docs/heads.md")
       .check([](Draft v, const Options& o) {
         if (v == Draft::mtp && (o.eagle_version != 3 || o.parallel_drafting || o.draft_num_layers > 1 || o.fc_norm ||
                            o.norm_output || o.norm_before_fc || o.draft_layer != "llama"))
           return std::string(
               "mtp trains the target's own layer: not with eagle_version 1, parallel_drafting, draft_num_layers, "
               "fc_norm, norm_output, norm_before_fc or draft_layer");
-        if (v == Draft::dflash && (o.eagle_version != 3 || o.parallel_drafting || o.fc_norm || o.norm_output ||
-                              o.norm_before_fc || o.draft_layer != "llama" || !o.aux_hidden_state_layer_ids.empty()))
+        if ((v == Draft::dflash || v == Draft::dspark) &&
+            (o.eagle_version != 3 || o.parallel_drafting || o.fc_norm || o.norm_output || o.norm_before_fc ||
+             o.draft_layer != "llama" || !o.aux_hidden_state_layer_ids.empty()))
           return std::string(
-              "dflash is its own draft (Qwen3-style layers over dflash_target_layers): not with eagle_version 1, "
-              "parallel_drafting, fc_norm, norm_output, norm_before_fc, draft_layer or aux_hidden_state_layer_ids");
+              "dflash and dspark are their own drafts (Qwen3-style layers over dflash_target_layers): not with "
+              "eagle_version 1, parallel_drafting, fc_norm, norm_output, norm_before_fc, draft_layer or "
+              "aux_hidden_state_layer_ids");
         return std::string();
       });
   t.add(&Options::eagle_version, "eagle_version", G::draft, kTrain | kDump,
@@ -234,8 +242,8 @@ std::vector<OptionEntry> declare_options() {
         "writes it as dflash_config.mask_token_id, and vLLM embeds the same row); -1: the target's first "
         "end-of-sequence id")
       .range(-1, kMaxVocab)
-      .acts_only(kTrain, "--parallel_drafting or --draft dflash",
-                 [](const Options& o) { return o.parallel_drafting || o.draft == Draft::dflash; });
+      .acts_only(kTrain, "--parallel_drafting or --draft dflash or dspark",
+                 [](const Options& o) { return o.parallel_drafting || is_block(o); });
   t.add(&Options::ttt_loss_decay, "ttt_loss_decay", G::draft, kTrain, "Weight of TTT step k's loss is ttt_loss_decay^k")
       .range(0.0, 1.0)
       .acts_only(kTrain, "--draft eagle or mtp (dflash weighs its slots by dflash_decay_gamma)", not_dflash);
@@ -274,27 +282,40 @@ std::vector<OptionEntry> declare_options() {
         "DFlash: the block of the anchor and dflash_block_size - 1 mask slots; one forward drafts "
         "dflash_block_size - 1 tokens (serve with num_speculative_tokens = dflash_block_size - 1)")
       .range(2, 64)
-      .acts_only(kTrain, "--draft dflash", is_dflash);
+      .acts_only(kTrain, "--draft dflash or dspark", is_block);
   t.add(&Options::dflash_target_layers, "dflash_target_layers", G::draft, kTrain,
         "DFlash: the target layers t whose outputs (hidden_states[t + 1], un-normed) make the context, as "
         "dflash_config.target_layer_ids; sorted, duplicates dropped; empty: SpecForge's "
         "round(1 + i (L - 4) / (draft_num_layers - 1))")
       .range(0, kMaxLayers)
-      .acts_only(kTrain, "--draft dflash", is_dflash);
+      .acts_only(kTrain, "--draft dflash or dspark", is_block);
   t.add(&Options::dflash_num_anchors, "dflash_num_anchors", G::draft, kTrain,
         "DFlash: anchors sampled per row of each micro-batch among the trainable positions (seeded by seed, "
         "step, micro-batch and rank: a resume draws the same); a row holds at most its length")
       .range(1, kMaxTokens)
-      .acts_only(kTrain, "--draft dflash", is_dflash);
+      .acts_only(kTrain, "--draft dflash or dspark", is_block);
   t.add(&Options::dflash_decay_gamma, "dflash_decay_gamma", G::draft, kTrain,
         "DFlash: slot k's loss weight exp(-(k - 1) / dflash_decay_gamma) (7 for block 16; the peers use 5 for "
-        "10, 4 for 8); 0: every slot weighs 1")
+        "10, 4 for 8); 0: every slot weighs 1; dspark: slot k's weight exp(-k / dflash_decay_gamma), above 0")
       .range(0.0, 1e6)
-      .acts_only(kTrain, "--draft dflash", is_dflash);
+      .acts_only(kTrain, "--draft dflash or dspark", is_block);
   t.add(&Options::dflash_hard_labels, "dflash_hard_labels", G::draft, kTrain,
         "DFlash: cross-entropy on the data token (SpecForge's label) instead of the loss against the target's "
         "distribution")
       .acts_only(kTrain, "--draft dflash", is_dflash);
+  // DSpark (--draft dspark, docs/heads.md): defaults of speculators 0.9.0's recipe.
+  t.add(&Options::dspark_markov_rank, "dspark_markov_rank", G::draft, kTrain,
+        "DSpark: the rank r of the Markov head, the logit bias W2 W1[previous token] (markov_rank)")
+      .range(1, 65536)
+      .acts_only(kTrain, "--draft dspark", is_dspark);
+  t.add(&Options::dspark_confidence_head, "dspark_confidence_head", G::draft, kTrain,
+        "DSpark: train the confidence head, a per-slot acceptance estimate on [hidden; W1[previous token]] "
+        "(vLLM's adaptive verification reads it)")
+      .acts_only(kTrain, "--draft dspark", is_dspark);
+  t.add(&Options::dspark_confidence_alpha, "dspark_confidence_alpha", G::draft, kTrain,
+        "DSpark: the weight of the confidence head's loss (binary cross-entropy towards 1 - TV)")
+      .range(0.0, 1e6)
+      .acts_only(kTrain, "--draft dspark", is_dspark);
   // train
   t.add(&Options::per_device_train_batch_size, "per_device_train_batch_size", G::train, kTrain | kStats | kEval | kDump,
         "Rows per micro-batch (when max_tokens_per_batch is 0)")
@@ -396,7 +417,7 @@ std::vector<OptionEntry> declare_options() {
         "Export layout: sglang (also loaded by vLLM), speculators, vllm-eagle1, mtp (an MTP head: a copy of "
         "the target folder, model_name_or_path, with its MTP tensors replaced) or dflash (a DFlash draft: vLLM's "
         "DFlashDraftModel, served with method dflash; sglang writes the same folder for SGLang's DFLASH, with its "
-        "checks); docs/export.md");
+        "checks) or dspark (a DSpark draft: vLLM's Qwen3DSparkModel, served with method dspark); docs/export.md");
   t.add(&Options::quantize, "quantize", G::checkpoint, kExport,
         "none, or fp8: the head's linear weights as FP8 e4m3 with one float32 scale per output channel and "
         "dynamic per-token activations (compressed-tensors, as vLLM loads EAGLE-3 drafts; sglang layout only)");

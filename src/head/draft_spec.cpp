@@ -27,6 +27,9 @@ HeadSettings HeadSettings::from(const config::Options& o, const std::string& tar
   s.dflash_num_anchors = o.dflash_num_anchors;
   s.dflash_decay_gamma = o.dflash_decay_gamma;
   s.dflash_hard_labels = o.dflash_hard_labels;
+  s.dspark_markov_rank = o.dspark_markov_rank;
+  s.dspark_confidence_head = o.dspark_confidence_head;
+  s.dspark_confidence_alpha = o.dspark_confidence_alpha;
   s.aux_layer_ids = o.aux_hidden_state_layer_ids;
   s.model_dir = o.model_name_or_path;
   s.target_dir = target_dir;
@@ -36,6 +39,7 @@ HeadSettings HeadSettings::from(const config::Options& o, const std::string& tar
 
 DraftKind kind_of(const HeadConfig& cfg) {
   if (cfg.mtp()) return DraftKind::mtp;
+  if (cfg.dspark()) return DraftKind::dspark;
   if (cfg.dflash()) return DraftKind::dflash;
   return cfg.eagle_version == 1 ? DraftKind::eagle1 : DraftKind::eagle3;
 }
@@ -52,6 +56,8 @@ std::string format_name(HeadFormat f) {
       return "mtp";
     case HeadFormat::dflash:
       return "dflash";
+    case HeadFormat::dspark:
+      return "dspark";
   }
   return "?";
 }

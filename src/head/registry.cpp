@@ -3,6 +3,7 @@
 
 #include "eagle/head/dflash/spec.h"
 #include "eagle/head/draft_spec.h"
+#include "eagle/head/dspark/spec.h"
 #include "eagle/head/eagle/spec.h"
 #include "eagle/head/mtp/spec.h"
 #include "eagle/util/error.h"
@@ -10,7 +11,7 @@
 namespace eagle::head {
 
 const std::vector<DraftSpec>& draft_specs() {
-  static const std::vector<DraftSpec> rows{eagle3_spec(), eagle1_spec(), mtp_spec(), dflash_spec()};
+  static const std::vector<DraftSpec> rows{eagle3_spec(), eagle1_spec(), mtp_spec(), dflash_spec(), dspark_spec()};
   return rows;
 }
 

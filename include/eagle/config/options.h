@@ -13,16 +13,16 @@ enum class BadSamplePolicy { error, skip };
 enum class OverlongPolicy { truncate, drop };
 enum class NanPolicy { error, skip };
 enum class TargetDtype { auto_, float32, bfloat16, float16 };
-enum class ExportFormat { sglang, speculators, vllm_eagle1, mtp, dflash };
+enum class ExportFormat { sglang, speculators, vllm_eagle1, mtp, dflash, dspark };
 enum class Quantize { none, fp8 };
 enum class QuantScale { amax, mse };
 enum class DdpBackend { auto_, gloo, nccl };
 enum class DraftSampling { greedy, sample };
 enum class BestMetric { ar, tree_ar, temp_ar, alpha_ar, loss };
-// --draft: a new EAGLE head (of eagle_version), the target's shipped MTP layer, or a DFlash block draft.
-enum class Draft { eagle, mtp, dflash };
+// --draft: a new EAGLE head (of eagle_version), the target's shipped MTP layer, a DFlash or a DSpark block draft.
+enum class Draft { eagle, mtp, dflash, dspark };
 // A row of the draft table (head/draft_spec.h): --draft with eagle_version resolved (draft_kind()).
-enum class DraftKind { eagle3, eagle1, mtp, dflash };
+enum class DraftKind { eagle3, eagle1, mtp, dflash, dspark };
 
 // Field comments give units; the help text in option_table.cpp is the user-facing description.
 struct Options {
@@ -78,6 +78,9 @@ struct Options {
   std::int64_t dflash_num_anchors = 512;            // DFlash: anchors per row of a micro-batch
   double dflash_decay_gamma = 7.0;                  // DFlash: slot k's weight exp(-(k-1)/gamma); 0: none
   bool dflash_hard_labels = false;                  // DFlash: hard CE on the data token
+  std::int64_t dspark_markov_rank = 256;            // DSpark: rank r of the Markov head W2 W1[prev]
+  bool dspark_confidence_head = true;               // DSpark: train the confidence head (on [h; W1[prev]])
+  double dspark_confidence_alpha = 1.0;             // DSpark: weight of the confidence head's loss
 
   // train
   std::int64_t per_device_train_batch_size = 4;  // rows per micro-batch

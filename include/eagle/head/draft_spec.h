@@ -27,7 +27,8 @@ using config::DraftKind;
 // The folder layouts a head is written and read in. mtp: an MTP head under the target's native names
 // (mtp/io.h): a checkpoint holds the MTP tensors alone, an export the whole target folder. dflash: a
 // DFlash draft in the layout vLLM 0.32 loads (dflash/io.h), its checkpoints and exports alike.
-enum class HeadFormat { sglang, speculators, vllm_eagle1, mtp, dflash };
+// dspark: a DSpark draft in the layout vLLM 0.32 loads (Qwen3DSparkModel; dspark/io.h).
+enum class HeadFormat { sglang, speculators, vllm_eagle1, mtp, dflash, dspark };
 std::string format_name(HeadFormat f);
 
 // What a head reads of the target, per position (the feature sources and the acceptance loop ask this,
@@ -45,6 +46,7 @@ struct DraftLimits {
   std::string max_draft_len_what;  // max_draft_len in words, e.g. "its block's mask slots"
   std::string max_draft_len_name;  // and as the option that sets it, e.g. "dflash_block_size - 1"
   std::string no_tree;             // empty: trees are drafted; else why not (the refusal)
+  std::string no_sampling;         // empty: sampled chains (eval_temperature > 0); else why not (the refusal)
   bool parallel_chain = false;     // a round's tokens all from one forward (P-EAGLE, DFlash): each from its own logits
 };
 
@@ -81,6 +83,9 @@ struct HeadSettings {
   std::int64_t dflash_block_size = 16, dflash_num_anchors = 512;
   double dflash_decay_gamma = 7.0;
   bool dflash_hard_labels = false;
+  std::int64_t dspark_markov_rank = 256;
+  bool dspark_confidence_head = true;
+  double dspark_confidence_alpha = 1.0;
   std::vector<std::int64_t> aux_layer_ids;  // EAGLE: the layers it fuses (empty: not yet resolved, plan())
   std::string model_dir;    // model_name_or_path (an MTP head's shipped layer is read from it)
   std::string target_dir;   // the folder holding the target's config.json (model_dir, or a dump's copy)

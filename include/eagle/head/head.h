@@ -90,6 +90,13 @@ struct HeadConfig {
   double dflash_decay_gamma = 7.0;        // slot k's loss weight exp(-(k - 1) / gamma); <= 0: all 1
   bool dflash_hard_labels = false;        // hard CE on the data token instead of the target's distribution
   bool dflash() const { return dflash_block_size > 0; }
+  // --draft dspark (head/dspark/head.h): DFlash's backbone in the anchor-as-first layout (every slot of the
+  // block predicts the token after it: dflash_block_size tokens a round) with a Markov head of this rank
+  // and, when on, the confidence head on [h; W1[prev]]; 0: not a DSpark head.
+  std::int64_t dspark_markov_rank = 0;
+  bool dspark_confidence_head = false;
+  double dspark_confidence_alpha = 1.0;
+  bool dspark() const { return dspark_markov_rank > 0; }
 
   // The head shaped after its target: H, heads, head_dim, intermediate size, eps, RoPE.
   static HeadConfig from_target(const target::TargetConfig& target, std::int64_t eagle_version,
@@ -104,7 +111,9 @@ struct HeadConfig {
   // and the target's RoPE over qk_rope_head_dim as vLLM serves it (deepseek_yarn for YaRN: the correction
   // range always truncated, attn_factor not attention_factor read). No checks.
   void set_mla_shape(const target::TargetConfig& target);
-  std::int64_t steps() const { return dflash() ? dflash_block_size - 1 : eagle_version == 3 ? ttt_steps : 1; }
+  std::int64_t steps() const {
+    return dspark() ? dflash_block_size : dflash() ? dflash_block_size - 1 : eagle_version == 3 ? ttt_steps : 1;
+  }
 };
 
 // One micro-batch for the head's training forward; every tensor [B, T, ...] on the head's device.

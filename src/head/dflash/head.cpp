@@ -240,8 +240,8 @@ DraftCache DFlashHead::new_cache(std::int64_t batch, std::int64_t capacity) cons
   return c;
 }
 
-torch::Tensor DFlashHead::parallel_logits(DraftCache& cache, const torch::Tensor& features,
-                                          const torch::Tensor& next_ids, std::int64_t draft_len) {
+torch::Tensor DFlashHead::round_hidden(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids,
+                                       std::int64_t draft_len) {
   torch::NoGradGuard ng;
   to_device_of_weights();
   const auto dev = fc->weight.device();
@@ -263,15 +263,28 @@ torch::Tensor DFlashHead::parallel_logits(DraftCache& cache, const torch::Tensor
     cache.values.select(0, l).narrow(2, start, added).copy_(cv);
   }
   cache.length = n;
-  // The block [x_n, M x draft_len] at positions n .. n + draft_len, every query seeing every key.
-  auto ids = torch::cat({next_ids.to(dev).narrow(1, added - 1, 1), torch::full({b, draft_len}, cfg_.mask_token_id, i64)}, 1);
-  auto positions = torch::arange(n, n + draft_len + 1, i64).unsqueeze(0).expand({b, draft_len + 1});
-  return block_logits(cache, n, {}, ids, positions, torch::ones({1, n + draft_len + 1}, i64.dtype(torch::kBool)));
+  // The block [x_n, M ...] at positions n .., every query seeing every key.
+  const auto s = round_block(draft_len);
+  auto ids =
+      torch::cat({next_ids.to(dev).narrow(1, added - 1, 1), torch::full({b, s - 1}, cfg_.mask_token_id, i64)}, 1);
+  auto positions = torch::arange(n, n + s, i64).unsqueeze(0).expand({b, s});
+  return block_hidden_cached(cache, n, {}, ids, positions, torch::ones({1, n + s}, i64.dtype(torch::kBool)));
 }
 
-torch::Tensor DFlashHead::block_logits(DraftCache& cache, std::int64_t key_len, const torch::Tensor& rows,
-                                       const torch::Tensor& ids, const torch::Tensor& positions,
-                                       const torch::Tensor& seen) {
+torch::Tensor DFlashHead::parallel_logits(DraftCache& cache, const torch::Tensor& features,
+                                          const torch::Tensor& next_ids, std::int64_t draft_len) {
+  auto hidden = round_hidden(cache, features, next_ids, draft_len);
+  torch::NoGradGuard ng;
+  return logits(hidden.narrow(1, 1, draft_len));
+}
+
+torch::Tensor DFlashHead::round_tokens(const torch::Tensor& hidden, const torch::Tensor&) {
+  return logits(hidden.narrow(1, 1, hidden.size(1) - 1)).argmax(-1);  // the full vocabulary: target ids
+}
+
+torch::Tensor DFlashHead::block_hidden_cached(DraftCache& cache, std::int64_t key_len, const torch::Tensor& rows,
+                                              const torch::Tensor& ids, const torch::Tensor& positions,
+                                              const torch::Tensor& seen) {
   auto h = embed(ids);
   for (std::int64_t l = 0; l < cfg_.num_layers; ++l) {
     auto& lay = layer(l);
@@ -283,7 +296,7 @@ torch::Tensor DFlashHead::block_logits(DraftCache& cache, std::int64_t key_len, 
     }
     h = lay.finish(h, draft_attention(cfg_, qkv.q, torch::cat({ctx_k, qkv.k}, 2), torch::cat({ctx_v, qkv.v}, 2), seen));
   }
-  return logits(norm->forward(h).narrow(1, 1, ids.size(1) - 1));
+  return norm->forward(h);
 }
 
 torch::Tensor DFlashHead::draft_ragged(DraftCache& cache, const RaggedDraft& step, std::int64_t draft_len) {
@@ -327,19 +340,23 @@ torch::Tensor DFlashHead::draft_ragged(DraftCache& cache, const RaggedDraft& ste
   // sees the row's slots < n_r and the whole block (an idle row's n_r is past the cache: all slots).
   const auto last = step.last.view({r, 1});
   const auto start = step.columns.gather(1, last) + 1;  // [R, 1]
-  auto ids = torch::cat({step.next_ids.gather(1, last), torch::full({r, draft_len}, cfg_.mask_token_id, i64)}, 1);
-  auto positions = start + torch::arange(draft_len + 1, i64).view({1, draft_len + 1});
-  auto seen = torch::cat({torch::arange(step.key_len, i64).view({1, step.key_len}) < start,
-                          torch::ones({r, draft_len + 1}, i64.dtype(torch::kBool))},
-                         1);
-  return block_logits(cache, step.key_len, all_rows ? torch::Tensor() : rows, ids, positions,
-                      seen.view({r, 1, 1, step.key_len + draft_len + 1}))
-      .argmax(-1);  // the full vocabulary: target ids
+  const auto s = round_block(draft_len);
+  const auto anchor = step.next_ids.gather(1, last);
+  auto ids = torch::cat({anchor, torch::full({r, s - 1}, cfg_.mask_token_id, i64)}, 1);
+  auto positions = start + torch::arange(s, i64).view({1, s});
+  auto seen = torch::cat(
+      {torch::arange(step.key_len, i64).view({1, step.key_len}) < start, torch::ones({r, s}, i64.dtype(torch::kBool))},
+      1);
+  auto hidden = block_hidden_cached(cache, step.key_len, all_rows ? torch::Tensor() : rows, ids, positions,
+                                    seen.view({r, 1, 1, step.key_len + s}));
+  return round_tokens(hidden, anchor.view({r}));
 }
 
 torch::Tensor DFlashHead::draft(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids,
                                 std::int64_t draft_len) {
-  return parallel_logits(cache, features, next_ids, draft_len).argmax(-1);  // the full vocabulary: target ids
+  auto hidden = round_hidden(cache, features, next_ids, draft_len);
+  torch::NoGradGuard ng;
+  return round_tokens(hidden, next_ids.to(hidden.device()).select(1, next_ids.size(1) - 1));
 }
 
 }  // namespace eagle::head

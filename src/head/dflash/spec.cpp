@@ -111,6 +111,8 @@ std::string dflash_untrainable(const data::Dataset& train, const HeadConfig& cfg
       B, max_len);
 }
 
+}  // namespace
+
 // mask_token_id and dflash_target_layers: the checkpoint's head records what its run resolved
 // (draft_num_layers is resolved in both before this).
 void dflash_resolve_resume(const HeadConfig& head, nlohmann::json& before, nlohmann::json& now) {
@@ -129,8 +131,6 @@ void dflash_resolve_resume(const HeadConfig& head, nlohmann::json& before, nlohm
     }
   }
 }
-
-}  // namespace
 
 DFlashSettings dflash_settings(const HeadSettings& s, const target::TargetConfig& target) {
   DFlashSettings d;

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "eagle/head/dflash/attention.h"
+#include "eagle/head/loss.h"
 #include "eagle/util/error.h"
 
 namespace eagle::head {
@@ -26,18 +28,96 @@ ConfidenceHeadImpl::ConfidenceHeadImpl(std::int64_t input_dim) {
   proj = register_module("proj", torch::nn::Linear(torch::nn::LinearOptions(input_dim, 1).bias(true)));
 }
 
-DSparkHead::DSparkHead(HeadConfig cfg, DSparkSettings settings) : DFlashHead(std::move(cfg)), settings_(settings) {
+DSparkSettings DSparkSettings::of(const HeadConfig& cfg) {
+  DSparkSettings s;
+  s.markov_rank = cfg.dspark_markov_rank;
+  s.confidence_head = cfg.dspark_confidence_head;
+  s.confidence_alpha = cfg.dspark_confidence_alpha;
+  s.decay_gamma = cfg.dflash_decay_gamma;
+  return s;
+}
+
+DSparkHead::DSparkHead(HeadConfig cfg) : DFlashHead(std::move(cfg)) {
   const auto& c = config();
-  EAGLE_CHECK(settings_.markov_rank >= 1 && (!settings_.confidence_with_markov || settings_.confidence_head),
-              Error(ErrorKind::internal, "not a DSpark head")
-                  .expected("markov_rank >= 1; confidence_head_with_markov only with the confidence head")
-                  .found(fmt::format("rank {}, confidence {}, with markov {}", settings_.markov_rank,
-                                     settings_.confidence_head, settings_.confidence_with_markov)));
-  markov_head = register_module("markov_head", MarkovHead(c.vocab_size, c.draft_vocab_size, settings_.markov_rank));
-  if (settings_.confidence_head)
-    confidence_head =
-        register_module("confidence_head",
-                        ConfidenceHead(c.hidden_size + (settings_.confidence_with_markov ? settings_.markov_rank : 0)));
+  EAGLE_CHECK(c.dspark() && c.dflash_decay_gamma > 0,
+              Error(ErrorKind::internal, "not a DSpark head config")
+                  .expected("dspark_markov_rank >= 1, dflash_decay_gamma > 0")
+                  .found(fmt::format("rank {}, gamma {}", c.dspark_markov_rank, c.dflash_decay_gamma)));
+  markov_head = register_module("markov_head", MarkovHead(c.vocab_size, c.draft_vocab_size, c.dspark_markov_rank));
+  if (c.dspark_confidence_head)
+    confidence_head = register_module("confidence_head", ConfidenceHead(c.hidden_size + c.dspark_markov_rank));
+}
+
+HeadStepOutput DSparkHead::train_step_forward(const HeadInputs& in, const torch::Tensor& denominators) {
+  const auto& c = config();
+  const auto b = in.input_ids.size(0), len = in.input_ids.size(1), s = c.dflash_block_size, v = c.vocab_size;
+  check_row_inputs(in);
+  check_head_input(in.aux_hidden, "aux_hidden", {b, len, fc->weight.size(1)});
+  check_head_input(in.teacher_logits, "teacher_logits", {b, len, v});
+  EAGLE_CHECK(in.extra.defined() && in.extra.dim() == 2 && in.extra.size(0) == b,
+              Error(ErrorKind::internal, "a DSpark step needs its anchors")
+                  .place("HeadInputs.extra")
+                  .expected(fmt::format("[{}, N] int64 (dflash_sample_anchors)", b))
+                  .found(in.extra.defined() ? c10::str(in.extra.sizes()) : "undefined"));
+  EAGLE_CHECK(denominators.numel() == s, Error(ErrorKind::internal, "loss denominators do not match the block")
+                                             .place("denominators")
+                                             .expected(fmt::format("{} values", s))
+                                             .found(fmt::format("{}", denominators.numel())));
+  const auto dev = fc->weight.device();
+  const auto anchors = in.extra.to(dev, torch::kInt64);
+  const auto n = anchors.size(1);
+  // speculators' denominator: the trained slots of the step, unweighted (host doubles times device values).
+  auto total = denominators.to(dev, torch::kFloat32).sum();
+  total = torch::where(total > 0, total, torch::ones_like(total));
+  auto hidden = block_hidden(in, anchors);  // [B, N, S, H]
+  // Slot k's label x[p + k + 1]: DFlash's valid slots 1..S of a block of S + 1.
+  auto valid = dflash_slot_valid(in.loss_mask.to(dev), in.document_ids.to(dev), anchors, s + 1);  // [B, N, S]
+  auto ids = in.input_ids.to(dev);
+  auto argmax = in.target_argmax.to(dev);
+  const auto teacher_logits = in.teacher_logits.to(dev, torch::kFloat32);
+  auto loss = torch::zeros({}, total.options());
+  auto confidence_loss = torch::zeros({}, total.options());
+  std::vector<torch::Tensor> rows;
+  auto prefix_ok = torch::ones({b, n}, anchors.options().dtype(torch::kBool));
+  for (std::int64_t k = 0; k < s; ++k) {
+    const double w = std::exp(-static_cast<double>(k) / c.dflash_decay_gamma);
+    auto at = (anchors + k).clamp_max(len - 1);  // [B, N]: the slot's input position
+    auto e = markov_head->embed(ids.gather(1, at));
+    auto h = hidden.select(2, k);
+    auto z = logits(h) + markov_head->bias(e).to(torch::kFloat32);  // [B, N, V]
+    auto teacher = teacher_logits.gather(1, at.unsqueeze(-1).expand({b, n, v}));
+    auto p = torch::softmax(teacher, -1);
+    auto kl = torch::kl_div(torch::log_softmax(z, -1), p, at::Reduction::None, false).sum(-1);  // [B, N]
+    auto valid_k = valid.select(2, k);
+    auto m = valid_k.to(torch::kFloat32);
+    loss = loss + (kl * m).sum() * w / total;
+    if (confidence_head) {
+      torch::Tensor accept;
+      {
+        torch::NoGradGuard ng;
+        accept = torch::minimum(torch::softmax(z, -1), p).sum(-1);
+      }
+      auto conf = confidence_head->forward(torch::cat({h, e.to(h.scalar_type())}, -1)).to(torch::kFloat32);
+      auto bce = torch::binary_cross_entropy_with_logits(conf, accept, {}, {}, at::Reduction::None);
+      confidence_loss = confidence_loss + (bce * m).sum() * w / total;
+    }
+    auto correct = z.argmax(-1) == argmax.gather(1, at);  // the full vocabulary: ids are target ids
+    rows.push_back(metric_row(valid_k, correct, prefix_ok, kl.detach()));
+    prefix_ok = prefix_ok & valid_k & correct;
+  }
+  return {loss + c.dspark_confidence_alpha * confidence_loss, torch::stack(rows).detach()};
+}
+
+torch::Tensor DSparkHead::parallel_logits(DraftCache&, const torch::Tensor&, const torch::Tensor&, std::int64_t) {
+  throw Error(ErrorKind::usage, "a DSpark draft's tokens come left to right (each biased by the one before it)")
+      .place("eval_temperature")
+      .hint("evaluate DSpark greedily (eval_temperature 0); its sampled rounds are not implemented yet");
+}
+
+std::vector<torch::Tensor> DSparkHead::ttt_logits(const HeadInputs&) {
+  throw Error(ErrorKind::usage, "the teacher-forced alpha of a DSpark draft is not implemented yet")
+      .place("eval_temperature")
+      .hint("evaluate DSpark greedily (eval_temperature 0)");
 }
 
 DSparkStep DSparkHead::speculators_step(const HeadInputs& in, const torch::Tensor& anchors,
@@ -58,7 +138,7 @@ DSparkStep DSparkHead::speculators_step(const HeadInputs& in, const torch::Tenso
   auto e = markov_head->embed(prev);  // [B, N, S, r]
   auto logits = this->logits(hidden) + markov_head->bias(e).to(torch::kFloat32);
   std::vector<double> w;
-  for (std::int64_t k = 0; k < s; ++k) w.push_back(std::exp(-static_cast<double>(k) / settings_.decay_gamma));
+  for (std::int64_t k = 0; k < s; ++k) w.push_back(std::exp(-static_cast<double>(k) / config().dflash_decay_gamma));
   auto weights = torch::tensor(w, m.options()).view({1, 1, s});
   // KL(p || q) per slot (speculators' eager kl_div_loss: kl_div(log q, p) summed over the vocabulary).
   auto log_q = torch::log_softmax(logits, -1);
@@ -78,12 +158,12 @@ DSparkStep DSparkHead::speculators_step(const HeadInputs& in, const torch::Tenso
   }
   out.loss = out.kl_loss;
   if (confidence_head) {
-    auto features = settings_.confidence_with_markov ? torch::cat({hidden, e.to(hidden.scalar_type())}, -1) : hidden;
+    auto features = true ? torch::cat({hidden, e.to(hidden.scalar_type())}, -1) : hidden;
     out.confidence_logits = confidence_head->forward(features);
     auto bce = torch::binary_cross_entropy_with_logits(out.confidence_logits.to(torch::kFloat32), out.accept_rate, {},
                                                        {}, at::Reduction::None);
     out.confidence_loss = per_row(bce, 1e-8);
-    out.loss = out.loss + settings_.confidence_alpha * out.confidence_loss;
+    out.loss = out.loss + config().dspark_confidence_alpha * out.confidence_loss;
   }
   return out;
 }

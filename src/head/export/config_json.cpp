@@ -9,6 +9,7 @@
 
 #include "eagle/head/config_fields.h"
 #include "eagle/head/dflash/io.h"
+#include "eagle/head/dspark/io.h"
 #include "eagle/head/export/io.h"
 #include "eagle/head/mtp/io.h"
 #include "eagle/model/config_limits.h"
@@ -88,6 +89,10 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
   if (is_mtp_config(j)) {  // a MiMo or Qwen3.5 target's config.json (the shipped layer, an export, a checkpoint)
     if (format_out) *format_out = HeadFormat::mtp;
     return mtp_config_from_json(j, file);
+  }
+  if (is_dspark_config(j)) {  // a DSpark draft (Qwen3DSparkModel): an export or checkpoint of --draft dspark
+    if (format_out) *format_out = HeadFormat::dspark;
+    return dspark_config_from_json(j, file);
   }
   if (is_dflash_config(j)) {  // a DFlash draft (DFlashDraftModel): an export or checkpoint of --draft dflash
     if (format_out) *format_out = HeadFormat::dflash;

@@ -74,6 +74,10 @@ void export_draft(const LoadedHead& loaded, HeadFormat format, const ExportReque
     case DraftKind::mtp:
       log::info("export", "read the MTP head ({} layout) from {}", format_name(loaded.format), source);
       break;
+    case DraftKind::dspark:
+      log::info("export", "read the DSpark draft (block {}, {} layers, Markov rank {}) from {}", c.dflash_block_size,
+                c.num_layers, c.dspark_markov_rank, source);
+      break;
     case DraftKind::dflash:
       log::info("export", "read the DFlash draft (block {}, {} layers) from {}", c.dflash_block_size, c.num_layers,
                 source);
@@ -86,6 +90,19 @@ void export_draft(const LoadedHead& loaded, HeadFormat format, const ExportReque
   }
   // A format that names another kind is refused by that kind's config writer (head_config_json).
   if (format == HeadFormat::mtp || kind_of(c) == DraftKind::mtp) return export_mtp(loaded, format, request);
+  if (format == HeadFormat::dspark || kind_of(c) == DraftKind::dspark) {
+    head_config_json(c, format);  // refuses a DSpark head in another format, or another head as dspark
+    EAGLE_CHECK(!request.fp8, Error(ErrorKind::usage,
+                                    "DSpark exports are written in fp32 (vLLM casts them to the "
+                                    "serving dtype)")
+                                  .place("--quantize"));
+    export_head(*loaded.head, HeadFormat::dspark, request.output, {}, nullptr);
+    log::info("export",
+              "wrote the DSpark draft to {}: serve it with speculative_config {{\"method\": \"dspark\", \"model\": "
+              "\"{}\", \"num_speculative_tokens\": {}}}",
+              request.output, request.output, c.dflash_block_size);
+    return;
+  }
   if (format == HeadFormat::dflash || kind_of(c) == DraftKind::dflash)
     return export_dflash_draft(loaded, format, request);
   export_eagle(loaded, format, request);

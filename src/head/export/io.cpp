@@ -13,6 +13,7 @@
 
 #include "eagle/head/dflash/head.h"
 #include "eagle/head/dflash/io.h"
+#include "eagle/head/dspark/io.h"
 #include "eagle/head/eagle/eagle1_head.h"
 #include "eagle/head/eagle/eagle3_head.h"
 #include "eagle/head/mtp/head.h"
@@ -172,6 +173,7 @@ std::string draft_layer_name(const HeadConfig& c) { return c.mla() ? "deepseek" 
 
 std::shared_ptr<DraftHead> make_head(const HeadConfig& cfg, const DraftVocab& vocab) {
   if (cfg.mtp()) return std::make_shared<MtpHead>(cfg);
+  if (cfg.dspark()) return std::make_shared<DSparkHead>(cfg);
   if (cfg.dflash()) return std::make_shared<DFlashHead>(cfg);  // the full vocabulary, always
   if (cfg.eagle_version == 1) return std::make_shared<Eagle1Head>(cfg);
   return std::make_shared<Eagle3Head>(cfg, vocab);
@@ -179,6 +181,7 @@ std::shared_ptr<DraftHead> make_head(const HeadConfig& cfg, const DraftVocab& vo
 
 HeadFormat checkpoint_format(const HeadConfig& cfg) {
   if (cfg.mtp()) return HeadFormat::mtp;
+  if (cfg.dspark()) return HeadFormat::dspark;
   if (cfg.dflash()) return HeadFormat::dflash;
   if (cfg.eagle_version == 1) return HeadFormat::vllm_eagle1;
   // What SGLang does not serve is kept in the speculators layout, which vLLM reads.
@@ -214,6 +217,15 @@ nlohmann::json head_config_json(const HeadConfig& c, HeadFormat format) {
                                          : "sglang, speculators or vllm-eagle1")
                   .found(format_name(format)));
   if (format == HeadFormat::mtp) return mtp_config_json(c);
+  // A DSpark draft: vLLM's Qwen3DSparkModel folder, its one layout.
+  EAGLE_CHECK((format == HeadFormat::dspark) == c.dspark(),
+              Error(ErrorKind::usage, "the export format does not fit the head")
+                  .place("--format")
+                  .expected(c.dspark()   ? "dspark for a DSpark draft (--draft dspark)"
+                            : c.dflash() ? kDFlashFormats
+                                         : "sglang, speculators or vllm-eagle1")
+                  .found(format_name(format)));
+  if (c.dspark()) return dspark_config_json(c);
   // A DFlash draft: vLLM's DFlashDraftModel folder, which SGLang's DFlashDraftModel reads too.
   EAGLE_CHECK(c.dflash() ? format == HeadFormat::dflash || format == HeadFormat::sglang : format != HeadFormat::dflash,
               Error(ErrorKind::usage, "the export format does not fit the head")

@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "eagle/head/dflash/io.h"
+#include "eagle/head/dspark/io.h"
 #include "eagle/head/export/io.h"
 #include "eagle/head/export/quant.h"
 #include "eagle/head/mtp/io.h"
@@ -203,6 +204,10 @@ LoadedHead load_head(const std::string& dir, torch::Device device) {
   out.config = head_config_from_json(j, config_path, &out.format);
   if (out.format == HeadFormat::mtp) {  // a target folder (the shipped layer, an export) or a checkpoint
     out.head = load_mtp_head(dir, device);
+    return out;
+  }
+  if (out.format == HeadFormat::dspark) {  // vLLM's Qwen3DSparkModel layout: no embedding, LM head or d2t
+    out.head = load_dspark_head(dir, device);
     return out;
   }
   if (out.format == HeadFormat::dflash) {  // vLLM's layout: no embedding, LM head or d2t

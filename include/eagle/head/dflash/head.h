@@ -91,6 +91,18 @@ class DFlashHead : public torch::nn::Module, public DraftHead {
   torch::nn::ModuleList layers{nullptr};  // HeadLayer (decoder kind) each
   torch::Tensor draft_ids;                // buffer: the identity draft vocabulary (the full one)
 
+ protected:
+  // The round's shape, for a kind built on this backbone (DSpark, head/dspark/head.h): the block of a round
+  // of draft_len tokens (DFlash: the anchor and draft_len mask slots), and its drafted tokens [R, draft_len]
+  // from the block's final-normed hidden states [R, round_block(draft_len), H] and anchor tokens [R] (DFlash:
+  // the argmax of slots 1..draft_len; the full vocabulary: target ids).
+  virtual std::int64_t round_block(std::int64_t draft_len) const { return draft_len + 1; }
+  virtual torch::Tensor round_tokens(const torch::Tensor& hidden, const torch::Tensor& anchor_ids);
+  // The round's block hidden states after appending the new context positions (draft() and
+  // parallel_logits()): [B, round_block(draft_len), H].
+  torch::Tensor round_hidden(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids,
+                             std::int64_t draft_len);
+
  private:
   HeadLayerImpl& layer(std::int64_t l);
   torch::Tensor embed(const torch::Tensor& ids) const;
@@ -99,11 +111,12 @@ class DFlashHead : public torch::nn::Module, public DraftHead {
   // Layer l's context keys k_norm(k_proj(u)) + RoPE(positions) and values v_proj(u), [B, kv_heads, n, d].
   std::pair<torch::Tensor, torch::Tensor> context_kv(std::int64_t l, const torch::Tensor& u,
                                                      const torch::Tensor& positions);
-  // The block's logits [R, K, V] (slots 1..K) for block ids and positions [R, K + 1]: each layer's
+  // The block's final-normed hidden states [R, S, H] for block ids and positions [R, S]: each layer's
   // queries over its cached context keys [0, key_len) (of the cache rows `rows`; undefined: all, in
-  // order) and the block's own keys, where seen (bool, broadcast to [R, 1, K + 1, key_len + K + 1]) allows.
-  torch::Tensor block_logits(DraftCache& cache, std::int64_t key_len, const torch::Tensor& rows,
-                             const torch::Tensor& ids, const torch::Tensor& positions, const torch::Tensor& seen);
+  // order) and the block's own keys, where seen (bool, broadcast to [R, 1, S, key_len + S]) allows.
+  torch::Tensor block_hidden_cached(DraftCache& cache, std::int64_t key_len, const torch::Tensor& rows,
+                                    const torch::Tensor& ids, const torch::Tensor& positions,
+                                    const torch::Tensor& seen);
   void to_device_of_weights();
 
   HeadConfig cfg_;

@@ -21,4 +21,8 @@ struct DFlashAnchors {
 };
 DFlashAnchors dflash_batch_anchors(const data::Batch& batch, const HeadConfig& cfg, at::Generator generator);
 
+// The row's resume rule (a kind built on DFlash's backbone shares it): mask_token_id and dflash_target_layers
+// rewritten to what the checkpoint's head resolved.
+void dflash_resolve_resume(const HeadConfig& head, nlohmann::json& before, nlohmann::json& now);
+
 }  // namespace eagle::head

@@ -17,13 +17,15 @@
 
 namespace eagle::head {
 
-// What --draft dspark chooses besides DFlash's backbone settings (defaults: speculators' recipe).
+// What --draft dspark chooses besides DFlash's backbone settings (defaults: speculators 0.9.0's recipe), as
+// HeadConfig holds them (dspark_markov_rank, dspark_confidence_head, dspark_confidence_alpha, and DFlash's
+// dflash_decay_gamma as the slot decay).
 struct DSparkSettings {
-  std::int64_t markov_rank = 256;      // r
-  bool confidence_head = true;         // enable_confidence_head
-  bool confidence_with_markov = true;  // confidence_head_with_markov: its input is [h; W1[prev]]
-  double confidence_alpha = 1.0;       // confidence_head_alpha: the confidence loss's weight
-  double decay_gamma = 4.0;            // slot k's weight exp(-k / gamma) (dflash_decay_gamma)
+  std::int64_t markov_rank = 256;  // r
+  bool confidence_head = true;     // enable_confidence_head (its input [h; W1[prev]]: with markov, always)
+  double confidence_alpha = 1.0;   // confidence_head_alpha: the confidence loss's weight
+  double decay_gamma = 4.0;        // slot k's weight exp(-k / gamma)
+  static DSparkSettings of(const HeadConfig& cfg);
 };
 
 struct MarkovHeadImpl : torch::nn::Module {
@@ -57,26 +59,43 @@ struct DSparkStep {
 
 class DSparkHead : public DFlashHead {
  public:
-  // cfg as DFlashHead takes it (its block, layers, mask token, aux ids, the full vocabulary).
-  DSparkHead(HeadConfig cfg, DSparkSettings settings);
-  const DSparkSettings& settings() const { return settings_; }
+  // cfg as DFlashHead takes it (its block, layers, mask token, aux ids, the full vocabulary) with cfg.dspark().
+  explicit DSparkHead(HeadConfig cfg);
+  DSparkSettings settings() const { return DSparkSettings::of(config()); }
 
-  // speculators' DSpark objective (models/dspark/core.py forward, metrics.py compute_metrics), per row:
+  // The training forward (the trainer's; loss plan dspark/spec.cpp): in.extra [B, N] anchors drawn as DFlash's
+  // for a block of S + 1 (slot k's label x[p + k + 1] inside the anchor's sample); denominators [S]: the valid
+  // slots per k of the optimizer step (label trained: loss_mask[p + k + 1]). loss = sum_k w_k sum_valid KL_k /
+  // sum_k n_k + alpha sum_k w_k sum_valid BCE_k / sum_k n_k (speculators' normalisation, over the step).
+  // metric_sums row k is slot k (acc against the target's argmax at p + k). No host synchronisation.
+  HeadStepOutput train_step_forward(const HeadInputs& in, const torch::Tensor& denominators) override;
+
+  // speculators' DSpark objective exactly (models/dspark/core.py forward, metrics.py compute_metrics), per row:
   // slot k of anchor p (anchors [B, N], valid [B, N] bool) has teacher the target's logits at p + k
-  // (in.teacher_logits [B, T, V]), Markov bias from prev = x[p + k], mask loss_mask[p + k] * valid, weight
-  // w_k = exp(-k / gamma); kl = sum m w KL(p || q) / (sum m + 1e-5); the confidence loss
-  // sum m w BCE(c, 1 - TV) / (sum m + 1e-8), per row, averaged over rows.
+  // (in.teacher_logits [B, T, V]), Markov bias from prev = x[p + k], mask loss_mask[p + k] * valid (its input
+  // position; train_step_forward masks by the label's, p + k + 1), weight w_k = exp(-k / gamma);
+  // kl = sum m w KL(p || q) / (sum m + 1e-5); the confidence loss sum m w BCE(c, 1 - TV) / (sum m + 1e-8), per
+  // row, averaged over rows. The reference test's path.
   DSparkStep speculators_step(const HeadInputs& in, const torch::Tensor& anchors, const torch::Tensor& valid);
 
   // vLLM's greedy round from a block's final-normed hidden states [R, S, H] and its anchor tokens [R]:
   // z_i = lm_head(h_i) + W2 W1[prev_i], x_i = argmax z_i, prev_0 = the anchor, prev_{i+1} = x_i. [R, S].
   torch::Tensor greedy_chain(const torch::Tensor& hidden, const torch::Tensor& anchor_ids) const;
 
+  // Its tokens come left to right: no parallel logits (sampled chains) and no teacher-forced alpha yet.
+  torch::Tensor parallel_logits(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids,
+                                std::int64_t draft_len) override;
+  std::vector<torch::Tensor> ttt_logits(const HeadInputs& in) override;
+
   MarkovHead markov_head{nullptr};
   ConfidenceHead confidence_head{nullptr};  // null without the head
 
- private:
-  DSparkSettings settings_;
+ protected:
+  // A round of draft_len tokens is the block [anchor, M x (draft_len - 1)]: every slot drafts (anchor-as-first).
+  std::int64_t round_block(std::int64_t draft_len) const override { return draft_len; }
+  torch::Tensor round_tokens(const torch::Tensor& hidden, const torch::Tensor& anchor_ids) override {
+    return greedy_chain(hidden, anchor_ids);
+  }
 };
 
 }  // namespace eagle::head

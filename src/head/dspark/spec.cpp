@@ -1,0 +1,158 @@
+// The DSpark row (see dspark/spec.h): DFlash's target layers, anchors and block, in the anchor-as-first layout.
+#include "eagle/head/dspark/spec.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "eagle/head/dflash/attention.h"
+#include "eagle/head/dflash/spec.h"
+#include "eagle/util/error.h"
+#include "eagle/util/log.h"
+
+namespace eagle::head {
+namespace {
+
+FeatureNeeds dspark_reads(const HeadConfig& cfg) {
+  FeatureNeeds n;
+  n.aux_layer_ids = cfg.aux_layer_ids;
+  n.last_pre_norm = true;
+  return n;
+}
+
+HeadConfig dspark_config(const HeadSettings& s, const target::TargetConfig& tc) {
+  EAGLE_CHECK(!s.dflash_hard_labels, Error(ErrorKind::usage, "DSpark trains on the target's distribution")
+                                         .place("dflash_hard_labels")
+                                         .hint("drop --dflash_hard_labels for --draft dspark"));
+  EAGLE_CHECK(s.dflash_decay_gamma > 0, Error(ErrorKind::usage, "DSpark weighs slot k by exp(-k / gamma)")
+                                            .place("dflash_decay_gamma")
+                                            .expected("a gamma above 0 (speculators' recipe: 4)")
+                                            .found(fmt::format("{}", s.dflash_decay_gamma)));
+  auto cfg = dflash_config_from_target(tc, dflash_settings(s, tc));  // every DFlash check, by name
+  EAGLE_CHECK(s.dspark_markov_rank >= 1 && s.dspark_markov_rank <= 65536,
+              Error(ErrorKind::usage, "the Markov head's rank is out of range")
+                  .place("dspark_markov_rank")
+                  .expected("1 .. 65536 (speculators' recipe: 256)")
+                  .found(std::to_string(s.dspark_markov_rank)));
+  cfg.dspark_markov_rank = s.dspark_markov_rank;
+  cfg.dspark_confidence_head = s.dspark_confidence_head;
+  cfg.dspark_confidence_alpha = s.dspark_confidence_alpha;
+  cfg.ttt_steps = cfg.dflash_block_size;
+  return cfg;
+}
+
+HeadConfig dspark_configure(const HeadSettings& s, const target::TargetConfig& tc, std::int64_t) {
+  auto cfg = dspark_config(s, tc);
+  cfg.loss = s.loss;
+  cfg.loss_chunk_size = s.loss_chunk_size;
+  cfg.target_name_or_path = s.target_name;
+  cfg.target_architecture = tc.architecture;
+  return cfg;
+}
+
+FeatureNeeds dspark_plan(const HeadSettings& s) {
+  EAGLE_CHECK(!s.target_dir.empty(), Error(ErrorKind::usage, "--draft dspark is shaped after its target")
+                                         .place("model_name_or_path")
+                                         .hint("give --model_name_or_path (a folder with config.json)"));
+  const auto target = target::TargetConfig::from_model_dir(s.target_dir);
+  const auto cfg = dspark_config(s, target);
+  EAGLE_CHECK(cfg.rope.type == "default",
+              Error(ErrorKind::usage, "DSpark drafts are written with default RoPE only, and the target scales its RoPE")
+                  .place("draft")
+                  .found(fmt::format("--draft dspark on a target with rope_type {}", cfg.rope.type))
+                  .hint("train an EAGLE head for this target (scaled RoPE in the DSpark config is not written yet)"));
+  log::info("model", "DSpark draft: target layers [{}] (aux ids [{}]), block {}, mask token {}, Markov rank {}",
+            fmt::join(dflash_target_layer_ids(cfg), ", "), fmt::join(cfg.aux_layer_ids, ", "),
+            cfg.dflash_block_size, cfg.mask_token_id, cfg.dspark_markov_rank);
+  return dspark_reads(cfg);
+}
+
+std::shared_ptr<DraftHead> dspark_make(const HeadConfig& cfg, const HeadSettings&, const target::TargetEnds& ends,
+                                       const DraftVocab&, torch::Device device) {
+  auto head = std::make_shared<DSparkHead>(cfg);
+  head->module().to(device);
+  head->init_from_target(ends.embed, ends.lm_head);
+  log::info("model",
+            "DSpark draft: {} layer(s), block {} ({} tokens per round, anchor first), target layers [{}], mask token "
+            "{}, Markov rank {}, confidence head {}, {} anchors per row, gamma {} ({} parameters trained; embedding "
+            "and LM head the target's, frozen)",
+            cfg.num_layers, cfg.dflash_block_size, cfg.dflash_block_size, fmt::join(dflash_target_layer_ids(cfg), ", "),
+            cfg.mask_token_id, cfg.dspark_markov_rank,
+            cfg.dspark_confidence_head ? fmt::format("on (alpha {})", cfg.dspark_confidence_alpha) : "off",
+            cfg.dflash_num_anchors, cfg.dflash_decay_gamma, count_parameters(*head));
+  return head;
+}
+
+// DFlash's anchors for a block of S + 1: slot k (0..S-1) of anchor p predicts x[p + k + 1], which must lie in
+// p's sample; its valid slots (labels trained) are the denominators.
+LossPlan dspark_loss_plan(const std::vector<data::Batch>& batches, const HeadConfig& cfg, const PlanSeed& seed) {
+  auto wide = cfg;
+  wide.dflash_block_size = cfg.dflash_block_size + 1;
+  LossPlan plan;
+  plan.denominators.assign(static_cast<std::size_t>(cfg.steps()), 0);
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    auto a = dflash_batch_anchors(batches[i], wide,
+                                  dflash_anchor_generator(seed.seed, seed.step, static_cast<std::int64_t>(i), seed.rank));
+    for (std::size_t k = 0; k < a.slots.size(); ++k) plan.denominators[k] += a.slots[k];
+    plan.extras.push_back(std::move(a.anchors));
+  }
+  return plan;
+}
+
+DraftLimits dspark_limits(const HeadConfig& cfg) {
+  DraftLimits l;
+  l.max_draft_len = cfg.dflash_block_size;
+  l.max_draft_len_what = "its block's slots";
+  l.max_draft_len_name = "dflash_block_size";
+  l.no_tree = "a DSpark draft proposes one block a round: there is no tree";
+  l.parallel_chain = false;  // each token is biased by the one before it
+  l.no_sampling =
+      "a DSpark draft's tokens come left to right (each biased by the one before it): its sampled rounds are not "
+      "implemented yet";
+  return l;
+}
+
+// A trained anchor a with a trained label after it inside its sample (a + S < length), as the loss plan draws.
+std::string dspark_untrainable(const data::Dataset& train, const HeadConfig& cfg, std::int64_t max_len) {
+  const auto S = cfg.dflash_block_size;
+  for (std::size_t i = 0; i < train.size(); ++i) {
+    const auto n = std::min(train.length(i), max_len);
+    for (std::int64_t a = 0; a + S < n; ++a) {
+      if (!train.trained(i, a)) continue;
+      for (std::int64_t k = 1; k <= S; ++k)
+        if (train.trained(i, a + k)) return "";
+    }
+  }
+  return fmt::format(
+      "a sample of more than {} tokens (dflash_block_size, and the token after the block) within training_seq_len "
+      "{} whose anchor and a later token of the block are trained (loss_mask 1)",
+      S, max_len);
+}
+
+}  // namespace
+
+const DraftSpec& dspark_spec() {
+  static const DraftSpec spec{
+      DraftKind::dspark,
+      "dspark",
+      "a DSpark",
+      "slot(s) per block",
+      /*reduced_vocab=*/false,
+      /*memory_model=*/false,
+      /*auto_recompute=*/false,
+      /*evaluate_at_start=*/false,
+      {HeadFormat::dspark},
+      HeadFormat::dspark,
+      dspark_plan,
+      dspark_reads,
+      dspark_configure,
+      dspark_make,
+      dspark_loss_plan,
+      dspark_limits,
+      dspark_untrainable,
+      dflash_resolve_resume};
+  return spec;
+}
+
+}  // namespace eagle::head
