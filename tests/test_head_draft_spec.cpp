@@ -18,8 +18,8 @@ using namespace eagle;
 namespace {
 
 const std::string kModels = std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/";
-constexpr config::DraftKind kAllKinds[] = {config::DraftKind::eagle3, config::DraftKind::eagle1,
-                                           config::DraftKind::mtp, config::DraftKind::dflash};
+constexpr config::DraftKind kAllKinds[] = {config::DraftKind::eagle3, config::DraftKind::eagle1, config::DraftKind::mtp,
+                                           config::DraftKind::dflash, config::DraftKind::dspark};
 
 // A small head of the row's kind as `train` builds one (plan, configure, make), for a fixture target
 // that has what the kind needs (an MTP layer for mtp).
@@ -106,8 +106,7 @@ TEST_CASE("a head made by its row reports the row's kind and round-trips through
   }
 }
 
-TEST_CASE("the loss plans: TTT heads count their positions, a DFlash head draws anchors as its extra input",
-          "[head]") {
+TEST_CASE("the loss plans: TTT heads count their positions, block drafts draw anchors as their extra input", "[head]") {
   data::Batch b;
   b.rows = 1;
   b.length = 12;
@@ -125,9 +124,12 @@ TEST_CASE("the loss plans: TTT heads count their positions, a DFlash head draws 
     const auto plan = row.loss_plan({b, b}, head->config(), head::PlanSeed{42, 1, 0});
     REQUIRE(plan.denominators.size() == static_cast<std::size_t>(head->config().steps()));
     REQUIRE(plan.extras.size() == 2);
-    if (kind == config::DraftKind::dflash) {
+    if (kind == config::DraftKind::dflash || kind == config::DraftKind::dspark) {
       CHECK(plan.extras[0].defined());
       CHECK(plan.extras[0].dim() == 2);
+      // 8 anchors a row (dflash_num_anchors), every one a candidate (DFlash: 9 of 0..8 hold its block of 4;
+      // DSpark: 8 of 0..7 hold its block and the token after it), every slot trained: 8 per slot, two batches.
+      for (const auto d : plan.denominators) CHECK(d == 16);
       // The same seed draws the same anchors; an evaluation's plan (step -1) is the same every time.
       const auto again = row.loss_plan({b, b}, head->config(), head::PlanSeed{42, 1, 0});
       CHECK(torch::equal(plan.extras[1], again.extras[1]));
