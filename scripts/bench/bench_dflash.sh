@@ -23,7 +23,8 @@
 # (unset: EAGLE-3's loop time), BENCH_PILOT_STEPS (12), BENCH_DFLASH_LAYERS (1), BENCH_EAGLE_DRAFT_LEN
 # (15), BENCH_EVAL_PROMPTS (32), BENCH_MAX_NEW (64), BENCH_BLOCKS ("8 16"), BENCH_ANCHORS ("64 256 512"),
 # BENCH_TPUT_STEPS (16), BENCH_TPUT_ROWS (4), BENCH_THREADS (2), BENCH_DEVICE (cpu),
-# BENCH_OUT (/tmp/eagle-bench-dflash).
+# BENCH_OUT (/tmp/eagle-bench-dflash), BENCH_DSPARK (1: a DSpark draft beside each DFlash block in (a)),
+# BENCH_DSPARK_RANK (256).
 set -euo pipefail
 # shellcheck source=scripts/bench/demo_env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/demo_env.sh"
@@ -58,6 +59,10 @@ dflash() {  # BLOCK: the DFlash flags of a block size
   if [ "$1" -le 8 ]; then gamma=4; fi
   echo "--draft dflash --dflash_block_size $1 --dflash_decay_gamma $gamma --draft_num_layers $LAYERS" \
     "--dflash_target_layers 0,1,2"
+}
+dspark() {  # BLOCK: the DSpark flags of a block size (speculators' recipe: gamma 4, Markov rank 256, confidence on)
+  echo "--draft dspark --dflash_block_size $1 --dflash_decay_gamma 4 --draft_num_layers $LAYERS" \
+    "--dflash_target_layers 0,1,2 --dspark_markov_rank ${BENCH_DSPARK_RANK:-256}"
 }
 # train NAME CONFIG STEPS FLAGS...: one run into $OUT/NAME, log $OUT/NAME.log; no evaluation inside
 # the loop (the held-out loss once at the end), one checkpoint at the end.
@@ -110,6 +115,14 @@ if [[ " $PARTS " == *" ar "* ]]; then
     train "dflash$b" "$DFLASH_CONFIG" "$steps" $(dflash "$b")
     evaluate "dflash$b"
     ROWS+=("DFlash block $b ($LAYERS layer(s))=$OUT/dflash$b=$OUT/dflash$b.eval.json")
+    if [ "${BENCH_DSPARK:-1}" = 1 ]; then  # DSpark on the same backbone: all b tokens of its block drafted
+      # shellcheck disable=SC2046
+      steps=$(budget_steps "dspark$b" "$DFLASH_CONFIG" $(dspark "$b"))
+      # shellcheck disable=SC2046
+      train "dspark$b" "$DFLASH_CONFIG" "$steps" $(dspark "$b")
+      evaluate "dspark$b"
+      ROWS+=("DSpark block $b ($LAYERS layer(s))=$OUT/dspark$b=$OUT/dspark$b.eval.json")
+    fi
   done
   echo
   "$PY" "$TABLE" ar "${ROWS[@]}"
