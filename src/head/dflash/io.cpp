@@ -255,6 +255,33 @@ void check_dflash_shapes(const model::SafetensorsFile& file, const HeadConfig& c
 
 }  // namespace
 
+void read_block_draft_weights(torch::nn::Module& head, std::map<std::string, torch::Tensor> file,
+                              const std::string& weights_path, const std::string& noun) {
+  std::set<std::string> read;
+  {
+    torch::NoGradGuard ng;
+    for (auto& p : head.named_parameters()) {
+      const auto it = file.find(p.key());
+      EAGLE_CHECK(it != file.end(), Error(ErrorKind::input, fmt::format("a tensor of the {} draft is missing", noun))
+                                        .file(weights_path)
+                                        .place(fmt::format("tensor {}", p.key())));
+      model::check_shape(
+          it->second, p.value().sizes(),
+          Error(ErrorKind::input, fmt::format("a {} tensor has another shape than its config says", noun))
+              .file(weights_path)
+              .place(fmt::format("tensor {}", p.key())));
+      p.value().copy_(it->second.to(p.value().scalar_type()));
+      read.insert(p.key());
+    }
+  }
+  for (const auto& [name, t] : file)
+    EAGLE_CHECK(read.count(name),
+                Error(ErrorKind::input, fmt::format("the {} draft holds a tensor this head does not use", noun))
+                    .file(weights_path)
+                    .place(fmt::format("tensor {}", name))
+                    .hint("a draft with its own embed_tokens, lm_head or d2t is not supported"));
+}
+
 std::shared_ptr<DFlashHead> load_dflash_head(const std::string& dir, torch::Device device) {
   const auto config_path = (fs::path(dir) / "config.json").string();
   const auto j = util::read_json_object(config_path, "DFlash config");
@@ -273,27 +300,7 @@ std::shared_ptr<DFlashHead> load_dflash_head(const std::string& dir, torch::Devi
       file[name] = file.at(alias);
       file.erase(alias);
     }
-  std::set<std::string> read;
-  {
-    torch::NoGradGuard ng;
-    for (auto& p : head->named_parameters()) {
-      const auto it = file.find(p.key());
-      EAGLE_CHECK(it != file.end(), Error(ErrorKind::input, "a tensor of the DFlash draft is missing")
-                                        .file(weights_path)
-                                        .place(fmt::format("tensor {}", p.key())));
-      model::check_shape(it->second, p.value().sizes(),
-                         Error(ErrorKind::input, "a DFlash tensor has another shape than its config says")
-                             .file(weights_path)
-                             .place(fmt::format("tensor {}", p.key())));
-      p.value().copy_(it->second.to(p.value().scalar_type()));
-      read.insert(p.key());
-    }
-  }
-  for (const auto& [name, t] : file)
-    EAGLE_CHECK(read.count(name), Error(ErrorKind::input, "the DFlash draft holds a tensor this head does not use")
-                                      .file(weights_path)
-                                      .place(fmt::format("tensor {}", name))
-                                      .hint("a draft with its own embed_tokens, lm_head or d2t is not supported"));
+  read_block_draft_weights(*head, std::move(file), weights_path, "DFlash");
   head->to(device);
   return head;
 }

@@ -72,15 +72,7 @@ std::shared_ptr<DraftHead> dflash_make(const HeadConfig& cfg, const HeadSettings
 // the interrupted one would have, and an evaluation (step -1) the same every time; their valid slots are
 // the denominators.
 LossPlan dflash_loss_plan(const std::vector<data::Batch>& batches, const HeadConfig& cfg, const PlanSeed& seed) {
-  LossPlan plan;
-  plan.denominators.assign(static_cast<std::size_t>(cfg.steps()), 0);
-  for (std::size_t i = 0; i < batches.size(); ++i) {
-    auto a = dflash_batch_anchors(batches[i], cfg,
-                                  dflash_anchor_generator(seed.seed, seed.step, static_cast<std::int64_t>(i), seed.rank));
-    for (std::size_t k = 0; k < a.slots.size(); ++k) plan.denominators[k] += a.slots[k];
-    plan.extras.push_back(std::move(a.anchors));
-  }
-  return plan;
+  return anchored_loss_plan(batches, cfg, seed, cfg.dflash_block_size);
 }
 
 DraftLimits dflash_limits(const HeadConfig& cfg) {
@@ -97,14 +89,7 @@ DraftLimits dflash_limits(const HeadConfig& cfg) {
 // (a + block_size - 1 < length) and a trained slot after it; else every step would train nothing.
 std::string dflash_untrainable(const data::Dataset& train, const HeadConfig& cfg, std::int64_t max_len) {
   const auto B = cfg.dflash_block_size;
-  for (std::size_t i = 0; i < train.size(); ++i) {
-    const auto n = std::min(train.length(i), max_len);
-    for (std::int64_t a = 0; a + B - 1 < n; ++a) {
-      if (!train.trained(i, a)) continue;
-      for (std::int64_t k = 1; k < B; ++k)
-        if (train.trained(i, a + k)) return "";
-    }
-  }
+  if (has_anchored_span(train, B, max_len)) return "";
   return fmt::format(
       "a sample holding a whole block of {} tokens (dflash_block_size) within training_seq_len {} whose anchor "
       "and a later token of the block are trained (loss_mask 1)",
@@ -149,15 +134,42 @@ DFlashSettings dflash_settings(const HeadSettings& s, const target::TargetConfig
   return d;
 }
 
-DFlashAnchors dflash_batch_anchors(const data::Batch& b, const HeadConfig& cfg, at::Generator generator) {
+LossPlan anchored_loss_plan(const std::vector<data::Batch>& batches, const HeadConfig& cfg, const PlanSeed& seed,
+                            std::int64_t span) {
+  LossPlan plan;
+  plan.denominators.assign(static_cast<std::size_t>(span - 1), 0);
+  for (std::size_t i = 0; i < batches.size(); ++i) {
+    auto a = dflash_batch_anchors(
+        batches[i], cfg, dflash_anchor_generator(seed.seed, seed.step, static_cast<std::int64_t>(i), seed.rank), span);
+    for (std::size_t k = 0; k < a.slots.size(); ++k) plan.denominators[k] += a.slots[k];
+    plan.extras.push_back(std::move(a.anchors));
+  }
+  return plan;
+}
+
+bool has_anchored_span(const data::Dataset& train, std::int64_t span, std::int64_t max_len) {
+  for (std::size_t i = 0; i < train.size(); ++i) {
+    const auto n = std::min(train.length(i), max_len);
+    for (std::int64_t a = 0; a + span - 1 < n; ++a) {
+      if (!train.trained(i, a)) continue;
+      for (std::int64_t k = 1; k < span; ++k)
+        if (train.trained(i, a + k)) return true;
+    }
+  }
+  return false;
+}
+
+DFlashAnchors dflash_batch_anchors(const data::Batch& b, const HeadConfig& cfg, at::Generator generator,
+                                   std::int64_t span) {
+  if (span == 0) span = cfg.dflash_block_size;
   const auto mask = torch::from_blob(const_cast<std::uint8_t*>(b.loss_mask.data()), {b.rows, b.length},
                                      torch::TensorOptions().dtype(torch::kUInt8))
                         .to(torch::kBool);
   const auto docs = torch::from_blob(const_cast<std::int32_t*>(b.document_ids.data()), {b.rows, b.length},
                                      torch::TensorOptions().dtype(torch::kInt32))
                         .to(torch::kInt64);
-  auto anchors = dflash_sample_anchors(mask, docs, cfg.dflash_block_size, cfg.dflash_num_anchors, generator);
-  auto slots = dflash_count_slots(mask, docs, anchors, cfg.dflash_block_size);
+  auto anchors = dflash_sample_anchors(mask, docs, span, cfg.dflash_num_anchors, generator);
+  auto slots = dflash_count_slots(mask, docs, anchors, span);
   return {std::move(anchors), std::move(slots)};
 }
 

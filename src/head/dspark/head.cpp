@@ -82,27 +82,18 @@ HeadStepOutput DSparkHead::train_step_forward(const HeadInputs& in, const torch:
   for (std::int64_t k = 0; k < s; ++k) {
     const double w = std::exp(-static_cast<double>(k) / c.dflash_decay_gamma);
     auto at = (anchors + k).clamp_max(len - 1);  // [B, N]: the slot's input position
-    auto e = markov_head->embed(ids.gather(1, at));
-    auto h = hidden.select(2, k);
-    auto z = logits(h) + markov_head->bias(e).to(torch::kFloat32);  // [B, N, V]
-    auto teacher = teacher_logits.gather(1, at.unsqueeze(-1).expand({b, n, v}));
-    auto p = torch::softmax(teacher, -1);
-    auto kl = torch::kl_div(torch::log_softmax(z, -1), p, at::Reduction::None, false).sum(-1);  // [B, N]
+    auto t = slot_terms(hidden.select(2, k), ids.gather(1, at),
+                        teacher_logits.gather(1, at.unsqueeze(-1).expand({b, n, v})));
     auto valid_k = valid.select(2, k);
     auto m = valid_k.to(torch::kFloat32);
-    loss = loss + (kl * m).sum() * w / total;
+    loss = loss + (t.kl * m).sum() * w / total;
     if (confidence_head) {
-      torch::Tensor accept;
-      {
-        torch::NoGradGuard ng;
-        accept = torch::minimum(torch::softmax(z, -1), p).sum(-1);
-      }
-      auto conf = confidence_head->forward(torch::cat({h, e.to(h.scalar_type())}, -1)).to(torch::kFloat32);
-      auto bce = torch::binary_cross_entropy_with_logits(conf, accept, {}, {}, at::Reduction::None);
+      auto bce = torch::binary_cross_entropy_with_logits(t.confidence.to(torch::kFloat32), t.accept, {}, {},
+                                                         at::Reduction::None);
       confidence_loss = confidence_loss + (bce * m).sum() * w / total;
     }
-    auto correct = z.argmax(-1) == argmax.gather(1, at);  // the full vocabulary: ids are target ids
-    rows.push_back(metric_row(valid_k, correct, prefix_ok, kl.detach()));
+    auto correct = t.z.argmax(-1) == argmax.gather(1, at);  // the full vocabulary: ids are target ids
+    rows.push_back(metric_row(valid_k, correct, prefix_ok, t.kl.detach()));
     prefix_ok = prefix_ok & valid_k & correct;
   }
   return {loss + c.dspark_confidence_alpha * confidence_loss, torch::stack(rows).detach()};
@@ -135,31 +126,22 @@ DSparkStep DSparkHead::speculators_step(const HeadInputs& in, const torch::Tenso
       in.teacher_logits.to(dev, torch::kFloat32).gather(1, at.unsqueeze(-1).expand({b, n * s, v})).view({b, n, s, v});
   auto mask = (in.loss_mask.to(dev).gather(1, at).view({b, n, s}) != 0) & valid.to(dev).unsqueeze(-1);
   auto m = mask.to(torch::kFloat32);
-  auto e = markov_head->embed(prev);  // [B, N, S, r]
-  auto logits = this->logits(hidden) + markov_head->bias(e).to(torch::kFloat32);
+  auto t = slot_terms(hidden, prev, teacher);
   std::vector<double> w;
   for (std::int64_t k = 0; k < s; ++k) w.push_back(std::exp(-static_cast<double>(k) / config().dflash_decay_gamma));
   auto weights = torch::tensor(w, m.options()).view({1, 1, s});
-  // KL(p || q) per slot (speculators' eager kl_div_loss: kl_div(log q, p) summed over the vocabulary).
-  auto log_q = torch::log_softmax(logits, -1);
-  auto p = torch::softmax(teacher, -1);
-  auto kl = torch::kl_div(log_q, p, at::Reduction::None, false).sum(-1);  // [B, N, S]
   auto per_row = [&](const torch::Tensor& elementwise, double eps) {
     auto num = (elementwise * m * weights).view({b, -1}).sum(1);
     return (num / (m.view({b, -1}).sum(1) + eps)).mean();
   };
   DSparkStep out;
-  out.kl_loss = per_row(kl, 1e-5);
-  out.logits = logits;
+  out.kl_loss = per_row(t.kl, 1e-5);
+  out.logits = t.z;
   out.mask = m;
-  {
-    torch::NoGradGuard ng;
-    out.accept_rate = torch::minimum(torch::softmax(logits, -1), p).sum(-1);
-  }
+  out.accept_rate = t.accept;
   out.loss = out.kl_loss;
   if (confidence_head) {
-    auto features = true ? torch::cat({hidden, e.to(hidden.scalar_type())}, -1) : hidden;
-    out.confidence_logits = confidence_head->forward(features);
+    out.confidence_logits = t.confidence;
     auto bce = torch::binary_cross_entropy_with_logits(out.confidence_logits.to(torch::kFloat32), out.accept_rate, {},
                                                        {}, at::Reduction::None);
     out.confidence_loss = per_row(bce, 1e-8);
@@ -168,14 +150,28 @@ DSparkStep DSparkHead::speculators_step(const HeadInputs& in, const torch::Tenso
   return out;
 }
 
+DSparkHead::SlotTerms DSparkHead::slot_terms(const torch::Tensor& h, const torch::Tensor& prev,
+                                             const torch::Tensor& teacher) {
+  SlotTerms t;
+  t.e = markov_head->embed(prev);
+  t.z = markov_logits(h, t.e);
+  auto p = torch::softmax(teacher, -1);
+  t.kl = torch::kl_div(torch::log_softmax(t.z, -1), p, at::Reduction::None, false).sum(-1);
+  {
+    torch::NoGradGuard ng;
+    t.accept = torch::minimum(torch::softmax(t.z, -1), p).sum(-1);
+  }
+  if (confidence_head) t.confidence = confidence_head->forward(torch::cat({h, t.e.to(h.scalar_type())}, -1));
+  return t;
+}
+
 torch::Tensor DSparkHead::greedy_chain(const torch::Tensor& hidden, const torch::Tensor& anchor_ids) const {
   torch::NoGradGuard ng;
   const auto r = hidden.size(0), s = hidden.size(1);
-  auto base = logits(hidden);  // [R, S, V]
-  auto prev = anchor_ids.to(base.device(), torch::kInt64);
+  auto prev = anchor_ids.to(hidden.device(), torch::kInt64);
   std::vector<torch::Tensor> tokens;
   for (std::int64_t i = 0; i < s; ++i) {
-    auto z = base.select(1, i) + markov_head->bias(markov_head->embed(prev)).to(torch::kFloat32);
+    auto z = markov_logits(hidden.select(1, i), markov_head->embed(prev));
     prev = z.argmax(-1);
     tokens.push_back(prev);
   }

@@ -3,7 +3,6 @@
 #include "eagle/head/dspark/io.h"
 
 #include <filesystem>
-#include <set>
 
 #include <fmt/format.h>
 
@@ -110,28 +109,7 @@ std::shared_ptr<DSparkHead> load_dspark_head(const std::string& dir, torch::Devi
     }
   }
   auto head = std::make_shared<DSparkHead>(cfg);
-  auto file = model::load_safetensors(weights_path);
-  std::set<std::string> read;
-  {
-    torch::NoGradGuard ng;
-    for (auto& p : head->named_parameters()) {
-      const auto it = file.find(p.key());
-      EAGLE_CHECK(it != file.end(), Error(ErrorKind::input, "a tensor of the DSpark draft is missing")
-                                        .file(weights_path)
-                                        .place(fmt::format("tensor {}", p.key())));
-      model::check_shape(it->second, p.value().sizes(),
-                         Error(ErrorKind::input, "a DSpark tensor has another shape than its config says")
-                             .file(weights_path)
-                             .place(fmt::format("tensor {}", p.key())));
-      p.value().copy_(it->second.to(p.value().scalar_type()));
-      read.insert(p.key());
-    }
-  }
-  for (const auto& [name, t] : file)
-    EAGLE_CHECK(read.count(name), Error(ErrorKind::input, "the DSpark draft holds a tensor this head does not use")
-                                      .file(weights_path)
-                                      .place(fmt::format("tensor {}", name))
-                                      .hint("a draft with its own embed_tokens, lm_head or d2t is not supported"));
+  read_block_draft_weights(*head, model::load_safetensors(weights_path), weights_path, "DSpark");
   head->to(device);
   return head;
 }

@@ -1,12 +1,9 @@
 // The DSpark row (see dspark/spec.h): DFlash's target layers, anchors and block, in the anchor-as-first layout.
 #include "eagle/head/dspark/spec.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "eagle/head/dflash/attention.h"
 #include "eagle/head/dflash/spec.h"
 #include "eagle/util/error.h"
 #include "eagle/util/log.h"
@@ -87,17 +84,7 @@ std::shared_ptr<DraftHead> dspark_make(const HeadConfig& cfg, const HeadSettings
 // DFlash's anchors for a block of S + 1: slot k (0..S-1) of anchor p predicts x[p + k + 1], which must lie in
 // p's sample; its valid slots (labels trained) are the denominators.
 LossPlan dspark_loss_plan(const std::vector<data::Batch>& batches, const HeadConfig& cfg, const PlanSeed& seed) {
-  auto wide = cfg;
-  wide.dflash_block_size = cfg.dflash_block_size + 1;
-  LossPlan plan;
-  plan.denominators.assign(static_cast<std::size_t>(cfg.steps()), 0);
-  for (std::size_t i = 0; i < batches.size(); ++i) {
-    auto a = dflash_batch_anchors(batches[i], wide,
-                                  dflash_anchor_generator(seed.seed, seed.step, static_cast<std::int64_t>(i), seed.rank));
-    for (std::size_t k = 0; k < a.slots.size(); ++k) plan.denominators[k] += a.slots[k];
-    plan.extras.push_back(std::move(a.anchors));
-  }
-  return plan;
+  return anchored_loss_plan(batches, cfg, seed, cfg.dflash_block_size + 1);
 }
 
 DraftLimits dspark_limits(const HeadConfig& cfg) {
@@ -116,14 +103,7 @@ DraftLimits dspark_limits(const HeadConfig& cfg) {
 // A trained anchor a with a trained label after it inside its sample (a + S < length), as the loss plan draws.
 std::string dspark_untrainable(const data::Dataset& train, const HeadConfig& cfg, std::int64_t max_len) {
   const auto S = cfg.dflash_block_size;
-  for (std::size_t i = 0; i < train.size(); ++i) {
-    const auto n = std::min(train.length(i), max_len);
-    for (std::int64_t a = 0; a + S < n; ++a) {
-      if (!train.trained(i, a)) continue;
-      for (std::int64_t k = 1; k <= S; ++k)
-        if (train.trained(i, a + k)) return "";
-    }
-  }
+  if (has_anchored_span(train, S + 1, max_len)) return "";
   return fmt::format(
       "a sample of more than {} tokens (dflash_block_size, and the token after the block) within training_seq_len "
       "{} whose anchor and a later token of the block are trained (loss_mask 1)",

@@ -8,6 +8,7 @@
 // same architecture, config keys and tensor names, with checks of its own (dflash_config_json).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -44,5 +45,11 @@ void export_dflash(DraftHead& head, const std::string& dir, DFlashEngine engine 
 // (vLLM's aliases encoder.fc.weight and encoder.output_norm_enc.weight accepted). The caller sets
 // the target's embedding and LM head (set_target_weights).
 std::shared_ptr<DFlashHead> load_dflash_head(const std::string& dir, torch::Device device = torch::kCPU);
+
+// A block draft's parameters copied from `file` (the tensors of weights_path under the head's names): every
+// parameter present with its shape, none left over; errors name the file, the tensor and the draft (noun:
+// "DFlash", "DSpark"). Shared by the block drafts' loaders.
+void read_block_draft_weights(torch::nn::Module& head, std::map<std::string, torch::Tensor> file,
+                              const std::string& weights_path, const std::string& noun);
 
 }  // namespace eagle::head

@@ -96,6 +96,20 @@ class DSparkHead : public DFlashHead {
   torch::Tensor round_tokens(const torch::Tensor& hidden, const torch::Tensor& anchor_ids) override {
     return greedy_chain(hidden, anchor_ids);
   }
+
+ private:
+  // What both objectives compute per slot, for final-normed hidden states h [.., H], the previous tokens
+  // prev [..] and the teacher's logits [.., V] (fp32): the Markov embedding e = W1[prev], the Markov-corrected
+  // logits z = lm_head(h) + W2 e (fp32), KL(p || q) [..] (speculators' eager kl_div_loss), the acceptance rate
+  // sum_v min(q_v, p_v) [..] (no gradient), and the confidence logit on [h; e] [..] (undefined without the head).
+  struct SlotTerms {
+    torch::Tensor e, z, kl, accept, confidence;
+  };
+  SlotTerms slot_terms(const torch::Tensor& h, const torch::Tensor& prev, const torch::Tensor& teacher);
+  // z for one slot: lm_head(h) + W2 W1[prev] in fp32.
+  torch::Tensor markov_logits(const torch::Tensor& h, const torch::Tensor& e) const {
+    return logits(h) + markov_head->bias(e).to(torch::kFloat32);
+  }
 };
 
 }  // namespace eagle::head
