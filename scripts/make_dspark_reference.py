@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Creates the DSpark block-draft fixture from speculators 0.9.0's own DSparkDraftModel (the reference of
+"""Creates the DSpark block-draft fixtures from speculators 0.9.0's own DSparkDraftModel (the reference of
 --draft dspark; issue 49): one training step's logits, confidence logits, loss and every gradient, and the
-greedy round vLLM 0.32's DSpark speculator drafts from the same weights.
+greedy round vLLM 0.32's DSpark speculator drafts from the same weights; in both layouts, and the draft as
+speculators itself saves it.
 
 Target: tests/fixtures/models/tiny-qwen3 (3 layers, H 48, vocabulary 256) run by transformers. The draft:
 speculators' DSparkDraftModel (models/dspark/core.py) with 2 Qwen3 layers, block 4, sample_from_anchor
@@ -21,16 +22,25 @@ The round (vLLM dspark/speculator.py, greedy): the block [x_P, M, M, M] at posit
 context < P is exactly the training block of anchor P, so its final-normed hidden states are reused; then
 left to right: z_i = lm_head(h_i) + W2 W1[prev_i], x_i = argmax z_i, prev_0 = x_P, prev_{i+1} = x_i.
 
-Writes tests/fixtures/reference/dspark-head.safetensors: the draft's parameters under its checkpoint names
+The 1 + N fill-in layout (sample_from_anchor false, DFlash's): the same weights, anchors and block; slot k
+(1..3) predicts x[p+k] with teacher the target's logits at p+k-1 (speculators' (index - 1) mod T) and previous
+token x[p+k-1] (slot 0: x[p], masked out); the round drafts slots 1..3 with prev_0 = x_P.
+
+Writes tests/fixtures/reference/dspark-head.safetensors (anchor first) and dspark-fillin-head.safetensors
+(fill-in), each with the draft's parameters under its checkpoint names
 (`markov_head.markov_w1.weight`, `confidence_head.proj.weight`, ...), the inputs (input_ids, loss_mask,
 document_ids, position_ids, aux features, the target's last hidden state and logits), anchors,
 `ref.logits` [N*B, V] (Markov-corrected), `ref.confidence_logits` [N*B], `ref.accept_rate` [N*B],
 `ref.aligned_loss_mask`, `ref.loss`, `ref.kl_loss`, `ref.confidence_loss`, `grad.<name>` for every trained
-parameter, `round.base_logits` [N, B, V] and `round.tokens` [N, B] (greedy, vLLM's chain).
+parameter, `round.base_logits` [N, B, V] and `round.tokens` [N, K] (greedy, vLLM's chain over the K
+drafting slots); and tests/fixtures/models/dspark-speculators/ (anchor first): speculators' own
+save_pretrained of that draft (config.json with speculators_model_type dspark, model.safetensors), the
+speculators layout `eval` imports.
 
 Run with the project venv and speculators 0.9.0 importable (pip install --no-deps speculators==0.9.0, or
 PYTHONPATH to its unpacked wheel):  ~/.cache/eagle-train/venv/bin/python scripts/make_dspark_reference.py
 """
+import json
 import pathlib
 import sys
 
@@ -49,13 +59,15 @@ from speculators.losses import resolve_loss_config  # noqa: E402
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TARGET_DIR = ROOT / "tests" / "fixtures" / "models" / "tiny-qwen3"
 REF = ROOT / "tests" / "fixtures" / "reference" / "dspark-head.safetensors"
+REF_FILLIN = ROOT / "tests" / "fixtures" / "reference" / "dspark-fillin-head.safetensors"
+SAVED = ROOT / "tests" / "fixtures" / "models" / "dspark-speculators"
 
 BLOCK, LAYERS, RANK, MASK_ID, GAMMA, ALPHA = 4, 2, 8, 255, 4.0, 1.0
 AUX_IDS = [1, 2]  # hidden_states indices (speculators' aux ids; DFlash target layers t = id - 1)
 ANCHORS = [1, 3, 5, 10, 13]  # sample 0: positions 0..9, sample 1: 10..17 (blocks inside their sample)
 
 
-def main():
+def reference(sample_from_anchor, path, saved=None):
     torch.manual_seed(0)
     target = transformers.AutoModelForCausalLM.from_pretrained(str(TARGET_DIR), dtype=torch.float32).eval()
     tc = target.config
@@ -88,8 +100,10 @@ def main():
     model = dspark_core.DSparkDraftModel.from_training_args(
         layer_cfg, draft_vocab_size=tc.vocab_size, block_size=BLOCK, verifier_name_or_path=str(TARGET_DIR),
         target_layer_ids=AUX_IDS, mask_token_id=MASK_ID, draft_attn_impl="eager", markov_rank=RANK,
-        enable_confidence_head=True, confidence_head_with_markov=True).float()
-    assert model.config.sample_from_anchor and model.markov_head is not None and model.confidence_head is not None
+        enable_confidence_head=True, confidence_head_with_markov=True,
+        sample_from_anchor=sample_from_anchor).float()
+    assert model.config.sample_from_anchor == sample_from_anchor
+    assert model.markov_head is not None and model.confidence_head is not None
     frozen = ("embed_tokens", "lm_head", "verifier")
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
@@ -106,6 +120,7 @@ def main():
                 p.copy_(0.15 * torch.randn(p.shape, generator=gen))
 
     anchors = torch.tensor(ANCHORS)
+    select_anchors = dflash_core.select_anchors
     dflash_core.select_anchors = lambda lm, n, b: (anchors.clone(), torch.ones(len(ANCHORS), dtype=torch.bool))
     seen = {}
     backbone = model._backbone_forward
@@ -135,19 +150,25 @@ def main():
     with torch.no_grad():
         accept_rate = 1.0 - tv(seen["logits"], seen["targets"])[0]
         conf_loss = seen["metrics"]["confidence_loss_sum"]
-        # The teacher: the target's own logits at p + k (speculators rebuilds them from the last hidden state).
-        idx = seen["idx"]
+        # The teacher: the target's own logits at p + k, fill-in p + k - 1 (speculators rebuilds them from the
+        # last hidden state).
+        idx = seen["idx"] if sample_from_anchor else (seen["idx"] - 1) % input_ids.shape[1]
         assert torch.allclose(seen["targets"][0], target_logits[idx], atol=1e-5), "teacher != target logits"
-        # The greedy round of vLLM's DSpark speculator from the same block hidden states.
+        # The greedy round of vLLM's DSpark speculator from the same block hidden states: every slot drafts
+        # (anchor first), or slots 1.. (fill-in), prev_0 the anchor token.
         hidden = seen["hidden"][0].view(len(ANCHORS), BLOCK, -1)
         base = model.lm_head(hidden).float()  # [N, B, V]
         w1, w2 = model.markov_head.markov_w1.weight, model.markov_head.markov_w2.weight
-        tokens = torch.zeros(len(ANCHORS), BLOCK, dtype=torch.long)
+        first = 0 if sample_from_anchor else 1
+        tokens = torch.zeros(len(ANCHORS), BLOCK - first, dtype=torch.long)
         prev = input_ids[0, anchors]
-        for i in range(BLOCK):
+        for i in range(first, BLOCK):
             z = base[:, i] + w1[prev] @ w2.T
             prev = z.argmax(-1)
-            tokens[:, i] = prev
+            tokens[:, i - first] = prev
+    dflash_core.select_anchors = select_anchors
+    model._backbone_forward = backbone
+    dspark_core.compute_metrics = metrics_fn
 
     out = {name: p.detach().clone().contiguous() for name, p in model.named_parameters()
            if not name.startswith(frozen)}
@@ -165,12 +186,31 @@ def main():
         "ref.kl_loss": (loss.detach() - ALPHA * conf_loss.detach()).reshape(()),
         "round.base_logits": base.contiguous(), "round.tokens": tokens,
     })
-    REF.parent.mkdir(parents=True, exist_ok=True)
-    save_file(out, str(REF), metadata={
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(out, str(path), metadata={
         "block_size": str(BLOCK), "markov_rank": str(RANK), "mask_token_id": str(MASK_ID), "gamma": str(GAMMA),
-        "confidence_head_alpha": str(ALPHA), "aux_ids": ",".join(map(str, AUX_IDS)), "draft_layers": str(LAYERS)})
-    print(f"wrote {REF}: loss {loss.item():.6f} (kl {out['ref.kl_loss'].item():.6f}, confidence "
+        "confidence_head_alpha": str(ALPHA), "aux_ids": ",".join(map(str, AUX_IDS)), "draft_layers": str(LAYERS),
+        "sample_from_anchor": str(sample_from_anchor).lower()})
+    print(f"wrote {path}: loss {loss.item():.6f} (kl {out['ref.kl_loss'].item():.6f}, confidence "
           f"{conf_loss.item():.6f}), round tokens {tokens.tolist()}")
+    if saved is not None:
+        model.zero_grad(set_to_none=True)
+        model.save_pretrained(str(saved))
+        # Two edits, neither to what eagle-train or vLLM reads of it: the verifier's path is made the
+        # repository-relative one (save_pretrained writes this machine's absolute path), and config.py (the
+        # config class, for trust_remote_code loaders) is dropped: a model folder here is data, never code.
+        (saved / "config.py").unlink(missing_ok=True)
+        config_path = saved / "config.json"
+        config = json.loads(config_path.read_text())
+        config["speculators_config"]["verifier"]["name_or_path"] = "tests/fixtures/models/tiny-qwen3"
+        config.pop("auto_map", None)
+        config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+        print(f"wrote {saved} (speculators' save_pretrained): {sorted(p.name for p in saved.iterdir())}")
+
+
+def main():
+    reference(True, REF, SAVED)
+    reference(False, REF_FILLIN)
 
 
 if __name__ == "__main__":

@@ -56,16 +56,19 @@ Round ParallelProposer::propose(head::DraftHead& head, head::DraftCache& cache, 
                                 const torch::Tensor& next_ids, std::int64_t root) {
   const auto vocab_ids = head.draft_vocab_ids().to(torch::kCPU, torch::kInt64);
   const auto vocab = head.config().vocab_size;
-  const auto logits = head.parallel_logits(cache, features, next_ids, k_)[0];  // [K, V_d]
   std::vector<std::int64_t> drafted;
   std::vector<torch::Tensor> qs;
-  for (std::int64_t j = 0; j < k_; ++j) drafted.push_back(draft_token(logits[j], s_, u_, vocab_ids, vocab, qs));
+  // One forward; slot j's logits [1, V_d] may depend on the token drafted before it (DSpark's Markov bias).
+  head.parallel_chain(cache, features, next_ids, k_, [&](std::int64_t, const torch::Tensor& logits) {
+    drafted.push_back(draft_token(logits[0], s_, u_, vocab_ids, vocab, qs));
+    return torch::full({1}, drafted.back(), torch::kInt64);
+  });
   return {chain_tree(root, drafted), true, torch::stack(qs)};
 }
 
 std::unique_ptr<Proposer> sampled_chain_proposer(const head::DraftHead& head, std::int64_t draft_len,
                                                  const SamplingSettings& s, Uniform& u) {
-  // A round drafted in one forward (P-EAGLE, DFlash): each slot's token from its own logits.
+  // A round drafted in one forward (P-EAGLE, DFlash, DSpark): each slot's token from its own logits.
   if (head::draft_spec(head.config()).limits(head.config()).parallel_chain)
     return std::make_unique<ParallelProposer>(draft_len, s, u);
   return std::make_unique<ChainProposer>(draft_len, s, u);

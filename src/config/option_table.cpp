@@ -316,6 +316,12 @@ std::vector<OptionEntry> declare_options() {
         "DSpark: the weight of the confidence head's loss (binary cross-entropy towards 1 - TV)")
       .range(0.0, 1e6)
       .acts_only(kTrain, "--draft dspark", is_dspark);
+  t.add(&Options::dspark_sample_from_anchor, "dspark_sample_from_anchor", G::draft, kTrain,
+        "DSpark: the anchor-as-first layout (vLLM's default: every slot of the block predicts the token after it, "
+        "dflash_block_size tokens a round); false: DFlash's 1 + N fill-in layout (slots 1.. predict the tokens at "
+        "their own positions, dflash_block_size - 1 a round). Written as sample_from_anchor; a draft serves in the "
+        "layout it was trained in")
+      .acts_only(kTrain, "--draft dspark", is_dspark);
   // train
   t.add(&Options::per_device_train_batch_size, "per_device_train_batch_size", G::train, kTrain | kStats | kEval | kDump,
         "Rows per micro-batch (when max_tokens_per_batch is 0)")

@@ -30,6 +30,7 @@ HeadSettings HeadSettings::from(const config::Options& o, const std::string& tar
   s.dspark_markov_rank = o.dspark_markov_rank;
   s.dspark_confidence_head = o.dspark_confidence_head;
   s.dspark_confidence_alpha = o.dspark_confidence_alpha;
+  s.dspark_sample_from_anchor = o.dspark_sample_from_anchor;
   s.aux_layer_ids = o.aux_hidden_state_layer_ids;
   s.model_dir = o.model_name_or_path;
   s.target_dir = target_dir;

@@ -125,6 +125,11 @@ std::vector<torch::Tensor> DraftHead::ttt_logits(const HeadInputs&) { throw no_s
 torch::Tensor DraftHead::parallel_logits(DraftCache&, const torch::Tensor&, const torch::Tensor&, std::int64_t) {
   throw Error(ErrorKind::internal, "parallel_logits needs a P-EAGLE head (parallel_drafting)");
 }
+void DraftHead::parallel_chain(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids,
+                               std::int64_t draft_len, const PickToken& pick) {
+  const auto logits = parallel_logits(cache, features, next_ids, draft_len);  // [B, K, V_d]
+  for (std::int64_t j = 0; j < draft_len; ++j) pick(j, logits.select(1, j));
+}
 torch::Tensor DraftHead::draft_ragged(DraftCache&, const RaggedDraft&, std::int64_t) {
   throw Error(ErrorKind::internal, "this head does not draft many sequences at once (drafts_ragged)");
 }

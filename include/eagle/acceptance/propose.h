@@ -52,9 +52,9 @@ class ChainProposer : public Proposer {
   Uniform* u_ = nullptr;
 };
 
-// A P-EAGLE chain with its q: the draft_len positions' logits of one parallel forward
-// (DraftHead::parallel_logits), each token the argmax or a sample of its q, drawn from u. (Its greedy
-// chain is ChainProposer's: head.draft() drafts in parallel.)
+// A chain drafted in one forward with its q (P-EAGLE, DFlash, DSpark): the draft_len slots' logits in turn
+// (DraftHead::parallel_chain: DSpark's depend on the token drafted before), each token the argmax or a
+// sample of its q, drawn from u. (Its greedy chain is ChainProposer's: head.draft() drafts in parallel.)
 class ParallelProposer : public Proposer {
  public:
   ParallelProposer(std::int64_t draft_len, const SamplingSettings& s, Uniform& u) : k_(draft_len), s_(s), u_(u) {}

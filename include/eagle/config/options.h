@@ -81,6 +81,7 @@ struct Options {
   std::int64_t dspark_markov_rank = 256;            // DSpark: rank r of the Markov head W2 W1[prev]
   bool dspark_confidence_head = true;               // DSpark: train the confidence head (on [h; W1[prev]])
   double dspark_confidence_alpha = 1.0;             // DSpark: weight of the confidence head's loss
+  bool dspark_sample_from_anchor = true;            // DSpark: anchor-as-first layout (else 1 + N fill-in)
 
   // train
   std::int64_t per_device_train_batch_size = 4;  // rows per micro-batch

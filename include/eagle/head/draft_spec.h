@@ -86,6 +86,7 @@ struct HeadSettings {
   std::int64_t dspark_markov_rank = 256;
   bool dspark_confidence_head = true;
   double dspark_confidence_alpha = 1.0;
+  bool dspark_sample_from_anchor = true;
   std::vector<std::int64_t> aux_layer_ids;  // EAGLE: the layers it fuses (empty: not yet resolved, plan())
   std::string model_dir;    // model_name_or_path (an MTP head's shipped layer is read from it)
   std::string target_dir;   // the folder holding the target's config.json (model_dir, or a dump's copy)

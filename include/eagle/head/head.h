@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -90,12 +91,14 @@ struct HeadConfig {
   double dflash_decay_gamma = 7.0;        // slot k's loss weight exp(-(k - 1) / gamma); <= 0: all 1
   bool dflash_hard_labels = false;        // hard CE on the data token instead of the target's distribution
   bool dflash() const { return dflash_block_size > 0; }
-  // --draft dspark (head/dspark/head.h): DFlash's backbone in the anchor-as-first layout (every slot of the
-  // block predicts the token after it: dflash_block_size tokens a round) with a Markov head of this rank
-  // and, when on, the confidence head on [h; W1[prev]]; 0: not a DSpark head.
+  // --draft dspark (head/dspark/head.h): DFlash's backbone with a Markov head of this rank and, when on, the
+  // confidence head on [h; W1[prev]]; 0: not a DSpark head. sample_from_anchor: the anchor-as-first layout
+  // (every slot of the block predicts the token after it: dflash_block_size tokens a round), else DFlash's
+  // 1 + N fill-in layout (slot k >= 1 predicts the token at its own position: dflash_block_size - 1).
   std::int64_t dspark_markov_rank = 0;
   bool dspark_confidence_head = false;
   double dspark_confidence_alpha = 1.0;
+  bool dspark_sample_from_anchor = true;
   bool dspark() const { return dspark_markov_rank > 0; }
 
   // The head shaped after its target: H, heads, head_dim, intermediate size, eps, RoPE.
@@ -112,7 +115,8 @@ struct HeadConfig {
   // range always truncated, attn_factor not attention_factor read). No checks.
   void set_mla_shape(const target::TargetConfig& target);
   std::int64_t steps() const {
-    return dspark() ? dflash_block_size : dflash() ? dflash_block_size - 1 : eagle_version == 3 ? ttt_steps : 1;
+    if (dspark() && dspark_sample_from_anchor) return dflash_block_size;
+    return dflash() ? dflash_block_size - 1 : eagle_version == 3 ? ttt_steps : 1;
   }
 };
 
@@ -182,6 +186,13 @@ class DraftHead {
   // the drafted positions instead of their argmax (sampled chains; other heads throw Error(usage)).
   virtual torch::Tensor parallel_logits(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids,
                                         std::int64_t draft_len);
+  // A chain of draft_len tokens from one forward whose slot j may depend on the token drafted at slot j - 1
+  // (DSpark's Markov bias): pick(j, logits_j) is called for j = 0 .. draft_len - 1 in turn with slot j's draft
+  // logits [B, V_d] (fp32) and returns the target ids [B] drafted there (an argmax or a sample). Default:
+  // parallel_logits' slots, each handed to pick in turn (P-EAGLE, DFlash).
+  using PickToken = std::function<torch::Tensor(std::int64_t, const torch::Tensor&)>;
+  virtual void parallel_chain(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids,
+                              std::int64_t draft_len, const PickToken& pick);
   // The draft logits [B, T, V_d] of every TTT step, teacher-forced as in training (alpha_k;
   // EAGLE-3 heads, EAGLE-1 throws Error(usage) as draft_vocab_ids does).
   virtual std::vector<torch::Tensor> ttt_logits(const HeadInputs& in);

@@ -115,9 +115,11 @@ HeadConfig dflash_config_from_json(const json& j, const std::string& file) {
   if (!d.boolean_or("use_aux_hidden_state", true))
     throw unsupported(file, "dflash_config.use_aux_hidden_state", "false");
   if (d.has("attention_value_scale")) throw unsupported(file, "dflash_config.attention_value_scale", "a scale");
-  // DSpark (vLLM's qwen3_dspark.py) shifts every slot to the next token and adds a Markov head.
+  // Every slot shifted to the next token is DSpark's layout (vLLM's qwen3_dspark.py, with its Markov head); a
+  // DFlash draft in it is not served as DFlash here.
   if (d.boolean_or("sample_from_anchor", false) || top.boolean_or("sample_from_anchor", false))
-    throw unsupported(file, "sample_from_anchor", "true (a DSpark draft; not implemented, docs/heads.md)");
+    throw unsupported(file, "sample_from_anchor",
+                      "true (the anchor-as-first layout: a DSpark draft's, architectures Qwen3DSparkModel)");
   if (top.has("rope_scaling")) throw unsupported(file, "rope_scaling", "scaled RoPE");
   // Every size, count and number within the limits train and the other readers apply (config_fields.h,
   // model/config_limits.h), before anything is allocated: the shapes are then compared with the file.
@@ -226,34 +228,30 @@ void export_dflash(DraftHead& head, const std::string& dir, DFlashEngine engine)
   }
 }
 
-namespace {
-
-// The file's header against the config, before the head is allocated: a config whose sizes are within the
-// limits but not the file's (hidden_size 2^20 over a 64-wide draft) is refused here, not after gigabytes.
-void check_dflash_shapes(const model::SafetensorsFile& file, const HeadConfig& c) {
+void check_block_draft_shapes(const model::SafetensorsFile& file, const HeadConfig& c, const std::string& noun,
+                              const std::vector<std::pair<std::string, std::vector<std::int64_t>>>& more) {
   const auto last = fmt::format("layers.{}.", c.num_layers - 1);
   const std::int64_t A = std::ssize(c.aux_layer_ids);
-  const std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected{
+  std::vector<std::pair<std::string, std::vector<std::int64_t>>> expected{
       {"fc.weight", {c.hidden_size, A * c.target_hidden_size}},
       {last + "self_attn.q_proj.weight", {c.num_attention_heads * c.head_dim, c.hidden_size}},
       {last + "self_attn.k_proj.weight", {c.num_key_value_heads * c.head_dim, c.hidden_size}},
       {last + "mlp.gate_proj.weight", {c.intermediate_size, c.hidden_size}},
   };
+  expected.insert(expected.end(), more.begin(), more.end());
   for (const auto& [name, shape] : expected) {
     const auto alias = name == "fc.weight" && !file.contains(name) ? std::string("encoder.fc.weight") : name;
-    EAGLE_CHECK(file.contains(alias), Error(ErrorKind::input, "a tensor of the DFlash draft is missing")
+    EAGLE_CHECK(file.contains(alias), Error(ErrorKind::input, fmt::format("a tensor of the {} draft is missing", noun))
                                           .file(file.path())
                                           .place(fmt::format("tensor {}", name))
                                           .hint("config.json and model.safetensors are of different drafts"));
     model::check_shape(file.shape(alias), shape,
-                       Error(ErrorKind::input, "the DFlash config.json does not match its weights")
+                       Error(ErrorKind::input, fmt::format("the {} config.json does not match its weights", noun))
                            .file(file.path())
                            .place(fmt::format("tensor {}", alias))
                            .hint("config.json and model.safetensors are of different drafts"));
   }
 }
-
-}  // namespace
 
 void read_block_draft_weights(torch::nn::Module& head, std::map<std::string, torch::Tensor> file,
                               const std::string& weights_path, const std::string& noun) {
@@ -290,7 +288,7 @@ std::shared_ptr<DFlashHead> load_dflash_head(const std::string& dir, torch::Devi
                                        .expected("architectures DFlashDraftModel and a dflash_config block"));
   const auto cfg = dflash_config_from_json(j, config_path);
   const auto weights_path = (fs::path(dir) / "model.safetensors").string();
-  check_dflash_shapes(model::SafetensorsFile::open(weights_path), cfg);
+  check_block_draft_shapes(model::SafetensorsFile::open(weights_path), cfg, "DFlash");
   auto head = std::make_shared<DFlashHead>(cfg);
   auto file = model::load_safetensors(weights_path);
   // vLLM's aliases (qwen3_dflash.py): the encoder's names of fc and hidden_norm.

@@ -34,6 +34,7 @@ DSparkSettings DSparkSettings::of(const HeadConfig& cfg) {
   s.confidence_head = cfg.dspark_confidence_head;
   s.confidence_alpha = cfg.dspark_confidence_alpha;
   s.decay_gamma = cfg.dflash_decay_gamma;
+  s.sample_from_anchor = cfg.dspark_sample_from_anchor;
   return s;
 }
 
@@ -50,7 +51,8 @@ DSparkHead::DSparkHead(HeadConfig cfg) : DFlashHead(std::move(cfg)) {
 
 HeadStepOutput DSparkHead::train_step_forward(const HeadInputs& in, const torch::Tensor& denominators) {
   const auto& c = config();
-  const auto b = in.input_ids.size(0), len = in.input_ids.size(1), s = c.dflash_block_size, v = c.vocab_size;
+  const auto b = in.input_ids.size(0), len = in.input_ids.size(1), v = c.vocab_size;
+  const auto off = offset(), steps = c.steps();
   check_row_inputs(in);
   check_head_input(in.aux_hidden, "aux_hidden", {b, len, fc->weight.size(1)});
   check_head_input(in.teacher_logits, "teacher_logits", {b, len, v});
@@ -59,10 +61,10 @@ HeadStepOutput DSparkHead::train_step_forward(const HeadInputs& in, const torch:
                   .place("HeadInputs.extra")
                   .expected(fmt::format("[{}, N] int64 (dflash_sample_anchors)", b))
                   .found(in.extra.defined() ? c10::str(in.extra.sizes()) : "undefined"));
-  EAGLE_CHECK(denominators.numel() == s, Error(ErrorKind::internal, "loss denominators do not match the block")
-                                             .place("denominators")
-                                             .expected(fmt::format("{} values", s))
-                                             .found(fmt::format("{}", denominators.numel())));
+  EAGLE_CHECK(denominators.numel() == steps, Error(ErrorKind::internal, "loss denominators do not match the block")
+                                                 .place("denominators")
+                                                 .expected(fmt::format("{} values", steps))
+                                                 .found(fmt::format("{}", denominators.numel())));
   const auto dev = fc->weight.device();
   const auto anchors = in.extra.to(dev, torch::kInt64);
   const auto n = anchors.size(1);
@@ -70,8 +72,8 @@ HeadStepOutput DSparkHead::train_step_forward(const HeadInputs& in, const torch:
   auto total = denominators.to(dev, torch::kFloat32).sum();
   total = torch::where(total > 0, total, torch::ones_like(total));
   auto hidden = block_hidden(in, anchors);  // [B, N, S, H]
-  // Slot k's label x[p + k + 1]: DFlash's valid slots 1..S of a block of S + 1.
-  auto valid = dflash_slot_valid(in.loss_mask.to(dev), in.document_ids.to(dev), anchors, s + 1);  // [B, N, S]
+  // Drafting slot j (block slot j + off) has the label x[p + j + 1]: DFlash's valid slots of a span of steps + 1.
+  auto valid = dflash_slot_valid(in.loss_mask.to(dev), in.document_ids.to(dev), anchors, steps + 1);  // [B, N, K]
   auto ids = in.input_ids.to(dev);
   auto argmax = in.target_argmax.to(dev);
   const auto teacher_logits = in.teacher_logits.to(dev, torch::kFloat32);
@@ -79,36 +81,52 @@ HeadStepOutput DSparkHead::train_step_forward(const HeadInputs& in, const torch:
   auto confidence_loss = torch::zeros({}, total.options());
   std::vector<torch::Tensor> rows;
   auto prefix_ok = torch::ones({b, n}, anchors.options().dtype(torch::kBool));
-  for (std::int64_t k = 0; k < s; ++k) {
-    const double w = std::exp(-static_cast<double>(k) / c.dflash_decay_gamma);
-    auto at = (anchors + k).clamp_max(len - 1);  // [B, N]: the slot's input position
-    auto t = slot_terms(hidden.select(2, k), ids.gather(1, at),
-                        teacher_logits.gather(1, at.unsqueeze(-1).expand({b, n, v})));
-    auto valid_k = valid.select(2, k);
-    auto m = valid_k.to(torch::kFloat32);
+  for (std::int64_t j = 0; j < steps; ++j) {
+    const double w = std::exp(-static_cast<double>(j) / c.dflash_decay_gamma);
+    auto before = (anchors + j).clamp_max(len - 1);  // [B, N]: the label's position - 1 (teacher, prev)
+    auto t = slot_terms(hidden.select(2, j + off), ids.gather(1, before),
+                        teacher_logits.gather(1, before.unsqueeze(-1).expand({b, n, v})));
+    auto valid_j = valid.select(2, j);
+    auto m = valid_j.to(torch::kFloat32);
     loss = loss + (t.kl * m).sum() * w / total;
     if (confidence_head) {
       auto bce = torch::binary_cross_entropy_with_logits(t.confidence.to(torch::kFloat32), t.accept, {}, {},
                                                          at::Reduction::None);
       confidence_loss = confidence_loss + (bce * m).sum() * w / total;
     }
-    auto correct = t.z.argmax(-1) == argmax.gather(1, at);  // the full vocabulary: ids are target ids
-    rows.push_back(metric_row(valid_k, correct, prefix_ok, t.kl.detach()));
-    prefix_ok = prefix_ok & valid_k & correct;
+    auto correct = t.z.argmax(-1) == argmax.gather(1, before);  // the full vocabulary: ids are target ids
+    rows.push_back(metric_row(valid_j, correct, prefix_ok, t.kl.detach()));
+    prefix_ok = prefix_ok & valid_j & correct;
   }
   return {loss + c.dspark_confidence_alpha * confidence_loss, torch::stack(rows).detach()};
 }
 
 torch::Tensor DSparkHead::parallel_logits(DraftCache&, const torch::Tensor&, const torch::Tensor&, std::int64_t) {
-  throw Error(ErrorKind::usage, "a DSpark draft's tokens come left to right (each biased by the one before it)")
-      .place("eval_temperature")
-      .hint("evaluate DSpark greedily (eval_temperature 0); its sampled rounds are not implemented yet");
+  throw Error(ErrorKind::internal, "a DSpark draft's logits depend on the tokens drafted before them")
+      .hint("draft through parallel_chain");
 }
 
-std::vector<torch::Tensor> DSparkHead::ttt_logits(const HeadInputs&) {
-  throw Error(ErrorKind::usage, "the teacher-forced alpha of a DSpark draft is not implemented yet")
-      .place("eval_temperature")
-      .hint("evaluate DSpark greedily (eval_temperature 0)");
+void DSparkHead::parallel_chain(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids,
+                                std::int64_t draft_len, const PickToken& pick) {
+  auto hidden = round_hidden(cache, features, next_ids, draft_len);
+  torch::NoGradGuard ng;
+  chain(hidden.narrow(1, offset(), draft_len), next_ids.to(hidden.device()).select(1, next_ids.size(1) - 1), pick);
+}
+
+std::vector<torch::Tensor> DSparkHead::ttt_logits(const HeadInputs& in) {
+  torch::NoGradGuard ng;
+  const auto b = in.input_ids.size(0), len = in.input_ids.size(1), off = offset();
+  const auto dev = fc->weight.device();
+  auto ids = in.input_ids.to(dev, torch::kInt64);
+  // The block anchored at t + 1 (the last position's block reads no later token: it is never scored).
+  auto anchors = torch::arange(1, len + 1, ids.options()).clamp_max(len - 1).unsqueeze(0).expand({b, len});
+  auto hidden = block_hidden(in, anchors.contiguous());  // [B, T, S, H]
+  std::vector<torch::Tensor> out;
+  for (std::int64_t j = 0; j < config().steps(); ++j) {
+    auto prev = ids.gather(1, (anchors + j).clamp_max(len - 1));  // x[t + 1 + j]
+    out.push_back(markov_logits(hidden.select(2, j + off), markov_head->embed(prev)));
+  }
+  return out;
 }
 
 DSparkStep DSparkHead::speculators_step(const HeadInputs& in, const torch::Tensor& anchors,
@@ -119,16 +137,23 @@ DSparkStep DSparkHead::speculators_step(const HeadInputs& in, const torch::Tenso
   const auto a = anchors.to(dev, torch::kInt64);
   const auto n = a.size(1);
   auto hidden = block_hidden(in, a);  // [B, N, S, H]
-  // Slot k sits at p + k: its previous token, teacher and mask are read there (speculators' indices).
+  const auto off = offset();
+  // Slot k sits at p + k: its mask is read there; anchor-as-first, its teacher and previous token too; fill-in,
+  // at p + k - 1 (speculators' (index - 1) mod T; its slot 0, masked out, takes x[p] as the previous token).
   auto at = (a.unsqueeze(-1) + torch::arange(s, a.options()).view({1, 1, s})).clamp_max(len - 1).view({b, n * s});
-  auto prev = in.input_ids.to(dev).gather(1, at).view({b, n, s});
-  auto teacher =
-      in.teacher_logits.to(dev, torch::kFloat32).gather(1, at.unsqueeze(-1).expand({b, n * s, v})).view({b, n, s, v});
+  auto before = off == 0 ? at : (at - 1).remainder(len);
+  auto prev_at = off == 0 ? at : torch::maximum(at - 1, a.repeat_interleave(s, 1));
+  auto prev = in.input_ids.to(dev).gather(1, prev_at).view({b, n, s});
+  auto teacher = in.teacher_logits.to(dev, torch::kFloat32)
+                     .gather(1, before.unsqueeze(-1).expand({b, n * s, v}))
+                     .view({b, n, s, v});
   auto mask = (in.loss_mask.to(dev).gather(1, at).view({b, n, s}) != 0) & valid.to(dev).unsqueeze(-1);
+  if (off == 1) mask.select(2, 0).fill_(false);
   auto m = mask.to(torch::kFloat32);
   auto t = slot_terms(hidden, prev, teacher);
   std::vector<double> w;
-  for (std::int64_t k = 0; k < s; ++k) w.push_back(std::exp(-static_cast<double>(k) / config().dflash_decay_gamma));
+  for (std::int64_t k = 0; k < s; ++k)
+    w.push_back(k < off ? 0.0 : std::exp(-static_cast<double>(k - off) / config().dflash_decay_gamma));
   auto weights = torch::tensor(w, m.options()).view({1, 1, s});
   auto per_row = [&](const torch::Tensor& elementwise, double eps) {
     auto num = (elementwise * m * weights).view({b, -1}).sum(1);
@@ -165,17 +190,20 @@ DSparkHead::SlotTerms DSparkHead::slot_terms(const torch::Tensor& h, const torch
   return t;
 }
 
-torch::Tensor DSparkHead::greedy_chain(const torch::Tensor& hidden, const torch::Tensor& anchor_ids) const {
+void DSparkHead::chain(const torch::Tensor& hidden, const torch::Tensor& anchor_ids, const PickToken& pick) const {
   torch::NoGradGuard ng;
-  const auto r = hidden.size(0), s = hidden.size(1);
   auto prev = anchor_ids.to(hidden.device(), torch::kInt64);
+  for (std::int64_t i = 0; i < hidden.size(1); ++i)
+    prev = pick(i, markov_logits(hidden.select(1, i), markov_head->embed(prev))).to(hidden.device(), torch::kInt64);
+}
+
+torch::Tensor DSparkHead::greedy_chain(const torch::Tensor& hidden, const torch::Tensor& anchor_ids) const {
   std::vector<torch::Tensor> tokens;
-  for (std::int64_t i = 0; i < s; ++i) {
-    auto z = markov_logits(hidden.select(1, i), markov_head->embed(prev));
-    prev = z.argmax(-1);
-    tokens.push_back(prev);
-  }
-  return torch::stack(tokens, 1).view({r, s});
+  chain(hidden, anchor_ids, [&](std::int64_t, const torch::Tensor& z) {
+    tokens.push_back(z.argmax(-1));  // the full vocabulary: draft ids are target ids
+    return tokens.back();
+  });
+  return torch::stack(tokens, 1).view({hidden.size(0), hidden.size(1)});
 }
 
 }  // namespace eagle::head

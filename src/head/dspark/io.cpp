@@ -20,13 +20,16 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 constexpr const char* kArchitecture = "Qwen3DSparkModel";
+// What speculators 0.9.0's save_pretrained writes for its DSparkDraftModel (its class name as the architecture).
+constexpr const char* kSpeculatorsArchitecture = "DSparkDraftModel";
+constexpr const char* kSpeculatorsVersion = "0.9.0";
 
 Error unsupported(const std::string& file, const std::string& key, const std::string& what) {
   return Error(ErrorKind::input, "the DSpark config asks for what this head does not compute")
       .file(file)
       .place(key)
       .found(what)
-      .hint("eagle-train trains and reads vanilla-Markov DSpark drafts in the anchor-as-first layout, full vocabulary");
+      .hint("eagle-train trains and reads vanilla-Markov DSpark drafts over the full vocabulary");
 }
 
 }  // namespace
@@ -36,7 +39,7 @@ json dspark_config_json(const HeadConfig& c) {
   auto j = dflash_config_json(c, DFlashEngine::vllm);  // the backbone's fields, checks and dflash_config block
   j["architectures"] = {kArchitecture};
   j["block_size"] = c.dflash_block_size;
-  j["sample_from_anchor"] = true;
+  j["sample_from_anchor"] = c.dspark_sample_from_anchor;
   j["markov_rank"] = c.dspark_markov_rank;
   j["markov_head_type"] = "vanilla";
   j["draft_vocab_size"] = c.draft_vocab_size;
@@ -55,10 +58,99 @@ bool is_dspark_config(const json& j) {
          (*it)[0].get<std::string>() == kArchitecture;
 }
 
+json dspark_speculators_config_json(const HeadConfig& c) {
+  const auto native = dspark_config_json(c);  // every check of the native layout
+  json layer = {{"model_type", "qwen3"},
+                {"vocab_size", c.vocab_size},
+                {"hidden_size", c.hidden_size},
+                {"intermediate_size", c.intermediate_size},
+                {"num_hidden_layers", c.num_layers},
+                {"num_attention_heads", c.num_attention_heads},
+                {"num_key_value_heads", c.num_key_value_heads},
+                {"head_dim", c.head_dim},
+                {"hidden_act", c.hidden_act},
+                {"rms_norm_eps", c.rms_norm_eps},
+                {"max_position_embeddings", c.max_position_embeddings},
+                {"attention_bias", c.attention_bias},
+                {"layer_types", native["layer_types"]},
+                {"rope_parameters", {{"rope_theta", c.rope.theta}, {"rope_type", "default"}}},
+                {"tie_word_embeddings", false}};
+  return {
+      {"architectures", {kSpeculatorsArchitecture}},
+      {"speculators_model_type", "dspark"},
+      {"speculators_version", kSpeculatorsVersion},
+      {"speculators_config",
+       {{"algorithm", "dspark"},
+        {"proposal_methods",
+         {{{"proposal_type", "greedy"},
+           {"speculative_tokens", c.steps()},
+           {"verifier_accept_k", 1},
+           {"accept_tolerance", 0.0}}}},
+        {"default_proposal_method", "greedy"},
+        {"verifier",
+         {{"name_or_path", c.target_name_or_path},
+          {"architectures", c.target_architecture.empty() ? json::array() : json::array({c.target_architecture})}}}}},
+      {"transformer_layer_config", layer},
+      {"aux_hidden_state_layer_ids", c.aux_layer_ids},
+      {"block_size", c.dflash_block_size},
+      {"draft_vocab_size", c.draft_vocab_size},
+      {"target_hidden_size", c.target_hidden_size},
+      {"mask_token_id", c.mask_token_id},
+      {"sample_from_anchor", c.dspark_sample_from_anchor},
+      {"sliding_window_non_causal", false},
+      {"markov_rank", c.dspark_markov_rank},
+      {"markov_head_type", "vanilla"},
+      {"enable_confidence_head", c.dspark_confidence_head},
+      {"confidence_head_with_markov", c.dspark_confidence_head},
+      {"tie_word_embeddings", false},
+      {"dtype", c.target_dtype},
+      {"eagle_train", native["eagle_train"]}};
+}
+
+bool is_dspark_speculators_config(const json& j) {
+  const auto it = j.find("speculators_model_type");
+  return it != j.end() && it->is_string() && it->get<std::string>() == "dspark";
+}
+
+// vLLM's reading of a speculators DSpark config (transformers_utils/configs/speculators/algos.py update_dspark):
+// transformer_layer_config with the draft's keys beside it, sample_from_anchor false when absent, aux id i as
+// target layer i - 1; then the native reader.
+HeadConfig dspark_config_from_speculators_json(const json& j, const std::string& file) {
+  const ConfigFields top{j, file, ""};
+  const auto layer = top.object("transformer_layer_config");
+  json native = layer.j;
+  if (layer.has("rope_parameters")) {  // transformers 5 writes the RoPE here
+    const auto rope = layer.object("rope_parameters");
+    if (rope.string_or("rope_type", "default") != "default")
+      throw unsupported(file, "transformer_layer_config.rope_parameters.rope_type", rope.string_or("rope_type", ""));
+    if (rope.has("rope_theta")) native["rope_theta"] = rope.j["rope_theta"];
+    native.erase("rope_parameters");
+  }
+  if (native.contains("rope_scaling") && native["rope_scaling"].is_null()) native.erase("rope_scaling");
+  native["architectures"] = {kArchitecture};
+  native["sample_from_anchor"] = top.boolean_or("sample_from_anchor", false);  // vLLM's converter's default
+  EAGLE_CHECK(top.has("mask_token_id"),
+              top.bad("mask_token_id", "missing").expected("the mask token id (vLLM requires it)").found("nothing"));
+  const auto aux = top.integers("aux_hidden_state_layer_ids");
+  std::vector<std::int64_t> layers;
+  for (std::size_t i = 0; i < aux.size(); ++i) {
+    EAGLE_CHECK(aux[i] >= 1, top.bad(fmt::format("aux_hidden_state_layer_ids[{}]", i), "out of range")
+                                 .expected("an id >= 1 (the state after layer id - 1: vLLM serves id i as target "
+                                           "layer i - 1)")
+                                 .found(std::to_string(aux[i])));
+    layers.push_back(aux[i] - 1);
+  }
+  native["dflash_config"] = {{"mask_token_id", j["mask_token_id"]}, {"target_layer_ids", layers}};
+  for (const char* key :
+       {"draft_vocab_size", "target_hidden_size", "markov_rank", "markov_head_type", "block_size",
+        "enable_confidence_head", "confidence_head_with_markov", "use_aux_hidden_state", "eagle_train"})
+    if (top.has(key)) native[key] = j[key];
+  if (!native.contains("torch_dtype") && top.has("dtype")) native["torch_dtype"] = j["dtype"];
+  return dspark_config_from_json(native, file);
+}
+
 HeadConfig dspark_config_from_json(const json& j, const std::string& file) {
   const ConfigFields top{j, file, ""};
-  if (!top.boolean_or("sample_from_anchor", true))
-    throw unsupported(file, "sample_from_anchor", "false (the 1 + N fill-in layout; not implemented)");
   if (top.string_or("markov_head_type", "vanilla") != "vanilla")
     throw unsupported(file, "markov_head_type", top.string_or("markov_head_type", ""));
   if (top.number_or("logit_scale", 1.0, -1e6, 1e6) != 1.0) throw unsupported(file, "logit_scale", "a scale");
@@ -73,7 +165,8 @@ HeadConfig dspark_config_from_json(const json& j, const std::string& file) {
   c.dspark_confidence_head = top.boolean_or("enable_confidence_head", false);  // vLLM's default when absent
   if (c.dspark_confidence_head && !top.boolean_or("confidence_head_with_markov", false))
     throw unsupported(file, "confidence_head_with_markov", "false (a confidence head on h alone)");
-  c.ttt_steps = c.dflash_block_size;
+  c.dspark_sample_from_anchor = top.boolean_or("sample_from_anchor", true);  // vLLM's native default
+  c.ttt_steps = c.steps();
   if (top.has("eagle_train")) {
     const auto e = top.object("eagle_train");
     c.dspark_confidence_alpha = e.number_or("dspark_confidence_alpha", c.dspark_confidence_alpha, 0, 1e6);
@@ -87,27 +180,16 @@ HeadConfig dspark_config_from_json(const json& j, const std::string& file) {
 std::shared_ptr<DSparkHead> load_dspark_head(const std::string& dir, torch::Device device) {
   const auto config_path = (fs::path(dir) / "config.json").string();
   const auto j = util::read_json_object(config_path, "DSpark config");
-  EAGLE_CHECK(is_dspark_config(j), Error(ErrorKind::input, "not a DSpark draft")
-                                       .file(config_path)
-                                       .expected(fmt::format("architectures {}", kArchitecture)));
-  const auto cfg = dspark_config_from_json(j, config_path);
+  EAGLE_CHECK(is_dspark_config(j) || is_dspark_speculators_config(j),
+              Error(ErrorKind::input, "not a DSpark draft")
+                  .file(config_path)
+                  .expected(fmt::format("architectures {} or speculators_model_type dspark", kArchitecture)));
+  const auto cfg = is_dspark_config(j) ? dspark_config_from_json(j, config_path)
+                                       : dspark_config_from_speculators_json(j, config_path);
   const auto weights_path = (fs::path(dir) / "model.safetensors").string();
-  {
-    const auto file = model::SafetensorsFile::open(weights_path);
-    for (const auto& [name, shape] : std::vector<std::pair<std::string, std::vector<std::int64_t>>>{
-             {"markov_head.markov_w1.weight", {cfg.vocab_size, cfg.dspark_markov_rank}},
-             {"markov_head.markov_w2.weight", {cfg.draft_vocab_size, cfg.dspark_markov_rank}},
-             {"fc.weight", {cfg.hidden_size, std::ssize(cfg.aux_layer_ids) * cfg.target_hidden_size}}}) {
-      EAGLE_CHECK(file.contains(name), Error(ErrorKind::input, "a tensor of the DSpark draft is missing")
-                                           .file(weights_path)
-                                           .place(fmt::format("tensor {}", name)));
-      model::check_shape(file.shape(name), shape,
-                         Error(ErrorKind::input, "the DSpark config.json does not match its weights")
-                             .file(weights_path)
-                             .place(fmt::format("tensor {}", name))
-                             .hint("config.json and model.safetensors are of different drafts"));
-    }
-  }
+  check_block_draft_shapes(model::SafetensorsFile::open(weights_path), cfg, "DSpark",
+                           {{"markov_head.markov_w1.weight", {cfg.vocab_size, cfg.dspark_markov_rank}},
+                            {"markov_head.markov_w2.weight", {cfg.draft_vocab_size, cfg.dspark_markov_rank}}});
   auto head = std::make_shared<DSparkHead>(cfg);
   read_block_draft_weights(*head, model::load_safetensors(weights_path), weights_path, "DSpark");
   head->to(device);

@@ -11,6 +11,16 @@
 namespace eagle::head {
 namespace {
 
+const char* layout_name(const HeadConfig& cfg) {
+  return cfg.dspark_sample_from_anchor ? "anchor first" : "1 + N fill-in";
+}
+
+// The span of positions a block's anchor and its drafting slots' labels cover: the anchor-as-first block's S
+// slots predict x[p + 1 .. p + S], the fill-in block's slots 1 .. S - 1 predict x[p + 1 .. p + S - 1].
+std::int64_t label_span(const HeadConfig& cfg) {
+  return cfg.dflash_block_size + (cfg.dspark_sample_from_anchor ? 1 : 0);
+}
+
 FeatureNeeds dspark_reads(const HeadConfig& cfg) {
   FeatureNeeds n;
   n.aux_layer_ids = cfg.aux_layer_ids;
@@ -35,7 +45,8 @@ HeadConfig dspark_config(const HeadSettings& s, const target::TargetConfig& tc) 
   cfg.dspark_markov_rank = s.dspark_markov_rank;
   cfg.dspark_confidence_head = s.dspark_confidence_head;
   cfg.dspark_confidence_alpha = s.dspark_confidence_alpha;
-  cfg.ttt_steps = cfg.dflash_block_size;
+  cfg.dspark_sample_from_anchor = s.dspark_sample_from_anchor;
+  cfg.ttt_steps = cfg.steps();
   return cfg;
 }
 
@@ -59,9 +70,9 @@ FeatureNeeds dspark_plan(const HeadSettings& s) {
                   .place("draft")
                   .found(fmt::format("--draft dspark on a target with rope_type {}", cfg.rope.type))
                   .hint("train an EAGLE head for this target (scaled RoPE in the DSpark config is not written yet)"));
-  log::info("model", "DSpark draft: target layers [{}] (aux ids [{}]), block {}, mask token {}, Markov rank {}",
-            fmt::join(dflash_target_layer_ids(cfg), ", "), fmt::join(cfg.aux_layer_ids, ", "),
-            cfg.dflash_block_size, cfg.mask_token_id, cfg.dspark_markov_rank);
+  log::info("model", "DSpark draft: target layers [{}] (aux ids [{}]), block {} ({}), mask token {}, Markov rank {}",
+            fmt::join(dflash_target_layer_ids(cfg), ", "), fmt::join(cfg.aux_layer_ids, ", "), cfg.dflash_block_size,
+            layout_name(cfg), cfg.mask_token_id, cfg.dspark_markov_rank);
   return dspark_reads(cfg);
 }
 
@@ -71,67 +82,65 @@ std::shared_ptr<DraftHead> dspark_make(const HeadConfig& cfg, const HeadSettings
   head->module().to(device);
   head->init_from_target(ends.embed, ends.lm_head);
   log::info("model",
-            "DSpark draft: {} layer(s), block {} ({} tokens per round, anchor first), target layers [{}], mask token "
+            "DSpark draft: {} layer(s), block {} ({} tokens per round, {}), target layers [{}], mask token "
             "{}, Markov rank {}, confidence head {}, {} anchors per row, gamma {} ({} parameters trained; embedding "
             "and LM head the target's, frozen)",
-            cfg.num_layers, cfg.dflash_block_size, cfg.dflash_block_size, fmt::join(dflash_target_layer_ids(cfg), ", "),
-            cfg.mask_token_id, cfg.dspark_markov_rank,
+            cfg.num_layers, cfg.dflash_block_size, cfg.steps(), layout_name(cfg),
+            fmt::join(dflash_target_layer_ids(cfg), ", "), cfg.mask_token_id, cfg.dspark_markov_rank,
             cfg.dspark_confidence_head ? fmt::format("on (alpha {})", cfg.dspark_confidence_alpha) : "off",
             cfg.dflash_num_anchors, cfg.dflash_decay_gamma, count_parameters(*head));
   return head;
 }
 
-// DFlash's anchors for a block of S + 1: slot k (0..S-1) of anchor p predicts x[p + k + 1], which must lie in
-// p's sample; its valid slots (labels trained) are the denominators.
+// DFlash's anchors over the label span: every drafting slot's label must lie in p's sample; its valid slots
+// (labels trained) are the denominators.
 LossPlan dspark_loss_plan(const std::vector<data::Batch>& batches, const HeadConfig& cfg, const PlanSeed& seed) {
-  return anchored_loss_plan(batches, cfg, seed, cfg.dflash_block_size + 1);
+  return anchored_loss_plan(batches, cfg, seed, label_span(cfg));
 }
 
 DraftLimits dspark_limits(const HeadConfig& cfg) {
   DraftLimits l;
-  l.max_draft_len = cfg.dflash_block_size;
-  l.max_draft_len_what = "its block's slots";
-  l.max_draft_len_name = "dflash_block_size";
+  l.max_draft_len = cfg.steps();
+  l.max_draft_len_what = cfg.dspark_sample_from_anchor ? "its block's slots" : "its block's slots after the anchor";
+  l.max_draft_len_name = cfg.dspark_sample_from_anchor ? "dflash_block_size" : "dflash_block_size - 1";
   l.no_tree = "a DSpark draft proposes one block a round: there is no tree";
-  l.parallel_chain = false;  // each token is biased by the one before it
-  l.no_sampling =
-      "a DSpark draft's tokens come left to right (each biased by the one before it): its sampled rounds are not "
-      "implemented yet";
+  l.parallel_chain = true;  // one forward; each token then biased by the one before it (DraftHead::parallel_chain)
   return l;
 }
 
 // A trained anchor a with a trained label after it inside its sample (a + S < length), as the loss plan draws.
 std::string dspark_untrainable(const data::Dataset& train, const HeadConfig& cfg, std::int64_t max_len) {
-  const auto S = cfg.dflash_block_size;
-  if (has_anchored_span(train, S + 1, max_len)) return "";
+  const auto span = label_span(cfg);
+  if (has_anchored_span(train, span, max_len)) return "";
   return fmt::format(
-      "a sample of more than {} tokens (dflash_block_size, and the token after the block) within training_seq_len "
-      "{} whose anchor and a later token of the block are trained (loss_mask 1)",
-      S, max_len);
+      "a sample of more than {} tokens ({}) within training_seq_len {} whose anchor and a later token of the block "
+      "are trained (loss_mask 1)",
+      span - 1,
+      cfg.dspark_sample_from_anchor ? "dflash_block_size, and the token after the block" : "dflash_block_size - 1",
+      max_len);
 }
 
 }  // namespace
 
 const DraftSpec& dspark_spec() {
-  static const DraftSpec spec{
-      DraftKind::dspark,
-      "dspark",
-      "a DSpark",
-      "slot(s) per block",
-      /*reduced_vocab=*/false,
-      /*memory_model=*/false,
-      /*auto_recompute=*/false,
-      /*evaluate_at_start=*/false,
-      {HeadFormat::dspark},
-      HeadFormat::dspark,
-      dspark_plan,
-      dspark_reads,
-      dspark_configure,
-      dspark_make,
-      dspark_loss_plan,
-      dspark_limits,
-      dspark_untrainable,
-      dflash_resolve_resume};
+  static const DraftSpec spec{DraftKind::dspark,
+                              "dspark",
+                              "a DSpark",
+                              "slot(s) per block",
+                              /*reduced_vocab=*/false,
+                              /*memory_model=*/false,
+                              /*auto_recompute=*/false,
+                              /*evaluate_at_start=*/false,
+                              {HeadFormat::dspark, HeadFormat::speculators},
+                              HeadFormat::dspark,
+                              dspark_plan,
+                              dspark_reads,
+                              dspark_configure,
+                              dspark_make,
+                              dspark_loss_plan,
+                              dspark_limits,
+                              dspark_untrainable,
+                              dflash_resolve_resume};
   return spec;
 }
 

@@ -94,6 +94,10 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
     if (format_out) *format_out = HeadFormat::dspark;
     return dspark_config_from_json(j, file);
   }
+  if (is_dspark_speculators_config(j)) {  // a DSpark draft as speculators saves it (speculators_model_type dspark)
+    if (format_out) *format_out = HeadFormat::speculators;
+    return dspark_config_from_speculators_json(j, file);
+  }
   if (is_dflash_config(j)) {  // a DFlash draft (DFlashDraftModel): an export or checkpoint of --draft dflash
     if (format_out) *format_out = HeadFormat::dflash;
     return dflash_config_from_json(j, file);

@@ -96,11 +96,17 @@ void export_draft(const LoadedHead& loaded, HeadFormat format, const ExportReque
                                     "DSpark exports are written in fp32 (vLLM casts them to the "
                                     "serving dtype)")
                                   .place("--quantize"));
-    export_head(*loaded.head, HeadFormat::dspark, request.output, {}, nullptr);
-    log::info("export",
-              "wrote the DSpark draft to {}: serve it with speculative_config {{\"method\": \"dspark\", \"model\": "
-              "\"{}\", \"num_speculative_tokens\": {}}}",
-              request.output, request.output, c.dflash_block_size);
+    export_head(*loaded.head, format, request.output, {}, nullptr);  // speculators: no embedding (shared)
+    if (format == HeadFormat::speculators)
+      log::info("export",
+                "wrote the DSpark draft in speculators' layout to {}: vLLM serves it with speculative_config "
+                "{{\"model\": \"{}\"}} (speculators_model_type dspark, {} tokens a round)",
+                request.output, request.output, c.steps());
+    else
+      log::info("export",
+                "wrote the DSpark draft to {}: serve it with speculative_config {{\"method\": \"dspark\", "
+                "\"model\": \"{}\", \"num_speculative_tokens\": {}}}",
+                request.output, request.output, c.steps());
     return;
   }
   if (format == HeadFormat::dflash || kind_of(c) == DraftKind::dflash)

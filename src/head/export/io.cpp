@@ -217,15 +217,16 @@ nlohmann::json head_config_json(const HeadConfig& c, HeadFormat format) {
                                          : "sglang, speculators or vllm-eagle1")
                   .found(format_name(format)));
   if (format == HeadFormat::mtp) return mtp_config_json(c);
-  // A DSpark draft: vLLM's Qwen3DSparkModel folder, its one layout.
-  EAGLE_CHECK((format == HeadFormat::dspark) == c.dspark(),
-              Error(ErrorKind::usage, "the export format does not fit the head")
-                  .place("--format")
-                  .expected(c.dspark()   ? "dspark for a DSpark draft (--draft dspark)"
-                            : c.dflash() ? kDFlashFormats
-                                         : "sglang, speculators or vllm-eagle1")
-                  .found(format_name(format)));
-  if (c.dspark()) return dspark_config_json(c);
+  // A DSpark draft: vLLM's Qwen3DSparkModel folder, or speculators' layout of it.
+  EAGLE_CHECK(
+      c.dspark() ? format == HeadFormat::dspark || format == HeadFormat::speculators : format != HeadFormat::dspark,
+      Error(ErrorKind::usage, "the export format does not fit the head")
+          .place("--format")
+          .expected(c.dspark()   ? "dspark or speculators for a DSpark draft (--draft dspark)"
+                    : c.dflash() ? kDFlashFormats
+                                 : "sglang, speculators or vllm-eagle1")
+          .found(format_name(format)));
+  if (c.dspark()) return format == HeadFormat::speculators ? dspark_speculators_config_json(c) : dspark_config_json(c);
   // A DFlash draft: vLLM's DFlashDraftModel folder, which SGLang's DFlashDraftModel reads too.
   EAGLE_CHECK(c.dflash() ? format == HeadFormat::dflash || format == HeadFormat::sglang : format != HeadFormat::dflash,
               Error(ErrorKind::usage, "the export format does not fit the head")
@@ -387,7 +388,7 @@ void export_head(DraftHead& head, HeadFormat format, const std::string& dir, con
                   .place("--quantize")
                   .found(format_name(format))
                   .hint("pass --format sglang"));
-  EAGLE_CHECK(format != HeadFormat::speculators || target_embedding.defined(),
+  EAGLE_CHECK(format != HeadFormat::speculators || target_embedding.defined() || head.config().dspark(),
               Error(ErrorKind::usage, "a speculators export carries the target's embedding (embed_tokens.weight)")
                   .place("--model_name_or_path")
                   .hint("speculators leaves embed_tokens at zero when it is missing; name the target"));

@@ -186,7 +186,10 @@ std::vector<HeadDifference> head_config_differences(const HeadConfig& checkpoint
         {"block_size (dflash_block_size)", i(c.dflash_block_size)},
         {"eagle_train.dflash_num_anchors", i(c.dflash_num_anchors)},
         {"eagle_train.dflash_decay_gamma", n(c.dflash_decay_gamma)},
-        {"eagle_train.dflash_hard_labels", b(c.dflash_hard_labels)}};
+        {"eagle_train.dflash_hard_labels", b(c.dflash_hard_labels)},
+        {"markov_rank (dspark_markov_rank)", i(c.dspark_markov_rank)},
+        {"enable_confidence_head (dspark_confidence_head)", b(c.dspark_confidence_head)},
+        {"sample_from_anchor (dspark_sample_from_anchor)", b(c.dspark_sample_from_anchor)}};
   };
   const auto a = fields(checkpoint), b = fields(run);
   std::vector<HeadDifference> out;
@@ -206,7 +209,7 @@ LoadedHead load_head(const std::string& dir, torch::Device device) {
     out.head = load_mtp_head(dir, device);
     return out;
   }
-  if (out.format == HeadFormat::dspark) {  // vLLM's Qwen3DSparkModel layout: no embedding, LM head or d2t
+  if (out.config.dspark()) {  // vLLM's Qwen3DSparkModel or speculators' layout: no embedding, LM head or d2t
     out.head = load_dspark_head(dir, device);
     return out;
   }

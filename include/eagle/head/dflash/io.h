@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "eagle/head/dflash/head.h"
+#include "eagle/model/safetensors.h"
 
 namespace eagle::head {
 
@@ -46,6 +47,12 @@ void export_dflash(DraftHead& head, const std::string& dir, DFlashEngine engine 
 // the target's embedding and LM head (set_target_weights).
 std::shared_ptr<DFlashHead> load_dflash_head(const std::string& dir, torch::Device device = torch::kCPU);
 
+// The file's header against the config, before the head is allocated (a config whose sizes are within the
+// limits but not the file's, hidden_size 2^20 over a 64-wide draft, is refused here, not after gigabytes): fc,
+// the last layer's q, k and gate projections, and `more` (a kind's own tensors); errors name the file, the
+// tensor and the draft (noun). Shared by the block drafts' loaders.
+void check_block_draft_shapes(const model::SafetensorsFile& file, const HeadConfig& cfg, const std::string& noun,
+                              const std::vector<std::pair<std::string, std::vector<std::int64_t>>>& more = {});
 // A block draft's parameters copied from `file` (the tensors of weights_path under the head's names): every
 // parameter present with its shape, none left over; errors name the file, the tensor and the draft (noun:
 // "DFlash", "DSpark"). Shared by the block drafts' loaders.
