@@ -9,7 +9,7 @@
 #     Then `eagle-train eval --json` of each on the same held-out prompts (greedy chains: EAGLE-3 at
 #     K = BENCH_EAGLE_DRAFT_LEN, DFlash at K = block - 1; ar_by_depth is the AR drafting k = 1..K).
 # (b) tput: training real tokens/s and peak memory by block size and anchor count (--dflash_num_anchors),
-#     with an EAGLE-3 row, on packed rows (padding_free: every row holds training_seq_len 512 tokens, so
+#     DFlash and DSpark, with an EAGLE-3 row, on packed rows (padding_free: every row holds training_seq_len 512 tokens, so
 #     each row computes exactly that many anchor blocks; anchors beyond its trainable positions are
 #     padding that counts nothing), BENCH_TPUT_ROWS rows, BENCH_TPUT_STEPS steps.
 # (c) seq: peak memory and real tokens/s by row length T (BENCH_SEQ_LENS, packed rows of T tokens) at a
@@ -23,8 +23,8 @@
 # (unset: EAGLE-3's loop time), BENCH_PILOT_STEPS (12), BENCH_DFLASH_LAYERS (1), BENCH_EAGLE_DRAFT_LEN
 # (15), BENCH_EVAL_PROMPTS (32), BENCH_MAX_NEW (64), BENCH_BLOCKS ("8 16"), BENCH_ANCHORS ("64 256 512"),
 # BENCH_TPUT_STEPS (16), BENCH_TPUT_ROWS (4), BENCH_THREADS (2), BENCH_DEVICE (cpu),
-# BENCH_OUT (/tmp/eagle-bench-dflash), BENCH_DSPARK (1: a DSpark draft beside each DFlash block in (a)),
-# BENCH_DSPARK_RANK (256).
+# BENCH_OUT (/tmp/eagle-bench-dflash), BENCH_DSPARK (1: a DSpark draft beside each DFlash block in (a) and
+# each DFlash row in (b)), BENCH_DSPARK_RANK (256).
 set -euo pipefail
 # shellcheck source=scripts/bench/demo_env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/demo_env.sh"
@@ -139,6 +139,12 @@ if [[ " $PARTS " == *" tput "* ]]; then
       # shellcheck disable=SC2046
       train "tput-b$b-a$a" "$DFLASH_CONFIG" "$TPUT_STEPS" "${PACKED[@]}" $(dflash "$b") --dflash_num_anchors "$a"
       ROWS+=("DFlash block $b, $a anchors=$OUT/tput-b$b-a$a")
+      if [ "${BENCH_DSPARK:-1}" = 1 ]; then
+        # shellcheck disable=SC2046
+        train "tput-dspark-b$b-a$a" "$DFLASH_CONFIG" "$TPUT_STEPS" "${PACKED[@]}" $(dspark "$b") \
+          --dflash_num_anchors "$a"
+        ROWS+=("DSpark block $b, $a anchors=$OUT/tput-dspark-b$b-a$a")
+      fi
     done
   done
   echo
