@@ -182,8 +182,8 @@ TEST_CASE("--draft dflash refuses what it would ignore or cannot do, by name", "
   refused(" --dflash_hard_labels", "acts only with --draft dflash");
   refused(" --draft dflash --ttt_steps 3", "--ttt_steps 3 acts only with --draft eagle or mtp");
   refused(" --draft dflash --draft_vocab_size 64", "--draft_vocab_size 64 acts only with --draft eagle or mtp");
-  refused(" --draft dflash --fc_norm", "dflash and dspark are their own drafts");
-  refused(" --draft dflash --aux_hidden_state_layer_ids 1,2,3", "dflash and dspark are their own drafts");
+  refused(" --draft dflash --fc_norm", "dflash, dspark and dflash2 are their own drafts");
+  refused(" --draft dflash --aux_hidden_state_layer_ids 1,2,3", "dflash, dspark and dflash2 are their own drafts");
   // What the target or the evaluation cannot take.
   refused(" --draft dflash --mask_token_id 300", "mask_token_id");
   refused(" --draft dflash --dflash_target_layers 0,7", "dflash_target_layers");
@@ -191,7 +191,6 @@ TEST_CASE("--draft dflash refuses what it would ignore or cannot do, by name", "
   refused(" --draft dflash --dflash_block_size 4 --eval_draft_len 4", "eval_draft_len");
   refused(" --draft dflash --dry_run", "dry_run");
   refused(" --draft medusa", "eagle|mtp|dflash");
-  refused(" --draft dflash2", "dflash2, DFlash with local convolutions and candidate reranking, is not implemented");
 }
 
 TEST_CASE(

@@ -254,12 +254,19 @@ TEST_CASE("--draft dspark refuses what it would ignore or cannot do, by name", "
   refused(" --draft dspark --dflash_hard_labels", "acts only with --draft dflash");
   refused(" --draft dspark --dflash_decay_gamma 0", "dflash_decay_gamma");
   refused(" --draft dspark --ttt_steps 3", "--ttt_steps 3 acts only with --draft eagle or mtp");
-  refused(" --draft dspark --fc_norm", "dflash and dspark are their own drafts");
+  refused(" --draft dspark --fc_norm", "dflash, dspark and dflash2 are their own drafts");
 }
 
-TEST_CASE("--draft dspark trains from dumped float32 features as with the target in the step", "[cli]") {
+TEST_CASE("--draft dspark and dflash2 train from dumped float32 features as with the target in the step", "[cli]") {
   // The stored-feature path: the features of target layers 0, 1, 2 (aux ids 1, 2, 3) of the 4-layer tiny Llama,
-  // dumped in float32, train the same losses as the target run in the step.
+  // dumped in float32, train the same losses as the target run in the step (DSpark, and DFlash2 on the same
+  // backbone).
+  const std::string draft =
+      GENERATE(as<std::string>{}, kDSpark,
+               " --draft dflash2 --dflash_block_size 4 --draft_num_layers 2 --dflash_num_anchors 32"
+               " --dflash_decay_gamma 4 --dflash2_selector_rank 8 --learning_rate 0.001"
+               " --warmup_steps 0 --logging_steps 1 --gradient_accumulation_steps 2");
+  INFO(draft);
   const std::string llama = EAGLE_SOURCE_DIR "/tests/fixtures/models/tiny-llama";
   const std::string data = " --data_path " EAGLE_SOURCE_DIR
                            "/tests/fixtures/data/smoke.jsonl --training_seq_len 128"
@@ -270,7 +277,7 @@ TEST_CASE("--draft dspark trains from dumped float32 features as with the target
                    " --aux_hidden_state_layer_ids 1,2,3 --output " + features.string());
   INFO(d.output);
   REQUIRE(d.exit_code == 0);
-  const std::string train = "train --model_name_or_path " + llama + data + kDSpark +
+  const std::string train = "train --model_name_or_path " + llama + data + draft +
                             " --dflash_target_layers 0,1,2 --per_device_train_batch_size 4 --bucket_granularity 32" +
                             " --max_steps 3 --eval_steps 0 --save_steps 0 --eval_num_prompts 0";
   auto on = run_cli(train + " --output_dir " + (dir / "online").string());

@@ -18,8 +18,9 @@ using namespace eagle;
 namespace {
 
 const std::string kModels = std::string(EAGLE_SOURCE_DIR) + "/tests/fixtures/models/";
-constexpr config::DraftKind kAllKinds[] = {config::DraftKind::eagle3, config::DraftKind::eagle1, config::DraftKind::mtp,
-                                           config::DraftKind::dflash, config::DraftKind::dspark};
+constexpr config::DraftKind kAllKinds[] = {config::DraftKind::eagle3, config::DraftKind::eagle1,
+                                           config::DraftKind::mtp,    config::DraftKind::dflash,
+                                           config::DraftKind::dspark, config::DraftKind::dflash2};
 
 // A small head of the row's kind as `train` builds one (plan, configure, make), for a fixture target
 // that has what the kind needs (an MTP layer for mtp).
@@ -90,7 +91,8 @@ TEST_CASE("a head made by its row reports the row's kind and round-trips through
       const auto out = (tmp / "head").string();
       std::filesystem::create_directories(out);
       // speculators' EAGLE-3 layout carries the target's embedding; its DSpark layout does not (vLLM shares it).
-      const bool embedding = format == head::HeadFormat::speculators && kind != config::DraftKind::dspark;
+      const bool embedding = format == head::HeadFormat::speculators && kind != config::DraftKind::dspark &&
+                             kind != config::DraftKind::dflash2;
       head::write_head_files(*head, format, out, embedding ? ends.embed : torch::Tensor());
       const auto loaded = head::load_head(out);
       // Read back as a layout of the row (a DFlash folder for SGLang is vLLM's DFlashDraftModel layout).
@@ -126,11 +128,12 @@ TEST_CASE("the loss plans: TTT heads count their positions, block drafts draw an
     const auto plan = row.loss_plan({b, b}, head->config(), head::PlanSeed{42, 1, 0});
     REQUIRE(plan.denominators.size() == static_cast<std::size_t>(head->config().steps()));
     REQUIRE(plan.extras.size() == 2);
-    if (kind == config::DraftKind::dflash || kind == config::DraftKind::dspark) {
+    if (kind == config::DraftKind::dflash || kind == config::DraftKind::dspark || kind == config::DraftKind::dflash2) {
       CHECK(plan.extras[0].defined());
       CHECK(plan.extras[0].dim() == 2);
       // 8 anchors a row (dflash_num_anchors), every one a candidate (DFlash: 9 of 0..8 hold its block of 4;
-      // DSpark: 8 of 0..7 hold its block and the token after it), every slot trained: 8 per slot, two batches.
+      // DSpark: 8 of 0..7 hold its block and the token after it; DFlash2: DFlash's), every slot trained: 8 per
+      // slot, two batches.
       for (const auto d : plan.denominators) CHECK(d == 16);
       // The same seed draws the same anchors; an evaluation's plan (step -1) is the same every time.
       const auto again = row.loss_plan({b, b}, head->config(), head::PlanSeed{42, 1, 0});

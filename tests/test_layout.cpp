@@ -201,9 +201,9 @@ TEST_CASE("head/'s kind folders stand side by side on the shared kit, export abo
   // Within head/: the flat kit (rank 0) includes no folder; each kind folder (eagle/, mtp/, dflash/)
   // includes the kit and itself, never another kind; export/ reads every kind; the registry (the one
   // file that names every kind's row) sits on top.
-  // A kind built on another names it here: DSpark on DFlash's backbone.
-  const std::map<std::string, int> sub_rank{{"", 0},       {"eagle", 1},  {"mtp", 1},
-                                            {"dflash", 1}, {"dspark", 2}, {"export", 3}};
+  // A kind built on another names it here: DSpark and DFlash2 on DFlash's backbone.
+  const std::map<std::string, int> sub_rank{{"", 0},       {"eagle", 1},   {"mtp", 1},   {"dflash", 1},
+                                            {"dspark", 2}, {"dflash2", 2}, {"export", 3}};
   auto rank_of = [&](const std::string& module) {
     if (module == "registry") return 4;
     const auto slash = module.find('/');

@@ -56,8 +56,11 @@ struct EnumNames<TargetDtype> {
 };
 template <>
 struct EnumNames<Draft> {
-  static constexpr std::array<std::pair<const char*, Draft>, 4> v{
-      {{"eagle", Draft::eagle}, {"mtp", Draft::mtp}, {"dflash", Draft::dflash}, {"dspark", Draft::dspark}}};
+  static constexpr std::array<std::pair<const char*, Draft>, 5> v{{{"eagle", Draft::eagle},
+                                                                   {"mtp", Draft::mtp},
+                                                                   {"dflash", Draft::dflash},
+                                                                   {"dspark", Draft::dspark},
+                                                                   {"dflash2", Draft::dflash2}}};
 };
 template <>
 struct EnumNames<ExportFormat> {
@@ -109,13 +112,9 @@ std::optional<E> enum_parse(std::string_view s) {
     if (s == name) return value;
   return std::nullopt;
 }
-// What an error adds for a value that names something known but not built (--draft dflash2).
+// What an error adds for a value that names something known but not built (none now).
 template <typename E>
-std::string enum_unknown_note(std::string_view s) {
-  if constexpr (std::is_same_v<E, Draft>) {
-    if (s == "dflash2")
-      return " (dflash2, DFlash with local convolutions and candidate reranking, is not implemented: docs/heads.md)";
-  }
+std::string enum_unknown_note(std::string_view) {
   return "";
 }
 template <typename E>

@@ -81,8 +81,8 @@ const OptionEntry* find_option(std::string_view name) {
 std::int64_t resolved_draft_num_layers(const std::string& draft, std::int64_t draft_num_layers) {
   if (draft_num_layers > 0) return draft_num_layers;
   const auto d = enum_parse<Draft>(draft);
-  // The published z-lab DFlash drafts and speculators' DSpark recipe have 5 layers.
-  return d == Draft::dflash || d == Draft::dspark ? 5 : 1;
+  // The published z-lab DFlash drafts and speculators' DSpark and DFlash2 recipes have 5 layers.
+  return d == Draft::dflash || d == Draft::dspark || d == Draft::dflash2 ? 5 : 1;
 }
 
 std::int64_t resolved_draft_num_layers(const Options& opts) {
@@ -97,6 +97,8 @@ DraftKind draft_kind(const Options& opts) {
       return DraftKind::dflash;
     case Draft::dspark:
       return DraftKind::dspark;
+    case Draft::dflash2:
+      return DraftKind::dflash2;
     case Draft::eagle:
       break;
   }

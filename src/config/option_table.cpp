@@ -21,8 +21,11 @@ std::string check_increasing(const std::vector<std::int64_t>& v) {
 
 bool is_dflash(const Options& o) { return o.draft == Draft::dflash; }
 bool is_dspark(const Options& o) { return o.draft == Draft::dspark; }
-// The block drafts: DFlash and DSpark (its backbone's options are DFlash's).
-bool is_block(const Options& o) { return o.draft == Draft::dflash || o.draft == Draft::dspark; }
+bool is_dflash2(const Options& o) { return o.draft == Draft::dflash2; }
+// The block drafts: DFlash, DSpark and DFlash2 (their backbone's options are DFlash's).
+bool is_block(const Options& o) {
+  return o.draft == Draft::dflash || o.draft == Draft::dspark || o.draft == Draft::dflash2;
+}
 bool not_dflash(const Options& o) { return !is_block(o); }
 
 }  // namespace
@@ -169,18 +172,21 @@ std::vector<OptionEntry> declare_options() {
         "block draft: dflash_block_size - 1 tokens from one forward, served by vLLM's method dflash) or dspark "
         "(DFlash's "
         "backbone drafting all dflash_block_size tokens of its block, left to right with a Markov head, and a "
-        "confidence head; served by vLLM's method dspark); docs/heads.md")
+        "confidence head; served by vLLM's method dspark) or dflash2 (DFlash with two grouped causal convolutions "
+        "in each layer and a candidate selector reranking the LM head's top tokens; served by vLLM's method "
+        "dflash); docs/heads.md")
       .check([](Draft v, const Options& o) {
         if (v == Draft::mtp && (o.eagle_version != 3 || o.parallel_drafting || o.draft_num_layers > 1 || o.fc_norm ||
                            o.norm_output || o.norm_before_fc || o.draft_layer != "llama"))
           return std::string(
               "mtp trains the target's own layer: not with eagle_version 1, parallel_drafting, draft_num_layers, "
               "fc_norm, norm_output, norm_before_fc or draft_layer");
-        if ((v == Draft::dflash || v == Draft::dspark) &&
+        if ((v == Draft::dflash || v == Draft::dspark || v == Draft::dflash2) &&
             (o.eagle_version != 3 || o.parallel_drafting || o.fc_norm || o.norm_output || o.norm_before_fc ||
              o.draft_layer != "llama" || !o.aux_hidden_state_layer_ids.empty()))
           return std::string(
-              "dflash and dspark are their own drafts (Qwen3-style layers over dflash_target_layers): not with "
+              "dflash, dspark and dflash2 are their own drafts (Qwen3-style layers over dflash_target_layers): not "
+              "with "
               "eagle_version 1, parallel_drafting, fc_norm, norm_output, norm_before_fc, draft_layer or "
               "aux_hidden_state_layer_ids");
         return std::string();
@@ -242,7 +248,7 @@ std::vector<OptionEntry> declare_options() {
         "writes it as dflash_config.mask_token_id, and vLLM embeds the same row); -1: the target's first "
         "end-of-sequence id")
       .range(-1, kMaxVocab)
-      .acts_only(kTrain, "--parallel_drafting or --draft dflash or dspark",
+      .acts_only(kTrain, "--parallel_drafting or --draft dflash, dspark or dflash2",
                  [](const Options& o) { return o.parallel_drafting || is_block(o); });
   t.add(&Options::ttt_loss_decay, "ttt_loss_decay", G::draft, kTrain, "Weight of TTT step k's loss is ttt_loss_decay^k")
       .range(0.0, 1.0)
@@ -282,23 +288,23 @@ std::vector<OptionEntry> declare_options() {
         "DFlash: the block of the anchor and dflash_block_size - 1 mask slots; one forward drafts "
         "dflash_block_size - 1 tokens (serve with num_speculative_tokens = dflash_block_size - 1)")
       .range(2, 64)
-      .acts_only(kTrain, "--draft dflash or dspark", is_block);
+      .acts_only(kTrain, "--draft dflash, dspark or dflash2", is_block);
   t.add(&Options::dflash_target_layers, "dflash_target_layers", G::draft, kTrain,
         "DFlash: the target layers t whose outputs (hidden_states[t + 1], un-normed) make the context, as "
         "dflash_config.target_layer_ids; sorted, duplicates dropped; empty: SpecForge's "
         "round(1 + i (L - 4) / (draft_num_layers - 1))")
       .range(0, kMaxLayers)
-      .acts_only(kTrain, "--draft dflash or dspark", is_block);
+      .acts_only(kTrain, "--draft dflash, dspark or dflash2", is_block);
   t.add(&Options::dflash_num_anchors, "dflash_num_anchors", G::draft, kTrain,
         "DFlash: anchors sampled per row of each micro-batch among the trainable positions (seeded by seed, "
         "step, micro-batch and rank: a resume draws the same); a row holds at most its length")
       .range(1, kMaxTokens)
-      .acts_only(kTrain, "--draft dflash or dspark", is_block);
+      .acts_only(kTrain, "--draft dflash, dspark or dflash2", is_block);
   t.add(&Options::dflash_decay_gamma, "dflash_decay_gamma", G::draft, kTrain,
         "DFlash: slot k's loss weight exp(-(k - 1) / dflash_decay_gamma) (7 for block 16; the peers use 5 for "
         "10, 4 for 8); 0: every slot weighs 1; dspark: slot k's weight exp(-k / dflash_decay_gamma), above 0")
       .range(0.0, 1e6)
-      .acts_only(kTrain, "--draft dflash or dspark", is_block);
+      .acts_only(kTrain, "--draft dflash, dspark or dflash2", is_block);
   t.add(&Options::dflash_hard_labels, "dflash_hard_labels", G::draft, kTrain,
         "DFlash: cross-entropy on the data token (SpecForge's label) instead of the loss against the target's "
         "distribution")
@@ -322,6 +328,31 @@ std::vector<OptionEntry> declare_options() {
         "their own positions, dflash_block_size - 1 a round). Written as sample_from_anchor; a draft serves in the "
         "layout it was trained in")
       .acts_only(kTrain, "--draft dspark", is_dspark);
+  // DFlash2 (--draft dflash2, docs/heads.md): defaults of speculators 0.9.0's recipe.
+  t.add(&Options::dflash2_conv_kernel_size, "dflash2_conv_kernel_size", G::draft, kTrain,
+        "DFlash2: the taps of each layer's two causal convolutions over the block's slots (conv_kernel_size; at "
+        "most dflash_block_size)")
+      .range(1, 64)
+      .acts_only(kTrain, "--draft dflash2", is_dflash2);
+  t.add(&Options::dflash2_conv_group_size, "dflash2_conv_group_size", G::draft, kTrain,
+        "DFlash2: the channels that share one token-conditioned kernel delta (conv_group_size; divides the "
+        "hidden size)")
+      .range(1, 65536)
+      .acts_only(kTrain, "--draft dflash2", is_dflash2);
+  t.add(&Options::dflash2_selector_rank, "dflash2_selector_rank", G::draft, kTrain,
+        "DFlash2: the rank of the candidate selector's predecessor x hidden x candidate score (selector_rank)")
+      .range(1, 65536)
+      .acts_only(kTrain, "--draft dflash2", is_dflash2);
+  t.add(&Options::dflash2_selector_top_k, "dflash2_selector_top_k", G::draft, kTrain,
+        "DFlash2: the LM head's top tokens the selector reranks at each slot (selector_top_k; at most the "
+        "vocabulary)")
+      .range(1, 1 << 20)
+      .acts_only(kTrain, "--draft dflash2", is_dflash2);
+  t.add(&Options::dflash2_selector_alpha, "dflash2_selector_alpha", G::draft, kTrain,
+        "DFlash2: the weight of the selector's loss (cross-entropy over its candidates towards the target's "
+        "argmax)")
+      .range(0.0, 1e6)
+      .acts_only(kTrain, "--draft dflash2", is_dflash2);
   // train
   t.add(&Options::per_device_train_batch_size, "per_device_train_batch_size", G::train, kTrain | kStats | kEval | kDump,
         "Rows per micro-batch (when max_tokens_per_batch is 0)")

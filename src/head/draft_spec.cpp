@@ -31,6 +31,11 @@ HeadSettings HeadSettings::from(const config::Options& o, const std::string& tar
   s.dspark_confidence_head = o.dspark_confidence_head;
   s.dspark_confidence_alpha = o.dspark_confidence_alpha;
   s.dspark_sample_from_anchor = o.dspark_sample_from_anchor;
+  s.dflash2_conv_kernel_size = o.dflash2_conv_kernel_size;
+  s.dflash2_conv_group_size = o.dflash2_conv_group_size;
+  s.dflash2_selector_rank = o.dflash2_selector_rank;
+  s.dflash2_selector_top_k = o.dflash2_selector_top_k;
+  s.dflash2_selector_alpha = o.dflash2_selector_alpha;
   s.aux_layer_ids = o.aux_hidden_state_layer_ids;
   s.model_dir = o.model_name_or_path;
   s.target_dir = target_dir;
@@ -41,6 +46,7 @@ HeadSettings HeadSettings::from(const config::Options& o, const std::string& tar
 DraftKind kind_of(const HeadConfig& cfg) {
   if (cfg.mtp()) return DraftKind::mtp;
   if (cfg.dspark()) return DraftKind::dspark;
+  if (cfg.dflash2()) return DraftKind::dflash2;
   if (cfg.dflash()) return DraftKind::dflash;
   return cfg.eagle_version == 1 ? DraftKind::eagle1 : DraftKind::eagle3;
 }

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "eagle/head/dflash/spec.h"
+#include "eagle/head/dflash2/spec.h"
 #include "eagle/head/draft_spec.h"
 #include "eagle/head/dspark/spec.h"
 #include "eagle/head/eagle/spec.h"
@@ -11,7 +12,8 @@
 namespace eagle::head {
 
 const std::vector<DraftSpec>& draft_specs() {
-  static const std::vector<DraftSpec> rows{eagle3_spec(), eagle1_spec(), mtp_spec(), dflash_spec(), dspark_spec()};
+  static const std::vector<DraftSpec> rows{eagle3_spec(), eagle1_spec(), mtp_spec(),
+                                           dflash_spec(), dspark_spec(), dflash2_spec()};
   return rows;
 }
 

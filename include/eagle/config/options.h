@@ -19,10 +19,11 @@ enum class QuantScale { amax, mse };
 enum class DdpBackend { auto_, gloo, nccl };
 enum class DraftSampling { greedy, sample };
 enum class BestMetric { ar, tree_ar, temp_ar, alpha_ar, loss };
-// --draft: a new EAGLE head (of eagle_version), the target's shipped MTP layer, a DFlash or a DSpark block draft.
-enum class Draft { eagle, mtp, dflash, dspark };
+// --draft: a new EAGLE head (of eagle_version), the target's shipped MTP layer, a DFlash, DSpark or DFlash2 block
+// draft.
+enum class Draft { eagle, mtp, dflash, dspark, dflash2 };
 // A row of the draft table (head/draft_spec.h): --draft with eagle_version resolved (draft_kind()).
-enum class DraftKind { eagle3, eagle1, mtp, dflash, dspark };
+enum class DraftKind { eagle3, eagle1, mtp, dflash, dspark, dflash2 };
 
 // Field comments give units; the help text in option_table.cpp is the user-facing description.
 struct Options {
@@ -82,6 +83,11 @@ struct Options {
   bool dspark_confidence_head = true;               // DSpark: train the confidence head (on [h; W1[prev]])
   double dspark_confidence_alpha = 1.0;             // DSpark: weight of the confidence head's loss
   bool dspark_sample_from_anchor = true;            // DSpark: anchor-as-first layout (else 1 + N fill-in)
+  std::int64_t dflash2_conv_kernel_size = 2;        // DFlash2: taps of each layer's two convolutions
+  std::int64_t dflash2_conv_group_size = 16;        // DFlash2: channels sharing a kernel delta
+  std::int64_t dflash2_selector_rank = 256;         // DFlash2: rank of the candidate selector
+  std::int64_t dflash2_selector_top_k = 16;         // DFlash2: candidates reranked per slot
+  double dflash2_selector_alpha = 1.0;              // DFlash2: weight of the selector's loss
 
   // train
   std::int64_t per_device_train_batch_size = 4;  // rows per micro-batch

@@ -87,6 +87,11 @@ struct HeadSettings {
   bool dspark_confidence_head = true;
   double dspark_confidence_alpha = 1.0;
   bool dspark_sample_from_anchor = true;
+  std::int64_t dflash2_conv_kernel_size = 2;
+  std::int64_t dflash2_conv_group_size = 16;
+  std::int64_t dflash2_selector_rank = 256;
+  std::int64_t dflash2_selector_top_k = 16;
+  double dflash2_selector_alpha = 1.0;
   std::vector<std::int64_t> aux_layer_ids;  // EAGLE: the layers it fuses (empty: not yet resolved, plan())
   std::string model_dir;    // model_name_or_path (an MTP head's shipped layer is read from it)
   std::string target_dir;   // the folder holding the target's config.json (model_dir, or a dump's copy)

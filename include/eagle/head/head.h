@@ -100,6 +100,15 @@ struct HeadConfig {
   double dspark_confidence_alpha = 1.0;
   bool dspark_sample_from_anchor = true;
   bool dspark() const { return dspark_markov_rank > 0; }
+  // --draft dflash2 (head/dflash2/head.h): DFlash's backbone in its 1 + N layout with two grouped causal
+  // convolutions per layer (taps, channels per group) and the candidate selector of this rank over the LM
+  // head's top selector_top_k; 0: not a DFlash2 head.
+  std::int64_t dflash2_selector_rank = 0;
+  std::int64_t dflash2_selector_top_k = 16;
+  std::int64_t dflash2_conv_kernel_size = 2;
+  std::int64_t dflash2_conv_group_size = 16;
+  double dflash2_selector_alpha = 1.0;
+  bool dflash2() const { return dflash2_selector_rank > 0; }
 
   // The head shaped after its target: H, heads, head_dim, intermediate size, eps, RoPE.
   static HeadConfig from_target(const target::TargetConfig& target, std::int64_t eagle_version,

@@ -106,6 +106,11 @@ DFlashHead::DFlashHead(HeadConfig cfg) : cfg_(std::move(cfg)) {
 
 HeadLayerImpl& DFlashHead::layer(std::int64_t l) { return *layers[static_cast<std::size_t>(l)]->as<HeadLayerImpl>(); }
 
+torch::Tensor DFlashHead::layer_forward(std::int64_t l, const torch::Tensor& h, std::int64_t, const Attend& attend) {
+  auto& lay = layer(l);
+  return lay.finish(h, attend(lay.input_layernorm->forward(h)));
+}
+
 void DFlashHead::to_device_of_weights() {
   const auto dev = fc->weight.device();
   if (inv_freq_.device() != dev) inv_freq_ = inv_freq_.to(dev);
@@ -162,10 +167,11 @@ torch::Tensor DFlashHead::block_hidden(const HeadInputs& in, const torch::Tensor
   for (std::int64_t l = 0; l < cfg_.num_layers; ++l) {
     auto& lay = layer(l);
     auto [ck, cv] = context_kv(l, u, in.position_ids);
-    auto qkv = project_qkv(*lay.self_attn, cfg_, lay.input_layernorm->forward(h), inv_freq_, positions);
-    auto att = dense ? dflash_attention_dense(qkv.q, ck, cv, qkv.k, qkv.v, anchors, in.document_ids, scale)
-                     : dflash_attention(qkv.q, ck, cv, qkv.k, qkv.v, anchors, in.document_ids, scale);
-    h = lay.finish(h, att);
+    h = layer_forward(l, h, s, [&](const torch::Tensor& x) {
+      auto qkv = project_qkv(*lay.self_attn, cfg_, x, inv_freq_, positions);
+      return dense ? dflash_attention_dense(qkv.q, ck, cv, qkv.k, qkv.v, anchors, in.document_ids, scale)
+                   : dflash_attention(qkv.q, ck, cv, qkv.k, qkv.v, anchors, in.document_ids, scale);
+    });
   }
   return norm->forward(h).view({b, n, s, cfg_.hidden_size});
 }
@@ -288,13 +294,15 @@ torch::Tensor DFlashHead::block_hidden_cached(DraftCache& cache, std::int64_t ke
   auto h = embed(ids);
   for (std::int64_t l = 0; l < cfg_.num_layers; ++l) {
     auto& lay = layer(l);
-    auto qkv = project_qkv(*lay.self_attn, cfg_, lay.input_layernorm->forward(h), inv_freq_, positions);
     auto ctx_k = cache.keys.select(0, l).narrow(2, 0, key_len), ctx_v = cache.values.select(0, l).narrow(2, 0, key_len);
     if (rows.defined()) {
       ctx_k = ctx_k.index_select(0, rows);
       ctx_v = ctx_v.index_select(0, rows);
     }
-    h = lay.finish(h, draft_attention(cfg_, qkv.q, torch::cat({ctx_k, qkv.k}, 2), torch::cat({ctx_v, qkv.v}, 2), seen));
+    h = layer_forward(l, h, ids.size(1), [&](const torch::Tensor& x) {
+      auto qkv = project_qkv(*lay.self_attn, cfg_, x, inv_freq_, positions);
+      return draft_attention(cfg_, qkv.q, torch::cat({ctx_k, qkv.k}, 2), torch::cat({ctx_v, qkv.v}, 2), seen);
+    });
   }
   return norm->forward(h);
 }

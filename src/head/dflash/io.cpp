@@ -228,6 +228,82 @@ void export_dflash(DraftHead& head, const std::string& dir, DFlashEngine engine)
   }
 }
 
+json block_draft_speculators_json(const HeadConfig& c, const json& native, const std::string& algorithm,
+                                  const std::string& architecture) {
+  json layer = {{"model_type", "qwen3"},
+                {"vocab_size", c.vocab_size},
+                {"hidden_size", c.hidden_size},
+                {"intermediate_size", c.intermediate_size},
+                {"num_hidden_layers", c.num_layers},
+                {"num_attention_heads", c.num_attention_heads},
+                {"num_key_value_heads", c.num_key_value_heads},
+                {"head_dim", c.head_dim},
+                {"hidden_act", c.hidden_act},
+                {"rms_norm_eps", c.rms_norm_eps},
+                {"max_position_embeddings", c.max_position_embeddings},
+                {"attention_bias", c.attention_bias},
+                {"layer_types", native["layer_types"]},
+                {"rope_parameters", {{"rope_theta", c.rope.theta}, {"rope_type", "default"}}},
+                {"tie_word_embeddings", false}};
+  return {
+      {"architectures", {architecture}},
+      {"speculators_model_type", algorithm},
+      {"speculators_version", "0.9.0"},
+      {"speculators_config",
+       {{"algorithm", algorithm},
+        {"proposal_methods",
+         {{{"proposal_type", "greedy"},
+           {"speculative_tokens", c.steps()},
+           {"verifier_accept_k", 1},
+           {"accept_tolerance", 0.0}}}},
+        {"default_proposal_method", "greedy"},
+        {"verifier",
+         {{"name_or_path", c.target_name_or_path},
+          {"architectures", c.target_architecture.empty() ? json::array() : json::array({c.target_architecture})}}}}},
+      {"transformer_layer_config", layer},
+      {"aux_hidden_state_layer_ids", c.aux_layer_ids},
+      {"block_size", c.dflash_block_size},
+      {"draft_vocab_size", c.draft_vocab_size},
+      {"target_hidden_size", c.target_hidden_size},
+      {"mask_token_id", c.mask_token_id},
+      {"tie_word_embeddings", false},
+      {"dtype", c.target_dtype},
+      {"eagle_train", native["eagle_train"]}};
+}
+
+json block_draft_native_json(const json& j, const std::string& file, const std::string& architecture,
+                             const std::vector<std::string>& copied) {
+  const ConfigFields top{j, file, ""};
+  const auto layer = top.object("transformer_layer_config");
+  json native = layer.j;
+  if (layer.has("rope_parameters")) {  // transformers 5 writes the RoPE here
+    const auto rope = layer.object("rope_parameters");
+    if (rope.string_or("rope_type", "default") != "default")
+      throw unsupported(file, "transformer_layer_config.rope_parameters.rope_type", rope.string_or("rope_type", ""));
+    if (rope.has("rope_theta")) native["rope_theta"] = rope.j["rope_theta"];
+    native.erase("rope_parameters");
+  }
+  if (native.contains("rope_scaling") && native["rope_scaling"].is_null()) native.erase("rope_scaling");
+  native["architectures"] = {architecture};
+  EAGLE_CHECK(top.has("mask_token_id"),
+              top.bad("mask_token_id", "missing").expected("the mask token id (vLLM requires it)").found("nothing"));
+  const auto aux = top.integers("aux_hidden_state_layer_ids");
+  std::vector<std::int64_t> layers;
+  for (std::size_t i = 0; i < aux.size(); ++i) {
+    EAGLE_CHECK(aux[i] >= 1, top.bad(fmt::format("aux_hidden_state_layer_ids[{}]", i), "out of range")
+                                 .expected("an id >= 1 (the state after layer id - 1: vLLM serves id i as target "
+                                           "layer i - 1)")
+                                 .found(std::to_string(aux[i])));
+    layers.push_back(aux[i] - 1);
+  }
+  native["dflash_config"] = {{"mask_token_id", j["mask_token_id"]}, {"target_layer_ids", layers}};
+  for (const auto& key : copied)
+    if (top.has(key)) native[key] = j[key];
+  if (top.has("eagle_train")) native["eagle_train"] = j["eagle_train"];
+  if (!native.contains("torch_dtype") && top.has("dtype")) native["torch_dtype"] = j["dtype"];
+  return native;
+}
+
 void check_block_draft_shapes(const model::SafetensorsFile& file, const HeadConfig& c, const std::string& noun,
                               const std::vector<std::pair<std::string, std::vector<std::int64_t>>>& more) {
   const auto last = fmt::format("layers.{}.", c.num_layers - 1);

@@ -22,7 +22,6 @@ using json = nlohmann::json;
 constexpr const char* kArchitecture = "Qwen3DSparkModel";
 // What speculators 0.9.0's save_pretrained writes for its DSparkDraftModel (its class name as the architecture).
 constexpr const char* kSpeculatorsArchitecture = "DSparkDraftModel";
-constexpr const char* kSpeculatorsVersion = "0.9.0";
 
 Error unsupported(const std::string& file, const std::string& key, const std::string& what) {
   return Error(ErrorKind::input, "the DSpark config asks for what this head does not compute")
@@ -59,52 +58,14 @@ bool is_dspark_config(const json& j) {
 }
 
 json dspark_speculators_config_json(const HeadConfig& c) {
-  const auto native = dspark_config_json(c);  // every check of the native layout
-  json layer = {{"model_type", "qwen3"},
-                {"vocab_size", c.vocab_size},
-                {"hidden_size", c.hidden_size},
-                {"intermediate_size", c.intermediate_size},
-                {"num_hidden_layers", c.num_layers},
-                {"num_attention_heads", c.num_attention_heads},
-                {"num_key_value_heads", c.num_key_value_heads},
-                {"head_dim", c.head_dim},
-                {"hidden_act", c.hidden_act},
-                {"rms_norm_eps", c.rms_norm_eps},
-                {"max_position_embeddings", c.max_position_embeddings},
-                {"attention_bias", c.attention_bias},
-                {"layer_types", native["layer_types"]},
-                {"rope_parameters", {{"rope_theta", c.rope.theta}, {"rope_type", "default"}}},
-                {"tie_word_embeddings", false}};
-  return {
-      {"architectures", {kSpeculatorsArchitecture}},
-      {"speculators_model_type", "dspark"},
-      {"speculators_version", kSpeculatorsVersion},
-      {"speculators_config",
-       {{"algorithm", "dspark"},
-        {"proposal_methods",
-         {{{"proposal_type", "greedy"},
-           {"speculative_tokens", c.steps()},
-           {"verifier_accept_k", 1},
-           {"accept_tolerance", 0.0}}}},
-        {"default_proposal_method", "greedy"},
-        {"verifier",
-         {{"name_or_path", c.target_name_or_path},
-          {"architectures", c.target_architecture.empty() ? json::array() : json::array({c.target_architecture})}}}}},
-      {"transformer_layer_config", layer},
-      {"aux_hidden_state_layer_ids", c.aux_layer_ids},
-      {"block_size", c.dflash_block_size},
-      {"draft_vocab_size", c.draft_vocab_size},
-      {"target_hidden_size", c.target_hidden_size},
-      {"mask_token_id", c.mask_token_id},
-      {"sample_from_anchor", c.dspark_sample_from_anchor},
-      {"sliding_window_non_causal", false},
-      {"markov_rank", c.dspark_markov_rank},
-      {"markov_head_type", "vanilla"},
-      {"enable_confidence_head", c.dspark_confidence_head},
-      {"confidence_head_with_markov", c.dspark_confidence_head},
-      {"tie_word_embeddings", false},
-      {"dtype", c.target_dtype},
-      {"eagle_train", native["eagle_train"]}};
+  auto j = block_draft_speculators_json(c, dspark_config_json(c), "dspark", kSpeculatorsArchitecture);
+  j["sample_from_anchor"] = c.dspark_sample_from_anchor;
+  j["sliding_window_non_causal"] = false;
+  j["markov_rank"] = c.dspark_markov_rank;
+  j["markov_head_type"] = "vanilla";
+  j["enable_confidence_head"] = c.dspark_confidence_head;
+  j["confidence_head_with_markov"] = c.dspark_confidence_head;
+  return j;
 }
 
 bool is_dspark_speculators_config(const json& j) {
@@ -116,36 +77,11 @@ bool is_dspark_speculators_config(const json& j) {
 // transformer_layer_config with the draft's keys beside it, sample_from_anchor false when absent, aux id i as
 // target layer i - 1; then the native reader.
 HeadConfig dspark_config_from_speculators_json(const json& j, const std::string& file) {
-  const ConfigFields top{j, file, ""};
-  const auto layer = top.object("transformer_layer_config");
-  json native = layer.j;
-  if (layer.has("rope_parameters")) {  // transformers 5 writes the RoPE here
-    const auto rope = layer.object("rope_parameters");
-    if (rope.string_or("rope_type", "default") != "default")
-      throw unsupported(file, "transformer_layer_config.rope_parameters.rope_type", rope.string_or("rope_type", ""));
-    if (rope.has("rope_theta")) native["rope_theta"] = rope.j["rope_theta"];
-    native.erase("rope_parameters");
-  }
-  if (native.contains("rope_scaling") && native["rope_scaling"].is_null()) native.erase("rope_scaling");
-  native["architectures"] = {kArchitecture};
-  native["sample_from_anchor"] = top.boolean_or("sample_from_anchor", false);  // vLLM's converter's default
-  EAGLE_CHECK(top.has("mask_token_id"),
-              top.bad("mask_token_id", "missing").expected("the mask token id (vLLM requires it)").found("nothing"));
-  const auto aux = top.integers("aux_hidden_state_layer_ids");
-  std::vector<std::int64_t> layers;
-  for (std::size_t i = 0; i < aux.size(); ++i) {
-    EAGLE_CHECK(aux[i] >= 1, top.bad(fmt::format("aux_hidden_state_layer_ids[{}]", i), "out of range")
-                                 .expected("an id >= 1 (the state after layer id - 1: vLLM serves id i as target "
-                                           "layer i - 1)")
-                                 .found(std::to_string(aux[i])));
-    layers.push_back(aux[i] - 1);
-  }
-  native["dflash_config"] = {{"mask_token_id", j["mask_token_id"]}, {"target_layer_ids", layers}};
-  for (const char* key :
-       {"draft_vocab_size", "target_hidden_size", "markov_rank", "markov_head_type", "block_size",
-        "enable_confidence_head", "confidence_head_with_markov", "use_aux_hidden_state", "eagle_train"})
-    if (top.has(key)) native[key] = j[key];
-  if (!native.contains("torch_dtype") && top.has("dtype")) native["torch_dtype"] = j["dtype"];
+  auto native = block_draft_native_json(
+      j, file, kArchitecture,
+      {"draft_vocab_size", "target_hidden_size", "markov_rank", "markov_head_type", "block_size",
+       "enable_confidence_head", "confidence_head_with_markov", "use_aux_hidden_state"});
+  native["sample_from_anchor"] = ConfigFields{j, file, ""}.boolean_or("sample_from_anchor", false);  // vLLM's default
   return dspark_config_from_json(native, file);
 }
 

@@ -9,6 +9,7 @@
 
 #include "eagle/head/config_fields.h"
 #include "eagle/head/dflash/io.h"
+#include "eagle/head/dflash2/io.h"
 #include "eagle/head/dspark/io.h"
 #include "eagle/head/export/io.h"
 #include "eagle/head/mtp/io.h"
@@ -97,6 +98,10 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
   if (is_dspark_speculators_config(j)) {  // a DSpark draft as speculators saves it (speculators_model_type dspark)
     if (format_out) *format_out = HeadFormat::speculators;
     return dspark_config_from_speculators_json(j, file);
+  }
+  if (is_dflash2_config(j)) {  // a DFlash2 draft (DFlash2DraftModel) in vLLM's or speculators' layout
+    if (format_out) *format_out = j.contains("speculators_model_type") ? HeadFormat::speculators : HeadFormat::dflash;
+    return dflash2_config_from_json(j, file);
   }
   if (is_dflash_config(j)) {  // a DFlash draft (DFlashDraftModel): an export or checkpoint of --draft dflash
     if (format_out) *format_out = HeadFormat::dflash;

@@ -78,6 +78,10 @@ void export_draft(const LoadedHead& loaded, HeadFormat format, const ExportReque
       log::info("export", "read the DSpark draft (block {}, {} layers, Markov rank {}) from {}", c.dflash_block_size,
                 c.num_layers, c.dspark_markov_rank, source);
       break;
+    case DraftKind::dflash2:
+      log::info("export", "read the DFlash2 draft (block {}, {} layers, selector rank {} over the top {}) from {}",
+                c.dflash_block_size, c.num_layers, c.dflash2_selector_rank, c.dflash2_selector_top_k, source);
+      break;
     case DraftKind::dflash:
       log::info("export", "read the DFlash draft (block {}, {} layers) from {}", c.dflash_block_size, c.num_layers,
                 source);
@@ -107,6 +111,18 @@ void export_draft(const LoadedHead& loaded, HeadFormat format, const ExportReque
                 "wrote the DSpark draft to {}: serve it with speculative_config {{\"method\": \"dspark\", "
                 "\"model\": \"{}\", \"num_speculative_tokens\": {}}}",
                 request.output, request.output, c.steps());
+    return;
+  }
+  if (kind_of(c) == DraftKind::dflash2) {
+    head_config_json(c, format);  // refuses a format other than dflash and speculators
+    EAGLE_CHECK(!request.fp8,
+                Error(ErrorKind::usage, "DFlash2 exports are written in fp32 (vLLM casts them to the serving dtype)")
+                    .place("--quantize"));
+    export_head(*loaded.head, format, request.output, {}, nullptr);
+    log::info("export",
+              "wrote the DFlash2 draft to {}: serve it with speculative_config {{\"method\": \"dflash\", "
+              "\"model\": \"{}\", \"num_speculative_tokens\": {}}} (vLLM's V2 model runner)",
+              request.output, request.output, c.steps());
     return;
   }
   if (format == HeadFormat::dflash || kind_of(c) == DraftKind::dflash)

@@ -13,6 +13,7 @@
 
 #include "eagle/head/dflash/head.h"
 #include "eagle/head/dflash/io.h"
+#include "eagle/head/dflash2/io.h"
 #include "eagle/head/dspark/io.h"
 #include "eagle/head/eagle/eagle1_head.h"
 #include "eagle/head/eagle/eagle3_head.h"
@@ -174,6 +175,7 @@ std::string draft_layer_name(const HeadConfig& c) { return c.mla() ? "deepseek" 
 std::shared_ptr<DraftHead> make_head(const HeadConfig& cfg, const DraftVocab& vocab) {
   if (cfg.mtp()) return std::make_shared<MtpHead>(cfg);
   if (cfg.dspark()) return std::make_shared<DSparkHead>(cfg);
+  if (cfg.dflash2()) return std::make_shared<DFlash2Head>(cfg);
   if (cfg.dflash()) return std::make_shared<DFlashHead>(cfg);  // the full vocabulary, always
   if (cfg.eagle_version == 1) return std::make_shared<Eagle1Head>(cfg);
   return std::make_shared<Eagle3Head>(cfg, vocab);
@@ -192,13 +194,23 @@ HeadFormat checkpoint_format(const HeadConfig& cfg) {
 nlohmann::json head_variant_json(const HeadConfig& c) {
   json j = {{"eagle_version", c.eagle_version}, {"ttt_steps", c.steps()}, {"draft_vocab_size", c.draft_vocab_size}};
   if (c.mtp()) return {{"draft", "mtp"}, {"mtp_family", c.mtp_family}, {"ttt_steps", c.steps()}};
-  if (c.dflash())
-    return {{"draft", "dflash"},
-            {"num_hidden_layers", c.num_layers},
-            {"block_size", c.dflash_block_size},
-            {"ttt_steps", c.steps()},
-            {"target_layer_ids", dflash_target_layer_ids(c)},
-            {"mask_token_id", c.mask_token_id}};
+  if (c.dflash()) {
+    json d = {{"draft", draft_spec(c).name},
+              {"num_hidden_layers", c.num_layers},
+              {"block_size", c.dflash_block_size},
+              {"ttt_steps", c.steps()},
+              {"target_layer_ids", dflash_target_layer_ids(c)},
+              {"mask_token_id", c.mask_token_id}};
+    if (c.dspark()) {
+      d["markov_rank"] = c.dspark_markov_rank;
+      d["sample_from_anchor"] = c.dspark_sample_from_anchor;
+    }
+    if (c.dflash2()) {
+      d["conv_kernel_size"] = c.dflash2_conv_kernel_size;
+      d["selector_top_k"] = c.dflash2_selector_top_k;
+    }
+    return d;
+  }
   if (c.eagle_version != 3) return j;
   j["num_hidden_layers"] = c.num_layers;
   j["draft_layer"] = draft_layer_name(c);
@@ -227,6 +239,15 @@ nlohmann::json head_config_json(const HeadConfig& c, HeadFormat format) {
                                  : "sglang, speculators or vllm-eagle1")
           .found(format_name(format)));
   if (c.dspark()) return format == HeadFormat::speculators ? dspark_speculators_config_json(c) : dspark_config_json(c);
+  // A DFlash2 draft: vLLM's DFlash2DraftModel folder (served with method dflash), or speculators' layout of it.
+  if (c.dflash2()) {
+    EAGLE_CHECK(format == HeadFormat::dflash || format == HeadFormat::speculators,
+                Error(ErrorKind::usage, "the export format does not fit the head")
+                    .place("--format")
+                    .expected("dflash or speculators for a DFlash2 draft (--draft dflash2)")
+                    .found(format_name(format)));
+    return format == HeadFormat::speculators ? dflash2_speculators_config_json(c) : dflash2_config_json(c);
+  }
   // A DFlash draft: vLLM's DFlashDraftModel folder, which SGLang's DFlashDraftModel reads too.
   EAGLE_CHECK(c.dflash() ? format == HeadFormat::dflash || format == HeadFormat::sglang : format != HeadFormat::dflash,
               Error(ErrorKind::usage, "the export format does not fit the head")
@@ -388,7 +409,7 @@ void export_head(DraftHead& head, HeadFormat format, const std::string& dir, con
                   .place("--quantize")
                   .found(format_name(format))
                   .hint("pass --format sglang"));
-  EAGLE_CHECK(format != HeadFormat::speculators || target_embedding.defined() || head.config().dspark(),
+  EAGLE_CHECK(format != HeadFormat::speculators || target_embedding.defined() || head.config().dflash(),
               Error(ErrorKind::usage, "a speculators export carries the target's embedding (embed_tokens.weight)")
                   .place("--model_name_or_path")
                   .hint("speculators leaves embed_tokens at zero when it is missing; name the target"));

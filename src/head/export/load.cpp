@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "eagle/head/dflash/io.h"
+#include "eagle/head/dflash2/io.h"
 #include "eagle/head/dspark/io.h"
 #include "eagle/head/export/io.h"
 #include "eagle/head/export/quant.h"
@@ -189,7 +190,11 @@ std::vector<HeadDifference> head_config_differences(const HeadConfig& checkpoint
         {"eagle_train.dflash_hard_labels", b(c.dflash_hard_labels)},
         {"markov_rank (dspark_markov_rank)", i(c.dspark_markov_rank)},
         {"enable_confidence_head (dspark_confidence_head)", b(c.dspark_confidence_head)},
-        {"sample_from_anchor (dspark_sample_from_anchor)", b(c.dspark_sample_from_anchor)}};
+        {"sample_from_anchor (dspark_sample_from_anchor)", b(c.dspark_sample_from_anchor)},
+        {"dflash_config.conv_kernel_size (dflash2_conv_kernel_size)", i(c.dflash2_conv_kernel_size)},
+        {"dflash_config.conv_group_size (dflash2_conv_group_size)", i(c.dflash2_conv_group_size)},
+        {"dflash_config.selector_rank (dflash2_selector_rank)", i(c.dflash2_selector_rank)},
+        {"dflash_config.selector_top_k (dflash2_selector_top_k)", i(c.dflash2_selector_top_k)}};
   };
   const auto a = fields(checkpoint), b = fields(run);
   std::vector<HeadDifference> out;
@@ -211,6 +216,10 @@ LoadedHead load_head(const std::string& dir, torch::Device device) {
   }
   if (out.config.dspark()) {  // vLLM's Qwen3DSparkModel or speculators' layout: no embedding, LM head or d2t
     out.head = load_dspark_head(dir, device);
+    return out;
+  }
+  if (out.config.dflash2()) {  // vLLM's DFlash2DraftModel or speculators' layout: no embedding, LM head or d2t
+    out.head = load_dflash2_head(dir, device);
     return out;
   }
   if (out.format == HeadFormat::dflash) {  // vLLM's layout: no embedding, LM head or d2t

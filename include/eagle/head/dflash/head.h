@@ -102,9 +102,15 @@ class DFlashHead : public torch::nn::Module, public DraftHead {
   // parallel_logits()): [B, round_block(draft_len), H].
   torch::Tensor round_hidden(DraftCache& cache, const torch::Tensor& features, const torch::Tensor& next_ids,
                              std::int64_t draft_len);
+  // Layer l on the block stream h [B, R, H] (R rows: whole blocks of `block` rows each, in order), for a kind
+  // that changes the layer (DFlash2's convolutions, head/dflash2/head.h): attend(x) is the attention
+  // [B, heads, R, d] of the queries, keys and values projected from x [B, R, H] (the block's, over its
+  // context). DFlash: lay.finish(h, attend(input_layernorm(h))).
+  using Attend = std::function<torch::Tensor(const torch::Tensor&)>;
+  virtual torch::Tensor layer_forward(std::int64_t l, const torch::Tensor& h, std::int64_t block, const Attend& attend);
+  HeadLayerImpl& layer(std::int64_t l);
 
  private:
-  HeadLayerImpl& layer(std::int64_t l);
   torch::Tensor embed(const torch::Tensor& ids) const;
   // u = hidden_norm(fc(aux)) [B, n, H].
   torch::Tensor context(const torch::Tensor& aux);

@@ -47,6 +47,20 @@ void export_dflash(DraftHead& head, const std::string& dir, DFlashEngine engine 
 // the target's embedding and LM head (set_target_weights).
 std::shared_ptr<DFlashHead> load_dflash_head(const std::string& dir, torch::Device device = torch::kCPU);
 
+// speculators' layout of a block draft built on this backbone (DSpark, DFlash2), as its save_pretrained writes
+// one: speculators_model_type and architectures (speculators' class name), transformer_layer_config (the
+// Qwen3 layer: sizes, layer_types, rope_parameters), aux_hidden_state_layer_ids, block_size,
+// draft_vocab_size, target_hidden_size, mask_token_id, speculators_config (one greedy proposal of steps()
+// tokens, the verifier) and `native`'s eagle_train block; the kind adds its own keys.
+nlohmann::json block_draft_speculators_json(const HeadConfig& cfg, const nlohmann::json& native,
+                                            const std::string& algorithm, const std::string& architecture);
+// vLLM's reading of such a config (transformers_utils/configs/speculators/algos.py update_dflash and the
+// kind's updater): transformer_layer_config with `architecture`, dflash_config {mask_token_id,
+// target_layer_ids: aux id - 1}, the RoPE of rope_parameters as rope_theta (scaled RoPE refused), and the
+// keys of `copied` that are present (with eagle_train); errors name `file` and the speculators key.
+nlohmann::json block_draft_native_json(const nlohmann::json& speculators, const std::string& file,
+                                       const std::string& architecture, const std::vector<std::string>& copied);
+
 // The file's header against the config, before the head is allocated (a config whose sizes are within the
 // limits but not the file's, hidden_size 2^20 over a 64-wide draft, is refused here, not after gigabytes): fc,
 // the last layer's q, k and gate projections, and `more` (a kind's own tensors); errors name the file, the
