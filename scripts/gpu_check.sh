@@ -5,8 +5,8 @@
 # [gpu] tests (the real training step per batch shape: graphed == eager in fp32, one capture per
 # shape then replays, no host synchronisation, graph memory near eager's; flash attention; CUDA
 # parity, MoE grouped matmuls and sliding-window/sink flash attention in bf16), trains the smoke config
-# eagerly and with CUDA graphs (same losses; also on the MXFP4 gpt-oss fixture), trains a DFlash draft
-# eagerly and with CUDA graphs, padded and packed (same losses; the graphed runs must capture and
+# eagerly and with CUDA graphs (same losses; also on the MXFP4 gpt-oss fixture), trains DFlash, DSpark
+# and DFlash2 drafts eagerly and with CUDA graphs, padded and packed (same losses; the graphed runs must capture and
 # replay), generates eagerly and with graphed decode steps (same file), and benchmarks the
 # training step at Llama-3.1-8B shapes with random weights made on the device (granularity 0 / 128 /
 # padding-free, eager / graphed: real tokens/s, peak memory, MFU). Everything goes under $OUT
@@ -134,15 +134,18 @@ dflash=(--model_name_or_path "$ROOT/tests/fixtures/models/tiny-qwen3" --data_pat
   --warmup_steps 0 --logging_steps 5 --max_steps 20 --eval_steps 0 --save_steps 0 --eval_num_prompts 0
   --device "$DEVICE" --num_threads 4 --seed 42 --overwrite_output_dir)
 for mode in dflash-eager dflash-graphed dflash-packed-eager dflash-packed-graphed \
-  dspark-eager dspark-graphed dspark-packed-eager dspark-packed-graphed; do
+  dspark-eager dspark-graphed dspark-packed-eager dspark-packed-graphed \
+  dflash2-eager dflash2-graphed dflash2-packed-eager dflash2-packed-graphed; do
   graphs=8
   [[ "$mode" = *eager ]] && graphs=0
   extra=()
   [[ "$mode" = *packed* ]] && extra=(--padding_free)
   # DSpark: DFlash's backbone with the Markov and confidence heads, its slots drafted left to right.
   [[ "$mode" = dspark* ]] && extra+=(--draft dspark --dspark_markov_rank 8 --dflash_decay_gamma 4)
+  # DFlash2: the block convolutions in every layer and the candidate selector (its top-k inside the graph).
+  [[ "$mode" = dflash2* ]] && extra+=(--draft dflash2 --dflash2_selector_rank 8 --dflash_decay_gamma 4)
   "$BUILD/eagle-train" train "${dflash[@]}" "${extra[@]}" --max_cuda_graphs "$graphs" --output_dir "$OUT/$mode" \
-    >"$OUT/$mode.log" 2>&1 || fail "DFlash/DSpark training ($mode)"
+    >"$OUT/$mode.log" 2>&1 || fail "DFlash/DSpark/DFlash2 training ($mode)"
 done
 "$PY" - "$OUT" "$DEVICE" >>"$OUT/summary.txt" <<'PYEOF' || fail "graphed losses differ from eager, or a DFlash run replayed no graph"
 import json, re, sys
@@ -152,7 +155,8 @@ def losses(run):
 ok = True
 for e, g in (("eager", "graphed"), ("packed-eager", "packed-graphed"), ("moe-eager", "moe-graphed"),
              ("dflash-eager", "dflash-graphed"), ("dflash-packed-eager", "dflash-packed-graphed"),
-             ("dspark-eager", "dspark-graphed"), ("dspark-packed-eager", "dspark-packed-graphed")):
+             ("dspark-eager", "dspark-graphed"), ("dspark-packed-eager", "dspark-packed-graphed"),
+             ("dflash2-eager", "dflash2-graphed"), ("dflash2-packed-eager", "dflash2-packed-graphed")):
     a, b = losses(e), losses(g)
     worst = max(abs(x - y) for x, y in zip(a, b)) if a and len(a) == len(b) else float("inf")
     graphs = re.findall(r"CUDA graphs: .*", open(f"{out}/{g}.log").read())

@@ -24,7 +24,8 @@
 # (15), BENCH_EVAL_PROMPTS (32), BENCH_MAX_NEW (64), BENCH_BLOCKS ("8 16"), BENCH_ANCHORS ("64 256 512"),
 # BENCH_TPUT_STEPS (16), BENCH_TPUT_ROWS (4), BENCH_THREADS (2), BENCH_DEVICE (cpu),
 # BENCH_OUT (/tmp/eagle-bench-dflash), BENCH_DSPARK (1: a DSpark draft beside each DFlash block in (a) and
-# each DFlash row in (b)), BENCH_DSPARK_RANK (256).
+# each DFlash row in (b)), BENCH_DSPARK_RANK (256), BENCH_DFLASH2 (0; 1: a DFlash2 draft beside each DFlash
+# block in (a) and each DFlash row in (b)).
 set -euo pipefail
 # shellcheck source=scripts/bench/demo_env.sh
 source "$(dirname "${BASH_SOURCE[0]}")/demo_env.sh"
@@ -58,6 +59,10 @@ dflash() {  # BLOCK: the DFlash flags of a block size
   local gamma=7
   if [ "$1" -le 8 ]; then gamma=4; fi
   echo "--draft dflash --dflash_block_size $1 --dflash_decay_gamma $gamma --draft_num_layers $LAYERS" \
+    "--dflash_target_layers 0,1,2"
+}
+dflash2() {  # BLOCK: the DFlash2 flags of a block size (speculators' recipe: 2 taps, groups of 16, rank 256, top 16)
+  echo "--draft dflash2 --dflash_block_size $1 --dflash_decay_gamma 4 --draft_num_layers $LAYERS" \
     "--dflash_target_layers 0,1,2"
 }
 dspark() {  # BLOCK: the DSpark flags of a block size (speculators' recipe: gamma 4, Markov rank 256, confidence on)
@@ -123,6 +128,14 @@ if [[ " $PARTS " == *" ar "* ]]; then
       evaluate "dspark$b"
       ROWS+=("DSpark block $b ($LAYERS layer(s))=$OUT/dspark$b=$OUT/dspark$b.eval.json")
     fi
+    if [ "${BENCH_DFLASH2:-0}" = 1 ]; then  # DFlash2 on the same backbone and 1 + N block
+      # shellcheck disable=SC2046
+      steps=$(budget_steps "dflash2-$b" "$DFLASH_CONFIG" $(dflash2 "$b"))
+      # shellcheck disable=SC2046
+      train "dflash2-$b" "$DFLASH_CONFIG" "$steps" $(dflash2 "$b")
+      evaluate "dflash2-$b"
+      ROWS+=("DFlash2 block $b ($LAYERS layer(s))=$OUT/dflash2-$b=$OUT/dflash2-$b.eval.json")
+    fi
   done
   echo
   "$PY" "$TABLE" ar "${ROWS[@]}"
@@ -144,6 +157,12 @@ if [[ " $PARTS " == *" tput "* ]]; then
         train "tput-dspark-b$b-a$a" "$DFLASH_CONFIG" "$TPUT_STEPS" "${PACKED[@]}" $(dspark "$b") \
           --dflash_num_anchors "$a"
         ROWS+=("DSpark block $b, $a anchors=$OUT/tput-dspark-b$b-a$a")
+      fi
+      if [ "${BENCH_DFLASH2:-0}" = 1 ]; then
+        # shellcheck disable=SC2046
+        train "tput-dflash2-b$b-a$a" "$DFLASH_CONFIG" "$TPUT_STEPS" "${PACKED[@]}" $(dflash2 "$b") \
+          --dflash_num_anchors "$a"
+        ROWS+=("DFlash2 block $b, $a anchors=$OUT/tput-dflash2-b$b-a$a")
       fi
     done
   done
