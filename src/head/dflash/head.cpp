@@ -176,22 +176,28 @@ torch::Tensor DFlashHead::block_hidden(const HeadInputs& in, const torch::Tensor
   return norm->forward(h).view({b, n, s, cfg_.hidden_size});
 }
 
-HeadStepOutput DFlashHead::train_step_forward(const HeadInputs& in, const torch::Tensor& denominators) {
-  const auto b = in.input_ids.size(0), len = in.input_ids.size(1), s = cfg_.dflash_block_size, k_slots = s - 1;
+torch::Tensor DFlashHead::step_anchors(const HeadInputs& in, const torch::Tensor& denominators, std::int64_t slots,
+                                       bool teacher, const char* noun) const {
+  const auto b = in.input_ids.size(0), len = in.input_ids.size(1);
   check_row_inputs(in);
   check_head_input(in.aux_hidden, "aux_hidden", {b, len, fc->weight.size(1)});
-  if (!cfg_.dflash_hard_labels) check_head_input(in.teacher_logits, "teacher_logits", {b, len, cfg_.vocab_size});
+  if (teacher) check_head_input(in.teacher_logits, "teacher_logits", {b, len, cfg_.vocab_size});
   EAGLE_CHECK(in.extra.defined() && in.extra.dim() == 2 && in.extra.size(0) == b,
-              Error(ErrorKind::internal, "a DFlash step needs its anchors")
+              Error(ErrorKind::internal, fmt::format("a {} step needs its anchors", noun))
                   .place("HeadInputs.extra")
                   .expected(fmt::format("[{}, N] int64 (dflash_sample_anchors)", b))
                   .found(in.extra.defined() ? c10::str(in.extra.sizes()) : "undefined"));
-  EAGLE_CHECK(denominators.numel() == k_slots, Error(ErrorKind::internal, "loss denominators do not match the block")
-                                                   .place("denominators")
-                                                   .expected(fmt::format("{} values", k_slots))
-                                                   .found(fmt::format("{}", denominators.numel())));
+  EAGLE_CHECK(denominators.numel() == slots, Error(ErrorKind::internal, "loss denominators do not match the block")
+                                                 .place("denominators")
+                                                 .expected(fmt::format("{} values", slots))
+                                                 .found(fmt::format("{}", denominators.numel())));
+  return in.extra.to(fc->weight.device(), torch::kInt64);
+}
+
+HeadStepOutput DFlashHead::train_step_forward(const HeadInputs& in, const torch::Tensor& denominators) {
+  const auto b = in.input_ids.size(0), len = in.input_ids.size(1), s = cfg_.dflash_block_size;
+  const auto anchors = step_anchors(in, denominators, s - 1, !cfg_.dflash_hard_labels, "DFlash");
   const auto dev = fc->weight.device();
-  const auto anchors = in.extra.to(dev, torch::kInt64);
   const auto n = anchors.size(1);
   // Slot weights w_k = exp(-(k - 1) / gamma) and the step's sum_k w_k n_k (0 only when nothing counts).
   std::vector<double> w;

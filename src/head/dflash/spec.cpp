@@ -23,12 +23,7 @@ FeatureNeeds dflash_reads(const HeadConfig& cfg) {
 }
 
 HeadConfig dflash_configure(const HeadSettings& s, const target::TargetConfig& tc, std::int64_t) {
-  auto cfg = dflash_config_from_target(tc, dflash_settings(s, tc));  // every check, by name
-  cfg.loss = s.loss;
-  cfg.loss_chunk_size = s.loss_chunk_size;
-  cfg.target_name_or_path = s.target_name;
-  cfg.target_architecture = tc.architecture;
-  return cfg;
+  return with_run_fields(dflash_config_from_target(tc, dflash_settings(s, tc)), s, tc);  // every check, by name
 }
 
 // The head the options build for the target (its config.json read first; every DFlash option checked
@@ -171,6 +166,14 @@ DFlashAnchors dflash_batch_anchors(const data::Batch& b, const HeadConfig& cfg, 
   auto anchors = dflash_sample_anchors(mask, docs, span, cfg.dflash_num_anchors, generator);
   auto slots = dflash_count_slots(mask, docs, anchors, span);
   return {std::move(anchors), std::move(slots)};
+}
+
+HeadConfig with_run_fields(HeadConfig cfg, const HeadSettings& s, const target::TargetConfig& tc) {
+  cfg.loss = s.loss;
+  cfg.loss_chunk_size = s.loss_chunk_size;
+  cfg.target_name_or_path = s.target_name;
+  cfg.target_architecture = tc.architecture;
+  return cfg;
 }
 
 const DraftSpec& dflash_spec() {

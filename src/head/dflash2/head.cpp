@@ -124,20 +124,8 @@ std::pair<torch::Tensor, torch::Tensor> training_candidates(const torch::Tensor&
 HeadStepOutput DFlash2Head::train_step_forward(const HeadInputs& in, const torch::Tensor& denominators) {
   const auto& c = config();
   const auto b = in.input_ids.size(0), len = in.input_ids.size(1), s = c.dflash_block_size, v = c.vocab_size;
-  check_row_inputs(in);
-  check_head_input(in.aux_hidden, "aux_hidden", {b, len, fc->weight.size(1)});
-  check_head_input(in.teacher_logits, "teacher_logits", {b, len, v});
-  EAGLE_CHECK(in.extra.defined() && in.extra.dim() == 2 && in.extra.size(0) == b,
-              Error(ErrorKind::internal, "a DFlash2 step needs its anchors")
-                  .place("HeadInputs.extra")
-                  .expected(fmt::format("[{}, N] int64 (dflash_sample_anchors)", b))
-                  .found(in.extra.defined() ? c10::str(in.extra.sizes()) : "undefined"));
-  EAGLE_CHECK(denominators.numel() == s - 1, Error(ErrorKind::internal, "loss denominators do not match the block")
-                                                 .place("denominators")
-                                                 .expected(fmt::format("{} values", s - 1))
-                                                 .found(fmt::format("{}", denominators.numel())));
+  const auto anchors = step_anchors(in, denominators, s - 1, /*teacher=*/true, "DFlash2");
   const auto dev = fc->weight.device();
-  const auto anchors = in.extra.to(dev, torch::kInt64);
   const auto n = anchors.size(1);
   auto total = denominators.to(dev, torch::kFloat32).sum();
   total = torch::where(total > 0, total, torch::ones_like(total));

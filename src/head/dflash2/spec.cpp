@@ -57,12 +57,7 @@ HeadConfig dflash2_config(const HeadSettings& s, const target::TargetConfig& tc)
 }
 
 HeadConfig dflash2_configure(const HeadSettings& s, const target::TargetConfig& tc, std::int64_t) {
-  auto cfg = dflash2_config(s, tc);
-  cfg.loss = s.loss;
-  cfg.loss_chunk_size = s.loss_chunk_size;
-  cfg.target_name_or_path = s.target_name;
-  cfg.target_architecture = tc.architecture;
-  return cfg;
+  return with_run_fields(dflash2_config(s, tc), s, tc);
 }
 
 FeatureNeeds dflash2_plan(const HeadSettings& s) {
@@ -113,37 +108,27 @@ DraftLimits dflash2_limits(const HeadConfig& cfg) {
   return l;
 }
 
-std::string dflash2_untrainable(const data::Dataset& train, const HeadConfig& cfg, std::int64_t max_len) {
-  const auto B = cfg.dflash_block_size;
-  if (has_anchored_span(train, B, max_len)) return "";
-  return fmt::format(
-      "a sample holding a whole block of {} tokens (dflash_block_size) within training_seq_len {} whose anchor "
-      "and a later token of the block are trained (loss_mask 1)",
-      B, max_len);
-}
-
 }  // namespace
 
 const DraftSpec& dflash2_spec() {
-  static const DraftSpec spec{
-      DraftKind::dflash2,
-      "dflash2",
-      "a DFlash2",
-      "mask slot(s) per block",
-      /*reduced_vocab=*/false,
-      /*memory_model=*/false,
-      /*auto_recompute=*/false,
-      /*evaluate_at_start=*/false,
-      {HeadFormat::dflash, HeadFormat::speculators},
-      HeadFormat::dflash,
-      dflash2_plan,
-      dflash2_reads,
-      dflash2_configure,
-      dflash2_make,
-      dflash2_loss_plan,
-      dflash2_limits,
-      dflash2_untrainable,
-      dflash_resolve_resume};
+  static const DraftSpec spec{DraftKind::dflash2,
+                              "dflash2",
+                              "a DFlash2",
+                              "mask slot(s) per block",
+                              /*reduced_vocab=*/false,
+                              /*memory_model=*/false,
+                              /*auto_recompute=*/false,
+                              /*evaluate_at_start=*/false,
+                              {HeadFormat::dflash, HeadFormat::speculators},
+                              HeadFormat::dflash,
+                              dflash2_plan,
+                              dflash2_reads,
+                              dflash2_configure,
+                              dflash2_make,
+                              dflash2_loss_plan,
+                              dflash2_limits,
+                              dflash_spec().untrainable,  // DFlash's block: the same anchors and slots
+                              dflash_resolve_resume};
   return spec;
 }
 

@@ -53,20 +53,8 @@ HeadStepOutput DSparkHead::train_step_forward(const HeadInputs& in, const torch:
   const auto& c = config();
   const auto b = in.input_ids.size(0), len = in.input_ids.size(1), v = c.vocab_size;
   const auto off = offset(), steps = c.steps();
-  check_row_inputs(in);
-  check_head_input(in.aux_hidden, "aux_hidden", {b, len, fc->weight.size(1)});
-  check_head_input(in.teacher_logits, "teacher_logits", {b, len, v});
-  EAGLE_CHECK(in.extra.defined() && in.extra.dim() == 2 && in.extra.size(0) == b,
-              Error(ErrorKind::internal, "a DSpark step needs its anchors")
-                  .place("HeadInputs.extra")
-                  .expected(fmt::format("[{}, N] int64 (dflash_sample_anchors)", b))
-                  .found(in.extra.defined() ? c10::str(in.extra.sizes()) : "undefined"));
-  EAGLE_CHECK(denominators.numel() == steps, Error(ErrorKind::internal, "loss denominators do not match the block")
-                                                 .place("denominators")
-                                                 .expected(fmt::format("{} values", steps))
-                                                 .found(fmt::format("{}", denominators.numel())));
+  const auto anchors = step_anchors(in, denominators, steps, /*teacher=*/true, "DSpark");
   const auto dev = fc->weight.device();
-  const auto anchors = in.extra.to(dev, torch::kInt64);
   const auto n = anchors.size(1);
   // speculators' denominator: the trained slots of the step, unweighted (host doubles times device values).
   auto total = denominators.to(dev, torch::kFloat32).sum();

@@ -51,12 +51,7 @@ HeadConfig dspark_config(const HeadSettings& s, const target::TargetConfig& tc) 
 }
 
 HeadConfig dspark_configure(const HeadSettings& s, const target::TargetConfig& tc, std::int64_t) {
-  auto cfg = dspark_config(s, tc);
-  cfg.loss = s.loss;
-  cfg.loss_chunk_size = s.loss_chunk_size;
-  cfg.target_name_or_path = s.target_name;
-  cfg.target_architecture = tc.architecture;
-  return cfg;
+  return with_run_fields(dspark_config(s, tc), s, tc);
 }
 
 FeatureNeeds dspark_plan(const HeadSettings& s) {

@@ -109,6 +109,11 @@ class DFlashHead : public torch::nn::Module, public DraftHead {
   using Attend = std::function<torch::Tensor(const torch::Tensor&)>;
   virtual torch::Tensor layer_forward(std::int64_t l, const torch::Tensor& h, std::int64_t block, const Attend& attend);
   HeadLayerImpl& layer(std::int64_t l);
+  // A training step's inputs checked by shape (Error(internal) naming the field; no host synchronisation): the
+  // rows, aux_hidden [B, T, fc's width], teacher_logits [B, T, V] where `teacher`, the anchors in.extra [B, N]
+  // ("a <noun> step needs its anchors") and `slots` denominators. Returns the anchors on the head's device.
+  torch::Tensor step_anchors(const HeadInputs& in, const torch::Tensor& denominators, std::int64_t slots, bool teacher,
+                             const char* noun) const;
 
  private:
   torch::Tensor embed(const torch::Tensor& ids) const;

@@ -8,6 +8,10 @@ namespace eagle::head {
 
 const DraftSpec& dflash_spec();
 
+// A block draft's config (the kind's shape) with the run's fields every block draft records: the loss, its
+// chunk size, the target's name and architecture.
+HeadConfig with_run_fields(HeadConfig cfg, const HeadSettings& s, const target::TargetConfig& target);
+
 // The DFlash settings of a run for this target: mask_token_id -1 is the target's first
 // end-of-sequence id (Error(usage) naming mask_token_id when it has none).
 DFlashSettings dflash_settings(const HeadSettings& s, const target::TargetConfig& target);
