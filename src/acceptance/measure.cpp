@@ -90,11 +90,6 @@ void check_head_settings(const head::HeadConfig& h, const AcceptanceSettings& s)
                                                           .place("eval_tree_topk")
                                                           .expected("0 (chains, greedy or at eval_temperature)")
                                                           .found(std::to_string(s.tree.topk)));
-  EAGLE_CHECK(limits.no_sampling.empty() || s.sampling.temperature <= 0,
-              Error(ErrorKind::usage, limits.no_sampling)
-                  .place("eval_temperature")
-                  .expected("0 (greedy chains)")
-                  .found(fmt::format("{}", s.sampling.temperature)));
   EAGLE_CHECK(limits.max_draft_len == 0 || s.draft_len <= limits.max_draft_len,
               Error(ErrorKind::usage,
                     fmt::format("{} draft proposes at most {} a round", spec.noun, limits.max_draft_len_what))

@@ -46,7 +46,6 @@ struct DraftLimits {
   std::string max_draft_len_what;  // max_draft_len in words, e.g. "its block's mask slots"
   std::string max_draft_len_name;  // and as the option that sets it, e.g. "dflash_block_size - 1"
   std::string no_tree;             // empty: trees are drafted; else why not (the refusal)
-  std::string no_sampling;         // empty: sampled chains (eval_temperature > 0); else why not (the refusal)
   bool parallel_chain = false;     // a round's tokens all from one forward (P-EAGLE, DFlash): each from its own logits
 };
 
