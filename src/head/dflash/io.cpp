@@ -104,8 +104,34 @@ bool is_dflash_config(const json& j) {
          (*it)[0].get<std::string>() == "DFlashDraftModel";
 }
 
-HeadConfig dflash_config_from_json(const json& j, const std::string& file) {
+namespace {
+
+// vLLM's update_dflash (transformers_utils/configs/speculators/algos.py): speculators' DFlash layout as the
+// native config vLLM builds from it; dflash_config.causal = not sliding_window_non_causal (default true).
+json dflash_native_from_speculators(const json& in, const std::string& file) {
+  const ConfigFields top{in, file, ""};
+  if (!top.boolean_or("sliding_window_non_causal", true))
+    throw unsupported(file, "sliding_window_non_causal",
+                      "false (block-causal layers, speculators' default for dflash; vLLM serves them with "
+                      "dflash_config.causal true)");
+  auto j =
+      block_draft_native_json(in, file, "DFlashDraftModel", {"draft_vocab_size", "target_hidden_size", "block_size"});
+  j["dflash_config"]["sample_from_anchor"] = top.boolean_or("sample_from_anchor", false);
+  return j;
+}
+
+}  // namespace
+
+json dflash_speculators_config_json(const HeadConfig& c) {
+  auto j = block_draft_speculators_json(c, dflash_config_json(c), "dflash", "DFlashDraftModel");
+  j["sample_from_anchor"] = false;
+  j["sliding_window_non_causal"] = true;  // vLLM: dflash_config.causal = not this (DFlash's blocks: non-causal)
+  return j;
+}
+
+HeadConfig dflash_config_from_json(const json& in, const std::string& file) {
   namespace lim = model::limits;
+  const json j = in.contains("speculators_model_type") ? dflash_native_from_speculators(in, file) : in;
   const ConfigFields top{j, file, ""};
   EAGLE_CHECK(top.has("dflash_config"), top.bad("dflash_config", "missing").expected("an object").found("nothing"));
   const auto d = top.object("dflash_config");

@@ -103,8 +103,8 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
     if (format_out) *format_out = j.contains("speculators_model_type") ? HeadFormat::speculators : HeadFormat::dflash;
     return dflash2_config_from_json(j, file);
   }
-  if (is_dflash_config(j)) {  // a DFlash draft (DFlashDraftModel): an export or checkpoint of --draft dflash
-    if (format_out) *format_out = HeadFormat::dflash;
+  if (is_dflash_config(j)) {  // a DFlash draft (DFlashDraftModel): vLLM's layout (eagle-train's too) or speculators'
+    if (format_out) *format_out = j.contains("speculators_model_type") ? HeadFormat::speculators : HeadFormat::dflash;
     return dflash_config_from_json(j, file);
   }
   const Fields top{j, file, ""};
@@ -222,16 +222,14 @@ HeadConfig head_config_from_json(const json& j, const std::string& file, HeadFor
   c.eagle1_feature_weight = e.number_or("eagle1_feature_weight", c.eagle1_feature_weight, 0, 1e6);
   c.eagle1_token_weight = e.number_or("eagle1_token_weight", c.eagle1_token_weight, 0, 1e6);
   if (c.eagle_version == 3) {
+    const Fields eagle = top.object("eagle_config");
     if (top.has("eagle_aux_hidden_state_layer_ids")) {
       c.aux_layer_ids = top.integers("eagle_aux_hidden_state_layer_ids");
-    } else {
-      const Fields eagle = top.object("eagle_config");
-      EAGLE_CHECK(eagle.has("eagle_aux_hidden_state_layer_ids"),
-                  config_error(file, "eagle_aux_hidden_state_layer_ids", "the aux layers are not named")
-                      .expected("eagle_aux_hidden_state_layer_ids or eagle_config.eagle_aux_hidden_state_layer_ids"));
+    } else if (eagle.has("eagle_aux_hidden_state_layer_ids")) {
       for (auto id : eagle.integers("eagle_aux_hidden_state_layer_ids")) c.aux_layer_ids.push_back(id + 1);
     }
-    check_aux_layer_ids(c, file);
+    // Named nowhere (SpecForge's default save): left empty, for load_head to resolve as the engines do.
+    if (!c.aux_layer_ids.empty() || top.has("eagle_aux_hidden_state_layer_ids")) check_aux_layer_ids(c, file);
   }
   return c;
 }

@@ -33,9 +33,17 @@ void export_dflash_draft(const LoadedHead& loaded, HeadFormat format, const Expo
               Error(ErrorKind::usage, "DFlash exports are written in fp32 (the engines cast them to the serving dtype)")
                   .place("--quantize")
                   .found("fp8"));
+  const auto block = loaded.config.dflash_block_size;
+  if (format == HeadFormat::speculators) {  // speculators' layout: no embedding (the target's, shared)
+    export_head(*loaded.head, format, r.output, {}, nullptr);
+    log::info("export",
+              "wrote the DFlash draft in speculators' layout to {}: vLLM serves it with speculative_config "
+              "{{\"model\": \"{}\"}} (speculators_model_type dflash, {} tokens a round)",
+              r.output, r.output, block - 1);
+    return;
+  }
   const bool sglang = format == HeadFormat::sglang;
   export_dflash(*loaded.head, r.output, sglang ? DFlashEngine::sglang : DFlashEngine::vllm);
-  const auto block = loaded.config.dflash_block_size;
   if (sglang)
     log::info("export",
               "wrote the DFlash draft to {}: serve it with SGLang's --speculative-algorithm DFLASH "

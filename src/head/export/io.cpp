@@ -36,7 +36,8 @@ namespace {
 constexpr const char* kSpeculatorsVersion = "0.3.0";
 // What --format a DFlash draft exports in: the same folder for either engine.
 constexpr const char* kDFlashFormats =
-    "dflash (vLLM's DFlashDraftModel) or sglang (SGLang's, the same folder) for a DFlash draft (--draft dflash)";
+    "dflash (vLLM's DFlashDraftModel), sglang (SGLang's, the same folder) or speculators for a DFlash draft (--draft "
+    "dflash)";
 
 json rope_scaling_json(const model::RopeConfig& r) {
   if (r.type == "default") return nullptr;
@@ -248,7 +249,8 @@ nlohmann::json head_config_json(const HeadConfig& c, HeadFormat format) {
                     .found(format_name(format)));
     return format == HeadFormat::speculators ? dflash2_speculators_config_json(c) : dflash2_config_json(c);
   }
-  // A DFlash draft: vLLM's DFlashDraftModel folder, which SGLang's DFlashDraftModel reads too.
+  // A DFlash draft: vLLM's DFlashDraftModel folder, which SGLang's DFlashDraftModel reads too, or speculators'.
+  if (c.dflash() && format == HeadFormat::speculators) return dflash_speculators_config_json(c);
   EAGLE_CHECK(c.dflash() ? format == HeadFormat::dflash || format == HeadFormat::sglang : format != HeadFormat::dflash,
               Error(ErrorKind::usage, "the export format does not fit the head")
                   .place("--format")

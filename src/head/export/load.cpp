@@ -18,6 +18,7 @@
 #include "eagle/model/shape_check.h"
 #include "eagle/util/error.h"
 #include "eagle/util/json_file.h"
+#include "eagle/util/log.h"
 #include "names.h"
 
 namespace fs = std::filesystem;
@@ -124,14 +125,8 @@ json read_head_config(const std::string& dir, std::string& config_path) {
                                 "--checkpoint must name a head folder with config.json and model.safetensors");
 }
 
-// A field of config.json that differs between two heads, with both values as text.
-struct HeadDifference {
-  std::string field, checkpoint, run;
-};
+}  // namespace
 
-// The fields a head's config.json records that differ between the checkpoint's head (as
-// head_config_from_json reads it, the reader eval and export use) and the run's, in a fixed order
-// (sizes, RoPE, vocabularies, aux ids, the variant, TTT); empty: the same head.
 std::vector<HeadDifference> head_config_differences(const HeadConfig& checkpoint, const HeadConfig& run) {
   auto fields = [](const HeadConfig& c) {
     auto n = [](double v) { return fmt::format("{}", v); };
@@ -203,13 +198,25 @@ std::vector<HeadDifference> head_config_differences(const HeadConfig& checkpoint
   return out;
 }
 
-}  // namespace
-
-LoadedHead load_head(const std::string& dir, torch::Device device) {
+LoadedHead load_head(const std::string& dir, torch::Device device,
+                     const std::vector<std::int64_t>& unnamed_aux_layer_ids) {
   std::string config_path;
   const json j = read_head_config(dir, config_path);
   LoadedHead out;
   out.config = head_config_from_json(j, config_path, &out.format);
+  if (out.config.eagle_version == 3 && !out.config.mtp() && !out.config.dflash() && out.config.aux_layer_ids.empty()) {
+    // SpecForge saves no aux ids by default; vLLM and SGLang then fuse their default layers of the target.
+    EAGLE_CHECK(!unnamed_aux_layer_ids.empty(),
+                Error(ErrorKind::input, "the aux layers are not named")
+                    .file(config_path)
+                    .place("eagle_aux_hidden_state_layer_ids")
+                    .expected("eagle_aux_hidden_state_layer_ids or eagle_config.eagle_aux_hidden_state_layer_ids")
+                    .hint("give --model_name_or_path (the engines' default layers of the target are used, as vLLM "
+                          "and SGLang serve such a head) or --aux_hidden_state_layer_ids"));
+    out.config.aux_layer_ids = unnamed_aux_layer_ids;
+    log::info("model", "{}: the head names no aux layers; fusing [{}], as the engines do", config_path,
+              fmt::join(unnamed_aux_layer_ids, ", "));
+  }
   if (out.format == HeadFormat::mtp) {  // a target folder (the shipped layer, an export) or a checkpoint
     out.head = load_mtp_head(dir, device);
     return out;
@@ -222,7 +229,7 @@ LoadedHead load_head(const std::string& dir, torch::Device device) {
     out.head = load_dflash2_head(dir, device);
     return out;
   }
-  if (out.format == HeadFormat::dflash) {  // vLLM's layout: no embedding, LM head or d2t
+  if (out.config.dflash()) {  // vLLM's or speculators' layout: no embedding, LM head or d2t
     out.head = load_dflash_head(dir, device);
     return out;
   }
@@ -247,6 +254,32 @@ LoadedHead load_head(const std::string& dir, torch::Device device) {
   copy_parameters(*out.head, file, out.format, quantized);
   out.head->module().to(device);
   return out;
+}
+
+void check_head_fits_target(const HeadConfig& h, const target::TargetConfig& t, const std::string& head_dir) {
+  auto mismatch = [&](const char* field, std::int64_t head_value, std::int64_t target_value) {
+    return Error(ErrorKind::input, "the head was trained for another target")
+        .file(head_dir + "/config.json")
+        .place(field)
+        .expected(fmt::format("{} (the target's)", target_value))
+        .found(std::to_string(head_value));
+  };
+  EAGLE_CHECK(h.target_hidden_size == t.hidden_size,
+              mismatch("target_hidden_size", h.target_hidden_size, t.hidden_size));
+  EAGLE_CHECK(h.vocab_size == t.vocab_size, mismatch("vocab_size", h.vocab_size, t.vocab_size));
+  // The same sizes do not make the same target: its layer count and architecture are recorded too
+  // (0 or empty: a head imported from elsewhere that does not say).
+  EAGLE_CHECK(h.target_num_hidden_layers == 0 || h.target_num_hidden_layers == t.num_hidden_layers,
+              mismatch("target_num_hidden_layers", h.target_num_hidden_layers, t.num_hidden_layers));
+  EAGLE_CHECK(h.target_architecture.empty() || t.architecture.empty() || h.target_architecture == t.architecture,
+              Error(ErrorKind::input, "the head was trained for another target")
+                  .file(head_dir + "/config.json")
+                  .place("target_architecture")
+                  .expected(fmt::format("{} (the target's)", t.architecture))
+                  .found(h.target_architecture));
+  for (auto id : h.aux_layer_ids)
+    EAGLE_CHECK(id >= 0 && id <= t.num_hidden_layers,
+                mismatch("eagle_aux_hidden_state_layer_ids", id, t.num_hidden_layers));
 }
 
 HeadConfig read_head_folder_config(const std::string& dir) {

@@ -37,7 +37,13 @@ bool is_dflash_config(const nlohmann::json& j);
 // head computes: causal or sliding-window layers, rope_scaling, attention_value_scale,
 // use_aux_hidden_state false, no block_size, and sample_from_anchor true (a DSpark draft's: every
 // slot predicts the next token; not implemented, docs/heads.md).
+// speculators' DFlash layout (speculators_model_type dflash) is read as vLLM's update_dflash converts it; its
+// block-causal layers (sliding_window_non_causal false, speculators' default for dflash: vLLM then sets
+// dflash_config.causal) are refused by name.
 HeadConfig dflash_config_from_json(const nlohmann::json& j, const std::string& file);
+// speculators' layout of a DFlash head (block_draft_speculators_json, algorithm dflash): the fill-in layout
+// (sample_from_anchor false) with non-causal blocks (sliding_window_non_causal true).
+nlohmann::json dflash_speculators_config_json(const HeadConfig& cfg);
 
 // Writes dir (refused when it exists; built under a temporary name, then renamed): config.json and
 // model.safetensors, every parameter in its own dtype (fp32 master weights: bit for bit).

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
 #include <nlohmann/json.hpp>
@@ -55,15 +56,29 @@ struct LoadedHead {
   std::shared_ptr<DraftHead> head;
 };
 
-// Reads a head folder in any of the five formats (found from config.json), checking every tensor's
+// Reads a head folder in any of the formats (found from config.json), checking every tensor's
 // presence and shape; FP8 weights (an export --quantize fp8) are dequantized. The head still needs
-// set_target_weights before use.
-LoadedHead load_head(const std::string& dir, torch::Device device = torch::kCPU);
+// set_target_weights before use. An EAGLE-3 head whose config.json names no aux layers (SpecForge saves
+// none by default; vLLM and SGLang then fuse their default layers of the target) reads
+// unnamed_aux_layer_ids, logged; none given: refused by name.
+LoadedHead load_head(const std::string& dir, torch::Device device = torch::kCPU,
+                     const std::vector<std::int64_t>& unnamed_aux_layer_ids = {});
+// The head reads this target: the same hidden size and vocabulary, the layer count and architecture it
+// names (where it names them), aux layers inside the target; Error(input) naming head_dir's config.json.
+void check_head_fits_target(const HeadConfig& h, const target::TargetConfig& t, const std::string& head_dir);
 // Copies a head folder's weights (any format) into an existing head of the same shape, checking
 // every tensor's presence and shape, and that its draft vocabulary (d2t, t2d) is the head's.
 void load_head_weights(DraftHead& head, const std::string& dir);
-// The HeadConfig of a config.json (any format); file names the source in errors.
+// The HeadConfig of a config.json (any format); file names the source in errors. An EAGLE-3 head that names
+// no aux layers has none (load_head resolves them).
 HeadConfig head_config_from_json(const nlohmann::json& j, const std::string& file, HeadFormat* format = nullptr);
+// A field of config.json that differs between two heads, with both values as text.
+struct HeadDifference {
+  std::string field, checkpoint, run;
+};
+// The fields a head's config.json records that differ between a stored head (as head_config_from_json reads
+// it) and a run's, in a fixed order (sizes, RoPE, vocabularies, aux ids, the variant, TTT); empty: the same.
+std::vector<HeadDifference> head_config_differences(const HeadConfig& stored, const HeadConfig& run);
 // The HeadConfig of a head folder's config.json (any format), without its weights.
 HeadConfig read_head_folder_config(const std::string& dir);
 
