@@ -4,7 +4,7 @@
 which the model code the reference scripts drive needs. install() stubs those modules (an empty
 package whose attributes are inert classes) and gives loguru a standard logger, so that
 `speculators.models.*` imports beside only torch and transformers. Call it before the first import of
-speculators. Used by scripts/make_dspark_reference.py and scripts/bench/dflash_learning_reference.py.
+speculators. Used by scripts/make_dspark_reference.py, scripts/make_released_drafts.py and scripts/bench/dflash_learning_reference.py.
 """
 import importlib.abc
 import importlib.machinery
