@@ -19,6 +19,7 @@
 #include "eagle/io/step_stats.h"
 #include "eagle/run/summary.h"
 #include "eagle/train/evaluate.h"
+#include "eagle/train/init_draft.h"
 #include "eagle/util/error.h"
 #include "eagle/util/fs_sync.h"
 #include "eagle/util/log.h"
@@ -26,28 +27,6 @@
 
 namespace eagle::cli {
 namespace {
-
-// The head must read this target: same hidden size and vocabulary, aux layers inside the target.
-void check_compatible(const head::HeadConfig& h, const target::TargetConfig& t, const std::string& head_dir) {
-  auto mismatch = [&](const char* field, std::int64_t head_value, std::int64_t target_value) {
-    return Error(ErrorKind::input, "the head was trained for another target").file(head_dir + "/config.json")
-        .place(field).expected(fmt::format("{} (the target's)", target_value)).found(std::to_string(head_value));
-  };
-  EAGLE_CHECK(h.target_hidden_size == t.hidden_size,
-              mismatch("target_hidden_size", h.target_hidden_size, t.hidden_size));
-  EAGLE_CHECK(h.vocab_size == t.vocab_size, mismatch("vocab_size", h.vocab_size, t.vocab_size));
-  // The same sizes do not make the same target: its layer count and architecture are recorded too
-  // (0 or empty: a head imported from elsewhere that does not say).
-  EAGLE_CHECK(h.target_num_hidden_layers == 0 || h.target_num_hidden_layers == t.num_hidden_layers,
-              mismatch("target_num_hidden_layers", h.target_num_hidden_layers, t.num_hidden_layers));
-  EAGLE_CHECK(h.target_architecture.empty() || t.architecture.empty() || h.target_architecture == t.architecture,
-              Error(ErrorKind::input, "the head was trained for another target").file(head_dir + "/config.json")
-                  .place("target_architecture").expected(fmt::format("{} (the target's)", t.architecture))
-                  .found(h.target_architecture));
-  for (auto id : h.aux_layer_ids)
-    EAGLE_CHECK(id >= 0 && id <= t.num_hidden_layers,
-                mismatch("eagle_aux_hidden_state_layer_ids", id, t.num_hidden_layers));
-}
 
 // The head decides the layers it reads: other aux ids given for an EAGLE-3 head are refused, not
 // ignored (ttt_steps and eagle_version are not eval options: the head's are used).
@@ -121,14 +100,14 @@ void run_eval(const config::Options& opts, const Invocation& argv) {
   check_output_writable(opts.output);
   device::configure_runtime(opts);
   const torch::Device device = device::resolve_device(opts.device);
-  auto loaded = head::load_head(opts.checkpoint, device);
+  auto loaded = head::load_head(opts.checkpoint, device, train::aux_layers_for_unnamed(opts));
   auto& head = *loaded.head;
   head::check_finite_parameters(head, opts.checkpoint,
                                 "evaluate an earlier checkpoint (training with nan_policy skip keeps going)");
   // Checked against the target's config.json before anything heavy is read.
   check_aux_ids(loaded.config, opts, opts.checkpoint);
   if (const auto target_dir = features::target_config_dir(opts); !target_dir.empty()) {
-    check_compatible(loaded.config, target::TargetConfig::from_model_dir(target_dir), opts.checkpoint);
+    head::check_head_fits_target(loaded.config, target::TargetConfig::from_model_dir(target_dir), opts.checkpoint);
     warn_other_target(loaded.config, opts.model_name_or_path);
   }
   // The head decides what it reads: the target layers it was trained on.

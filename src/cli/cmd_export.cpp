@@ -2,6 +2,7 @@
 // it in the layout a serving engine loads (docs/export.md).
 #include "eagle/cli/commands.h"
 #include "eagle/head/export/draft.h"
+#include "eagle/train/init_draft.h"
 
 namespace eagle::cli {
 
@@ -26,7 +27,8 @@ head::HeadFormat head_format(config::ExportFormat f) {
 }  // namespace
 
 void run_export(const config::Options& opts, const Invocation& argv) {
-  const auto loaded = head::load_head(opts.checkpoint);
+  // A head that names no aux layers is exported with the engines' default layers of --model_name_or_path.
+  const auto loaded = head::load_head(opts.checkpoint, torch::kCPU, train::aux_layers_for_unnamed(opts));
   // A NaN head would be written out and served broken: refused before anything is written.
   head::check_finite_parameters(*loaded.head, opts.checkpoint,
                                 "export an earlier checkpoint (training with nan_policy skip keeps going)");

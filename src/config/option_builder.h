@@ -267,6 +267,12 @@ bool value_is_set(const T& v) {
 }
 
 // The entry being declared, typed by its field, so that each later call names the field no more.
+// follow runs train's rounds: it takes every option train takes, with the same checks (not its requirements: its
+// data is the rollout folder's).
+constexpr CommandMask with_follow(CommandMask commands) {
+  return commands & mask(Command::train) ? commands | mask(Command::follow) : commands;
+}
+
 template <typename T>
 class Entry {
  public:
@@ -303,7 +309,7 @@ class Entry {
   }
   // The option acts only where holds(options) is true (`when` says what, for the message).
   Entry& acts_only(CommandMask commands, std::string when, std::function<bool(const Options&)> holds) {
-    e_.acts_only.push_back({commands, std::move(when), std::move(holds)});
+    e_.acts_only.push_back({with_follow(commands), std::move(when), std::move(holds)});
     return *this;
   }
   Entry& not_in_config() {
@@ -341,7 +347,7 @@ class Table {
     OptionEntry& e = entries_.emplace_back();
     e.name = std::move(name);
     e.group = group;
-    e.commands = commands;
+    e.commands = with_follow(commands);
     e.help = std::move(help);
     e.type = Codec<T>::type();
     e.default_text = Codec<T>::to(Options{}.*field).dump();
@@ -367,6 +373,7 @@ class Table {
 
 // The commands an option is for, and upper bounds shared by the table's files.
 inline constexpr CommandMask kTrain = mask(Command::train);
+inline constexpr CommandMask kFollow = mask(Command::follow);
 inline constexpr CommandMask kPrepare = mask(Command::prepare);
 inline constexpr CommandMask kStats = mask(Command::data_stats);
 inline constexpr CommandMask kInspect = mask(Command::inspect);

@@ -1,5 +1,6 @@
 // The option table's lookups (option_table.h): the table built once from declare_options
 // (option_table.cpp), options by name, the commands' and groups' names, the enums' spellings.
+#include "eagle/config/draft_kind.h"
 #include "eagle/config/option_table.h"
 
 #include "option_builder.h"
@@ -28,6 +29,8 @@ std::string_view command_name(Command c) {
       return "dump-features";
     case Command::report:
       return "report";
+    case Command::follow:
+      return "follow";
   }
   return "?";
 }
@@ -35,7 +38,7 @@ std::string_view command_name(Command c) {
 const std::vector<Command>& all_commands() {
   static const std::vector<Command> v{Command::train,   Command::prepare, Command::data_stats, Command::inspect,
                                       Command::export_, Command::eval,    Command::generate,   Command::dump_features,
-                                      Command::report};
+                                      Command::report,  Command::follow};
   return v;
 }
 
@@ -103,6 +106,35 @@ DraftKind draft_kind(const Options& opts) {
       break;
   }
   return opts.eagle_version == 1 ? DraftKind::eagle1 : DraftKind::eagle3;
+}
+
+void set_draft_kind(Options& o, DraftKind kind) {
+  o.eagle_version = kind == DraftKind::eagle1 ? 1 : 3;
+  switch (kind) {
+    case DraftKind::mtp:
+      o.draft = Draft::mtp;
+      return;
+    case DraftKind::dflash:
+      o.draft = Draft::dflash;
+      return;
+    case DraftKind::dspark:
+      o.draft = Draft::dspark;
+      return;
+    case DraftKind::dflash2:
+      o.draft = Draft::dflash2;
+      return;
+    case DraftKind::eagle3:
+    case DraftKind::eagle1:
+      o.draft = Draft::eagle;
+      return;
+  }
+}
+
+std::string draft_kind_flags(DraftKind kind) {
+  Options o;
+  set_draft_kind(o, kind);
+  return o.draft == Draft::eagle ? "--draft eagle --eagle_version " + std::to_string(o.eagle_version)
+                                 : "--draft " + name_of(o.draft);
 }
 
 std::string name_of(Draft v) { return enum_name(v); }

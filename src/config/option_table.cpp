@@ -143,7 +143,7 @@ std::vector<OptionEntry> declare_options() {
         "Target model folder in the Hugging Face layout (config.json, *.safetensors); export: the target whose "
         "embedding a speculators export carries (default: the one the head names); with features_path: the "
         "target for the AR (a speculators folder also takes its final norm and LM head from it)")
-      .required(kInspect | kGenerate | kDump)
+      .required(kInspect | kGenerate | kDump | kFollow)
       .required(kTrain | kEval, {"features_path"});
   t.add(&Options::target_dtype, "target_dtype", G::model, kTrain | kInspect | kEval | kGenerate | kDump,
         "Dtype of the frozen target's weights and forward; auto: the checkpoint's dtype");
@@ -447,6 +447,49 @@ std::vector<OptionEntry> declare_options() {
   t.add(&Options::resume_from_checkpoint, "resume_from_checkpoint", G::checkpoint, kTrain,
         "Resume from a checkpoint folder, or auto: the newest complete one in output_dir; empty: "
         "start fresh");
+  // follow (eagle-train follow, docs/follow.md)
+  t.add(&Options::rollout_dir, "rollout_dir", G::train, kFollow,
+        "follow: the folder a producer adds rollout shards to, each written under another name and renamed in "
+        "(JSONL, .jsonl.gz or a prepared .bin; `-v<N>` before the extension names its policy version); malformed "
+        "shards are moved to its quarantine/ folder")
+      .required(kFollow);
+  t.add(&Options::follow_window, "follow_window", G::train, kFollow,
+        "follow: the new shards a round trains on, oldest first (the newest shard is held out for the publish gate "
+        "and trained on in the next round)")
+      .range(1, 1 << 20);
+  t.add(&Options::follow_replay, "follow_replay", G::train, kFollow,
+        "follow: consumed shards replayed in each round beside the new ones (a seeded draw)")
+      .range(0, 1 << 20);
+  t.add(&Options::follow_max_version_lag, "follow_max_version_lag", G::train, kFollow,
+        "follow: shards of a policy version more than this many versions behind the target's are not replayed; 0: "
+        "any")
+      .range(0, 1 << 30);
+  t.add(&Options::publish_every, "publish_every", G::train, kFollow,
+        "follow: optimizer steps per round; each round ends with the publish decision")
+      .range(1, kMaxSteps);
+  t.add(&Options::publish_margin, "publish_margin", G::train, kFollow,
+        "follow: a round's draft is published when its AR on the held-out shard is at least the serving version's "
+        "minus this margin (negative: it must gain)")
+      .range(-64.0, 64.0);
+  t.add(&Options::publish_command, "publish_command", G::train, kFollow,
+        "follow: a shell command run after each publish, with EAGLE_PUBLISHED_DIR and EAGLE_PUBLISHED_VERSION set "
+        "(docs/follow.md: vLLM and SGLang reloads); a failure is logged");
+  t.add(&Options::keep_versions, "keep_versions", G::train, kFollow,
+        "follow: published versions kept (the serving one always); 0: all")
+      .range(0, 1 << 20);
+  t.add(&Options::keep_rollouts, "keep_rollouts", G::train, kFollow,
+        "follow: consumed shards kept in rollout_dir (the newest; the rest are deleted); 0: all")
+      .range(0, 1 << 20);
+  t.add(&Options::follow_poll_s, "follow_poll_s", G::train, kFollow,
+        "follow: seconds between scans of rollout_dir when a round has too few new shards")
+      .range(0.01, 3600.0);
+  t.add(&Options::init_draft, "init_draft", G::checkpoint, kTrain,
+        "Start the draft from a draft folder: a released draft or another run's export or checkpoint, in any "
+        "layout eval reads (SGLang/SpecForge and speculators EAGLE-3, vLLM's EAGLE-1, DFlash, DSpark and DFlash2 "
+        "layouts, an MTP target folder); its weights and draft vocabulary are kept, the optimizer and schedule "
+        "start fresh. Its config.json decides the head's shape (--draft, layers, aux and target layers, "
+        "vocabulary left at their defaults take the draft's); a given option that would build another head is "
+        "refused by name; the training options (TTT steps, losses, anchors) are the run's. docs/training.md");
   t.add(&Options::checkpoint, "checkpoint", G::checkpoint, kExport | kEval,
         "A checkpoint folder or an exported head folder to export or evaluate")
       .required(kExport | kEval);

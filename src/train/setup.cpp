@@ -1,12 +1,15 @@
 // The draft head of a run (see setup.h): its row of the draft table configures and makes it.
 #include "eagle/train/setup.h"
 
+#include <optional>
+
 #include <fmt/format.h>
 
 #include "eagle/config/option_table.h"
 #include "eagle/features/inputs.h"
 #include "eagle/head/draft_spec.h"
 #include "eagle/head/draft_vocab.h"
+#include "eagle/train/init_draft.h"
 #include "eagle/train/memory_estimate.h"
 #include "eagle/util/error.h"
 #include "eagle/util/log.h"
@@ -27,11 +30,22 @@ std::shared_ptr<head::DraftHead> make_head(const config::Options& opts, const fe
   const auto settings = head_settings(opts, inputs);
   // A reduced draft vocabulary: the most frequent trained tokens (EAGLE.md); else the target's whole.
   const auto& stats = inputs.train.value().stats();
-  const auto vocab = spec.reduced_vocab
-                         ? head::build_draft_vocab(stats.trained_token_counts.entries(), tc.vocab_size,
-                                                   std::min(opts.draft_vocab_size, tc.vocab_size))
-                         : head::DraftVocab::identity(tc.vocab_size);
+  auto vocab = spec.reduced_vocab ? head::build_draft_vocab(stats.trained_token_counts.entries(), tc.vocab_size,
+                                                            std::min(opts.draft_vocab_size, tc.vocab_size))
+                                  : head::DraftVocab::identity(tc.vocab_size);
   auto cfg = spec.configure(settings, tc, vocab.size());
+  // --init_draft: the draft's shape, weights and vocabulary, the run's training fields (init_draft.h).
+  std::optional<InitDraft> init;
+  if (!opts.init_draft.empty()) {
+    auto configure = [&](const config::Options& o) {
+      const auto& row = head::draft_spec(config::draft_kind(o));
+      return row.configure(head_settings(o, inputs), tc,
+                           row.reduced_vocab ? std::min(o.draft_vocab_size, tc.vocab_size) : tc.vocab_size);
+    };
+    init.emplace(load_init_draft(opts, inputs, configure, device));
+    vocab = init->vocab;
+    cfg = init->config;
+  }
   if (spec.untrainable) {
     const auto& train = inputs.train.value();
     const auto expected = spec.untrainable(train, cfg, opts.training_seq_len);
@@ -47,16 +61,17 @@ std::shared_ptr<head::DraftHead> make_head(const config::Options& opts, const fe
   if (spec.auto_recompute)
     cfg.recompute = resolve_recompute(opts, tc, cfg, device, inputs.target.has_value());
   auto head = spec.make(cfg, settings, inputs.ends, vocab, device);
+  if (init) start_from_init_draft(*head, *init, opts.init_draft);
   // What the head starts from is finite (an MTP layer is read from the target's folder, beside the layers the
   // target load checked).
-  head::check_finite_parameters(*head, opts.model_name_or_path,
+  head::check_finite_parameters(*head, init ? opts.init_draft : opts.model_name_or_path,
                                 "the checkpoint is corrupt; download or convert it again");
   if (spec.reduced_vocab) {
     std::uint64_t covered = 0;
     for (auto id : vocab.draft_ids) covered += stats.trained_token_counts.count(static_cast<data::TokenId>(id));
     log::info(
-        "model", "draft vocabulary: {} of {} target ids ({:.1f}% of trained tokens covered)", vocab.size(),
-        tc.vocab_size,
+        "model", "draft vocabulary{}: {} of {} target ids ({:.1f}% of trained tokens covered)",
+        init ? " (the draft's)" : "", vocab.size(), tc.vocab_size,
         stats.trained_tokens ? 100.0 * static_cast<double>(covered) / static_cast<double>(stats.trained_tokens) : 0.0);
   }
   return head;

@@ -29,6 +29,7 @@
 #include "eagle/run/run_files.h"
 #include "eagle/run/signals.h"
 #include "eagle/train/evaluate.h"
+#include "eagle/train/init_draft.h"
 #include "eagle/train/loss_metrics.h"
 #include "eagle/train/memory_estimate.h"
 #include "eagle/train/micro_batch.h"
@@ -300,8 +301,9 @@ namespace eagle::train {
 
 run::RunSummary train(const config::Options& opts, const std::vector<std::string>& command_line,
                       const TrainHooks& hooks) {
-  if (auto done = already_completed(opts, device::launch_from_env().world_size)) return *done;
-  return detail::Trainer(opts, command_line, hooks).run();
+  const auto o = with_init_draft(opts);  // the draft --init_draft names decides what the inputs are loaded for
+  if (auto done = already_completed(o, device::launch_from_env().world_size)) return *done;
+  return detail::Trainer(o, command_line, hooks).run();
 }
 
 }  // namespace eagle::train

@@ -28,6 +28,7 @@ enum class Command : unsigned {
   generate = 1u << 6,
   dump_features = 1u << 7,
   report = 1u << 8,
+  follow = 1u << 9,
 };
 using CommandMask = unsigned;
 constexpr CommandMask mask(Command c) { return static_cast<CommandMask>(c); }

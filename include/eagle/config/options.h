@@ -138,12 +138,25 @@ struct Options {
   std::int64_t logging_steps = 10;  // optimizer steps
   std::string log_level = "info";
 
+  // follow (eagle-train follow, docs/follow.md): rounds of training on a rollout folder that keeps growing
+  std::string rollout_dir;                  // the shards a producer adds (JSONL or prepared .bin, renamed in whole)
+  std::int64_t follow_window = 4;           // the newest shards a round trains on (the newest one is held out)
+  std::int64_t follow_replay = 2;           // older consumed shards replayed in each round (seeded draw)
+  std::int64_t follow_max_version_lag = 0;  // shards older than this many policy versions are not replayed; 0: any
+  std::int64_t publish_every = 100;         // optimizer steps per round; each round ends in a publish decision
+  double publish_margin = 0.0;              // publish when AR >= the serving version's AR - publish_margin
+  std::string publish_command;              // run (sh -c) after each publish
+  std::int64_t keep_versions = 3;           // published versions kept besides the serving one; 0: all
+  std::int64_t keep_rollouts = 0;           // consumed shards kept in rollout_dir (the newest); 0: all
+  double follow_poll_s = 5.0;               // seconds between scans of rollout_dir and the target pointer
+
   // checkpoint
   std::string output_dir = "output";
   bool overwrite_output_dir = false;
   std::int64_t save_steps = 0;         // optimizer steps; 0: only at the end
   std::int64_t save_total_limit = 2;   // checkpoints kept; 0: all
   std::string resume_from_checkpoint;  // "auto", a path, or empty
+  std::string init_draft;              // train: a draft folder (any layout eval reads) the head starts from
   std::string checkpoint;              // export/eval: a checkpoint or head folder
   ExportFormat format = ExportFormat::sglang;
   Quantize quantize = Quantize::none;    // export: linear weights as FP8 e4m3 with per-channel scales
