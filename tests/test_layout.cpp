@@ -21,9 +21,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
-const std::map<std::string, int> kRank{{"util", 0},     {"config", 1},     {"data", 2},  {"server", 2}, {"model", 3},
-                                       {"device", 3},   {"target", 4},     {"io", 3},    {"run", 4},    {"head", 5},
-                                       {"features", 6}, {"generate", 6},   {"acceptance", 6}, {"train", 7}, {"cli", 8}};
+const std::map<std::string, int> kRank{{"util", 0},       {"config", 1}, {"data", 2},     {"server", 2},
+                                       {"model", 3},      {"device", 3}, {"target", 4},   {"io", 3},
+                                       {"run", 4},        {"head", 5},   {"features", 6}, {"generate", 6},
+                                       {"acceptance", 6}, {"train", 7},  {"follow", 8},   {"cli", 9}};
 const std::set<std::string> kPlainCpp{"util", "config", "data", "server", "io", "run"};
 
 // The findings of a check, one a line, for the failure message.

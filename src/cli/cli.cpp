@@ -34,8 +34,7 @@ struct CommandInfo {
 
 const CommandInfo kCommands[] = {
     {Command::train, "Train a draft head on a target model (the main job)", run_train},
-    {Command::prepare, "Convert JSONL/JSON token data into a memory-mapped dataset with statistics",
-     run_prepare},
+    {Command::prepare, "Convert JSONL/JSON token data into a memory-mapped dataset with statistics", run_prepare},
     {Command::data_stats, "Length histogram and padding efficiency per bucket granularity", run_data_stats},
     {Command::inspect, "Check a target model folder and print its architecture", run_inspect},
     {Command::export_, "Export a trained head for SGLang, vLLM or speculators", run_export},
@@ -46,6 +45,10 @@ const CommandInfo kCommands[] = {
      run_dump_features},
     {Command::report, "Draw a run folder's loss, accuracy, acceptance, throughput and options as one HTML file",
      run_report},
+    {Command::follow,
+     "Keep a draft current while its target changes: train on a growing rollout folder, publish "
+     "versions that do not lose acceptance",
+     run_follow},
 };
 
 int run_parsed(CLI::App& app, std::vector<config::BoundFlags>& bound, const std::map<CLI::App*, std::size_t>& index,
@@ -111,7 +114,8 @@ void install_start_up_signals(int argc, char** argv, char** envp) {
   // A SIGINT/SIGTERM while the libraries start or the options, data or target are read is kept for
   // the run's own stop path (a summary, exit 130) instead of ending the process with 143.
   if (argc > 1 && argv != nullptr && argv[1] != nullptr &&
-      (std::string_view(argv[1]) == "train" || std::string_view(argv[1]) == "generate")) {
+      (std::string_view(argv[1]) == "train" || std::string_view(argv[1]) == "generate" ||
+       std::string_view(argv[1]) == "follow")) {
     run::install_stop_signals();  // unblocks them: a pending one reaches the handlers
   } else if (launcher_blocked) {
     // The other commands keep the default action: a pending stop ends the process now, as it would have.

@@ -32,6 +32,7 @@ void run_eval(const config::Options& opts, const Invocation& argv);
 void run_generate(const config::Options& opts, const Invocation& argv);
 void run_dump_features(const config::Options& opts, const Invocation& argv);
 void run_report(const config::Options& opts, const Invocation& argv);
+void run_follow(const config::Options& opts, const Invocation& argv);
 
 // "eagle-train 0.1.0, LibTorch 2.11.0, CUDA compiled in: yes, CUDA available: no"
 std::string version_text();
