@@ -186,6 +186,24 @@ else
   fail "generate: eager and graphed decoding differ"
 fi
 
+phase "follow: two rounds from a released draft, on the device"
+# eagle-train follow on the device: rounds of train runs (each its own CUDA graphs) started from a draft speculators
+# saved (--init_draft), the gate's evaluations, a published version.
+rm -rf "$OUT/follow" && mkdir -p "$OUT/follow/rollouts"
+for k in 0 1 2; do
+  sed -n "$((k * 16 + 1)),$((k * 16 + 16))p" "$ROOT/tests/fixtures/data/smoke.jsonl" >"$OUT/follow/rollouts/.s$k"
+  mv "$OUT/follow/rollouts/.s$k" "$OUT/follow/rollouts/s$k.jsonl"
+done
+"$BUILD/eagle-train" follow --model_name_or_path "$ROOT/tests/fixtures/models/tiny-llama" \
+  --rollout_dir "$OUT/follow/rollouts" --output_dir "$OUT/follow/out" \
+  --init_draft "$ROOT/tests/fixtures/models/eagle3-speculators" --training_seq_len 256 --bucket_granularity 64 \
+  --per_device_train_batch_size 4 --publish_every 10 --max_steps 20 --follow_window 1 --eval_num_prompts 4 \
+  --eval_max_new_tokens 16 --device "$DEVICE" --num_threads 4 --follow_poll_s 0.1 >"$OUT/follow.log" 2>&1 ||
+  fail "follow (see $OUT/follow.log)"
+[[ -f "$OUT/follow/out/latest" ]] || fail "follow published no version"
+echo "follow: $(grep -c '"round"' "$OUT/follow/out/follow.jsonl") rounds, serving $(cat "$OUT/follow/out/latest")" \
+  >>"$OUT/summary.txt"
+
 phase "training step benchmark"
 if [[ "$DEVICE" = cuda ]]; then
   bench=(--device cuda --config "$ROOT/tests/fixtures/configs/llama31-4x.json" --seq_len 4096 --tokens 16384
