@@ -122,11 +122,24 @@ TEST_CASE("train --draft dflash trains a DFlash draft, resumes exactly, exports 
                                          sg.string() + " --speculative-num-draft-tokens 4"));
   check_same_tensors(ckpt / "model.safetensors", sg / "model.safetensors");
   CHECK(json::parse(read_file(sg / "config.json")) == json::parse(read_file(out / "config.json")));
-  // A DFlash draft has no EAGLE layout, and nothing is overwritten.
+  // speculators' layout (its DFlashDraftModel, non-causal blocks): the same tensors, read back as the checkpoint.
+  const auto spec_dir = dir / "speculators-export";
   auto spec =
-      run_cli("export --checkpoint " + ckpt.string() + " --format speculators --output " + (dir / "x").string());
-  CHECK(spec.exit_code == 2);
-  CHECK_THAT(spec.output, Catch::Contains("dflash (vLLM's DFlashDraftModel) or sglang"));
+      run_cli("export --checkpoint " + ckpt.string() + " --format speculators --output " + spec_dir.string());
+  INFO(spec.output);
+  REQUIRE(spec.exit_code == 0);
+  check_same_tensors(ckpt / "model.safetensors", spec_dir / "model.safetensors");
+  const auto spec_config = json::parse(read_file(spec_dir / "config.json"));
+  CHECK(spec_config["speculators_model_type"] == "dflash");
+  CHECK(spec_config["sliding_window_non_causal"] == true);
+  CHECK(spec_config["aux_hidden_state_layer_ids"] == json::array({1, 2}));
+  CHECK(eval_json(" --checkpoint " + spec_dir.string() + kCommon)["ar"] ==
+        eval_json(" --checkpoint " + ckpt.string() + kCommon)["ar"]);
+  // A DFlash draft has no EAGLE layout, and nothing is overwritten.
+  auto eagle1 =
+      run_cli("export --checkpoint " + ckpt.string() + " --format vllm-eagle1 --output " + (dir / "x").string());
+  CHECK(eagle1.exit_code == 2);
+  CHECK_THAT(eagle1.output, Catch::Contains("dflash (vLLM's DFlashDraftModel), sglang"));
   CHECK_FALSE(fs::exists(dir / "x"));
   CHECK(run_cli("export --checkpoint " + ckpt.string() + " --format dflash --output " + out.string()).exit_code != 0);
 
