@@ -9,7 +9,8 @@
 # regenerated apart, are the measurement's held-out rollouts of version k.
 #  (a) frozen:  a draft trained once on version 0's rollouts (BENCH_BASE_STEPS steps), never updated;
 #  (b) follow:  `eagle-train follow --init_draft (a)`, run after each stage for BENCH_ROUNDS rounds of BENCH_EVERY
-#               steps (producer and follower take turns: the order of a side-by-side run, but repeatable);
+#               steps on up to BENCH_WINDOW new shards each (producer and follower take turns: the order of a
+#               side-by-side run, but repeatable);
 #  (c) scratch: after the last stage, a draft trained from zero on the last version's rollouts for as many steps as
 #               the follower trained in all (equal steps; the wall times are printed beside).
 # Every draft is measured by `eagle-train eval` on each version's held-out rollouts against that version: (a) and
@@ -17,7 +18,7 @@
 # writes BENCH_OUT/follow_sim.svg (AR by policy version).
 #
 # Knobs: BENCH_STAGES (4), BENCH_DRIFT_STEPS (150), BENCH_PROMPTS (400), BENCH_SHARD (50), BENCH_HELDOUT (48),
-# BENCH_BASE_STEPS (400), BENCH_EVERY (100), BENCH_ROUNDS (2), BENCH_MAX_NEW (64), BENCH_THREADS (2),
+# BENCH_BASE_STEPS (400), BENCH_EVERY (100), BENCH_ROUNDS (2), BENCH_WINDOW (4), BENCH_MAX_NEW (64), BENCH_THREADS (2),
 # BENCH_OUT (/tmp/eagle-bench-follow).
 set -euo pipefail
 # shellcheck source=scripts/bench/demo_env.sh
@@ -30,6 +31,7 @@ HELDOUT="${BENCH_HELDOUT:-48}"
 BASE_STEPS="${BENCH_BASE_STEPS:-400}"
 EVERY="${BENCH_EVERY:-100}"
 ROUNDS="${BENCH_ROUNDS:-2}"
+WINDOW="${BENCH_WINDOW:-4}"  # new shards per round: ROUNDS x WINDOW >= the PROMPTS / SHARD of a stage keeps up
 MAX_NEW="${BENCH_MAX_NEW:-64}"
 THREADS="${BENCH_THREADS:-2}"
 OUT="${BENCH_OUT:-/tmp/eagle-bench-follow}"
@@ -96,7 +98,7 @@ for k in $(seq 0 $((STAGES - 1))); do
   t0=$(now)
   "$BIN" follow "${COMMON[@]}" --model_name_or_path "$OUT/policy" --rollout_dir "$OUT/rollouts" \
     --output_dir "$OUT/follow" --init_draft "$FROZEN" --publish_every "$EVERY" --warmup_steps 0 \
-    --learning_rate 0.001 --max_steps $(((k + 1) * ROUNDS * EVERY)) --follow_window 2 --follow_replay 1 \
+    --learning_rate 0.001 --max_steps $(((k + 1) * ROUNDS * EVERY)) --follow_window "$WINDOW" --follow_replay 1 \
     --follow_poll_s 1 >"$OUT/follow-$k.log" 2>&1
   follow_seconds=$(echo "$follow_seconds + $(now) - $t0" | bc)
   serving="$OUT/follow/$(cat "$OUT/follow/latest")"
