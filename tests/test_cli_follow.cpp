@@ -85,7 +85,16 @@ TEST_CASE("follow trains rounds on new shards, quarantines a malformed one and p
   TempDir dir;
   fs::create_directories(dir / "rollouts");
   set_policy(dir / "policy", 0);
-  for (int k = 0; k < 4; ++k) add_shard(dir / "rollouts", k, "s" + std::to_string(k) + ".jsonl");
+  for (int k : {0, 1, 3}) add_shard(dir / "rollouts", k, "s" + std::to_string(k) + ".jsonl");
+  // s2 in the prepared binary format (eagle-train prepare's train.bin).
+  add_shard(dir.path(), 2, "s2-source.jsonl");
+  auto prep = run_cli("prepare --input " + (dir / "s2-source.jsonl").string() + " --output " +
+                      (dir / "prepared").string() + " --training_seq_len 256 --validation_fraction 0");
+  INFO(prep.output);
+  REQUIRE(prep.exit_code == 0);
+  fs::rename(dir / "prepared" / "train.bin", dir / "rollouts" / "s2.bin");
+  // s3 is the newest: held out for the gate.
+  fs::last_write_time(dir / "rollouts" / "s3.jsonl", fs::file_time_type::clock::now() + std::chrono::seconds(5));
   std::ofstream(dir / "rollouts" / "bad.jsonl") << "{\"input_ids\": [1, 2, \n";
   // A reader of latest, polling while follow runs: the folder it names is always whole.
   std::atomic<bool> done{false};
@@ -104,7 +113,11 @@ TEST_CASE("follow trains rounds on new shards, quarantines a malformed one and p
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
     }
   });
-  auto r = run_cli(follow_args(dir.path()) + " --publish_every 10 --max_steps 20 --follow_window 2 --follow_replay 1");
+  const auto published = dir / "published.txt";
+  auto r = run_cli(follow_args(dir.path()) +
+                   " --publish_every 10 --max_steps 20 --follow_window 2 --follow_replay 1 --keep_versions 1"
+                   " --keep_rollouts 2 --publish_command 'echo $EAGLE_PUBLISHED_VERSION $EAGLE_PUBLISHED_DIR >> " +
+                   published.string() + "'");
   done = true;
   reader.join();
   INFO(r.output);
@@ -115,8 +128,17 @@ TEST_CASE("follow trains rounds on new shards, quarantines a malformed one and p
   CHECK(fs::exists(dir / "rollouts" / "quarantine" / "bad.jsonl"));
   CHECK_FALSE(fs::exists(dir / "rollouts" / "bad.jsonl"));
   CHECK_THAT(r.output, Catch::Contains("quarantined a malformed shard"));
-  // Round 1 trains on s0 and s1 (window 2) holding out s3; round 2 on s2 with one replayed, holding out s3.
-  CHECK(consumed(dir.path()) == std::vector<std::string>{"s0.jsonl", "s1.jsonl", "s2.jsonl"});
+  // Round 1 trains on s0 and s1 (window 2) holding out s3; round 2 on s2 (the binary shard) with one replayed.
+  CHECK(consumed(dir.path()) == std::vector<std::string>{"s0.jsonl", "s1.jsonl", "s2.bin"});
+  // The command ran after each publish, with the version and its folder; one version is kept, two shards.
+  const auto out = dir / "out";
+  CHECK(read_file(published) ==
+        "1 " + (out / "versions" / "1").string() + "\n2 " + (out / "versions" / "2").string() + "\n");
+  CHECK_FALSE(fs::exists(out / "versions" / "1"));
+  CHECK(fs::exists(out / "versions" / "2" / "model.safetensors"));
+  CHECK_FALSE(fs::exists(dir / "rollouts" / "s0.jsonl"));
+  CHECK(fs::exists(dir / "rollouts" / "s1.jsonl"));
+  CHECK(fs::exists(dir / "rollouts" / "s2.bin"));
   CHECK(ledger(dir.path())["steps"] == 20);
   const auto rounds = read_jsonl(dir / "out" / "follow.jsonl");
   REQUIRE(rounds.size() == 2);
@@ -124,6 +146,7 @@ TEST_CASE("follow trains rounds on new shards, quarantines a malformed one and p
   CHECK(rounds[0]["heldout"] == "s3.jsonl");
   CHECK(rounds[0]["published"] == true);
   CHECK(rounds[0]["version"] == 1);
+  CHECK(rounds[1]["shards"] == json::array({"s2.bin"}));
   CHECK(rounds[1]["replay"].size() == 1);
   CHECK(rounds[1]["serving_version"] == 1);
   // latest names a published version, an EAGLE-3 folder eval reads.
@@ -176,6 +199,19 @@ TEST_CASE("follow consumes every shard once across a SIGKILL and a restart", "[f
   for (int k = 0; k < 4; ++k) CHECK(count.count("s" + std::to_string(k) + ".jsonl"));
   CHECK_FALSE(count.count("s6.jsonl"));
   CHECK_FALSE(fs::exists(dir / "out" / "round"));
+
+  // SIGTERM while it waits for shards (one alone: a round needs two): exit 130, nothing trained or written.
+  fs::create_directories(dir / "rollouts2");
+  add_shard(dir / "rollouts2", 0, "only.jsonl");
+  auto waiting = start_cli("follow --model_name_or_path " + (dir / "policy").string() + " --rollout_dir " +
+                               (dir / "rollouts2").string() + " --output_dir " + (dir / "out2").string() + kRun,
+                           dir / "log2.txt");
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  ::kill(waiting, SIGTERM);
+  CHECK(wait_exit(waiting) == 130);
+  INFO(read_file(dir / "log2.txt"));
+  CHECK_THAT(read_file(dir / "log2.txt"), Catch::Contains("follow stopped by a signal between rounds"));
+  CHECK_FALSE(fs::exists(dir / "out2" / "follow_state.json"));
 }
 
 TEST_CASE("follow picks up a new policy version and its gate keeps a damaged draft out", "[follow]") {
