@@ -201,7 +201,7 @@ done
   --eval_max_new_tokens 16 --device "$DEVICE" --num_threads 4 --follow_poll_s 0.1 >"$OUT/follow.log" 2>&1 ||
   fail "follow (see $OUT/follow.log)"
 [[ -f "$OUT/follow/out/latest" ]] || fail "follow published no version"
-echo "follow: $(grep -c '"round"' "$OUT/follow/out/follow.jsonl") rounds, serving $(cat "$OUT/follow/out/latest")" \
+echo "follow: $(grep -c '"round"' "$OUT/follow/out/metrics.jsonl") rounds, serving $(cat "$OUT/follow/out/latest")" \
   >>"$OUT/summary.txt"
 
 phase "training step benchmark"

@@ -70,6 +70,14 @@ std::string follow_args(const fs::path& dir) {
          " --output_dir " + (dir / "out").string() + kRun;
 }
 
+// The round lines of a follower's metrics.jsonl.
+std::vector<json> rounds_of(const fs::path& out) {
+  std::vector<json> rounds;
+  for (auto& j : read_jsonl(out / "metrics.jsonl"))
+    if (j.contains("round")) rounds.push_back(j);
+  return rounds;
+}
+
 json ledger(const fs::path& dir) { return json::parse(read_file(dir / "out" / "follow_state.json")); }
 
 std::vector<std::string> consumed(const fs::path& dir) {
@@ -140,7 +148,7 @@ TEST_CASE("follow trains rounds on new shards, quarantines a malformed one and p
   CHECK(fs::exists(dir / "rollouts" / "s1.jsonl"));
   CHECK(fs::exists(dir / "rollouts" / "s2.bin"));
   CHECK(ledger(dir.path())["steps"] == 20);
-  const auto rounds = read_jsonl(dir / "out" / "follow.jsonl");
+  const auto rounds = rounds_of(dir / "out");
   REQUIRE(rounds.size() == 2);
   CHECK(rounds[0]["shards"] == json::array({"s0.jsonl", "s1.jsonl"}));
   CHECK(rounds[0]["heldout"] == "s3.jsonl");
@@ -148,6 +156,15 @@ TEST_CASE("follow trains rounds on new shards, quarantines a malformed one and p
   CHECK(rounds[0]["version"] == 1);
   CHECK(rounds[1]["shards"] == json::array({"s2.bin"}));
   CHECK(rounds[1]["replay"].size() == 1);
+  CHECK(rounds[1]["step"] == 20);
+  CHECK(rounds[1].contains("loss"));
+  CHECK(rounds[1].contains("eval_loss"));
+  // The report draws the rounds, and TensorBoard has them.
+  CHECK_THAT(read_file(out / "report.html"), Catch::Contains("Follow: rounds and publish decisions"));
+  bool events = false;
+  for (const auto& e : fs::directory_iterator(out))
+    events |= e.path().filename().string().rfind("events.out.tfevents.", 0) == 0 && fs::file_size(e.path()) > 0;
+  CHECK(events);
   CHECK(rounds[1]["serving_version"] == 1);
   // latest names a published version, an EAGLE-3 folder eval reads.
   const auto latest = read_file(dir / "out" / "latest");
@@ -161,7 +178,7 @@ TEST_CASE("follow trains rounds on new shards, quarantines a malformed one and p
   // Done: a restart with the same max_steps has nothing left to do.
   auto again = run_cli(follow_args(dir.path()) + " --publish_every 10 --max_steps 20");
   CHECK(again.exit_code == 0);
-  CHECK(read_jsonl(dir / "out" / "follow.jsonl").size() == 2);
+  CHECK(rounds_of(dir / "out").size() == 2);
 }
 
 TEST_CASE("follow consumes every shard once across a SIGKILL and a restart", "[follow]") {
@@ -232,7 +249,7 @@ TEST_CASE("follow picks up a new policy version and its gate keeps a damaged dra
   REQUIRE(damaged.exit_code == 0);
   CHECK_THAT(damaged.output, Catch::Contains("policy version 0 -> 1"));
   CHECK_THAT(damaged.output, Catch::Contains("kept version 1"));
-  const auto rounds = read_jsonl(dir / "out" / "follow.jsonl");
+  const auto rounds = rounds_of(dir / "out");
   REQUIRE(rounds.size() == 2);
   CHECK(rounds[1]["policy_version"] == 1);
   CHECK(rounds[1]["published"] == false);

@@ -16,6 +16,8 @@
 #include "eagle/follow/publish.h"
 #include "eagle/follow/rollouts.h"
 #include "eagle/follow/state.h"
+#include "eagle/io/report.h"
+#include "eagle/io/tensorboard.h"
 #include "eagle/run/dir_lock.h"
 #include "eagle/run/signals.h"
 #include "eagle/target/target_config.h"
@@ -32,8 +34,8 @@ namespace eagle::follow {
 
 namespace {
 
-constexpr const char* kRoundDir = "round";  // the round in progress: a train run's output_dir
-constexpr const char* kLogFile = "follow.jsonl";
+constexpr const char* kRoundDir = "round";         // the round in progress: a train run's output_dir
+constexpr const char* kLogFile = "metrics.jsonl";  // one line per round: `eagle-train report` draws it
 
 // What one round trains on and measures with.
 struct RoundPlan {
@@ -191,6 +193,8 @@ void follow(const config::Options& o, const std::vector<std::string>& command_li
   fs::create_directories(out);
   run::DirLock lock(out / ".lock", "output_dir");
   auto state = FollowState::load(out);
+  io::TensorBoardWriter tensorboard(out);
+  tensorboard.session_start(state.steps);
   log::info("follow", "following {} from {}: {} round(s) done, {} step(s), {} shard(s) consumed, serving version {}",
             o.model_name_or_path, o.rollout_dir, state.rounds, state.steps, state.shards.size(),
             state.serving() ? std::to_string(state.serving()->version) : std::string("none"));
@@ -263,17 +267,30 @@ void follow(const config::Options& o, const std::vector<std::string>& command_li
     for (const auto& s : plan.fresh) state.shards.push_back(s);
     for (const auto& s : plan.dropped) state.shards.push_back(s);
     state.save(out);  // the round counts from here: its shards are consumed, its draft is the next start
-    append_log(out, {{"round", state.rounds},
-                     {"steps", state.steps},
-                     {"policy_version", policy.version},
-                     {"shards", fresh_names},
-                     {"replay", plan.replay},
-                     {"heldout", plan.heldout},
-                     {"ar", ar},
-                     {"serving_version", serving ? json(serving->version) : json()},
-                     {"serving_ar", serving_ar ? json(*serving_ar) : json()},
-                     {"published", publish_it},
-                     {"version", state.serving() ? json(state.serving()->version) : json()}});
+    json line = {{"step", state.steps},
+                 {"round", state.rounds},
+                 {"steps", state.steps},
+                 {"policy_version", policy.version},
+                 {"shards", fresh_names},
+                 {"replay", plan.replay},
+                 {"heldout", plan.heldout},
+                 {"ar", ar},
+                 {"serving_version", serving ? json(serving->version) : json()},
+                 {"serving_ar", serving_ar ? json(*serving_ar) : json()},
+                 {"published", publish_it},
+                 {"version", state.serving() ? json(state.serving()->version) : json()}};
+    if (summary.final_loss) line["loss"] = *summary.final_loss;
+    if (summary.eval) line["eval_loss"] = summary.eval->loss;
+    append_log(out, line);
+    std::vector<std::pair<std::string, float>> scalars{
+        {"follow/ar", static_cast<float>(ar)},
+        {"follow/policy_version", static_cast<float>(policy.version)},
+        {"follow/published", publish_it ? 1.0f : 0.0f},
+        {"follow/serving_version", static_cast<float>(state.serving() ? state.serving()->version : 0)}};
+    if (serving_ar) scalars.emplace_back("follow/serving_ar", static_cast<float>(*serving_ar));
+    if (summary.final_loss) scalars.emplace_back("follow/loss", static_cast<float>(*summary.final_loss));
+    tensorboard.add_scalars(state.steps, scalars);
+    io::write_report_after_run(out);
     // What the ledger no longer needs.
     for (const auto& e : fs::directory_iterator(out)) {
       const auto name = e.path().filename().string();

@@ -98,8 +98,7 @@ std::string by_depth(const RunRecords& r) {
 std::string by_category(const RunRecords& r) {
   json c = latest(r, "ar_by_category");
   std::string out = "<h2>Acceptance per category</h2>";
-  if (!c.is_object() || c.empty())
-    return out + note("Not measured: the evaluation prompts carry no category field.");
+  if (!c.is_object() || c.empty()) return out + note("Not measured: the evaluation prompts carry no category field.");
   std::vector<Bar> bars;
   std::string rows = "<table><tr><th>category</th><th>prompts</th><th>AR</th><th>95% interval</th></tr>";
   for (const auto& [name, v] : c.items()) {
@@ -128,6 +127,28 @@ const char* kStyle =
     "table{border-collapse:collapse;font-size:13px;margin:.4em 0}"
     "th,td{border:1px solid #ddd;padding:2px 8px;text-align:left;vertical-align:top}"
     "th{background:#f5f5f5;font-weight:normal}.na{color:#888}.charts{display:flex;flex-wrap:wrap;gap:8px}";
+
+// eagle-train follow's rounds (metrics lines with "policy_version"): the policy version, the new draft's AR and the
+// serving one's on the held-out shard, and the publish decision; empty for a train run.
+std::string follow_rounds(const RunRecords& r) {
+  std::string rows;
+  auto text = [](const nlohmann::json& v) {
+    return v.is_number_float() ? fmt::format("{:.4f}", v.get<double>()) : v.is_null() ? std::string("-") : v.dump();
+  };
+  for (const auto& e : r.evals) {
+    if (!e.contains("policy_version")) continue;
+    rows += "<tr>";
+    for (const char* k :
+         {"round", "step", "policy_version", "ar", "serving_version", "serving_ar", "published", "version"})
+      rows += "<td>" + html_escape(e.contains(k) ? text(e[k]) : "-") + "</td>";
+    rows += "</tr>";
+  }
+  if (rows.empty()) return {};
+  return "<h2>Follow: rounds and publish decisions</h2><table><tr><th>round</th><th>step</th><th>policy version</th>"
+         "<th>AR (new draft)</th><th>serving version</th><th>AR (serving)</th><th>published</th><th>serving after"
+         "</th></tr>" +
+         rows + "</table>";
+}
 
 }  // namespace
 
@@ -171,8 +192,8 @@ std::string render_report(const RunRecords& r) {
       html_escape(title), kStyle, html_escape(title), html_escape(fs::absolute(r.dir).string()));
   out += overview(r);
   out += "<h2>Loss</h2><div class=\"charts\">";
-  out += line_chart("Loss", "step", {series_of(r.steps, "loss", "train loss"),
-                                     series_of(r.evals, "eval_loss", "held-out loss")});
+  out += line_chart("Loss", "step",
+                    {series_of(r.steps, "loss", "train loss"), series_of(r.evals, "eval_loss", "held-out loss")});
   out += "</div><h2>Accuracy per TTT step</h2><div class=\"charts\">";
   out += line_chart("Training acc per TTT step", "step", array_series(r.steps, "acc", "acc_"));
   out += line_chart("Held-out acc per TTT step", "step", array_series(r.evals, "eval_acc", "acc_"));
@@ -181,7 +202,7 @@ std::string render_report(const RunRecords& r) {
                     {series_of(r.evals, "ar", "AR (chain)"), series_of(r.evals, "tree_ar", "tree AR"),
                      series_of(r.evals, "temp_ar", "temperature AR"), series_of(r.evals, "alpha_ar", "alpha AR"),
                      series_of(r.evals, "eval_tau", "held-out tau"), series_of(r.steps, "tau", "train tau")});
-  out += "</div>" + by_depth(r) + by_category(r);
+  out += "</div>" + by_depth(r) + by_category(r) + follow_rounds(r);
   out += "<h2>Throughput and memory</h2><div class=\"charts\">";
   out += line_chart("Real tokens per second", "step", {series_of(r.steps, "tokens_per_s", "tokens/s")});
   out += line_chart("Milliseconds per step", "step", {series_of(r.steps, "ms_per_step", "ms/step")});
