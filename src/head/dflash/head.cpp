@@ -41,9 +41,8 @@ std::vector<std::int64_t> dflash_default_target_layer_ids(std::int64_t target_la
 
 HeadConfig dflash_config_from_target(const target::TargetConfig& target, const DFlashSettings& s) {
   const auto l = target.num_hidden_layers;
-  auto ids = s.target_layer_ids.empty() ? dflash_default_target_layer_ids(l, s.num_layers) : s.target_layer_ids;
-  std::sort(ids.begin(), ids.end());
-  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());  // vLLM: ascending, duplicates collapse
+  const auto ids = dflash_sorted_layer_ids(s.target_layer_ids.empty() ? dflash_default_target_layer_ids(l, s.num_layers)
+                                                                      : s.target_layer_ids);
   for (auto t : ids)
     EAGLE_CHECK(t >= 0 && t < l, Error(ErrorKind::usage, "a DFlash target layer is outside the target")
                                      .place("dflash_target_layers")
@@ -76,6 +75,12 @@ HeadConfig dflash_config_from_target(const target::TargetConfig& target, const D
   c.dflash_decay_gamma = s.decay_gamma;
   c.dflash_hard_labels = s.hard_labels;
   return c;
+}
+
+std::vector<std::int64_t> dflash_sorted_layer_ids(std::vector<std::int64_t> ids) {
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
 }
 
 std::vector<std::int64_t> dflash_target_layer_ids(const HeadConfig& cfg) {

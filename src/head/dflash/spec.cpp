@@ -103,11 +103,8 @@ void dflash_resolve_resume(const HeadConfig& head, nlohmann::json& before, nlohm
     if (now[dflash_layers].empty() && now.contains(layers) && now[layers].is_number_integer()) {
       now[dflash_layers] =
           dflash_default_target_layer_ids(head.target_num_hidden_layers, now[layers].get<std::int64_t>());
-    } else if (now[dflash_layers].is_array()) {  // sorted, duplicates dropped, as the head reads them
-      auto ids = now[dflash_layers].get<std::vector<std::int64_t>>();
-      std::sort(ids.begin(), ids.end());
-      ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
-      now[dflash_layers] = ids;
+    } else if (now[dflash_layers].is_array()) {  // as the head reads them
+      now[dflash_layers] = dflash_sorted_layer_ids(now[dflash_layers].get<std::vector<std::int64_t>>());
     }
   }
 }

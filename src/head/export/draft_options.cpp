@@ -1,7 +1,6 @@
 // The options that build a given draft's head (see draft_options.h).
 #include "eagle/head/export/draft_options.h"
 
-#include <algorithm>
 #include <vector>
 
 #include <fmt/format.h>
@@ -41,10 +40,8 @@ std::optional<OptionConflict> options_for_draft(const HeadConfig& draft, config:
   if (draft.dflash()) {
     const auto ids = dflash_target_layer_ids(draft);
     if (o.dflash_target_layers.empty()) o.dflash_target_layers = ids;
-    auto given = o.dflash_target_layers;  // sorted, duplicates dropped, as the head reads them
-    std::sort(given.begin(), given.end());
-    given.erase(std::unique(given.begin(), given.end()), given.end());
-    if (given != ids) return OptionConflict{"dflash_target_layers", ids_text(ids), ids_text(o.dflash_target_layers)};
+    if (dflash_sorted_layer_ids(o.dflash_target_layers) != ids)
+      return OptionConflict{"dflash_target_layers", ids_text(ids), ids_text(o.dflash_target_layers)};
   }
   return std::nullopt;
 }

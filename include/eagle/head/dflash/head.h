@@ -35,6 +35,10 @@ std::vector<std::int64_t> dflash_default_target_layer_ids(std::int64_t target_la
 // option for a mask token outside the vocabulary, a block below 2, a layer id outside the target.
 HeadConfig dflash_config_from_target(const target::TargetConfig& target, const DFlashSettings& settings);
 
+// Target layer ids as vLLM reads dflash_config.target_layer_ids (and the head its options): ascending, duplicates
+// collapsed.
+std::vector<std::int64_t> dflash_sorted_layer_ids(std::vector<std::int64_t> ids);
+
 // The DFlash target layer ids t of a config (aux_layer_ids - 1), as dflash_config.target_layer_ids.
 std::vector<std::int64_t> dflash_target_layer_ids(const HeadConfig& cfg);
 
