@@ -5,6 +5,7 @@
 #include <chrono>
 #include <fstream>
 #include <random>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -53,21 +54,25 @@ data::Dataset read_shard(const fs::path& file, const config::Options& o, std::in
   return std::move(data::load_dataset(file.string(), lo).train);
 }
 
-// The new shards of the rollout folder, each read once: a malformed one is moved to quarantine/ with one log line.
+// The new shards of the rollout folder. Each is read once (`checked` holds those read before, across the waits): a
+// malformed one is moved to quarantine/ with one log line.
 std::vector<Shard> scan(const config::Options& o, const FollowState& state, std::int64_t policy_version,
-                        std::int64_t vocab_size) {
+                        std::int64_t vocab_size, std::set<std::string>& checked) {
   std::vector<Shard> out;
   const fs::path dir = o.rollout_dir;
   std::int64_t order = 0;
   for (const auto& s : state.shards) order = std::max(order, s.seen_order + 1);
   for (const auto& file : new_shard_files(dir, state.shard_names())) {
     const auto name = file.filename().string();
-    try {
-      read_shard(file, o, vocab_size);
-    } catch (const Error& e) {
-      const auto to = quarantine(dir, name);
-      log::warn("follow", "quarantined a malformed shard: {} -> {} ({})", file.string(), to.string(), e.what());
-      continue;
+    if (!checked.count(name)) {
+      try {
+        read_shard(file, o, vocab_size);
+      } catch (const Error& e) {
+        const auto to = quarantine(dir, name);
+        log::warn("follow", "quarantined a malformed shard: {} -> {} ({})", file.string(), to.string(), e.what());
+        continue;
+      }
+      checked.insert(name);
     }
     const auto named = version_in_name(name);
     out.push_back({name, fs::file_size(file), named >= 0 ? named : policy_version, order++});
@@ -164,15 +169,9 @@ void prune_rollouts(const config::Options& o, const FollowState& state) {
 
 // A version number never used: past the ledger's and every folder in versions/ (one a kill left unrecorded).
 std::int64_t next_version(const fs::path& out, const FollowState& state) {
-  std::int64_t top = state.serving() ? state.serving()->version : 0;
-  std::error_code ec;
-  if (fs::is_directory(out / kVersionsDir, ec))
-    for (const auto& e : fs::directory_iterator(out / kVersionsDir)) {
-      const auto name = e.path().filename().string();
-      if (!name.empty() && std::all_of(name.begin(), name.end(), ::isdigit))
-        top = std::max<std::int64_t>(top, std::stoll(name));
-    }
-  return top + 1;
+  const auto found = published_versions(out);
+  const std::int64_t top = state.serving() ? state.serving()->version : 0;
+  return std::max(top, found.empty() ? 0 : found.back()) + 1;
 }
 
 // Whether SIGINT or SIGTERM asked to stop (the handlers eagle-train installs at start-up for follow).
@@ -198,13 +197,16 @@ void follow(const config::Options& o, const std::vector<std::string>& command_li
   log::info("follow", "following {} from {}: {} round(s) done, {} step(s), {} shard(s) consumed, serving version {}",
             o.model_name_or_path, o.rollout_dir, state.rounds, state.steps, state.shards.size(),
             state.serving() ? std::to_string(state.serving()->version) : std::string("none"));
+  std::set<std::string> checked;               // shards read and found sound, not yet consumed
+  std::string policy_seen = state.policy_dir;  // the change to a new policy is logged once, not at every wait
   while (!stop_requested() && (o.max_steps == 0 || state.steps < o.max_steps)) {
     const auto policy = read_policy(o.model_name_or_path);
     const auto target = target::TargetConfig::from_model_dir(policy.dir.string());
-    if (state.policy_version >= 0 && (policy.version != state.policy_version || policy.dir != state.policy_dir))
+    if (!policy_seen.empty() && policy.dir != policy_seen)
       log::info("follow", "policy version {} -> {}: the target is now {} (reloaded for the next round)",
                 state.policy_version, policy.version, policy.dir.string());
-    const auto plan = plan_round(o, state, scan(o, state, policy.version, target.vocab_size), policy.version);
+    policy_seen = policy.dir.string();
+    const auto plan = plan_round(o, state, scan(o, state, policy.version, target.vocab_size, checked), policy.version);
     if (plan.fresh.empty()) {
       log::debug("follow", "waiting for shards in {} (a round needs two new ones)", o.rollout_dir);
       wait(o.follow_poll_s);

@@ -57,19 +57,26 @@ fs::path publish(const std::string& checkpoint, const fs::path& output_dir, std:
   return dir;
 }
 
-void prune_versions(const fs::path& output_dir, std::int64_t serving, std::int64_t keep) {
-  const auto versions = output_dir / kVersionsDir;
-  if (keep <= 0 || !fs::is_directory(versions)) return;
+std::vector<std::int64_t> published_versions(const fs::path& output_dir) {
   std::vector<std::int64_t> found;
-  for (const auto& e : fs::directory_iterator(versions)) {
+  std::error_code ec;
+  if (!fs::is_directory(output_dir / kVersionsDir, ec)) return found;
+  for (const auto& e : fs::directory_iterator(output_dir / kVersionsDir)) {
     const auto name = e.path().filename().string();
     if (!name.empty() && std::all_of(name.begin(), name.end(), ::isdigit))
       found.push_back(static_cast<std::int64_t>(std::stoll(name)));
   }
-  std::sort(found.rbegin(), found.rend());
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+void prune_versions(const fs::path& output_dir, std::int64_t serving, std::int64_t keep) {
+  if (keep <= 0) return;
+  auto found = published_versions(output_dir);
+  std::reverse(found.begin(), found.end());  // newest first: the first `keep` stay
   for (std::size_t i = static_cast<std::size_t>(keep); i < found.size(); ++i) {
     if (found[i] == serving) continue;
-    fs::remove_all(versions / std::to_string(found[i]));
+    fs::remove_all(output_dir / kVersionsDir / std::to_string(found[i]));
     log::info("follow", "pruned published version {} (keep_versions {})", found[i], keep);
   }
 }

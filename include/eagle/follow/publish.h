@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 namespace eagle::follow {
 
@@ -27,6 +28,8 @@ Policy read_policy(const std::filesystem::path& policy_dir);
 // copy of it). Returns the published folder.
 std::filesystem::path publish(const std::string& checkpoint, const std::filesystem::path& output_dir,
                               std::int64_t version, const std::string& target_dir);
+// The version numbers published in output_dir/versions/ (its numeric folders), ascending.
+std::vector<std::int64_t> published_versions(const std::filesystem::path& output_dir);
 // Removes the published versions other than the newest `keep` and `serving` (keep 0: none removed).
 void prune_versions(const std::filesystem::path& output_dir, std::int64_t serving, std::int64_t keep);
 // Runs command with sh -c, EAGLE_PUBLISHED_DIR and EAGLE_PUBLISHED_VERSION in its environment; a failure is logged
