@@ -28,23 +28,27 @@ std::shared_ptr<head::DraftHead> make_head(const config::Options& opts, const fe
   const auto& tc = inputs.ends.config;
   const auto& spec = head::draft_spec(config::draft_kind(opts));
   const auto settings = head_settings(opts, inputs);
-  // A reduced draft vocabulary: the most frequent trained tokens (EAGLE.md); else the target's whole.
+  // The head the options configure for this target (its draft vocabulary: draft_vocab_size ids, capped at V).
+  auto configure = [&](const config::Options& o) {
+    const auto& row = head::draft_spec(config::draft_kind(o));
+    return row.configure(head_settings(o, inputs), tc,
+                         row.reduced_vocab ? std::min(o.draft_vocab_size, tc.vocab_size) : tc.vocab_size);
+  };
   const auto& stats = inputs.train.value().stats();
-  auto vocab = spec.reduced_vocab ? head::build_draft_vocab(stats.trained_token_counts.entries(), tc.vocab_size,
-                                                            std::min(opts.draft_vocab_size, tc.vocab_size))
-                                  : head::DraftVocab::identity(tc.vocab_size);
-  auto cfg = spec.configure(settings, tc, vocab.size());
-  // --init_draft: the draft's shape, weights and vocabulary, the run's training fields (init_draft.h).
+  head::DraftVocab vocab;
+  head::HeadConfig cfg;
   std::optional<InitDraft> init;
   if (!opts.init_draft.empty()) {
-    auto configure = [&](const config::Options& o) {
-      const auto& row = head::draft_spec(config::draft_kind(o));
-      return row.configure(head_settings(o, inputs), tc,
-                           row.reduced_vocab ? std::min(o.draft_vocab_size, tc.vocab_size) : tc.vocab_size);
-    };
+    // --init_draft: the draft's shape, weights and vocabulary, the run's training fields (init_draft.h).
     init.emplace(load_init_draft(opts, inputs, configure, device));
     vocab = init->vocab;
     cfg = init->config;
+  } else {
+    // A reduced draft vocabulary: the most frequent trained tokens (EAGLE.md); else the target's whole.
+    vocab = spec.reduced_vocab ? head::build_draft_vocab(stats.trained_token_counts.entries(), tc.vocab_size,
+                                                         std::min(opts.draft_vocab_size, tc.vocab_size))
+                               : head::DraftVocab::identity(tc.vocab_size);
+    cfg = configure(opts);
   }
   if (spec.untrainable) {
     const auto& train = inputs.train.value();
