@@ -154,6 +154,7 @@ TEST_CASE("follow trains rounds on new shards, quarantines a malformed one and p
   CHECK(rounds[0]["heldout"] == "s3.jsonl");
   CHECK(rounds[0]["published"] == true);
   CHECK(rounds[0]["version"] == 1);
+  CHECK(rounds[0]["mfu"].get<double>() > 0);  // the round's train run's MFU (docs/training.md)
   CHECK(rounds[1]["shards"] == json::array({"s2.bin"}));
   CHECK(rounds[1]["replay"].size() == 1);
   CHECK(rounds[1]["step"] == 20);

@@ -66,3 +66,30 @@ TEST_CASE("TensorBoard gets eval/ar_depth_<k> for k = 1..K", "[io]") {
   CHECK(value("eval/ar_depth_3") == 1.8f);
   CHECK(std::none_of(scalars.begin(), scalars.end(), [](const auto& p) { return p.first == "eval/ar_depth_4"; }));
 }
+
+TEST_CASE("a window's model FLOPs give TFLOP/s and MFU in the step row, line and TensorBoard", "[io]") {
+  ThroughputWindow w;
+  w.add(100, 128, 3e12);
+  w.add(100, 128, 1e12);
+  StepStats s;
+  w.fill(s, 2.0, /*peak_tflops=*/4.0);
+  REQUIRE(s.tflops);
+  CHECK(*s.tflops == Approx(2.0));  // 4e12 FLOPs in 2 s
+  REQUIRE(s.mfu);
+  CHECK(*s.mfu == Approx(0.5));
+  const auto row = to_json(s);
+  CHECK(row["tflops"].get<double>() == Approx(2.0));
+  CHECK(row["mfu"].get<double>() == Approx(0.5));
+  CHECK_THAT(format_step_line(s), Catch::Contains("| 2 TFLOP/s | MFU 50.0%"));
+  const auto tags = tensorboard_scalars(s);
+  CHECK(std::count_if(tags.begin(), tags.end(), [](const auto& t) { return t.first == "train/mfu"; }) == 1);
+  // No FLOPs counted (or no peak): the fields are absent, not 0.
+  StepStats none;
+  ThroughputWindow{}.fill(none, 1.0, 4.0);
+  CHECK_FALSE(none.tflops);
+  CHECK_FALSE(to_json(none).contains("mfu"));
+  StepStats no_peak;
+  w.fill(no_peak, 2.0);
+  CHECK(no_peak.tflops);
+  CHECK_FALSE(no_peak.mfu);
+}

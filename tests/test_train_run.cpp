@@ -57,6 +57,14 @@ TEST_CASE("the smoke run trains, evaluates and writes every run file", "[train]"
   CHECK(summary["ar"].get<double>() >= 1.0);
   CHECK(summary["acc"][0].get<double>() > 0.1);
   CHECK(summary["tokens_per_s"].get<double>() > 0);
+  // MFU (docs/training.md): model FLOPs of the steps over their time against the CPU's measured matmul rate.
+  CHECK(lines.front()["tflops"].get<double>() > 0);
+  CHECK(lines.front()["mfu"].get<double>() > 0);
+  CHECK(summary["model_flops"].get<double>() > 0);
+  CHECK(summary["mfu"].get<double>() ==
+        Approx(summary["tflops"].get<double>() / summary["peak_tflops"].get<double>()).epsilon(1e-9));
+  CHECK_THAT(summary["peak_tflops_source"].get<std::string>(), Catch::Contains("matmul rate measured"));
+  CHECK_THAT(r.output, Catch::Contains("MFU against ") && Catch::Contains("TFLOP/s | MFU "));
   for (const char* f :
        {"config.json", "command_line.txt", "checkpoint-40/COMPLETE", "checkpoint-80/COMPLETE",
         "checkpoint-80/model.safetensors", "checkpoint-80/config.json", "checkpoint-80/optimizer.safetensors",
@@ -82,6 +90,23 @@ TEST_CASE("the smoke run trains, evaluates and writes every run file", "[train]"
   auto again = run_cli("train " + kSmoke + " --output_dir " + out.string() + " --overwrite_output_dir=false");
   CHECK(again.exit_code == 2);
   CHECK_THAT(again.output, Catch::Contains("overwrite_output_dir"));
+}
+
+TEST_CASE("--peak_tflops is the peak MFU is measured against; the FLOP count does not depend on timing", "[train]") {
+  TempDir dir;
+  const auto args = " --max_steps 4 --eval_steps 0 --save_steps 0 --logging_steps 2 --peak_tflops 1000";
+  auto a = run_cli("train " + kSmoke + args + " --output_dir " + (dir / "a").string());
+  INFO(a.output);
+  REQUIRE(a.exit_code == 0);
+  auto b = run_cli("train " + kSmoke + args + " --num_threads 2 --output_dir " + (dir / "b").string());
+  REQUIRE(b.exit_code == 0);
+  auto sa = json::parse(eagle::test::read_file(dir / "a" / "summary.json"));
+  auto sb = json::parse(eagle::test::read_file(dir / "b" / "summary.json"));
+  CHECK(sa["peak_tflops"].get<double>() == 1000.0);
+  CHECK(sa["peak_tflops_source"] == "--peak_tflops");
+  CHECK(sa["mfu"].get<double>() == Approx(sa["tflops"].get<double>() / 1000.0).epsilon(1e-9));
+  CHECK(sa["model_flops"].get<double>() > 0);
+  CHECK(sa["model_flops"] == sb["model_flops"]);  // counted from the batches, not measured
 }
 
 TEST_CASE("a resumed run continues the same run exactly", "[train]") {

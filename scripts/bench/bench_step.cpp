@@ -28,6 +28,7 @@
 #include "eagle/train/micro_batch.h"
 #include "eagle/train/optimizer.h"
 #include "eagle/train/setup.h"
+#include "eagle/train/step_flops.h"
 
 #ifdef EAGLE_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -93,34 +94,6 @@ data::Dataset longtail(std::int64_t n, std::int64_t cap, std::int64_t vocab) {
     }
   }
   return data::Dataset::from_samples(samples, "<long-tailed synthetic>");
-}
-
-// Model FLOPs of one batch, on its real tokens only (padding is waste, not work): the target's
-// forward (matmuls incl. the full-vocabulary LM head, causal attention within each document) and
-// the head's forward + backward (3x its forward: fc once, then per TTT step the layer, its LM head
-// over the draft vocabulary and step-0 attention within each document).
-double batch_flops(const data::Batch& b, const target::TargetConfig& t, const head::HeadConfig& h) {
-  const double H = static_cast<double>(t.hidden_size), I = static_cast<double>(t.intermediate_size);
-  const double q = static_cast<double>(t.num_attention_heads * t.head_dim);
-  const double kv = static_cast<double>(t.num_key_value_heads * t.head_dim);
-  const double L = static_cast<double>(t.num_hidden_layers), V = static_cast<double>(t.vocab_size);
-  const double target_token = 2 * (L * (H * q + 2 * H * kv + q * H + 3 * H * I) + H * V);
-  const double n_aux = static_cast<double>(h.aux_layer_ids.size()), K = static_cast<double>(h.steps());
-  const double head_step =
-      2 * (2 * H * q + 2 * 2 * H * kv + q * H + 3 * H * I + H * static_cast<double>(h.draft_vocab_size));
-  const double head_token = 2 * n_aux * H * H + K * head_step;
-  double attention_pairs = 0;  // sum over documents of n (n + 1) / 2 query-key pairs
-  auto doc = [&](std::int64_t r, std::int64_t p) { return b.document_ids[static_cast<std::size_t>(b.at(r, p))]; };
-  for (std::int64_t r = 0; r < b.rows; ++r)
-    for (std::int64_t p = 0, end = 0; p < b.length; p = end) {
-      for (end = p; end < b.length && doc(r, end) == doc(r, p); ++end) {
-      }
-      const auto n = static_cast<double>(end - p);
-      if (doc(r, p) >= 0) attention_pairs += 0.5 * n * (n + 1);
-    }
-  const double attention_pair = 4 * q;  // QK^T and PV, 2 FLOPs a multiply-add, per query head dim
-  const double real = static_cast<double>(b.real_tokens);
-  return real * (target_token + 3 * head_token) + attention_pairs * attention_pair * (L + 3 * K);
 }
 
 struct ModeResult {
@@ -201,7 +174,7 @@ ModeResult run_mode(const std::string& name, config::Options o, bool graphed, co
       if (i < untimed) continue;
       seconds += std::chrono::duration<double>(Clock::now() - t0).count();
       real += static_cast<double>(batch.real_tokens);
-      flops += batch_flops(batch, target.config(), head->config());
+      flops += train::step_flops(head::draft_spec(head->config()), head->config(), &target.config(), {batch}, {});
     }
     const double n = static_cast<double>(chosen_counts.at(shape)), timed = static_cast<double>(a.timed);
     weighted_time += n * seconds / timed;

@@ -367,6 +367,11 @@ std::vector<OptionEntry> declare_options() {
       .range(0.0, 1e6);
   t.add(&Options::bf16, "bf16", G::train, kTrain | kEval,
         "Run the head's forward and backward under bf16 autocast (weights and optimizer stay fp32)");
+  t.add(&Options::peak_tflops, "peak_tflops", G::train, kTrain,
+        "Peak TFLOP/s of one device that MFU is measured against (step lines, metrics.jsonl, summary.json); 0: "
+        "a known GPU's dense bf16 (with bf16) or fp32 peak, else the matmul rate measured at start-up on the "
+        "run's own GEMM shapes (CPU, or a GPU the table lacks)")
+      .range(0.0, 1e7);
   t.add(&Options::nan_policy, "nan_policy", G::train, kTrain,
         "A non-finite loss or gradient: error stops the run naming the step; skip skips the update "
         "and goes on");

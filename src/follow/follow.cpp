@@ -283,6 +283,9 @@ void follow(const config::Options& o, const std::vector<std::string>& command_li
                  {"version", state.serving() ? json(state.serving()->version) : json()}};
     if (summary.final_loss) line["loss"] = *summary.final_loss;
     if (summary.eval) line["eval_loss"] = summary.eval->loss;
+    line["tokens_per_s"] = summary.tokens_per_s;
+    if (summary.tflops) line["tflops"] = *summary.tflops;
+    if (summary.mfu) line["mfu"] = *summary.mfu;
     append_log(out, line);
     std::vector<std::pair<std::string, float>> scalars{
         {"follow/ar", static_cast<float>(ar)},
@@ -291,6 +294,7 @@ void follow(const config::Options& o, const std::vector<std::string>& command_li
         {"follow/serving_version", static_cast<float>(state.serving() ? state.serving()->version : 0)}};
     if (serving_ar) scalars.emplace_back("follow/serving_ar", static_cast<float>(*serving_ar));
     if (summary.final_loss) scalars.emplace_back("follow/loss", static_cast<float>(*summary.final_loss));
+    if (summary.mfu) scalars.emplace_back("follow/mfu", static_cast<float>(*summary.mfu));
     tensorboard.add_scalars(state.steps, scalars);
     io::write_report_after_run(out);
     // What the ledger no longer needs.

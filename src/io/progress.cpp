@@ -39,6 +39,8 @@ std::string format_step_line(const StepStats& s) {
       "{:.0f} ms/step",
       s.step, s.total_steps, loss_text(s.loss), join_acc(s.acc), s.tau, s.lr, s.grad_norm, s.tokens_per_s,
       100.0 * s.padding_efficiency, s.ms_per_step);
+  if (s.tflops) line += fmt::format(" | {:.3g} TFLOP/s", *s.tflops);
+  if (s.mfu) line += fmt::format(" | MFU {:.1f}%", 100.0 * *s.mfu);
   if (s.nonfinite_steps > 0) line += fmt::format(" | {} non-finite steps skipped", s.nonfinite_steps);
   return line;
 }

@@ -72,9 +72,11 @@ json latest(const RunRecords& r, const std::string& key) {
 std::string overview(const RunRecords& r) {
   std::vector<std::pair<std::string, json>> rows;
   if (r.summary.is_object()) {
-    for (const char* k : {"exit_reason", "detail", "steps", "total_steps", "resumed_from_step", "final_loss", "ar",
-                          "tree_ar", "temp_ar", "alpha_ar", "tau", "eval_loss", "best_metric", "best_step",
-                          "real_tokens", "tokens_per_s", "wall_time_s"})
+    for (const char* k : {"exit_reason",  "detail",    "steps",       "total_steps", "resumed_from_step",
+                          "final_loss",   "ar",        "tree_ar",     "temp_ar",     "alpha_ar",
+                          "tau",          "eval_loss", "best_metric", "best_step",   "real_tokens",
+                          "tokens_per_s", "tflops",    "mfu",         "peak_tflops", "peak_tflops_source",
+                          "wall_time_s"})
       if (r.summary.contains(k) && !(r.summary[k].is_string() && r.summary[k].get<std::string>().empty()))
         rows.emplace_back(k, r.summary[k]);
   } else {
@@ -206,6 +208,8 @@ std::string render_report(const RunRecords& r) {
   out += "<h2>Throughput and memory</h2><div class=\"charts\">";
   out += line_chart("Real tokens per second", "step", {series_of(r.steps, "tokens_per_s", "tokens/s")});
   out += line_chart("Milliseconds per step", "step", {series_of(r.steps, "ms_per_step", "ms/step")});
+  out += line_chart("Model TFLOP/s per device", "step", {series_of(r.steps, "tflops", "TFLOP/s")});
+  out += line_chart("MFU (model FLOPs / peak)", "step", {series_of(r.steps, "mfu", "MFU")});
   out += line_chart("Padding efficiency", "step", {series_of(r.steps, "padding_efficiency", "real / padded")});
   out += line_chart("Peak memory (MiB)", "step", {series_of(r.steps, "peak_memory_mib", "peak memory")});
   out += "</div><h2>Learning rate and gradient norm</h2><div class=\"charts\">";

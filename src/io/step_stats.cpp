@@ -34,11 +34,15 @@ json ar_by_category_json(const AcceptanceStats& a) {
   return out;
 }
 
-void ThroughputWindow::fill(StepStats& s, double seconds) const {
+void ThroughputWindow::fill(StepStats& s, double seconds, double peak_tflops) const {
   s.tokens_per_s = seconds > 0 ? static_cast<double>(real_tokens) / seconds : 0.0;
   s.padding_efficiency =
       padded_tokens > 0 ? static_cast<double>(real_tokens) / static_cast<double>(padded_tokens) : 0.0;
   s.ms_per_step = steps > 0 ? 1000.0 * seconds / static_cast<double>(steps) : 0.0;
+  if (flops > 0 && seconds > 0) {
+    s.tflops = flops / seconds / 1e12;
+    if (peak_tflops > 0) s.mfu = *s.tflops / peak_tflops;
+  }
 }
 
 json to_json(const StepStats& s) {
@@ -54,6 +58,8 @@ json to_json(const StepStats& s) {
   out["ms_per_step"] = number(s.ms_per_step);
   out["nonfinite_steps"] = s.nonfinite_steps;
   if (s.peak_memory_mib) out["peak_memory_mib"] = number(*s.peak_memory_mib);
+  if (s.tflops) out["tflops"] = number(*s.tflops);
+  if (s.mfu) out["mfu"] = number(*s.mfu);
   return out;
 }
 
@@ -90,6 +96,8 @@ std::vector<std::pair<std::string, float>> tensorboard_scalars(const StepStats& 
   out.emplace_back("train/padding_efficiency", static_cast<float>(s.padding_efficiency));
   out.emplace_back("train/ms_per_step", static_cast<float>(s.ms_per_step));
   if (s.peak_memory_mib) out.emplace_back("train/peak_memory_mib", static_cast<float>(*s.peak_memory_mib));
+  if (s.tflops) out.emplace_back("train/tflops", static_cast<float>(*s.tflops));
+  if (s.mfu) out.emplace_back("train/mfu", static_cast<float>(*s.mfu));
   return out;
 }
 

@@ -124,6 +124,11 @@ json to_json(const RunSummary& s) {
       {"real_tokens", opt_number(s.real_tokens)},
       {"tokens_per_s", opt_number(s.tokens_per_s)},
       {"wall_time_s", opt_number(s.wall_time_s)},
+      {"model_flops", opt_number(s.model_flops)},
+      {"tflops", opt_number(s.tflops)},
+      {"mfu", opt_number(s.mfu)},
+      {"peak_tflops", opt_number(s.peak_tflops)},
+      {"peak_tflops_source", s.peak_tflops_source},
       {"best_step", s.best_step ? json(*s.best_step) : json(nullptr)},
       {"gates", gates},
   };

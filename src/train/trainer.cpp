@@ -35,6 +35,7 @@
 #include "eagle/train/micro_batch.h"
 #include "eagle/train/optimizer.h"
 #include "eagle/train/setup.h"
+#include "eagle/train/step_flops.h"
 #include "eagle/util/error.h"
 #include "eagle/util/log.h"
 #include "rank_check.h"
@@ -97,6 +98,12 @@ void Trainer::build() {
   micro_batches_.emplace(*features_.train, *head_,
                          o_.padding_free ? data::max_segments_per_row(lengths, o_.training_seq_len) : 0, o_.bf16);
   const auto shape_counts = sampler_->shape_counts(0);
+  // MFU's numerator counts the target's forward where it runs in the step (online: no feature store); its
+  // peak is measured on the GEMMs of the most frequent batch shape where no table knows the device.
+  if (!inputs_.store) step_target_ = &inputs_.ends.config;
+  const auto common = device::most_frequent_shapes(shape_counts, 1);
+  const auto tokens = common.empty() ? o_.training_seq_len : common.front().rows * common.front().length;
+  peak_ = device::peak_flops(o_.peak_tflops, device_, o_.bf16, step_gemm_shapes(head_->config(), step_target_, tokens));
   // Before any step allocates, where the estimate models the row's step.
   if (spec_->memory_model) check_step_memory(o_, inputs_.ends.config, head_->config(), device_, shape_counts);
   // A target that reads the host in its forward runs eagerly (TargetModel::graphed_steps).
@@ -149,6 +156,7 @@ void Trainer::open_sinks(const std::vector<std::string>& command_line) {
             total_steps_, o_.gradient_accumulation_steps,
             group_->size() > 1 ? fmt::format(" on each of {} ranks", group_->size()) : "",
             spec_->noun, K_, spec_->step_noun, head::count_parameters(*head_));
+  log::info("train", "MFU against {:.4g} TFLOP/s per device: {}", peak_.tflops, peak_.source);
   window_.emplace(K_, device_);
 }
 
@@ -237,6 +245,7 @@ void Trainer::train_step() {
   // summed gradients are exact), then the real and the computed tokens of the step.
   const auto counts = StepCounts::from_vector(group_->sum(local.to_vector()));
   const auto denominators = denominator_tensor(counts.denominators);
+  const double flops = step_flops(*spec_, head_->config(), step_target_, micro, plan.extras);
   optimizer_->zero_grad();
   optimizer_->set_lr(schedule_.lr(step - 1));
   step_loss_.zero_();
@@ -251,7 +260,8 @@ void Trainer::train_step() {
     window_->loss.add_(step_loss_);
     window_->grad_norm.add_(optimizer_->last_grad_norm());
   });
-  window_->counts.add(counts.real_tokens, counts.computed_tokens);
+  window_->counts.add(counts.real_tokens, counts.computed_tokens, flops);
+  process_flops_ += flops;
   process_real_tokens_ += static_cast<double>(counts.real_tokens);
   state_.real_tokens += static_cast<double>(counts.real_tokens);
   if (logger_) logger_->on_step(step);

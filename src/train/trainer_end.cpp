@@ -35,7 +35,7 @@ void Trainer::log_window() {
   s.tau = metrics.tau;
   s.lr = schedule_.lr(state_.step - 1);
   s.grad_norm = w.grad_norm.item<double>() / steps;
-  w.counts.fill(s, elapsed);
+  w.counts.fill(s, elapsed, peak_.tflops);
   s.nonfinite_steps = static_cast<std::int64_t>(optimizer_->nonfinite_steps().item<double>());
   if (auto peak = device::peak_memory_bytes(device_)) s.peak_memory_mib = static_cast<double>(*peak) / (1 << 20);
   if (logger_) logger_->log_step(s, evals_->take_pending());
@@ -61,6 +61,13 @@ run::RunSummary Trainer::finish(ExitReason reason, std::exception_ptr failure) {
   s.real_tokens = state_.real_tokens;
   s.tokens_per_s = process_real_tokens_ / std::max(1e-9, loop_seconds_);
   s.wall_time_s = seconds_since(started_);
+  s.model_flops = process_flops_;
+  if (peak_.tflops > 0) s.peak_tflops = peak_.tflops;
+  s.peak_tflops_source = peak_.source;
+  if (process_flops_ > 0 && loop_seconds_ > 0) {
+    s.tflops = process_flops_ / loop_seconds_ / 1e12;
+    if (peak_.tflops > 0) s.mfu = *s.tflops / peak_.tflops;
+  }
   if (auto best = checkpoints_->best()) s.best_step = best->step;
   // Gates are recorded for every run; only a completed run can miss one (rank 0 evaluates).
   std::optional<Error> error;

@@ -13,6 +13,7 @@
 #include "eagle/data/sampler.h"
 #include "eagle/device/cuda_graph_cache.h"
 #include "eagle/device/distributed.h"
+#include "eagle/device/peak_flops.h"
 #include "eagle/features/inputs.h"
 #include "eagle/io/run_logger.h"
 #include "eagle/run/checkpoint_dir.h"
@@ -97,6 +98,9 @@ class Trainer {
   bool updating_ = false;                          // the step's optimizer update has begun (no longer the last step)
   std::int64_t saved_step_ = 0;                    // the newest step with a checkpoint (written or resumed)
   double process_real_tokens_ = 0;                 // real tokens of this process's steps
+  double process_flops_ = 0;                       // model FLOPs of this process's steps (train/step_flops.h)
+  const target::TargetConfig* step_target_ = nullptr;  // the target when it runs in the step (online)
+  device::PeakFlops peak_;                             // what MFU is measured against
   std::int64_t nonfinite_reported_ = 0;
   double last_loss_ = std::numeric_limits<double>::quiet_NaN();
 };

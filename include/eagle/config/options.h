@@ -95,6 +95,7 @@ struct Options {
   std::int64_t max_steps = 0;  // optimizer steps; 0: use num_train_epochs
   double num_train_epochs = 1.0;
   bool bf16 = false;
+  double peak_tflops = 0.0;  // MFU's peak per device; 0: the GPU table, else measured (device/peak_flops.h)
   NanPolicy nan_policy = NanPolicy::error;
   std::int64_t max_cuda_graphs = 8;  // shapes captured as CUDA graphs; 0: none
   bool dry_run = false;              // train: print the predicted peak memory of a step and exit

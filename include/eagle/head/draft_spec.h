@@ -133,6 +133,9 @@ struct DraftSpec {
   // A resume compares the checkpoint's options with the run's; the options whose default stands for a
   // value resolved at start-up are rewritten, in both, to what the checkpoint's head resolved.
   void (*resolve_resume)(const HeadConfig& saved, nlohmann::json& before, nlohmann::json& now);
+  // The model FLOPs of one training micro-batch on its real tokens, forward and backward of the head
+  // (head/flops.h; the trainer's TFLOP/s and MFU). extra: the batch's extra input of the loss plan.
+  double (*train_flops)(const HeadConfig& cfg, const data::Batch& batch, const torch::Tensor& extra);
 };
 
 // Every row, in DraftKind order.

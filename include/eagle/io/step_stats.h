@@ -28,6 +28,8 @@ struct StepStats {
   double ms_per_step = 0.0;           // wall milliseconds per optimizer step
   std::int64_t nonfinite_steps = 0;   // steps skipped for a non-finite loss/gradient, whole run
   std::optional<double> peak_memory_mib;  // device::peak_memory_bytes so far, MiB (rank 0's)
+  std::optional<double> tflops;           // model TFLOP/s of one device (rank 0's; head/flops.h, target/flops.h)
+  std::optional<double> mfu;              // tflops / the run's peak TFLOP/s per device, in [0, 1] nominally
 };
 
 // The greedy chain AR of the prompts of one category (the prompts' `category` field).
@@ -69,19 +71,24 @@ struct ThroughputWindow {
   std::int64_t steps = 0;            // optimizer steps in the window
   std::int64_t real_tokens = 0;      // tokens of the samples, without padding
   std::int64_t padded_tokens = 0;    // tokens processed, padding included
-  // One optimizer step of `real` real and `padded` computed tokens (all its micro-batches).
-  void add(std::int64_t real, std::int64_t padded) {
+  double flops = 0;                  // model FLOPs of this process's steps (its micro-batches' real tokens)
+  // One optimizer step of `real` real and `padded` computed tokens (all its micro-batches) and this
+  // process's `step_flops` model FLOPs.
+  void add(std::int64_t real, std::int64_t padded, double step_flops = 0) {
     ++steps;
     real_tokens += real;
     padded_tokens += padded;
+    flops += step_flops;
   }
   // Sets s.tokens_per_s, s.padding_efficiency and s.ms_per_step for a window that took `seconds`
-  // of wall time (0 where a denominator is 0).
-  void fill(StepStats& s, double seconds) const;
+  // of wall time (0 where a denominator is 0), and with FLOPs counted s.tflops, and s.mfu against
+  // peak_tflops (> 0).
+  void fill(StepStats& s, double seconds, double peak_tflops = 0) const;
 };
 
 // metrics.jsonl fields: step, loss, acc, tau, lr, grad_norm, tokens_per_s, padding_efficiency,
-// ms_per_step, nonfinite_steps, peak_memory_mib (when known). Non-finite numbers become null (JSON has no NaN).
+// ms_per_step, nonfinite_steps, peak_memory_mib, tflops, mfu (the last three when known). Non-finite numbers become
+// null (JSON has no NaN).
 nlohmann::json to_json(const StepStats& s);
 // step, eval_loss, eval_acc, eval_tau, ar, ar_ci95, ar_by_depth, ar_by_category, tree_ar, temp_ar,
 // temp_ar_ci95, tree_temp_ar, tree_temp_ar_ci95, alpha, alpha_ar (each absent when not measured).
@@ -92,7 +99,8 @@ nlohmann::json ar_by_depth_json(const AcceptanceStats& a);
 nlohmann::json ar_by_category_json(const AcceptanceStats& a);
 
 // TensorBoard tags: train/loss, train/acc_<k>, train/tau, train/lr, train/grad_norm,
-// train/tokens_per_s, train/padding_efficiency, train/ms_per_step, train/peak_memory_mib.
+// train/tokens_per_s, train/padding_efficiency, train/ms_per_step, train/peak_memory_mib, train/tflops,
+// train/mfu (the last three when known).
 std::vector<std::pair<std::string, float>> tensorboard_scalars(const StepStats& s);
 // eval/loss, eval/acc_<k>, eval/tau, eval/ar, eval/ar_depth_<k> (k = 1..K), eval/tree_ar, eval/temp_ar,
 // eval/tree_temp_ar, eval/alpha_ar.

@@ -42,6 +42,11 @@ struct RunSummary {
   double real_tokens = 0.0;               // real (non-pad) tokens trained on, resumed steps included
   double tokens_per_s = 0.0;              // real tokens per second over this process's steps
   double wall_time_s = 0.0;               // seconds this process ran
+  double model_flops = 0.0;               // model FLOPs of this process's steps (docs/training.md, MFU)
+  std::optional<double> tflops;           // model_flops per second of its training time, in TFLOP/s
+  std::optional<double> mfu;              // tflops / peak_tflops
+  std::optional<double> peak_tflops;      // the peak of one device MFU is measured against
+  std::string peak_tflops_source;         // how that peak was found (device/peak_flops.h)
   std::optional<std::int64_t> best_step;  // step of checkpoint-best, if any
   std::vector<GateCheck> gates;           // the gates checked (empty: none configured)
 };

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "eagle/head/dflash/attention.h"
+#include "eagle/head/flops.h"
 #include "eagle/util/error.h"
 #include "eagle/util/log.h"
 
@@ -192,7 +193,8 @@ const DraftSpec& dflash_spec() {
       dflash_loss_plan,
       dflash_limits,
       dflash_untrainable,
-      dflash_resolve_resume};
+      dflash_resolve_resume,
+      block_train_flops};
   return spec;
 }
 

@@ -7,6 +7,7 @@
 
 #include "eagle/head/dflash/spec.h"
 #include "eagle/head/dflash2/head.h"
+#include "eagle/head/flops.h"
 #include "eagle/util/error.h"
 #include "eagle/util/log.h"
 
@@ -128,7 +129,8 @@ const DraftSpec& dflash2_spec() {
                               dflash2_loss_plan,
                               dflash2_limits,
                               dflash_spec().untrainable,  // DFlash's block: the same anchors and slots
-                              dflash_resolve_resume};
+                              dflash_resolve_resume,
+                              block_train_flops};
   return spec;
 }
 

@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include "eagle/head/dflash/spec.h"
+#include "eagle/head/flops.h"
 #include "eagle/util/error.h"
 #include "eagle/util/log.h"
 
@@ -135,7 +136,8 @@ const DraftSpec& dspark_spec() {
                               dspark_loss_plan,
                               dspark_limits,
                               dspark_untrainable,
-                              dflash_resolve_resume};
+                              dflash_resolve_resume,
+                              block_train_flops};
   return spec;
 }
 

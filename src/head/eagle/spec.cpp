@@ -3,6 +3,7 @@
 
 #include "eagle/head/eagle/eagle1_head.h"
 #include "eagle/head/eagle/eagle3_head.h"
+#include "eagle/head/flops.h"
 #include "eagle/target/target.h"
 #include "eagle/util/error.h"
 
@@ -108,7 +109,8 @@ const DraftSpec& eagle3_spec() {
                               ttt_loss_plan,
                               eagle3_limits,
                               /*untrainable=*/nullptr,
-                              eagle3_resolve_resume};
+                              eagle3_resolve_resume,
+                              ttt_train_flops};
   return spec;
 }
 
@@ -130,7 +132,8 @@ const DraftSpec& eagle1_spec() {
                               ttt_loss_plan,
                               eagle1_limits,
                               /*untrainable=*/nullptr,
-                              eagle1_resolve_resume};
+                              eagle1_resolve_resume,
+                              ttt_train_flops};
   return spec;
 }
 

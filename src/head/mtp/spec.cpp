@@ -1,6 +1,7 @@
 // The MTP row (see mtp/spec.h).
 #include "eagle/head/mtp/spec.h"
 
+#include "eagle/head/flops.h"
 #include "eagle/head/mtp/config.h"
 #include "eagle/head/mtp/head.h"
 #include "eagle/head/mtp/io.h"
@@ -93,7 +94,8 @@ const DraftSpec& mtp_spec() {
                               ttt_loss_plan,
                               mtp_limits,
                               /*untrainable=*/nullptr,
-                              mtp_resolve_resume};
+                              mtp_resolve_resume,
+                              ttt_train_flops};
   return spec;
 }
 
