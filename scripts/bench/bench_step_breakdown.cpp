@@ -7,13 +7,16 @@
 // taken as a third of its training FLOPs) against the matmul rate measured on the step's own GEMM shapes
 // (device/peak_flops.h, 1 s) give its MFU. Prints a Markdown table and one JSON line
 // (scripts/bench/bench_step_breakdown.sh). Extra flags: --bench_steps N (timed, default 20),
-// --bench_warmup N (default 3), --bench_label TEXT.
+// --bench_warmup N (default 3), --bench_label TEXT, --bench_profile PATH (a chrome trace of the timed steps, by
+// LibTorch's profiler: the op-level view of where a part's time goes).
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
+#include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -58,10 +61,11 @@ int main(int argc, char** argv) {
   config::BoundFlags bound{config::Command::train, {}, {}};
   config::add_flags(app, bound);
   std::int64_t steps = 20, warmup = 3;
-  std::string label;
+  std::string label, profile;
   app.add_option("--bench_steps", steps);
   app.add_option("--bench_warmup", warmup);
   app.add_option("--bench_label", label);
+  app.add_option("--bench_profile", profile);
   CLI11_PARSE(app, argc, argv);
   auto o = config::resolve(bound);
   config::validate(o, config::Command::train);
@@ -85,6 +89,8 @@ int main(int argc, char** argv) {
   std::int64_t tokens_sum = 0, timed = 0;
   for (std::int64_t s = 0; s < warmup + steps; ++s) {
     const bool timing = s >= warmup;
+    std::optional<torch::autograd::profiler::RecordProfile> trace;
+    if (timing && !profile.empty() && s == warmup) trace.emplace(profile);
     double t[kParts] = {};
     const auto step_start = Clock::now();
     auto t0 = Clock::now();

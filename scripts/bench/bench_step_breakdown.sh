@@ -36,13 +36,14 @@ one() {
 }
 
 if [[ " $PARTS " == *" demo "* ]]; then
-  DEMO=(--config "$ROOT/configs/alpaca-demo.json" --model_name_or_path "$TARGET" --data_path "$TARGET/alpaca.jsonl")
-  one demo-eagle3 "${DEMO[@]}"
-  one demo-dflash "${DEMO[@]}" --draft dflash --dflash_block_size 4 --aux_hidden_state_layer_ids "[]"
+  # The demo config's shapes (configs/alpaca-demo.json: 8 rows of 64-token buckets up to 512, TTT 3).
+  DEMO=(--model_name_or_path "$TARGET" --data_path "$TARGET/alpaca.jsonl" --training_seq_len 512
+        --bucket_granularity 64 --per_device_train_batch_size 8 --learning_rate 0.002)
+  one demo-eagle3 "${DEMO[@]}" --ttt_steps 3 --draft_vocab_size 1024
+  one demo-dflash "${DEMO[@]}" --draft dflash --dflash_block_size 4
   MIMO="$OUT/demo-mimo"
   [ -f "$MIMO/model.safetensors" ] || "$PY" "$ROOT/scripts/bench/make_demo_mimo.py" "$TARGET" "$MIMO" >/dev/null
-  one demo-mtp "${DEMO[@]}" --model_name_or_path "$MIMO" --data_path "$MIMO/alpaca.jsonl" --draft mtp \
-    --aux_hidden_state_layer_ids "[]" --draft_vocab_size 0
+  one demo-mtp "${DEMO[@]}" --model_name_or_path "$MIMO" --data_path "$MIMO/alpaca.jsonl" --draft mtp --ttt_steps 3
 fi
 if [[ " $PARTS " == *" smollm2 "* && -f "$RT_DIR/smollm2-135m/config.json" ]]; then
   SMOL=(--model_name_or_path "$RT_DIR/smollm2-135m" --data_path "$RT_DIR/data/train.jsonl" --training_seq_len 1024
