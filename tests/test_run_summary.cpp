@@ -95,6 +95,11 @@ TEST_CASE("summary.json holds the run's end state", "[run]") {
   s.real_tokens = 40000.0;
   s.tokens_per_s = 1000.0;
   s.wall_time_s = 12.5;
+  s.model_flops = 4e12;
+  s.tflops = 0.5;
+  s.mfu = 0.25;
+  s.peak_tflops = 2.0;
+  s.peak_tflops_source = "--peak_tflops";
   CHECK_FALSE(apply_gates(s, 2.0, 0.0));  // an interrupted run records its gates but cannot miss them
   CHECK(s.exit_reason == ExitReason::interrupted);
   write_summary(tmp.path(), s);
@@ -104,6 +109,7 @@ TEST_CASE("summary.json holds the run's end state", "[run]") {
       "ar_by_depth": [], "ar_by_category": {}, "acc": [0.75, 0.5],
       "tau": 2.25, "eval_loss": null, "tree_ar": null, "temp_ar": null, "temp_ar_ci95": null, "tree_temp_ar": null, "tree_temp_ar_ci95": null, "alpha": [],
       "alpha_ar": null, "best_metric": "ar", "real_tokens": 40000.0, "tokens_per_s": 1000.0, "wall_time_s": 12.5, "best_step": null,
+      "model_flops": 4e12, "tflops": 0.5, "mfu": 0.25, "peak_tflops": 2.0, "peak_tflops_source": "--peak_tflops",
       "gates": {"min_ar": {"threshold": 2.0, "value": null, "passed": false}}})"));
   // Written atomically: no temporary file is left behind.
   std::size_t entries = 0;
