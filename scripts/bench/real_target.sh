@@ -25,21 +25,24 @@
 #            a runner of scripts/bench/peers/ trains for BUDGET_S seconds of wall time (default 1200) with batches
 #            of 2 rows (speculators packs: rows of about two samples' tokens), EAGLE-3 with 7 TTT steps, a draft
 #            vocabulary of 8192, AdamW at a constant lr of 1e-3, and keeps a head at every BUDGET_S / SAVES
-#            (default 6); each head is then measured by `eagle-train eval` on the held-out prompts, 3 drafted
-#            tokens a round (RT_EVAL_PROMPTS prompts, RT_EVAL_NEW new tokens each). Peak RSS from /usr/bin/time -v.
+#            (default 6). Peak RSS from /usr/bin/time -v. Every timed run comes first (`runs`), each marked TRAINED.
+#   eval     then every kept head is measured by `eagle-train eval` on the held-out prompts, 3 drafted tokens a
+#            round (RT_EVAL_PROMPTS prompts, RT_EVAL_NEW new tokens each); acceptance does not depend on timing, so
+#            this stage may share the machine with other work, while `runs` wants it idle.
 #   table    scripts/bench/real_target_table.py: RT_DIR/results/<tool>.jsonl (one line per head: wall time, step,
 #            real tokens, tokens/s, AR, AR by depth, peak RSS), results/table.md and results/ar_vs_wall.svg.
 #
 # Tools: eagle-train-eagle3 (default batching), eagle-train-eagle3-peerbatch (SpecForge's batching: random order,
 # padded to the batch's longest row), specforge-eagle3, speculators-eagle3, speculators-dflash, eagle-train-dflash.
 #
-#   scripts/bench/real_target.sh [prepare|train|all]     prepare = setup + convert + data; train = train + table
+#   scripts/bench/real_target.sh [prepare|train|all]     prepare = setup + convert + data; train = runs + eval + table
+#   scripts/bench/real_target.sh [runs|eval|table]       one stage of train
 #
 # Knobs: RT_DIR (~/.cache/eagle-train/real-target), RT_BIN (eagle-train; default EAGLE_BUILD_DIR or build/),
 # RT_THREADS (2; 1 on a machine busy with other work: two threads beside other jobs on 2 cores are many times
-# slower), RT_GEN_THREADS (1: a small target on a busy 2-core machine generated 4x faster on one thread),
-# RT_GEN_BATCH (32), RT_TRAIN_N (900), RT_HELDOUT_N (100), RT_MAX_NEW (256), RT_SEQ_LEN (1024), BUDGET_S (1200),
-# SAVES (6), REPEATS (1), RT_TOOLS, RT_EVAL_PROMPTS (RT_HELDOUT_N), RT_EVAL_NEW (64), RT_ET_SAVE_STEPS (25),
+# slower), RT_EVAL_THREADS (RT_THREADS), RT_GEN_THREADS (1: a small target on a busy 2-core machine generated 4x
+# faster on one thread), RT_GEN_BATCH (32), RT_TRAIN_N (900), RT_HELDOUT_N (100), RT_MAX_NEW (256), RT_SEQ_LEN (1024), BUDGET_S (1200),
+# SAVES (6), REPEATS (1), RT_TOOLS, RT_EVAL_PROMPTS (RT_HELDOUT_N), RT_EVAL_NEW (64), RT_ET_SAVE_STEPS (25; 4 for DFlash),
 # RT_SPECULATORS_SEQ (speculators' packed row length; default: about two mean samples, at least the longest),
 # RT_RUN_TAG (runs/<tag>, default budget<BUDGET_S>: runs of other budgets stay apart), RT_DFLASH_ANCHORS (DFlash
 # anchors per row for both DFlash trainers; empty: their default, 512).
@@ -52,6 +55,7 @@ PY="$VENV/bin/python"
 MODEL="$RT_DIR/smollm2-135m"
 DATA="$RT_DIR/data"
 THREADS="${RT_THREADS:-2}"
+EVAL_THREADS="${RT_EVAL_THREADS:-$THREADS}"
 GEN_THREADS="${RT_GEN_THREADS:-1}"
 GEN_BATCH="${RT_GEN_BATCH:-32}"
 TRAIN_N="${RT_TRAIN_N:-900}"
@@ -170,9 +174,9 @@ speculators_seq() {
     "$DATA/stats.json"
 }
 
-run_tool() {  # TOOL REPEAT
+train_tool() {  # TOOL REPEAT: the timed run; TRAINED marks it finished
   local tool=$1 rep=$2 run="$RUNS/$1-r$2"
-  if [ -f "$run/DONE" ]; then log "$tool repeat $rep: done before"; return; fi
+  if [ -f "$run/TRAINED" ]; then log "$tool repeat $rep: trained before"; return; fi
   case "$tool" in speculators-*) [ -f "$DATA/speculators/DONE" ] || {
     echo "$tool: no speculators data folder yet ($DATA/speculators): run scripts/bench/real_target.sh prepare" >&2
     return 1; } ;; esac
@@ -199,30 +203,51 @@ run_tool() {  # TOOL REPEAT
     RT_SEQ_LEN="$SEQ_LEN" /usr/bin/time -v -o "$run/time.txt" "${cmd[@]}" >"$run/runner.log" 2>&1 || {
     echo "$tool failed; see $run/runner.log" >&2; tail -5 "$run/runner.log" >&2; return 1; }
   [ -s "$run/saves.jsonl" ] || { echo "$tool saved no head; see $run/runner.log" >&2; return 1; }
+  touch "$run/TRAINED"
+}
+
+eval_tool() {  # TOOL REPEAT: every kept head of a finished run through `eagle-train eval`; DONE marks it measured
+  local tool=$1 rep=$2 run="$RUNS/$1-r$2"
+  if [ -f "$run/DONE" ]; then log "$tool repeat $rep: measured before"; return; fi
+  [ -f "$run/TRAINED" ] || { echo "$tool repeat $rep: not trained ($run)" >&2; return 1; }
   while read -r line; do
     local dir step
     dir=$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['dir'])" "$line")
     step=$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['step'])" "$line")
+    [ -f "$run/eval-step-$step.json" ] && continue
     "$BIN" eval --checkpoint "$dir" --model_name_or_path "$MODEL" --data_path "$DATA/heldout_prompts.jsonl" \
       --eval_num_prompts "$EVAL_PROMPTS" --eval_max_new_tokens "$EVAL_NEW" --eval_draft_len 3 \
-      --training_seq_len "$SEQ_LEN" --device cpu --num_threads "$THREADS" --json --output "$run/eval-step-$step.json" \
-      >"$run/eval-step-$step.log" 2>&1 || { echo "eval of $dir failed; see $run/eval-step-$step.log" >&2; return 1; }
+      --training_seq_len "$SEQ_LEN" --device cpu --num_threads "$EVAL_THREADS" --json \
+      --output "$run/eval-step-$step.json" >"$run/eval-step-$step.log" 2>&1 || {
+      echo "eval of $dir failed; see $run/eval-step-$step.log" >&2; return 1; }
     log "$tool repeat $rep: step $step AR $(python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))['ar'], 3))" "$run/eval-step-$step.json")"
   done <"$run/saves.jsonl"
   touch "$run/DONE"
 }
 
-stage_train() {
-  [ -f "$DATA/train.jsonl" ] && [ -f "$DATA/stats.json" ] || {
-    echo "no data yet: run scripts/bench/real_target.sh prepare first" >&2; exit 1; }
+# every timed run first, then every evaluation: the acceptance does not depend on timing, so the evaluations may
+# share the machine with other work, while the runs want it idle
+for_each_run() {  # FUNCTION
   local -a tools
   read -r -a tools <<<"$TOOLS"
   local n=${#tools[@]} rep i failed=0
   for rep in $(seq 1 "$REPEATS"); do
     for i in $(seq 0 $((n - 1))); do
-      run_tool "${tools[$(((i + rep - 1) % n))]}" "$rep" || failed=1
+      "$1" "${tools[$(((i + rep - 1) % n))]}" "$rep" || failed=1
     done
   done
+  return "$failed"
+}
+
+stage_runs() {
+  [ -f "$DATA/train.jsonl" ] && [ -f "$DATA/stats.json" ] || {
+    echo "no data yet: run scripts/bench/real_target.sh prepare first" >&2; exit 1; }
+  for_each_run train_tool
+}
+
+stage_eval() {
+  local failed=0
+  for_each_run eval_tool || failed=1
   stage_table
   return "$failed"
 }
@@ -236,8 +261,10 @@ case "${1:-all}" in
   setup) stage_setup ;;
   convert) stage_setup; stage_convert ;;
   data) stage_setup; stage_convert; stage_data ;;
-  train) stage_train ;;
+  train) stage_runs && stage_eval ;;
+  runs) stage_runs ;;
+  eval) stage_eval ;;
   table) stage_table ;;
-  all) stage_setup; stage_convert; stage_data; stage_train ;;
-  *) echo "usage: $0 [prepare|train|all|setup|convert|data|table]" >&2; exit 2 ;;
+  all) stage_setup; stage_convert; stage_data; stage_runs && stage_eval ;;
+  *) echo "usage: $0 [prepare|train|all|setup|convert|data|runs|eval|table]" >&2; exit 2 ;;
 esac

@@ -11,8 +11,8 @@
 #
 # Environment (set by real_target.sh): RT_BIN (eagle-train), RT_MODEL (target folder), RT_DATA (training JSONL),
 # RT_T0 (the launch time, seconds since the epoch, from `date +%s.%N`), BUDGET_S, SAVES, RT_THREADS, RT_SEQ_LEN,
-# RT_ET_SAVE_STEPS (checkpoint every this many steps, default 25; the head of the last checkpoint before each mark
-# k * BUDGET_S / SAVES is kept), RT_BATCH (2), RT_LR (1e-3), RT_DRAFT_VOCAB (8192), RT_TTT (7), RT_DFLASH_ANCHORS
+# RT_ET_SAVE_STEPS (checkpoint every this many steps, default 25, and 4 for dflash, whose SmolLM2 step takes ~20 s;
+# the head of the last checkpoint before each mark k * BUDGET_S / SAVES is kept), RT_BATCH (2), RT_LR (1e-3), RT_DRAFT_VOCAB (8192), RT_TTT (7), RT_DFLASH_ANCHORS
 # (DFlash anchors per row; empty: eagle-train's default, 512, speculators' too).
 #
 # eagle-train has no wall-clock limit of its own: the watcher below sends one SIGTERM at BUDGET_S (after RT_T0), and
@@ -29,7 +29,7 @@ BUDGET_S="${BUDGET_S:-1200}"
 SAVES="${SAVES:-6}"
 THREADS="${RT_THREADS:-2}"
 SEQ_LEN="${RT_SEQ_LEN:-1024}"
-SAVE_STEPS="${RT_ET_SAVE_STEPS:-25}"
+SAVE_STEPS="${RT_ET_SAVE_STEPS:-$([ "$MODE" = dflash ] && echo 4 || echo 25)}"
 BATCH="${RT_BATCH:-2}"
 LR="${RT_LR:-1e-3}"
 DRAFT_VOCAB="${RT_DRAFT_VOCAB:-8192}"
