@@ -33,7 +33,10 @@
 #            real tokens, tokens/s, AR, AR by depth, peak RSS), results/table.md and results/ar_vs_wall.svg.
 #
 # Tools: eagle-train-eagle3 (default batching), eagle-train-eagle3-peerbatch (SpecForge's batching: random order,
-# padded to the batch's longest row), specforge-eagle3, speculators-eagle3, speculators-dflash, eagle-train-dflash.
+# padded to the batch's longest row), specforge-eagle3, speculators-eagle3, speculators-dflash, eagle-train-dflash,
+# eagle-train-eagle3-bf16 (eagle-train's bf16 CPU recipe: the head under bf16 autocast, the target's forward in
+# bf16; every other tool runs fp32), eagle-train-eagle3-offline (from speculators' stored hidden states, as
+# speculators-eagle3 trains).
 #
 #   scripts/bench/real_target.sh [prepare|train|all]     prepare = setup + convert + data; train = runs + eval + table
 #   scripts/bench/real_target.sh [runs|eval|table]       one stage of train
@@ -42,7 +45,8 @@
 # RT_THREADS (2; 1 on a machine busy with other work: two threads beside other jobs on 2 cores are many times
 # slower), RT_EVAL_THREADS (RT_THREADS), RT_GEN_THREADS (1: a small target on a busy 2-core machine generated 4x
 # faster on one thread), RT_GEN_BATCH (32), RT_TRAIN_N (900), RT_HELDOUT_N (100), RT_MAX_NEW (256), RT_SEQ_LEN (1024), BUDGET_S (1200),
-# SAVES (6), REPEATS (1), RT_TOOLS, RT_EVAL_PROMPTS (RT_HELDOUT_N), RT_EVAL_NEW (64), RT_ET_SAVE_STEPS (25; 4 for DFlash),
+# SAVES (6), REPEATS (1), RT_TOOLS, RT_EVAL_PROMPTS (RT_HELDOUT_N), RT_EVAL_NEW (64), RT_EVAL_HEADS (0: every
+# kept head; N: the last and N - 1 spread over the run), RT_ET_SAVE_STEPS (25; 4 for DFlash),
 # RT_SPECULATORS_SEQ (speculators' packed row length; default: about two mean samples, at least the longest),
 # RT_RUN_TAG (runs/<tag>, default budget<BUDGET_S>: runs of other budgets stay apart), RT_DFLASH_ANCHORS (DFlash
 # anchors per row for both DFlash trainers; empty: their default, 512).
@@ -65,9 +69,10 @@ SEQ_LEN="${RT_SEQ_LEN:-1024}"
 export BUDGET_S="${BUDGET_S:-1200}"
 export SAVES="${SAVES:-6}"
 REPEATS="${REPEATS:-1}"
-TOOLS="${RT_TOOLS:-eagle-train-eagle3 eagle-train-eagle3-peerbatch specforge-eagle3 speculators-eagle3 speculators-dflash eagle-train-dflash}"
+TOOLS="${RT_TOOLS:-eagle-train-eagle3 eagle-train-eagle3-peerbatch specforge-eagle3 speculators-eagle3 speculators-dflash eagle-train-dflash eagle-train-eagle3-bf16 eagle-train-eagle3-offline}"
 EVAL_PROMPTS="${RT_EVAL_PROMPTS:-$HELDOUT_N}"
 EVAL_NEW="${RT_EVAL_NEW:-64}"
+EVAL_HEADS="${RT_EVAL_HEADS:-0}"
 RUNS="$RT_DIR/runs/${RT_RUN_TAG:-budget$BUDGET_S}"
 TORCH_VERSION=2.11.0
 TRANSFORMERS_VERSION=5.23.0
@@ -177,7 +182,7 @@ speculators_seq() {
 train_tool() {  # TOOL REPEAT: the timed run; TRAINED marks it finished
   local tool=$1 rep=$2 run="$RUNS/$1-r$2"
   if [ -f "$run/TRAINED" ]; then log "$tool repeat $rep: trained before"; return; fi
-  case "$tool" in speculators-*) [ -f "$DATA/speculators/DONE" ] || {
+  case "$tool" in speculators-* | *-offline) [ -f "$DATA/speculators/DONE" ] || {
     echo "$tool: no speculators data folder yet ($DATA/speculators): run scripts/bench/real_target.sh prepare" >&2
     return 1; } ;; esac
   rm -rf "$run"
@@ -186,6 +191,8 @@ train_tool() {  # TOOL REPEAT: the timed run; TRAINED marks it finished
   case "$tool" in
     eagle-train-eagle3) cmd=("$ROOT/scripts/bench/peers/eagle_train.sh" eagle3 "$run") ;;
     eagle-train-eagle3-peerbatch) cmd=("$ROOT/scripts/bench/peers/eagle_train.sh" eagle3-peerbatch "$run") ;;
+    eagle-train-eagle3-offline) cmd=("$ROOT/scripts/bench/peers/eagle_train.sh" eagle3-offline "$run") ;;
+    eagle-train-eagle3-bf16) cmd=("$ROOT/scripts/bench/peers/eagle_train.sh" eagle3-bf16 "$run") ;;
     eagle-train-dflash) cmd=("$ROOT/scripts/bench/peers/eagle_train.sh" dflash "$run") ;;
     specforge-eagle3) cmd=("$PY" "$ROOT/scripts/bench/peers/specforge_eagle3.py" --model "$MODEL"
       --data "$DATA/train.jsonl" --out "$run" --threads "$THREADS" --seq-len "$SEQ_LEN" --batch 2 --lr 1e-3 --ttt 7
@@ -199,8 +206,8 @@ train_tool() {  # TOOL REPEAT: the timed run; TRAINED marks it finished
     *) echo "unknown tool $tool" >&2; exit 2 ;;
   esac
   log "$tool repeat $rep: training for $BUDGET_S s"
-  RT_T0=$(now) RT_BIN="$BIN" RT_MODEL="$MODEL" RT_DATA="$DATA/train.jsonl" RT_THREADS="$THREADS" \
-    RT_SEQ_LEN="$SEQ_LEN" /usr/bin/time -v -o "$run/time.txt" "${cmd[@]}" >"$run/runner.log" 2>&1 || {
+  RT_T0=$(now) RT_BIN="$BIN" RT_FEATURES="$DATA/speculators" RT_MODEL="$MODEL" RT_DATA="$DATA/train.jsonl" \
+    RT_THREADS="$THREADS" RT_SEQ_LEN="$SEQ_LEN" /usr/bin/time -v -o "$run/time.txt" "${cmd[@]}" >"$run/runner.log" 2>&1 || {
     echo "$tool failed; see $run/runner.log" >&2; tail -5 "$run/runner.log" >&2; return 1; }
   [ -s "$run/saves.jsonl" ] || { echo "$tool saved no head; see $run/runner.log" >&2; return 1; }
   touch "$run/TRAINED"
@@ -210,6 +217,15 @@ eval_tool() {  # TOOL REPEAT: every kept head of a finished run through `eagle-t
   local tool=$1 rep=$2 run="$RUNS/$1-r$2"
   if [ -f "$run/DONE" ]; then log "$tool repeat $rep: measured before"; return; fi
   [ -f "$run/TRAINED" ] || { echo "$tool repeat $rep: not trained ($run)" >&2; return 1; }
+  # RT_EVAL_HEADS=N: the last head and N - 1 others spread evenly over the run (0: every head)
+  python3 - "$run/saves.jsonl" "$EVAL_HEADS" >"$run/evaluated.jsonl" <<'PYEOF'
+import sys
+lines = [l for l in open(sys.argv[1]) if l.strip()]
+n = int(sys.argv[2])
+keep = range(len(lines)) if n <= 0 or n >= len(lines) else \
+    sorted({round(i * (len(lines) - 1) / (n - 1)) for i in range(n)} if n > 1 else {len(lines) - 1})
+sys.stdout.write("".join(lines[i] for i in keep))
+PYEOF
   while read -r line; do
     local dir step
     dir=$(python3 -c "import json,sys; print(json.loads(sys.argv[1])['dir'])" "$line")
@@ -221,7 +237,7 @@ eval_tool() {  # TOOL REPEAT: every kept head of a finished run through `eagle-t
       --output "$run/eval-step-$step.json" >"$run/eval-step-$step.log" 2>&1 || {
       echo "eval of $dir failed; see $run/eval-step-$step.log" >&2; return 1; }
     log "$tool repeat $rep: step $step AR $(python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))['ar'], 3))" "$run/eval-step-$step.json")"
-  done <"$run/saves.jsonl"
+  done <"$run/evaluated.jsonl"
   touch "$run/DONE"
 }
 

@@ -9,6 +9,9 @@ from `eagle-train eval --json`, time.txt from /usr/bin/time -v) and writes
                         peak_rss_mb (of the whole training process tree's largest process), head
   OUT/table.md          per run: the last head's wall time, steps, real tokens/s, AR (3 drafted), the best AR of
                         the run's heads, peak RSS; then the AR of every head by wall time
+                        and the goal per pair (eagle-train against each peer of its draft kind): the wall time
+                        eagle-train takes to reach the peer's final AR (heads' ARs joined linearly from AR 1 at
+                        0 s) as a share of the peer's, and its AR at the peer's final wall time
   OUT/ar_vs_wall.svg    AR (3 drafted tokens) against wall time, one line per run (no matplotlib)
 
   python scripts/bench/real_target_table.py --runs RT_DIR/runs/budget1200 --out RT_DIR/results [--budget 1200]
@@ -19,7 +22,12 @@ import os
 import re
 
 COLORS = {"eagle-train-eagle3": "#c0392b", "eagle-train-eagle3-peerbatch": "#e67e22", "eagle-train-dflash": "#8e44ad",
-          "specforge-eagle3": "#2471a3", "speculators-eagle3": "#27ae60", "speculators-dflash": "#16a085"}
+          "specforge-eagle3": "#2471a3", "speculators-eagle3": "#27ae60", "speculators-dflash": "#16a085",
+          "eagle-train-eagle3-bf16": "#7b241c", "eagle-train-eagle3-offline": "#f1948a"}
+# The goal's pairs (issue 52): each eagle-train run against each peer run of its draft kind.
+PAIRS = [(ours, peer) for ours in ("eagle-train-eagle3", "eagle-train-eagle3-peerbatch", "eagle-train-eagle3-bf16",
+                                   "eagle-train-eagle3-offline")
+         for peer in ("specforge-eagle3", "speculators-eagle3")] + [("eagle-train-dflash", "speculators-dflash")]
 
 
 def peak_rss_mb(path):
@@ -73,6 +81,47 @@ def table(rows):
     return "\n".join(out) + "\n"
 
 
+def curve(rs):
+    """(wall_s, AR) of a run's heads by time, from (0, 1.0): no head drafts nothing accepted."""
+    return [(0.0, 1.0)] + [(r["wall_s"], r["ar"]) for r in sorted(rs, key=lambda r: r["wall_s"])]
+
+
+def reach_time(pts, ar):
+    """The first wall time at which the piecewise-linear curve reaches `ar`, or None."""
+    for (t0, a0), (t1, a1) in zip(pts, pts[1:]):
+        if a1 >= ar:
+            return t1 if a1 == a0 else t0 + (t1 - t0) * max(0.0, ar - a0) / (a1 - a0)
+    return None
+
+
+def ar_at(pts, t):
+    """The curve's AR at wall time t (its last head's beyond it)."""
+    for (t0, a0), (t1, a1) in zip(pts, pts[1:]):
+        if t <= t1:
+            return a0 + (a1 - a0) * (t - t0) / (t1 - t0) if t1 > t0 else a1
+    return pts[-1][1]
+
+
+def goals(rows):
+    """The issue's goal per pair and repeat: the wall time eagle-train takes to reach the peer's final AR, as a
+    share of the peer's, and eagle-train's AR at the peer's final wall time."""
+    out = ["| eagle-train run | peer run | peer's final AR (at s) | eagle-train reaches it at (s) | share of the "
+           "peer's time | eagle-train AR at the peer's time | goal (<= 2/3, AR >=) |", "|---|---|---|---|---|---|---|"]
+    for ours, peer in PAIRS:
+        for rep in sorted({r["repeat"] for r in rows.get(ours, [])} & {r["repeat"] for r in rows.get(peer, [])}):
+            p = curve([r for r in rows[peer] if r["repeat"] == rep])
+            o = curve([r for r in rows[ours] if r["repeat"] == rep])
+            t_p, a_p = p[-1]
+            t_o = reach_time(o, a_p)
+            a_o = ar_at(o, t_p)
+            share = t_o / t_p if t_o is not None and t_p > 0 else None
+            met = share is not None and share <= 2 / 3 and a_o >= a_p
+            out.append(f"| {ours} r{rep} | {peer} r{rep} | {a_p:.3f} ({t_p:.0f}) | "
+                       f"{'not reached' if t_o is None else f'{t_o:.0f}'} | "
+                       f"{'-' if share is None else f'{share:.2f}'} | {a_o:.3f} | {'met' if met else 'not met'} |")
+    return "\n".join(out) + "\n"
+
+
 def svg(rows, budget):
     pts = [r for rs in rows.values() for r in rs]
     lo = min([r["ar"] for r in pts] + [1.0]) - 0.05
@@ -120,7 +169,7 @@ def main():
         with open(os.path.join(args.out, f"{tool}.jsonl"), "w") as f:
             for r in sorted(rs, key=lambda r: (r["repeat"], r["wall_s"])):
                 f.write(json.dumps(r) + "\n")
-    md = table(rows)
+    md = table(rows) + "\n" + goals(rows)
     open(os.path.join(args.out, "table.md"), "w").write(md)
     open(os.path.join(args.out, "ar_vs_wall.svg"), "w").write(svg(rows, args.budget))
     print(md)

@@ -29,9 +29,13 @@ class Clock:
     def wall(self):
         return time.time() - self.t0
 
+    def passed(self, wall):
+        """True when the next save mark lies at or before `wall`."""
+        return self.next_mark <= self.saves and wall >= self.next_mark * self.budget / self.saves
+
     def due(self):
         """True when the next save mark has passed."""
-        return self.next_mark <= self.saves and self.wall() >= self.next_mark * self.budget / self.saves
+        return self.passed(self.wall())
 
     def done(self):
         return self.next_mark > self.saves
@@ -44,7 +48,7 @@ class Clock:
         with open(os.path.join(self.out, "saves.jsonl"), "a") as f:
             f.write(json.dumps({"dir": d, "wall_s": round(wall, 3), "step": step, "real_tokens": int(real_tokens)})
                     + "\n")
-        while self.next_mark <= self.saves and wall >= self.next_mark * self.budget / self.saves:
+        while self.passed(wall):
             self.next_mark += 1
         print(f"saved {d} at {wall:.1f} s (step {step}, {real_tokens} real tokens, "
               f"{real_tokens / max(wall, 1e-9):.1f} tokens/s)", flush=True)

@@ -6,11 +6,17 @@
 #     MODE  eagle3            EAGLE-3, eagle-train's default batching (length-grouped, buckets of 128 tokens)
 #           eagle3-peerbatch  EAGLE-3 batched as SpecForge does: random order, each batch padded to its longest row
 #                             (--group_by_length=false --bucket_granularity 1)
+#           eagle3-bf16       EAGLE-3, default batching, in bf16 on the CPU's bf16 matmuls: the head under bf16
+#                             autocast (--bf16; weights and optimizer fp32) and the frozen target's forward in bf16
+#                             (--target_dtype bfloat16); the peers run fp32 here, as they would on a CPU
+#           eagle3-offline    EAGLE-3 from speculators' stored hidden states (RT_FEATURES, the folder
+#                             speculators-eagle3 trains from; --features_path), as speculators trains: no target
+#                             forward in the step
 #           dflash            a DFlash block draft (--draft dflash, its defaults: block 16, SpecForge's target layers)
 #     OUT   the run folder (created; must not hold a finished run)
 #
 # Environment (set by real_target.sh): RT_BIN (eagle-train), RT_MODEL (target folder), RT_DATA (training JSONL),
-# RT_T0 (the launch time, seconds since the epoch, from `date +%s.%N`), BUDGET_S, SAVES, RT_THREADS, RT_SEQ_LEN,
+# RT_FEATURES (eagle3-offline: a speculators data folder), RT_T0 (the launch time, seconds since the epoch, from `date +%s.%N`), BUDGET_S, SAVES, RT_THREADS, RT_SEQ_LEN,
 # RT_ET_SAVE_STEPS (checkpoint every this many steps, default 25, and 4 for dflash, whose SmolLM2 step takes ~20 s;
 # the head of the last checkpoint before each mark k * BUDGET_S / SAVES is kept), RT_BATCH (2), RT_LR (1e-3), RT_DRAFT_VOCAB (8192), RT_TTT (7), RT_DFLASH_ANCHORS
 # (DFlash anchors per row; empty: eagle-train's default, 512, speculators' too).
@@ -38,8 +44,10 @@ case "$MODE" in
   eagle3) EXTRA=(--ttt_steps "$TTT" --draft_vocab_size "$DRAFT_VOCAB") ;;
   eagle3-peerbatch) EXTRA=(--ttt_steps "$TTT" --draft_vocab_size "$DRAFT_VOCAB" --group_by_length=false
     --bucket_granularity 1) ;;
+  eagle3-bf16) EXTRA=(--ttt_steps "$TTT" --draft_vocab_size "$DRAFT_VOCAB" --bf16 --target_dtype bfloat16) ;;
+  eagle3-offline) EXTRA=(--ttt_steps "$TTT" --draft_vocab_size "$DRAFT_VOCAB" --features_path "${RT_FEATURES:?}") ;;
   dflash) EXTRA=(--draft dflash ${RT_DFLASH_ANCHORS:+--dflash_num_anchors "$RT_DFLASH_ANCHORS"}) ;;
-  *) echo "unknown mode $MODE (eagle3, eagle3-peerbatch, dflash)" >&2; exit 2 ;;
+  *) echo "unknown mode $MODE (eagle3, eagle3-peerbatch, eagle3-bf16, eagle3-offline, dflash)" >&2; exit 2 ;;
 esac
 mkdir -p "$OUT/heads"
 : >"$OUT/saves.jsonl"
