@@ -34,8 +34,8 @@
 #
 # Tools: eagle-train-eagle3 (default batching), eagle-train-eagle3-peerbatch (SpecForge's batching: random order,
 # padded to the batch's longest row), specforge-eagle3, speculators-eagle3, speculators-dflash, eagle-train-dflash,
-# eagle-train-eagle3-bf16 (eagle-train's bf16 CPU recipe: the head under bf16 autocast, the target's forward in
-# bf16; every other tool runs fp32), eagle-train-eagle3-offline (from speculators' stored hidden states, as
+# eagle-train-eagle3-cpu (eagle-train's CPU recipe: buckets of 16 tokens, the head under bf16 autocast, the
+# target's forward in bf16; every other tool runs fp32), eagle-train-eagle3-offline (from speculators' stored hidden states, as
 # speculators-eagle3 trains).
 #
 #   scripts/bench/real_target.sh [prepare|train|all]     prepare = setup + convert + data; train = runs + eval + table
@@ -69,7 +69,7 @@ SEQ_LEN="${RT_SEQ_LEN:-1024}"
 export BUDGET_S="${BUDGET_S:-1200}"
 export SAVES="${SAVES:-6}"
 REPEATS="${REPEATS:-1}"
-TOOLS="${RT_TOOLS:-eagle-train-eagle3 eagle-train-eagle3-peerbatch specforge-eagle3 speculators-eagle3 speculators-dflash eagle-train-dflash eagle-train-eagle3-bf16 eagle-train-eagle3-offline}"
+TOOLS="${RT_TOOLS:-eagle-train-eagle3 eagle-train-eagle3-peerbatch specforge-eagle3 speculators-eagle3 speculators-dflash eagle-train-dflash eagle-train-eagle3-cpu eagle-train-eagle3-offline}"
 EVAL_PROMPTS="${RT_EVAL_PROMPTS:-$HELDOUT_N}"
 EVAL_NEW="${RT_EVAL_NEW:-64}"
 EVAL_HEADS="${RT_EVAL_HEADS:-0}"
@@ -192,7 +192,7 @@ train_tool() {  # TOOL REPEAT: the timed run; TRAINED marks it finished
     eagle-train-eagle3) cmd=("$ROOT/scripts/bench/peers/eagle_train.sh" eagle3 "$run") ;;
     eagle-train-eagle3-peerbatch) cmd=("$ROOT/scripts/bench/peers/eagle_train.sh" eagle3-peerbatch "$run") ;;
     eagle-train-eagle3-offline) cmd=("$ROOT/scripts/bench/peers/eagle_train.sh" eagle3-offline "$run") ;;
-    eagle-train-eagle3-bf16) cmd=("$ROOT/scripts/bench/peers/eagle_train.sh" eagle3-bf16 "$run") ;;
+    eagle-train-eagle3-cpu) cmd=("$ROOT/scripts/bench/peers/eagle_train.sh" eagle3-cpu "$run") ;;
     eagle-train-dflash) cmd=("$ROOT/scripts/bench/peers/eagle_train.sh" dflash "$run") ;;
     specforge-eagle3) cmd=("$PY" "$ROOT/scripts/bench/peers/specforge_eagle3.py" --model "$MODEL"
       --data "$DATA/train.jsonl" --out "$run" --threads "$THREADS" --seq-len "$SEQ_LEN" --batch 2 --lr 1e-3 --ttt 7

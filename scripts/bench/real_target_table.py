@@ -23,9 +23,9 @@ import re
 
 COLORS = {"eagle-train-eagle3": "#c0392b", "eagle-train-eagle3-peerbatch": "#e67e22", "eagle-train-dflash": "#8e44ad",
           "specforge-eagle3": "#2471a3", "speculators-eagle3": "#27ae60", "speculators-dflash": "#16a085",
-          "eagle-train-eagle3-bf16": "#7b241c", "eagle-train-eagle3-offline": "#f1948a"}
+          "eagle-train-eagle3-cpu": "#7b241c", "eagle-train-eagle3-offline": "#f1948a"}
 # The goal's pairs (issue 52): each eagle-train run against each peer run of its draft kind.
-PAIRS = [(ours, peer) for ours in ("eagle-train-eagle3", "eagle-train-eagle3-peerbatch", "eagle-train-eagle3-bf16",
+PAIRS = [(ours, peer) for ours in ("eagle-train-eagle3", "eagle-train-eagle3-peerbatch", "eagle-train-eagle3-cpu",
                                    "eagle-train-eagle3-offline")
          for peer in ("specforge-eagle3", "speculators-eagle3")] + [("eagle-train-dflash", "speculators-dflash")]
 
