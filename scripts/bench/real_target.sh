@@ -28,7 +28,8 @@
 #            (default 6). Peak RSS from /usr/bin/time -v. Every timed run comes first (`runs`), each marked TRAINED.
 #   eval     then every kept head is measured by `eagle-train eval` on the held-out prompts, 3 drafted tokens a
 #            round (RT_EVAL_PROMPTS prompts, RT_EVAL_NEW new tokens each); acceptance does not depend on timing, so
-#            this stage may share the machine with other work, while `runs` wants it idle.
+#            this stage may share the machine with other work, while `runs` wants it idle. eval's held-out
+#            loss pass (over every held-out prompt) runs in buckets of 16 tokens.
 #   table    scripts/bench/real_target_table.py: RT_DIR/results/<tool>.jsonl (one line per head: wall time, step,
 #            real tokens, tokens/s, AR, AR by depth, peak RSS), results/table.md and results/ar_vs_wall.svg.
 #
@@ -46,7 +47,8 @@
 # slower), RT_EVAL_THREADS (RT_THREADS), RT_GEN_THREADS (1: a small target on a busy 2-core machine generated 4x
 # faster on one thread), RT_GEN_BATCH (32), RT_TRAIN_N (900), RT_HELDOUT_N (100), RT_MAX_NEW (256), RT_SEQ_LEN (1024), BUDGET_S (1200),
 # SAVES (6), REPEATS (1), RT_TOOLS, RT_EVAL_PROMPTS (RT_HELDOUT_N), RT_EVAL_NEW (64), RT_EVAL_HEADS (0: every
-# kept head; N: the last and N - 1 spread over the run), RT_ET_SAVE_STEPS (25; 4 for DFlash),
+# kept head; N: the last and N - 1 spread over the run), RT_EVAL_BATCH (16: prompts decoded at once; the
+# acceptance is the same at any batch size), RT_ET_SAVE_STEPS (25; 4 for DFlash),
 # RT_SPECULATORS_SEQ (speculators' packed row length; default: about two mean samples, at least the longest),
 # RT_RUN_TAG (runs/<tag>, default budget<BUDGET_S>: runs of other budgets stay apart), RT_DFLASH_ANCHORS (DFlash
 # anchors per row for both DFlash trainers; empty: their default, 512).
@@ -73,6 +75,7 @@ TOOLS="${RT_TOOLS:-eagle-train-eagle3 eagle-train-eagle3-peerbatch specforge-eag
 EVAL_PROMPTS="${RT_EVAL_PROMPTS:-$HELDOUT_N}"
 EVAL_NEW="${RT_EVAL_NEW:-64}"
 EVAL_HEADS="${RT_EVAL_HEADS:-0}"
+EVAL_BATCH="${RT_EVAL_BATCH:-16}"
 RUNS="$RT_DIR/runs/${RT_RUN_TAG:-budget$BUDGET_S}"
 TORCH_VERSION=2.11.0
 TRANSFORMERS_VERSION=5.23.0
@@ -233,6 +236,7 @@ PYEOF
     [ -f "$run/eval-step-$step.json" ] && continue
     "$BIN" eval --checkpoint "$dir" --model_name_or_path "$MODEL" --data_path "$DATA/heldout_prompts.jsonl" \
       --eval_num_prompts "$EVAL_PROMPTS" --eval_max_new_tokens "$EVAL_NEW" --eval_draft_len 3 \
+      --eval_batch_size "$EVAL_BATCH" --bucket_granularity 16 \
       --training_seq_len "$SEQ_LEN" --device cpu --num_threads "$EVAL_THREADS" --json \
       --output "$run/eval-step-$step.json" >"$run/eval-step-$step.log" 2>&1 || {
       echo "eval of $dir failed; see $run/eval-step-$step.log" >&2; return 1; }
